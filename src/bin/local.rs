@@ -1,0 +1,8 @@
+//! The local run: every route of the project on 127.0.0.1:$PORT (3000), as Vercel would serve it.
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let config = vercel_mcp::config_or_exit();
+    let port = vercel_mcp::local::port_from_env();
+    vercel_mcp::local::serve(vercel_mcp::local::Routes::new(&config), port).await
+}

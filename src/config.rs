@@ -1,0 +1,156 @@
+//! Every environment variable the library reads, parsed and validated once at start-up.
+//!
+//! Two postures: *deployed* (`VERCEL` is set), where anything that would silently keep state
+//! in one instance's memory or weaken security is refused; and *local*, where embedded
+//! defaults (an ephemeral sealing key, in-memory stores) let one command run everything.
+//! Problems are collected and reported together, each naming its variable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::security::AllowedOrigins;
+use crate::state::{Clock, Sealer, SystemClock, seal::derived_key_id};
+
+/// Parsed configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Running on Vercel (`VERCEL` set).
+    pub deployed: bool,
+    /// `MCP_ALLOWED_ORIGINS`.
+    pub allowed_origins: AllowedOrigins,
+    /// Sealer built from `MCP_STATE_SECRET` (or an ephemeral key in the local run).
+    pub sealer: Sealer,
+    /// True when the sealing key was generated at start-up (local run only).
+    pub ephemeral_secret: bool,
+    /// `MCP_MAX_BODY_BYTES`: largest accepted request body.
+    pub max_body_bytes: usize,
+    /// `MCP_LISTEN_MAX_SECONDS`: when a listen stream closes gracefully.
+    pub listen_max_duration: Duration,
+    /// `MCP_KEEPALIVE_SECONDS`: keep-alive comment interval on long streams.
+    pub keep_alive: Duration,
+    /// `MCP_SERVER_NAME`: the name reported in `serverInfo`.
+    pub server_name: String,
+}
+
+/// Start-up refused: one line per problem, each naming its variable. Never contains secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub Vec<String>);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for problem in &self.0 {
+            writeln!(f, "  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Default largest request body: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok(), Arc::new(SystemClock))
+    }
+
+    /// Reads configuration through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let deployed = lookup("VERCEL").is_some_and(|v| !v.is_empty());
+        let number = |name: &str, default: u64, min: u64, max: u64, problems: &mut Vec<String>| match lookup(name) {
+            None => default,
+            Some(raw) => match raw.trim().parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => n,
+                _ => {
+                    problems.push(format!("{name} must be an integer from {min} to {max}"));
+                    default
+                }
+            },
+        };
+        let max_body_bytes = number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
+        let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
+        let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
+        let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {
+            Some(raw) => match Sealer::from_env_value(&raw, clock.clone()) {
+                Ok(sealer) => (Some(sealer), false),
+                Err(problem) => {
+                    problems.push(format!("MCP_STATE_SECRET: {problem}"));
+                    (None, false)
+                }
+            },
+            None if deployed => {
+                problems.push(
+                    "MCP_STATE_SECRET is required when deployed (at least 32 random bytes; e.g. `openssl rand -base64 48`)"
+                        .into(),
+                );
+                (None, false)
+            }
+            None => (Some(ephemeral_sealer(clock.clone())), true),
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        Ok(Self {
+            deployed,
+            allowed_origins: AllowedOrigins::parse(lookup(crate::security::origin::ALLOWED_ORIGINS_ENV).as_deref()),
+            sealer: sealer.expect("sealer is set when there are no problems"),
+            ephemeral_secret,
+            max_body_bytes,
+            listen_max_duration: Duration::from_secs(listen),
+            keep_alive: Duration::from_secs(keep_alive),
+            server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
+        })
+    }
+
+    /// A configuration for tests: local posture, a fixed sealing key, the given clock.
+    pub fn for_tests(clock: Arc<dyn Clock>) -> Self {
+        Self::from_lookup(
+            |name| (name == "MCP_STATE_SECRET").then(|| "test=0123456789abcdef0123456789abcdef".to_owned()),
+            clock,
+        )
+        .expect("test configuration is valid")
+    }
+}
+
+fn ephemeral_sealer(clock: Arc<dyn Clock>) -> Sealer {
+    use ring::rand::SecureRandom;
+    let mut secret = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut secret).expect("the OS random source works");
+    let id = format!("eph{}", derived_key_id(&secret));
+    Sealer::new(vec![(id, secret.to_vec())], clock).expect("a fresh 32-byte key is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned(), Arc::new(SystemClock))
+    }
+
+    #[test]
+    fn local_run_generates_an_ephemeral_key() {
+        let config = load(&[]).unwrap();
+        assert!(!config.deployed && config.ephemeral_secret);
+        assert!(config.sealer.current_key_id().starts_with("eph"));
+    }
+
+    #[test]
+    fn deployed_without_a_secret_refuses_to_start() {
+        let error = load(&[("VERCEL", "1")]).unwrap_err();
+        assert!(error.0.iter().any(|p| p.contains("MCP_STATE_SECRET")));
+    }
+
+    #[test]
+    fn reports_every_problem_without_echoing_secrets() {
+        let error = load(&[("MCP_STATE_SECRET", "tooshort-secret"), ("MCP_MAX_BODY_BYTES", "lots")]).unwrap_err();
+        assert_eq!(error.0.len(), 2);
+        assert!(!error.to_string().contains("tooshort-secret"));
+    }
+}

@@ -1,0 +1,58 @@
+//! Serve the Model Context Protocol (revision 2026-07-28, the stateless revision) from
+//! Vercel's Rust runtime, with a stateless 2025-11-25 fallback for older clients.
+//!
+//! The crate is organised by concern (see `ARCHITECTURE.md`):
+//! [`protocol`] is the wire vocabulary, [`transport`] the HTTP pipeline, [`server`] the
+//! registry and dispatch, [`security`] origin and principal, [`state`] sealed envelopes and
+//! change signals, [`catalogue`] the tools this deployment offers, and [`vercel`] / [`local`]
+//! the two edges that put it on a socket.
+
+pub mod catalogue;
+pub mod config;
+pub mod local;
+pub mod protocol;
+pub mod security;
+pub mod server;
+pub mod state;
+pub mod transport;
+pub mod vercel;
+
+pub use config::Config;
+pub use server::McpServer;
+pub use transport::App;
+
+use std::sync::Arc;
+
+/// This crate's version, reported in `serverInfo`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Registers everything `/api/mcp` offers. The one place the deployment is composed.
+pub fn configure_server(server: &mut McpServer, config: &Config) {
+    catalogue::register_all(server, config);
+}
+
+/// Builds the `/api/mcp` application from configuration.
+pub fn mcp_app(config: &Config) -> Arc<App> {
+    let mut server = McpServer::new(config.server_name.clone(), VERSION);
+    configure_server(&mut server, config);
+    Arc::new(App::new(server, config))
+}
+
+/// Reads the environment or exits with a message naming every problem. Used by the binaries.
+pub fn config_or_exit() -> Config {
+    match Config::from_env() {
+        Ok(config) => {
+            if config.ephemeral_secret {
+                eprintln!(
+                    "warning: MCP_STATE_SECRET is not set; using an ephemeral sealing key. requestState and session ids \
+                     will not survive a restart or be accepted by another process. Set MCP_STATE_SECRET for anything shared."
+                );
+            }
+            config
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! JSON-RPC 2.0 framing: turning a body into exactly one request or notification, and
+//! building responses and notifications.
+//!
+//! The parser is strict on purpose (hyper's school): a batch, a response posted as a request,
+//! a `null` id or a non-object `params` is refused before anything else looks at the message.
+
+use super::McpError;
+use serde_json::{Map, Value, json};
+
+/// A JSON-RPC request id: a string or an integer, echoed with its original type and value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestId(Value);
+
+impl RequestId {
+    /// Accepts a string or an integer (`i64` or `u64`); anything else is not a valid MCP id.
+    pub fn from_value(value: Value) -> Option<Self> {
+        match &value {
+            Value::String(_) => Some(Self(value)),
+            Value::Number(n) if n.is_i64() || n.is_u64() => Some(Self(value)),
+            _ => None,
+        }
+    }
+
+    /// The id as JSON, for echoing.
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
+}
+
+/// One inbound message, already checked for JSON-RPC shape.
+#[derive(Debug)]
+pub enum Message {
+    /// A request: it gets exactly one response.
+    Request {
+        /// The id to echo.
+        id: RequestId,
+        /// The method name.
+        method: String,
+        /// The params object (empty when absent).
+        params: Map<String, Value>,
+    },
+    /// A notification: answered with `202 Accepted`.
+    Notification {
+        /// The method name.
+        method: String,
+    },
+    /// A response posted by a client (only meaningful on the legacy path, where the server
+    /// may have sent a request on an open stream).
+    Response {
+        /// The id of the server request being answered.
+        id: RequestId,
+        /// `Ok(result)` or `Err(error object)`.
+        outcome: Result<Value, Value>,
+    },
+}
+
+impl Message {
+    /// Parses one message from a body. Errors carry their JSON-RPC code and HTTP 400.
+    pub fn parse(body: &[u8]) -> Result<Self, McpError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))?;
+        Self::from_value(value)
+    }
+
+    /// Checks the JSON-RPC shape of an already parsed value.
+    pub fn from_value(value: Value) -> Result<Self, McpError> {
+        let mut object = match value {
+            Value::Object(object) => object,
+            Value::Array(_) => {
+                return Err(McpError::invalid_request(
+                    "Invalid Request: batch arrays are not supported; send one message per POST",
+                ));
+            }
+            _ => return Err(McpError::invalid_request("Invalid Request: expected a JSON object")),
+        };
+        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Err(McpError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""));
+        }
+        let id = match object.remove("id") {
+            None => None,
+            Some(raw) => Some(RequestId::from_value(raw).ok_or_else(|| {
+                McpError::invalid_request("Invalid Request: id must be a string or an integer")
+            })?),
+        };
+        let method = match object.remove("method") {
+            Some(Value::String(method)) => method,
+            Some(_) => return Err(McpError::invalid_request("Invalid Request: method must be a string")),
+            None => return Self::response(id, object),
+        };
+        let params = match object.remove("params") {
+            None => Map::new(),
+            Some(Value::Object(params)) => params,
+            Some(_) => {
+                return Err(McpError::invalid_request("Invalid Request: params must be an object"));
+            }
+        };
+        Ok(match id {
+            Some(id) => Message::Request { id, method, params },
+            None => Message::Notification { method },
+        })
+    }
+
+    fn response(id: Option<RequestId>, mut object: Map<String, Value>) -> Result<Self, McpError> {
+        let outcome = match (object.remove("result"), object.remove("error")) {
+            (Some(result), None) => Ok(result),
+            (None, Some(error)) => Err(error),
+            _ => return Err(McpError::invalid_request("Invalid Request: method is required")),
+        };
+        let id = id.ok_or_else(|| McpError::invalid_request("Invalid Request: response without id"))?;
+        Ok(Message::Response { id, outcome })
+    }
+}
+
+/// Serialises a success response.
+pub fn result_response(id: &RequestId, result: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
+    out.extend_from_slice(b",\"result\":");
+    serde_json::to_writer(&mut out, result).expect("values serialise");
+    out.push(b'}');
+    out
+}
+
+/// Serialises an error response; `id` is `None` when it could not be read.
+pub fn error_response(id: Option<&RequestId>, error: &McpError) -> Vec<u8> {
+    let body = match id {
+        Some(id) => json!({ "jsonrpc": "2.0", "id": id.as_value(), "error": error.to_json() }),
+        None => json!({ "jsonrpc": "2.0", "error": error.to_json() }),
+    };
+    serde_json::to_vec(&body).expect("values serialise")
+}
+
+/// Builds a notification message.
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+}
+
+/// Builds a server-to-client request (legacy path only).
+pub fn request(id: &str, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ErrorCode;
+
+    fn code(body: &str) -> i32 {
+        Message::parse(body.as_bytes()).unwrap_err().code.0
+    }
+
+    #[test]
+    fn refuses_everything_but_one_message() {
+        assert_eq!(code("{"), ErrorCode::PARSE_ERROR.0);
+        assert_eq!(code("[]"), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code("42"), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"id":1,"method":"x"}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":7}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), ErrorCode::INVALID_REQUEST.0);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), ErrorCode::INVALID_REQUEST.0);
+    }
+
+    #[test]
+    fn keeps_id_type_and_value() {
+        for raw in ["7", "\"7\"", "9223372036854775807", "18446744073709551615", "-9223372036854775808"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"tools/list"}}"#);
+            let Message::Request { id, .. } = Message::parse(body.as_bytes()).unwrap() else {
+                panic!("not a request")
+            };
+            let out = result_response(&id, &json!({}));
+            assert!(String::from_utf8(out).unwrap().contains(&format!("\"id\":{raw}")));
+        }
+    }
+
+    #[test]
+    fn classifies_notifications_and_responses() {
+        assert!(matches!(
+            Message::parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap(),
+            Message::Notification { .. }
+        ));
+        assert!(matches!(
+            Message::parse(br#"{"jsonrpc":"2.0","id":"s1","result":{}}"#).unwrap(),
+            Message::Response { outcome: Ok(_), .. }
+        ));
+    }
+}

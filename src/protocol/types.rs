@@ -1,0 +1,405 @@
+//! The MCP data types the server produces: tools, content blocks, resources, prompts and the
+//! MRTR input requests. Serialised with serde; optional fields are omitted, never `null`.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Optional hints on a content block.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContentAnnotations {
+    /// Who the content is for: `"user"`, `"assistant"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audience: Option<Vec<String>>,
+    /// 0 (least) to 1 (most important).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<f64>,
+    /// ISO 8601 timestamp.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+}
+
+/// The body of an embedded resource or a `resources/read` entry.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum ResourceContents {
+    /// UTF-8 text.
+    Text {
+        /// The resource URI.
+        uri: String,
+        /// Its media type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// The text.
+        text: String,
+    },
+    /// Binary data, standard base64.
+    Blob {
+        /// The resource URI.
+        uri: String,
+        /// Its media type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// Base64 of the bytes.
+        blob: String,
+    },
+}
+
+impl ResourceContents {
+    /// Text contents.
+    pub fn text(uri: impl Into<String>, mime_type: impl Into<String>, text: impl Into<String>) -> Self {
+        Self::Text { uri: uri.into(), mime_type: Some(mime_type.into()), text: text.into() }
+    }
+
+    /// Binary contents, already base64-encoded.
+    pub fn blob(uri: impl Into<String>, mime_type: impl Into<String>, blob: impl Into<String>) -> Self {
+        Self::Blob { uri: uri.into(), mime_type: Some(mime_type.into()), blob: blob.into() }
+    }
+}
+
+/// One content block of a tool result or prompt message.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+        /// Optional hints.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        annotations: Option<ContentAnnotations>,
+    },
+    /// An image, base64.
+    Image {
+        /// Base64 data.
+        data: String,
+        /// Media type, e.g. `image/png`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+        /// Optional hints.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        annotations: Option<ContentAnnotations>,
+    },
+    /// Audio, base64.
+    Audio {
+        /// Base64 data.
+        data: String,
+        /// Media type, e.g. `audio/wav`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+        /// Optional hints.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        annotations: Option<ContentAnnotations>,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// Optional description.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Optional media type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// Optional hints.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        annotations: Option<ContentAnnotations>,
+    },
+    /// An embedded resource.
+    Resource {
+        /// The contents.
+        resource: ResourceContents,
+        /// Optional hints.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        annotations: Option<ContentAnnotations>,
+    },
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text { text: text.into(), annotations: None }
+    }
+
+    /// An image block.
+    pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Self::Image { data: data.into(), mime_type: mime_type.into(), annotations: None }
+    }
+
+    /// An audio block.
+    pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Self::Audio { data: data.into(), mime_type: mime_type.into(), annotations: None }
+    }
+
+    /// An embedded resource block.
+    pub fn resource(resource: ResourceContents) -> Self {
+        Self::Resource { resource, annotations: None }
+    }
+
+    /// A resource link block.
+    pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::ResourceLink {
+            uri: uri.into(),
+            name: name.into(),
+            description: None,
+            mime_type: None,
+            annotations: None,
+        }
+    }
+}
+
+/// The result of `tools/call` when the tool finished.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    /// Content blocks.
+    pub content: Vec<Content>,
+    /// Structured output; conforms to the tool's `outputSchema` when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+    /// True for tool execution errors (reported in-band, not as JSON-RPC errors).
+    #[serde(skip_serializing_if = "is_false")]
+    pub is_error: bool,
+}
+
+impl CallToolResult {
+    /// A result with the given blocks.
+    pub fn new(content: Vec<Content>) -> Self {
+        Self { content, ..Self::default() }
+    }
+
+    /// A single text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(vec![Content::text(text)])
+    }
+
+    /// An execution error whose text is exactly `message`.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { is_error: true, ..Self::text(message) }
+    }
+
+    /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
+    pub fn structured(value: Value) -> Self {
+        Self {
+            content: vec![Content::text(value.to_string())],
+            structured_content: Some(value),
+            is_error: false,
+        }
+    }
+}
+
+/// Behavioural hints on a tool. Absent hints take the spec's defaults.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not modify its environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Repeating a call with the same arguments has no further effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The tool talks to an open world of external entities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// A resource listed by `resources/list`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    /// The URI.
+    pub uri: String,
+    /// Programmatic name.
+    pub name: String,
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Media type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// A resource template listed by `resources/templates/list`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceTemplate {
+    /// RFC 6570 template.
+    pub uri_template: String,
+    /// Programmatic name.
+    pub name: String,
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Media type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// A prompt argument.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PromptArgument {
+    /// Name.
+    pub name: String,
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether `prompts/get` fails without it.
+    #[serde(skip_serializing_if = "is_false")]
+    pub required: bool,
+}
+
+/// A prompt listed by `prompts/list`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Prompt {
+    /// Name.
+    pub name: String,
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<PromptArgument>,
+}
+
+/// A message of a `prompts/get` result.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PromptMessage {
+    /// `"user"` or `"assistant"`.
+    pub role: &'static str,
+    /// One content block.
+    pub content: Content,
+}
+
+impl PromptMessage {
+    /// A user message.
+    pub fn user(content: Content) -> Self {
+        Self { role: "user", content }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: Content) -> Self {
+        Self { role: "assistant", content }
+    }
+}
+
+/// The result of `prompts/get`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GetPromptResult {
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Messages.
+    pub messages: Vec<PromptMessage>,
+}
+
+/// The result of `completion/complete`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Completion {
+    /// At most 100 values.
+    pub values: Vec<String>,
+    /// Total number of matches, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// More values exist than were returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_more: Option<bool>,
+}
+
+/// One request a server embeds in an `input_required` result (MRTR).
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputRequest {
+    /// `elicitation/create` in form mode: `requestedSchema` is a flat object schema.
+    ElicitForm {
+        /// What the user is asked.
+        message: String,
+        /// The schema of the answer.
+        requested_schema: Value,
+    },
+    /// `elicitation/create` in URL mode.
+    ElicitUrl {
+        /// What the user is asked.
+        message: String,
+        /// Where the user goes.
+        url: String,
+    },
+    /// `sampling/createMessage` (deprecated in 2026-07-28 but still allowed).
+    Sampling(Value),
+    /// `roots/list` (deprecated in 2026-07-28 but still allowed).
+    ListRoots,
+}
+
+impl InputRequest {
+    /// The JSON-RPC method the client runs to answer.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Self::ElicitForm { .. } | Self::ElicitUrl { .. } => "elicitation/create",
+            Self::Sampling(_) => "sampling/createMessage",
+            Self::ListRoots => "roots/list",
+        }
+    }
+
+    /// The params of that method.
+    pub fn params(&self) -> Value {
+        match self {
+            Self::ElicitForm { message, requested_schema } => {
+                json!({ "mode": "form", "message": message, "requestedSchema": requested_schema })
+            }
+            Self::ElicitUrl { message, url } => json!({ "mode": "url", "message": message, "url": url }),
+            Self::Sampling(params) => params.clone(),
+            Self::ListRoots => json!({}),
+        }
+    }
+
+    /// The `{method, params}` object placed in `inputRequests`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::ListRoots => json!({ "method": self.method() }),
+            _ => json!({ "method": self.method(), "params": self.params() }),
+        }
+    }
+
+    /// The client capability this request needs, as a `ClientCapabilities` fragment, and
+    /// whether `caps` (the request's declared capabilities) grants it.
+    pub fn capability(&self, caps: &Map<String, Value>) -> (Value, bool) {
+        match self {
+            Self::ElicitForm { .. } => {
+                let granted = match caps.get("elicitation") {
+                    Some(Value::Object(e)) => e.is_empty() || e.contains_key("form"),
+                    _ => false,
+                };
+                (json!({ "elicitation": { "form": {} } }), granted)
+            }
+            Self::ElicitUrl { .. } => {
+                let granted = caps
+                    .get("elicitation")
+                    .and_then(|e| e.get("url"))
+                    .is_some_and(Value::is_object);
+                (json!({ "elicitation": { "url": {} } }), granted)
+            }
+            Self::Sampling(_) => (json!({ "sampling": {} }), caps.get("sampling").is_some_and(Value::is_object)),
+            Self::ListRoots => (json!({ "roots": {} }), caps.get("roots").is_some_and(Value::is_object)),
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Everything a handler may know about the request it serves, passed explicitly.
+//!
+//! There is no ambient "current request": the principal, the declared client capabilities,
+//! the MRTR answers and the notification outlet all arrive in this value, so two concurrent
+//! requests on one instance can never see each other's data.
+
+use serde_json::{Map, Value, json};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+use crate::protocol::{Era, LogLevel, RequestId, jsonrpc};
+use crate::security::Principal;
+use crate::state::{ChangeBus, ChangeEvent};
+
+/// A message the transport writes to the request's SSE stream.
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// A JSON-RPC notification related to the request.
+    Notification(Value),
+    /// A server-to-client request (legacy path only).
+    ClientRequest {
+        /// The full JSON-RPC request.
+        message: Value,
+    },
+    /// The final JSON-RPC response; it ends the stream.
+    Response {
+        /// The HTTP status, used when nothing was streamed before it.
+        status: http::StatusCode,
+        /// The serialised response.
+        body: Vec<u8>,
+    },
+    /// A keep-alive comment.
+    KeepAlive,
+}
+
+/// Where a request's notifications go; absent when the response is plain JSON.
+pub(crate) type Outbox = mpsc::Sender<StreamEvent>;
+
+/// The request being served, as handlers see it.
+pub struct RequestContext {
+    pub(crate) id: RequestId,
+    pub(crate) era: Era,
+    pub(crate) principal: Principal,
+    pub(crate) client_capabilities: Map<String, Value>,
+    pub(crate) progress_token: Option<Value>,
+    pub(crate) log_level: Option<LogLevel>,
+    pub(crate) input_responses: Map<String, Value>,
+    pub(crate) request_state: Option<Value>,
+    pub(crate) outbox: Option<Outbox>,
+    pub(crate) bus: Arc<dyn ChangeBus>,
+    pub(crate) last_progress: Mutex<Option<f64>>,
+}
+
+impl RequestContext {
+    /// A context for a request with no envelope extras: used by tests and by the legacy path.
+    pub fn new(id: RequestId, era: Era, principal: Principal, bus: Arc<dyn ChangeBus>) -> Self {
+        Self {
+            id,
+            era,
+            principal,
+            client_capabilities: Map::new(),
+            progress_token: None,
+            log_level: None,
+            input_responses: Map::new(),
+            request_state: None,
+            outbox: None,
+            bus,
+            last_progress: Mutex::new(None),
+        }
+    }
+
+    /// A copy for another execution round of the same request (legacy MRTR fulfilment).
+    pub(crate) fn fork(&self) -> Self {
+        Self {
+            id: self.id.clone(),
+            era: self.era,
+            principal: self.principal.clone(),
+            client_capabilities: self.client_capabilities.clone(),
+            progress_token: self.progress_token.clone(),
+            log_level: self.log_level,
+            input_responses: Map::new(),
+            request_state: None,
+            outbox: self.outbox.clone(),
+            bus: self.bus.clone(),
+            last_progress: Mutex::new(*self.last_progress.lock().expect("progress lock")),
+        }
+    }
+
+    /// The JSON-RPC id of the request.
+    pub fn request_id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// The protocol generation the request arrived in.
+    pub fn era(&self) -> Era {
+        self.era
+    }
+
+    /// The verified caller (or the anonymous principal).
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The `ClientCapabilities` this request declared.
+    pub fn client_capabilities(&self) -> &Map<String, Value> {
+        &self.client_capabilities
+    }
+
+    /// Whether the request declared a top-level capability (`"elicitation"`, `"sampling"`, ...).
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.client_capabilities.get(name).is_some_and(Value::is_object)
+    }
+
+    /// Whether the request declared an extension such as `io.modelcontextprotocol/tasks`.
+    pub fn has_extension(&self, id: &str) -> bool {
+        self.client_capabilities
+            .get("extensions")
+            .and_then(|e| e.get(id))
+            .is_some_and(Value::is_object)
+    }
+
+    /// The client's answer to the input request named `key`, if this is a retry carrying it.
+    pub fn input_response(&self, key: &str) -> Option<&Value> {
+        self.input_responses.get(key)
+    }
+
+    /// All answers carried by this retry.
+    pub fn input_responses(&self) -> &Map<String, Value> {
+        &self.input_responses
+    }
+
+    /// The handler's own state from the previous round, already verified and opened.
+    pub fn request_state(&self) -> Option<&Value> {
+        self.request_state.as_ref()
+    }
+
+    /// Whether a client would receive progress notifications for this request.
+    pub fn wants_progress(&self) -> bool {
+        self.progress_token.is_some() && self.outbox.is_some()
+    }
+
+    /// Sends `notifications/progress` if the request asked for it. Values that do not increase
+    /// are dropped, since the spec requires progress to grow.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let (Some(token), Some(outbox)) = (&self.progress_token, &self.outbox) else { return };
+        {
+            let mut last = self.last_progress.lock().expect("progress lock");
+            if last.is_some_and(|l| progress <= l) {
+                return;
+            }
+            *last = Some(progress);
+        }
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/progress", params))).await;
+    }
+
+    /// Sends `notifications/message` if the request set a log level at or below `level`
+    /// (legacy requests, which cannot set one, receive everything).
+    pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let Some(outbox) = &self.outbox else { return };
+        let permitted = match (self.era, self.log_level) {
+            (_, Some(min)) => level >= min,
+            (Era::Legacy, None) => true,
+            (Era::Modern, None) => false,
+        };
+        if !permitted {
+            return;
+        }
+        let mut params = json!({ "level": level.as_str(), "data": data });
+        if let Some(logger) = logger {
+            params["logger"] = json!(logger);
+        }
+        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/message", params))).await;
+    }
+
+    /// Announces a change to every `subscriptions/listen` stream that asked for it.
+    pub fn publish_change(&self, event: ChangeEvent) {
+        self.bus.publish(event);
+    }
+
+    /// Resolves when the client has gone away (its stream closed). Never resolves for JSON
+    /// responses, whose cancellation is the transport dropping the handler future.
+    pub async fn cancelled(&self) {
+        match &self.outbox {
+            Some(outbox) => outbox.closed().await,
+            None => std::future::pending().await,
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Executing one request against the registry.
+//!
+//! `execute` produces the era-neutral body of a result (the transport adds `resultType`,
+//! `serverInfo` and legacy shaping) or an `input_required` answer for the MRTR layer to seal.
+//! Methods that need a capability the server does not advertise are `-32601`, like unknown ones.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+
+use super::{
+    CacheableMethod, CompletionRef, CompletionRequest, InputRequired, McpServer, Outcome, RequestContext, ToolError,
+    schema,
+};
+use crate::protocol::types::CallToolResult;
+use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS};
+
+/// The outcome of executing a request.
+#[derive(Debug)]
+pub enum Reply {
+    /// The result object, without `resultType` or `serverInfo`.
+    Complete(Map<String, Value>),
+    /// The handler needs input from the client.
+    InputRequired(InputRequired),
+}
+
+impl McpServer {
+    /// Runs `method` with `params`. `subscriptions/listen` is not handled here: it streams.
+    pub async fn execute(&self, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> Result<Reply, McpError> {
+        let complete = |v: Value| match v {
+            Value::Object(map) => Ok(Reply::Complete(map)),
+            _ => Err(McpError::internal("result is not an object")),
+        };
+        match method {
+            "server/discover" if ctx.era == Era::Modern => complete(self.discover()),
+            "tools/list" if !self.tools.is_empty() => {
+                let listing = self.tools.iter().map(|t| &t.listing);
+                complete(self.page(params, "tools", listing, CacheableMethod::ToolsList)?)
+            }
+            "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, params).await,
+            "resources/list" if self.has_resources() => {
+                let listing: Vec<Value> = self.resources.iter().map(|r| json!(r.resource)).collect();
+                complete(self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList)?)
+            }
+            "resources/templates/list" if self.has_resources() => {
+                let listing: Vec<Value> = self.templates.iter().map(|t| json!(t.template)).collect();
+                complete(self.page(params, "resourceTemplates", listing.iter(), CacheableMethod::ResourceTemplatesList)?)
+            }
+            "resources/read" if self.has_resources() => self.read_resource(ctx, params).await,
+            "prompts/list" if !self.prompts.is_empty() => {
+                let listing: Vec<Value> = self.prompts.iter().map(|p| json!(p.prompt)).collect();
+                complete(self.page(params, "prompts", listing.iter(), CacheableMethod::PromptsList)?)
+            }
+            "prompts/get" if !self.prompts.is_empty() => self.get_prompt(ctx, params).await,
+            "completion/complete" if !self.completions.is_empty() => complete(self.complete(params)?),
+            // 2025-era methods with no state behind them, answered only on the legacy path.
+            "ping" | "logging/setLevel" if ctx.era == Era::Legacy => complete(json!({})),
+            "resources/subscribe" | "resources/unsubscribe" if ctx.era == Era::Legacy && self.has_resources() => {
+                complete(json!({}))
+            }
+            _ => Err(McpError::method_not_found(method)),
+        }
+    }
+
+    fn has_resources(&self) -> bool {
+        !self.resources.is_empty() || !self.templates.is_empty()
+    }
+
+    /// The `server/discover` result body.
+    pub fn discover(&self) -> Value {
+        let mut result = json!({
+            "supportedVersions": SUPPORTED_VERSIONS,
+            "capabilities": self.capabilities(),
+        });
+        if let Some(instructions) = &self.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        self.attach_cache_hint(&mut result, CacheableMethod::Discover, None);
+        result
+    }
+
+    /// The legacy `initialize` result body.
+    pub fn initialize(&self, requested: Option<&str>) -> Value {
+        use crate::protocol::LEGACY_VERSIONS;
+        let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": self.capabilities(),
+            "serverInfo": self.info,
+        });
+        if let Some(instructions) = &self.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        result
+    }
+
+    fn attach_cache_hint(&self, result: &mut Value, method: CacheableMethod, overriding: Option<super::CacheHint>) {
+        let hint = overriding.unwrap_or_else(|| self.cache_hint(method));
+        result["ttlMs"] = json!(hint.ttl_ms);
+        result["cacheScope"] = json!(hint.scope.as_str());
+    }
+
+    fn page<'a>(
+        &self,
+        params: &Map<String, Value>,
+        key: &str,
+        items: impl ExactSizeIterator<Item = &'a Value>,
+        method: CacheableMethod,
+    ) -> Result<Value, McpError> {
+        let total = items.len();
+        let start = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => decode_cursor(cursor).filter(|s| *s <= total).ok_or_else(invalid_cursor)?,
+            Some(_) => return Err(invalid_cursor()),
+        };
+        let end = (start + self.page_size).min(total);
+        let page: Vec<Value> = items.skip(start).take(end - start).cloned().collect();
+        let mut result = json!({ key: page });
+        if end < total {
+            result["nextCursor"] = json!(encode_cursor(end));
+        }
+        self.attach_cache_hint(&mut result, method, None);
+        Ok(result)
+    }
+
+    async fn call_tool(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
+        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("tools/call requires a string name"))?;
+        let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
+        let mut arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(arguments)) => arguments.clone(),
+            Some(_) => return Err(McpError::invalid_params("tools/call arguments must be an object")),
+        };
+        if let Err(problem) = schema::validate(&tool.input_schema, &Value::Object(arguments.clone())) {
+            return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
+        }
+        schema::strip_unknown_keys(&tool.input_schema, &mut arguments);
+        match (tool.handler)(ctx, arguments).await {
+            Ok(Outcome::Complete(result)) => tool_reply(result),
+            Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
+            Err(ToolError::Execution(message)) => tool_reply(CallToolResult::error(message)),
+            Err(ToolError::Protocol(error)) => Err(error),
+        }
+    }
+
+    async fn read_resource(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
+        let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("resources/read requires a string uri"))?;
+        let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
+            let entry = &self.resources[i];
+            ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)
+        } else if let Some((entry, vars)) = self.templates.iter().find_map(|t| t.matcher.matches(uri).map(|v| (t, v))) {
+            ((entry.handler)(ctx, uri.to_owned(), vars).await?, None)
+        } else {
+            return Err(resource_not_found(uri));
+        };
+        match outcome {
+            Outcome::Complete(contents) => {
+                let mut result = json!({ "contents": contents });
+                self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
+                Ok(Reply::Complete(into_map(result)))
+            }
+            Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+        }
+    }
+
+    async fn get_prompt(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
+        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("prompts/get requires a string name"))?;
+        let entry = self
+            .prompt_index
+            .get(name)
+            .map(|&i| &self.prompts[i])
+            .ok_or_else(|| McpError::invalid_params(format!("Prompt {} not found", crate::protocol::error::truncate_for_message(name))))?;
+        let arguments = string_map(params.get("arguments"), "prompts/get arguments")?;
+        if let Some(missing) = entry.prompt.arguments.iter().find(|a| a.required && !arguments.contains_key(&a.name)) {
+            return Err(McpError::invalid_params(format!("Missing required argument: {}", missing.name)));
+        }
+        match (entry.handler)(ctx, arguments).await? {
+            Outcome::Complete(result) => Ok(Reply::Complete(into_map(json!(result)))),
+            Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+        }
+    }
+
+    fn complete(&self, params: &Map<String, Value>) -> Result<Value, McpError> {
+        let reference = params.get("ref").ok_or_else(|| McpError::invalid_params("completion/complete requires ref"))?;
+        let reference = match (reference.get("type").and_then(Value::as_str), reference.get("name"), reference.get("uri")) {
+            (Some("ref/prompt"), Some(Value::String(name)), _) => CompletionRef::Prompt(name.clone()),
+            (Some("ref/resource"), _, Some(Value::String(uri))) => CompletionRef::ResourceTemplate(uri.clone()),
+            _ => return Err(McpError::invalid_params("completion/complete ref must be ref/prompt or ref/resource")),
+        };
+        let argument = params.get("argument").ok_or_else(|| McpError::invalid_params("completion/complete requires argument"))?;
+        let (Some(arg_name), Some(value)) = (argument.get("name").and_then(Value::as_str), argument.get("value").and_then(Value::as_str)) else {
+            return Err(McpError::invalid_params("completion/complete argument needs a name and a value"));
+        };
+        let context = string_map(params.get("context").and_then(|c| c.get("arguments")), "completion context arguments")?;
+        let known = match &reference {
+            CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
+            CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
+        };
+        if !known {
+            return Err(McpError::invalid_params("completion/complete: unknown reference"));
+        }
+        let mut completion = match self.completions.get(&reference) {
+            Some(handler) => handler(&CompletionRequest { reference, argument: arg_name.to_owned(), value: value.to_owned(), context }),
+            None => Default::default(),
+        };
+        if completion.values.len() > 100 {
+            completion.total.get_or_insert(completion.values.len() as u64);
+            completion.values.truncate(100);
+            completion.has_more = Some(true);
+        }
+        Ok(json!({ "completion": completion }))
+    }
+}
+
+fn tool_reply(result: CallToolResult) -> Result<Reply, McpError> {
+    Ok(Reply::Complete(into_map(json!(result))))
+}
+
+fn into_map(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn string_map(value: Option<&Value>, what: &str) -> Result<HashMap<String, String>, McpError> {
+    match value {
+        None | Some(Value::Null) => Ok(HashMap::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(McpError::invalid_params(format!("{what}: values must be strings"))),
+            })
+            .collect(),
+        Some(_) => Err(McpError::invalid_params(format!("{what} must be an object"))),
+    }
+}
+
+/// `-32602` for a tool name nobody registered.
+pub(crate) fn unknown_tool(name: &str) -> McpError {
+    McpError::invalid_params(format!("Tool {} not found", crate::protocol::error::truncate_for_message(name)))
+}
+
+/// `-32602` with the URI in `data`; the legacy path rewrites the code to `-32002`.
+pub(crate) fn resource_not_found(uri: &str) -> McpError {
+    McpError::invalid_params("Resource not found").with_data(json!({ "uri": crate::protocol::error::truncate_for_message(uri) }))
+}
+
+/// Whether an error is the modern "resource not found".
+pub(crate) fn is_resource_not_found(error: &McpError) -> bool {
+    error.code == ErrorCode::INVALID_PARAMS && error.message == "Resource not found"
+}
+
+fn invalid_cursor() -> McpError {
+    McpError::invalid_params("Invalid cursor")
+}
+
+fn encode_cursor(offset: usize) -> String {
+    URL_SAFE_NO_PAD.encode(format!("o:{offset}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<usize> {
+    if cursor.is_empty() {
+        return Some(0);
+    }
+    if cursor.len() > 32 {
+        return None;
+    }
+    let raw = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let offset = std::str::from_utf8(&raw).ok()?.strip_prefix("o:")?;
+    if offset.starts_with('+') || (offset.len() > 1 && offset.starts_with('0')) {
+        return None;
+    }
+    offset.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_junk() {
+        assert_eq!(decode_cursor(&encode_cursor(0)), Some(0));
+        assert_eq!(decode_cursor(&encode_cursor(250)), Some(250));
+        assert_eq!(decode_cursor(""), Some(0));
+        for junk in ["x", "!!!", "b2Q6MQ", &URL_SAFE_NO_PAD.encode("o:-1"), &URL_SAFE_NO_PAD.encode("o:+1"), &URL_SAFE_NO_PAD.encode("o:01"), &"A".repeat(64)] {
+            assert_eq!(decode_cursor(junk), None, "{junk}");
+        }
+    }
+}

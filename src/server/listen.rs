@@ -1,0 +1,147 @@
+//! `subscriptions/listen`: one long-lived SSE stream per request, fed by the change bus.
+//!
+//! The acknowledgement is the first message and echoes only what this server will honour.
+//! The bus subscription is taken before the acknowledgement goes out, so no change made after
+//! the client sees the acknowledgement can be missed. The stream ends gracefully with the
+//! listen result before the platform's `maxDuration` would cut it.
+
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{McpServer, RequestContext, StreamEvent};
+use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
+use crate::state::ChangeEvent;
+
+/// Timing of a listen stream.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenLimits {
+    /// When to close gracefully.
+    pub max_duration: Duration,
+    /// How often to send a keep-alive comment.
+    pub keep_alive: Duration,
+}
+
+/// The notification kinds one listen request asked for, reduced to what is honoured.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    resource_uris: Vec<String>,
+}
+
+impl Filter {
+    fn wants(&self, event: &ChangeEvent) -> bool {
+        match event {
+            ChangeEvent::ToolsListChanged => self.tools,
+            ChangeEvent::PromptsListChanged => self.prompts,
+            ChangeEvent::ResourcesListChanged => self.resources,
+            ChangeEvent::ResourceUpdated(uri) => self.resource_uris.iter().any(|u| u == uri),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        if self.tools {
+            out.insert("toolsListChanged".into(), json!(true));
+        }
+        if self.prompts {
+            out.insert("promptsListChanged".into(), json!(true));
+        }
+        if self.resources {
+            out.insert("resourcesListChanged".into(), json!(true));
+        }
+        if !self.resource_uris.is_empty() {
+            out.insert("resourceSubscriptions".into(), json!(self.resource_uris));
+        }
+        Value::Object(out)
+    }
+}
+
+impl McpServer {
+    /// Validates a listen request and returns the honoured filter. Runs before the stream
+    /// opens, so a bad filter still gets an HTTP error status.
+    pub(crate) fn listen_filter(&self, ctx: &RequestContext, params: &Map<String, Value>) -> Result<Filter, McpError> {
+        let requested = match params.get("notifications") {
+            None | Some(Value::Null) => return Ok(Filter::default()),
+            Some(Value::Object(n)) => n,
+            Some(_) => return Err(McpError::invalid_params("notifications must be an object")),
+        };
+        let flag = |key: &str| match requested.get(key) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(McpError::invalid_params(format!("notifications.{key} must be a boolean"))),
+        };
+        let uris = match requested.get("resourceSubscriptions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) if items.len() <= 256 => items
+                .iter()
+                .map(|u| u.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| McpError::invalid_params("resourceSubscriptions must be strings"))?,
+            Some(_) => return Err(McpError::invalid_params("resourceSubscriptions must be an array of at most 256 URIs")),
+        };
+        if requested.get("taskIds").is_some_and(|t| !t.is_null()) && !ctx.has_extension(TASKS_EXTENSION) {
+            return Err(McpError::missing_capability(
+                "taskIds requires the io.modelcontextprotocol/tasks extension",
+                json!({ "extensions": { TASKS_EXTENSION: {} } }),
+            ));
+        }
+        let resources = !self.resources.is_empty() || !self.templates.is_empty();
+        Ok(Filter {
+            tools: flag("toolsListChanged")? && !self.tools.is_empty(),
+            prompts: flag("promptsListChanged")? && !self.prompts.is_empty(),
+            resources: flag("resourcesListChanged")? && resources,
+            resource_uris: if resources { uris } else { Vec::new() },
+        })
+    }
+
+    /// Runs the stream: acknowledgement, matching notifications and keep-alives, then the
+    /// graceful result once `limits.max_duration` has passed. Returns early (with no result to
+    /// send) when the client closes the stream.
+    pub(crate) async fn listen(&self, ctx: &RequestContext, filter: Filter, limits: ListenLimits) -> Option<Map<String, Value>> {
+        let outbox = ctx.outbox.as_ref()?;
+        let tag = json!({ meta::SUBSCRIPTION_ID: ctx.id.as_value() });
+        let mut changes = ctx.bus.subscribe();
+        let ack = jsonrpc::notification(
+            "notifications/subscriptions/acknowledged",
+            json!({ "_meta": tag, "notifications": filter.to_json() }),
+        );
+        outbox.send(StreamEvent::Notification(ack)).await.ok()?;
+        let deadline = tokio::time::sleep(limits.max_duration);
+        tokio::pin!(deadline);
+        let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + limits.keep_alive, limits.keep_alive);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                _ = outbox.closed() => return None,
+                _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
+                change = changes.recv() => match change {
+                    Ok(event) if filter.wants(&event) => {
+                        let message = notification_for(&event, &tag);
+                        outbox.send(StreamEvent::Notification(message)).await.ok()?;
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                },
+            }
+        }
+        let mut result = Map::new();
+        result.insert("_meta".into(), tag);
+        Some(result)
+    }
+}
+
+fn notification_for(event: &ChangeEvent, tag: &Value) -> Value {
+    match event {
+        ChangeEvent::ToolsListChanged => jsonrpc::notification("notifications/tools/list_changed", json!({ "_meta": tag })),
+        ChangeEvent::PromptsListChanged => jsonrpc::notification("notifications/prompts/list_changed", json!({ "_meta": tag })),
+        ChangeEvent::ResourcesListChanged => {
+            jsonrpc::notification("notifications/resources/list_changed", json!({ "_meta": tag }))
+        }
+        ChangeEvent::ResourceUpdated(uri) => {
+            jsonrpc::notification("notifications/resources/updated", json!({ "_meta": tag, "uri": uri }))
+        }
+    }
+}

@@ -1,0 +1,603 @@
+//! The server registry: what a deployment offers (tools, resources, templates, prompts,
+//! completions) and how one request is executed against it.
+//!
+//! Registration happens once, in `configure_server`, before the first request. Everything a
+//! list method returns is derived from the registry alone, so lists never vary per connection
+//! or as a side effect of other requests. Handlers are plain async functions that receive a
+//! [`RequestContext`] and typed arguments.
+
+mod context;
+mod dispatch;
+pub(crate) mod listen;
+pub(crate) mod mrtr;
+pub mod schema;
+mod template;
+
+pub use context::{RequestContext, StreamEvent};
+pub use dispatch::Reply;
+pub(crate) use dispatch::is_resource_not_found as dispatch_is_resource_not_found;
+pub use template::UriTemplate;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::protocol::McpError;
+use crate::protocol::types::{
+    CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents,
+    ResourceTemplate, ToolAnnotations,
+};
+
+/// A boxed, sendable future: the erased shape of every handler.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a handler of an MRTR-capable method returns: a final value, or a request for input.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// The final result.
+    Complete(T),
+    /// Ask the client for input, then expect a retry.
+    InputRequired(InputRequired),
+}
+
+impl<T> From<T> for Outcome<T> {
+    fn from(value: T) -> Self {
+        Self::Complete(value)
+    }
+}
+
+/// An `input_required` answer: the questions, and the state to get back on the retry.
+///
+/// The state is sealed by the library (HMAC, bound to principal, method and arguments, with an
+/// expiry), so handlers put plain JSON here and read it back from
+/// [`RequestContext::request_state`] already verified.
+#[derive(Debug, Default)]
+pub struct InputRequired {
+    pub(crate) requests: Vec<(String, InputRequest)>,
+    pub(crate) state: Option<Value>,
+}
+
+impl InputRequired {
+    /// An empty answer; add requests and/or state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a request under `key` (keys are unique within the answer).
+    pub fn request(mut self, key: impl Into<String>, request: InputRequest) -> Self {
+        let key = key.into();
+        self.requests.retain(|(k, _)| *k != key);
+        self.requests.push((key, request));
+        self
+    }
+
+    /// Attaches state to receive back on the retry.
+    pub fn state(mut self, state: Value) -> Self {
+        self.state = Some(state);
+        self
+    }
+}
+
+
+/// Why a tool call failed.
+#[derive(Debug)]
+pub enum ToolError {
+    /// A tool execution error: reported as an `isError: true` result whose text is exactly
+    /// this message.
+    Execution(String),
+    /// A protocol error: reported as a JSON-RPC error.
+    Protocol(McpError),
+}
+
+impl From<McpError> for ToolError {
+    fn from(e: McpError) -> Self {
+        Self::Protocol(e)
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        Self::Execution(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        Self::Execution(message.to_owned())
+    }
+}
+
+/// The result every tool handler produces.
+pub type ToolResult = Result<Outcome<CallToolResult>, ToolError>;
+
+type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
+type ResourceFn =
+    Arc<dyn Fn(RequestContext, String) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>> + Send + Sync>;
+type TemplateFn = Arc<
+    dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>>
+        + Send
+        + Sync,
+>;
+type PromptFn = Arc<
+    dyn Fn(RequestContext, HashMap<String, String>) -> BoxFuture<Result<Outcome<GetPromptResult>, McpError>> + Send + Sync,
+>;
+type CompletionFn = Arc<dyn Fn(&CompletionRequest) -> Completion + Send + Sync>;
+
+/// Arguments for a tool that takes none: advertises `{"type":"object","additionalProperties":false}`.
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+pub struct NoArguments {}
+
+impl JsonSchema for NoArguments {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NoArguments".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "object", "additionalProperties": false })
+    }
+}
+
+/// How long and for whom a cacheable result may be reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheHint {
+    /// Freshness in milliseconds; 0 means immediately stale.
+    pub ttl_ms: u64,
+    /// Whether shared caches may reuse it.
+    pub scope: CacheScope,
+}
+
+impl Default for CacheHint {
+    /// `0` / `"private"`: the conservative default when nothing is configured.
+    fn default() -> Self {
+        Self { ttl_ms: 0, scope: CacheScope::Private }
+    }
+}
+
+/// `cacheScope` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheScope {
+    /// Any cache may reuse the result.
+    Public,
+    /// Only the requesting principal's cache may reuse it.
+    Private,
+}
+
+impl CacheScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Private => "private",
+        }
+    }
+}
+
+/// The six results that carry cache hints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheableMethod {
+    /// `server/discover`.
+    Discover,
+    /// `tools/list`.
+    ToolsList,
+    /// `prompts/list`.
+    PromptsList,
+    /// `resources/list`.
+    ResourcesList,
+    /// `resources/templates/list`.
+    ResourceTemplatesList,
+    /// `resources/read` (overridable per resource).
+    ResourcesRead,
+}
+
+/// Name and version reported in every result's `_meta`.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// Programmatic name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// A tool's advertised definition.
+#[derive(Clone, Debug)]
+pub struct ToolDef {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    input_schema: Option<Value>,
+    output_schema: Option<Value>,
+    annotations: Option<ToolAnnotations>,
+    meta: Option<Value>,
+}
+
+impl ToolDef {
+    /// A tool named `name` (1-128 characters of `[A-Za-z0-9_.-]`).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: None,
+            output_schema: None,
+            annotations: None,
+            meta: None,
+        }
+    }
+
+    /// Display title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Description for the model.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// An explicit input schema, for [`McpServer::tool_raw`].
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// The schema `structuredContent` conforms to.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Behavioural hints.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+
+    /// `_meta` on the tool definition.
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn to_json(&self, input_schema: &Value) -> Value {
+        let mut tool = json!({ "name": self.name, "inputSchema": input_schema });
+        if let Some(title) = &self.title {
+            tool["title"] = json!(title);
+        }
+        if let Some(description) = &self.description {
+            tool["description"] = json!(description);
+        }
+        if let Some(output) = &self.output_schema {
+            tool["outputSchema"] = output.clone();
+        }
+        if let Some(annotations) = &self.annotations {
+            tool["annotations"] = serde_json::to_value(annotations).expect("annotations serialise");
+        }
+        if let Some(meta) = &self.meta {
+            tool["_meta"] = meta.clone();
+        }
+        tool
+    }
+}
+
+/// An `x-mcp-header` annotation: `Mcp-Param-{header}` mirrors argument `property`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct HeaderParam {
+    pub header: String,
+    pub property: String,
+}
+
+pub(crate) struct ToolEntry {
+    pub name: String,
+    pub listing: Value,
+    pub input_schema: Value,
+    pub header_params: Vec<HeaderParam>,
+    pub handler: ToolFn,
+}
+
+pub(crate) struct ResourceEntry {
+    pub resource: Resource,
+    pub cache: Option<CacheHint>,
+    pub handler: ResourceFn,
+}
+
+pub(crate) struct TemplateEntry {
+    pub template: ResourceTemplate,
+    pub matcher: UriTemplate,
+    pub handler: TemplateFn,
+}
+
+pub(crate) struct PromptEntry {
+    pub prompt: Prompt,
+    pub handler: PromptFn,
+}
+
+/// What `completion/complete` asks for.
+#[derive(Clone, Debug)]
+pub struct CompletionRequest {
+    /// The prompt name or the template URI being completed.
+    pub reference: CompletionRef,
+    /// The argument being completed.
+    pub argument: String,
+    /// What the user typed so far.
+    pub value: String,
+    /// Already-resolved arguments.
+    pub context: HashMap<String, String>,
+}
+
+/// The target of a completion.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CompletionRef {
+    /// `ref/prompt` by name.
+    Prompt(String),
+    /// `ref/resource` by URI template.
+    ResourceTemplate(String),
+}
+
+/// The registry and its configuration.
+pub struct McpServer {
+    pub(crate) info: ServerInfo,
+    pub(crate) instructions: Option<String>,
+    pub(crate) tools: Vec<ToolEntry>,
+    pub(crate) tool_index: HashMap<String, usize>,
+    pub(crate) resources: Vec<ResourceEntry>,
+    pub(crate) resource_index: HashMap<String, usize>,
+    pub(crate) templates: Vec<TemplateEntry>,
+    pub(crate) prompts: Vec<PromptEntry>,
+    pub(crate) prompt_index: HashMap<String, usize>,
+    pub(crate) completions: HashMap<CompletionRef, CompletionFn>,
+    pub(crate) cache_hints: HashMap<CacheableMethod, CacheHint>,
+    pub(crate) page_size: usize,
+}
+
+impl McpServer {
+    /// An empty server reporting `name` and `version`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            info: ServerInfo { name: name.into(), version: version.into(), title: None },
+            instructions: None,
+            tools: Vec::new(),
+            tool_index: HashMap::new(),
+            resources: Vec::new(),
+            resource_index: HashMap::new(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
+            prompt_index: HashMap::new(),
+            completions: HashMap::new(),
+            cache_hints: HashMap::new(),
+            page_size: 100,
+        }
+    }
+
+    /// The name and version this server reports.
+    pub fn info(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    /// Guidance for the model, returned by `server/discover` and legacy `initialize`.
+    pub fn set_instructions(&mut self, instructions: impl Into<String>) {
+        self.instructions = Some(instructions.into());
+    }
+
+    /// Sets the cache hint of one cacheable result.
+    pub fn set_cache_hint(&mut self, method: CacheableMethod, hint: CacheHint) {
+        self.cache_hints.insert(method, hint);
+    }
+
+    /// How many entries one page of a list holds (at least 1).
+    pub fn set_page_size(&mut self, page_size: usize) {
+        self.page_size = page_size.max(1);
+    }
+
+    /// Names of the registered tools, in listing order.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.iter().map(|t| t.name.as_str())
+    }
+
+    /// Registers a tool whose arguments are the typed `A`. The advertised `inputSchema` is
+    /// generated from `A`, and every call is validated against that same schema before `A` is
+    /// deserialised and the handler runs.
+    ///
+    /// # Panics
+    /// On a duplicate or ill-formed name, or a schema using keywords the validator cannot
+    /// enforce: both are programming errors that must fail at start-up, not at call time.
+    pub fn tool<A, F, Fut, R>(&mut self, def: ToolDef, handler: F)
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: Into<Outcome<CallToolResult>> + 'static,
+    {
+        let mut schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+            .into_root_schema_for::<A>()
+            .to_value();
+        if let Value::Object(map) = &mut schema {
+            map.remove("$schema");
+            map.remove("title");
+        }
+        let unsupported = schema::unsupported_keywords(&schema);
+        assert!(
+            unsupported.is_empty(),
+            "tool {}: its argument type uses JSON Schema keywords the validator cannot enforce: {unsupported:?}",
+            def.name
+        );
+        let handler = Arc::new(handler);
+        let erased: ToolFn = Arc::new(move |ctx, arguments| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let args: A = serde_json::from_value(Value::Object(arguments))
+                    .map_err(|e| ToolError::Execution(format!("Invalid arguments: {e}")))?;
+                handler(ctx, args).await.map(Into::into)
+            })
+        });
+        self.insert_tool(def.input_schema(schema), erased);
+    }
+
+    /// Registers a tool with a hand-written `inputSchema` (set on `def`); the handler receives
+    /// the validated argument object. Keywords the validator does not know are advertised but
+    /// not enforced, so the handler must check what they express.
+    pub fn tool_raw<F, Fut, R>(&mut self, def: ToolDef, handler: F)
+    where
+        F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: Into<Outcome<CallToolResult>> + 'static,
+    {
+        let handler = Arc::new(handler);
+        let erased: ToolFn = Arc::new(move |ctx, arguments| {
+            let handler = handler.clone();
+            Box::pin(async move { handler(ctx, arguments).await.map(Into::into) })
+        });
+        self.insert_tool(def, erased);
+    }
+
+    fn insert_tool(&mut self, def: ToolDef, handler: ToolFn) {
+        let name = def.name.clone();
+        assert!(valid_tool_name(&name), "tool name {name:?} must be 1-128 characters of [A-Za-z0-9_.-]");
+        assert!(!self.tool_index.contains_key(&name), "tool {name:?} is registered twice");
+        let input_schema = def.input_schema.clone().unwrap_or_else(|| json!({ "type": "object" }));
+        assert_eq!(input_schema.get("type"), Some(&json!("object")), "tool {name:?}: inputSchema root must be an object");
+        let header_params = header_params(&name, &input_schema);
+        let listing = def.to_json(&input_schema);
+        self.tool_index.insert(name.clone(), self.tools.len());
+        self.tools.push(ToolEntry { name, listing, input_schema, header_params, handler });
+    }
+
+    /// Registers a static resource.
+    pub fn resource<F, Fut, R>(&mut self, resource: Resource, cache: Option<CacheHint>, handler: F)
+    where
+        F: Fn(RequestContext, String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, McpError>> + Send + 'static,
+        R: Into<Outcome<Vec<ResourceContents>>> + 'static,
+    {
+        assert!(!self.resource_index.contains_key(&resource.uri), "resource {} is registered twice", resource.uri);
+        let handler = Arc::new(handler);
+        self.resource_index.insert(resource.uri.clone(), self.resources.len());
+        self.resources.push(ResourceEntry {
+            resource,
+            cache,
+            handler: Arc::new(move |ctx, uri| {
+                let handler = handler.clone();
+                Box::pin(async move { handler(ctx, uri).await.map(Into::into) })
+            }),
+        });
+    }
+
+    /// Registers a resource template; the handler receives the URI and its variables.
+    pub fn resource_template<F, Fut, R>(&mut self, template: ResourceTemplate, handler: F)
+    where
+        F: Fn(RequestContext, String, HashMap<String, String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, McpError>> + Send + 'static,
+        R: Into<Outcome<Vec<ResourceContents>>> + 'static,
+    {
+        let matcher = UriTemplate::parse(&template.uri_template)
+            .unwrap_or_else(|e| panic!("resource template {}: {e}", template.uri_template));
+        let handler = Arc::new(handler);
+        self.templates.push(TemplateEntry {
+            template,
+            matcher,
+            handler: Arc::new(move |ctx, uri, vars| {
+                let handler = handler.clone();
+                Box::pin(async move { handler(ctx, uri, vars).await.map(Into::into) })
+            }),
+        });
+    }
+
+    /// Registers a prompt; required arguments are checked before the handler runs.
+    pub fn prompt<F, Fut, R>(&mut self, prompt: Prompt, handler: F)
+    where
+        F: Fn(RequestContext, HashMap<String, String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, McpError>> + Send + 'static,
+        R: Into<Outcome<GetPromptResult>> + 'static,
+    {
+        assert!(!self.prompt_index.contains_key(&prompt.name), "prompt {} is registered twice", prompt.name);
+        let handler = Arc::new(handler);
+        self.prompt_index.insert(prompt.name.clone(), self.prompts.len());
+        self.prompts.push(PromptEntry {
+            prompt,
+            handler: Arc::new(move |ctx, args| {
+                let handler = handler.clone();
+                Box::pin(async move { handler(ctx, args).await.map(Into::into) })
+            }),
+        });
+    }
+
+    /// Registers completion of the arguments of a prompt or resource template.
+    pub fn completion<F>(&mut self, reference: CompletionRef, handler: F)
+    where
+        F: Fn(&CompletionRequest) -> Completion + Send + Sync + 'static,
+    {
+        self.completions.insert(reference, Arc::new(handler));
+    }
+
+    /// The capabilities advertised by `server/discover` and `initialize`.
+    pub fn capabilities(&self) -> Value {
+        let mut caps = Map::new();
+        if !self.tools.is_empty() {
+            caps.insert("tools".into(), json!({ "listChanged": true }));
+        }
+        if !self.resources.is_empty() || !self.templates.is_empty() {
+            caps.insert("resources".into(), json!({ "subscribe": true, "listChanged": true }));
+        }
+        if !self.prompts.is_empty() {
+            caps.insert("prompts".into(), json!({ "listChanged": true }));
+        }
+        if !self.completions.is_empty() {
+            caps.insert("completions".into(), json!({}));
+        }
+        caps.insert("logging".into(), json!({}));
+        Value::Object(caps)
+    }
+
+    pub(crate) fn cache_hint(&self, method: CacheableMethod) -> CacheHint {
+        self.cache_hints.get(&method).copied().unwrap_or_default()
+    }
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// RFC 9110 `tchar`.
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Collects and checks the `x-mcp-header` annotations of a tool's root properties. Only
+/// root-level `string`/`integer`/`boolean` properties may carry one; names are tokens, unique
+/// case-insensitively. Anything else is a registration error.
+fn header_params(tool: &str, schema: &Value) -> Vec<HeaderParam> {
+    let mut out: Vec<HeaderParam> = Vec::new();
+    let Some(Value::Object(properties)) = schema.get("properties") else { return out };
+    for (property, sub) in properties {
+        let Some(header) = sub.get("x-mcp-header") else { continue };
+        let header = header.as_str().unwrap_or_else(|| panic!("tool {tool}: x-mcp-header on {property} must be a string"));
+        assert!(
+            !header.is_empty() && header.bytes().all(is_tchar),
+            "tool {tool}: x-mcp-header {header:?} is not an HTTP token"
+        );
+        let kind = sub.get("type").and_then(Value::as_str).unwrap_or("");
+        assert!(
+            matches!(kind, "string" | "integer" | "boolean"),
+            "tool {tool}: x-mcp-header on {property} needs a string, integer or boolean property"
+        );
+        assert!(
+            !out.iter().any(|p| p.header.eq_ignore_ascii_case(header)),
+            "tool {tool}: x-mcp-header {header:?} is used twice"
+        );
+        out.push(HeaderParam { header: header.to_owned(), property: property.clone() });
+    }
+    out
+}

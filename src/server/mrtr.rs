@@ -1,0 +1,174 @@
+//! Multi round-trip requests on the modern path: sealing the handler's state into
+//! `requestState`, and refusing any state that was not minted for this very request.
+//!
+//! The binding covers the principal, the method and a digest of the request's salient params
+//! (tool or prompt name and arguments, or resource URI), so state cannot be replayed by
+//! another caller, onto another tool, or onto the same tool with other arguments.
+
+use ring::digest;
+use serde_json::{Map, Value, json};
+
+use super::InputRequired;
+use crate::protocol::McpError;
+use crate::security::Principal;
+use crate::state::{Purpose, SealError, Sealer};
+
+/// How long a `requestState` stays valid: long enough for a person to answer a form.
+pub const REQUEST_STATE_TTL_MS: u64 = 10 * 60 * 1000;
+
+/// The methods that may answer `input_required`.
+pub fn supports_mrtr(method: &str) -> bool {
+    matches!(method, "tools/call" | "resources/read" | "prompts/get")
+}
+
+/// The binding of a request: principal, method and a digest of the salient params.
+pub fn binding(principal: &Principal, method: &str, params: &Map<String, Value>) -> Vec<u8> {
+    let salient: &[&str] = match method {
+        "tools/call" | "prompts/get" => &["name", "arguments"],
+        "resources/read" => &["uri"],
+        _ => &[],
+    };
+    let mut ctx = digest::Context::new(&digest::SHA256);
+    for key in salient {
+        ctx.update(key.as_bytes());
+        ctx.update(b"=");
+        let mut canonical = Vec::new();
+        write_canonical(params.get(*key).unwrap_or(&Value::Null), &mut canonical);
+        ctx.update(&canonical);
+        ctx.update(b"\n");
+    }
+    let mut out = Vec::with_capacity(principal.id().len() + method.len() + 34);
+    out.extend_from_slice(principal.id().as_bytes());
+    out.push(0);
+    out.extend_from_slice(method.as_bytes());
+    out.push(0);
+    out.extend_from_slice(ctx.finish().as_ref());
+    out
+}
+
+/// JSON with object keys sorted at every level, so the digest does not depend on key order.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key).expect("strings serialise");
+                out.push(b':');
+                write_canonical(&map[key], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("scalars serialise"),
+    }
+}
+
+/// The `-32602` sent for state that fails verification. The reason says whether to start over
+/// (expired) without revealing which check failed otherwise.
+pub fn state_error(error: SealError) -> McpError {
+    let reason = if error == SealError::Expired { "expired" } else { "invalid" };
+    McpError::invalid_params(format!("Invalid requestState: {reason}")).with_data(json!({ "reason": reason }))
+}
+
+/// Reads `inputResponses` and opens `requestState` from a retry's params.
+pub fn open_retry(
+    sealer: &Sealer,
+    principal: &Principal,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(Map<String, Value>, Option<Value>), McpError> {
+    let responses = match params.get("inputResponses") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(responses)) => responses.clone(),
+        Some(_) => return Err(McpError::invalid_params("inputResponses must be an object")),
+    };
+    let state = match params.get("requestState") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(sealed)) => {
+            let opened = sealer.open(Purpose::RequestState, &binding(principal, method, params), sealed).map_err(state_error)?;
+            Some(opened)
+        }
+        Some(_) => return Err(state_error(SealError::Malformed)),
+    };
+    Ok((responses, state))
+}
+
+/// Builds the modern `input_required` result: gates every request on the capabilities this
+/// request declared (`-32021` naming all that are missing) and seals the state.
+pub fn input_required_result(
+    sealer: &Sealer,
+    principal: &Principal,
+    method: &str,
+    params: &Map<String, Value>,
+    client_capabilities: &Map<String, Value>,
+    input: InputRequired,
+) -> Result<Map<String, Value>, McpError> {
+    let mut missing = Map::new();
+    for (_, request) in &input.requests {
+        let (needed, granted) = request.capability(client_capabilities);
+        if !granted {
+            merge(&mut missing, needed);
+        }
+    }
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.keys().map(String::as_str).collect();
+        let message = format!("Server requires the {} capability for this request", names.join(" and "));
+        return Err(McpError::missing_capability(message, Value::Object(missing)));
+    }
+    let mut result = Map::new();
+    result.insert("resultType".into(), json!("input_required"));
+    if !input.requests.is_empty() {
+        let requests: Map<String, Value> = input.requests.iter().map(|(k, r)| (k.clone(), r.to_json())).collect();
+        result.insert("inputRequests".into(), Value::Object(requests));
+    }
+    // Always seal something so a retry is bound to this request even when the handler keeps no
+    // state of its own.
+    let state = input.state.unwrap_or(Value::Null);
+    let sealed = sealer.seal(Purpose::RequestState, &binding(principal, method, params), REQUEST_STATE_TTL_MS, state);
+    result.insert("requestState".into(), Value::String(sealed));
+    Ok(result)
+}
+
+fn merge(into: &mut Map<String, Value>, fragment: Value) {
+    let Value::Object(fragment) = fragment else { return };
+    for (key, value) in fragment {
+        match (into.get_mut(&key), value) {
+            (Some(Value::Object(existing)), Value::Object(more)) => existing.extend(more),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binding_ignores_key_order_but_not_values() {
+        let p = Principal::anonymous();
+        let a: Map<String, Value> = serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,{"b":2,"a":1}]}}"#).unwrap();
+        let b: Map<String, Value> = serde_json::from_str(r#"{"arguments":{"y":[1,{"a":1,"b":2}],"x":1},"name":"t","inputResponses":{}}"#).unwrap();
+        let c: Map<String, Value> = serde_json::from_str(r#"{"name":"t","arguments":{"x":2,"y":[1,{"a":1,"b":2}]}}"#).unwrap();
+        assert_eq!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &b));
+        assert_ne!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &c));
+        assert_ne!(binding(&p, "tools/call", &a), binding(&p, "prompts/get", &a));
+        let other = Principal::verified(Some("u"), None, vec![]);
+        assert_ne!(binding(&p, "tools/call", &a), binding(&other, "tools/call", &a));
+    }
+}

@@ -1,0 +1,99 @@
+//! Matching URIs against RFC 6570 level-1 templates (`test://template/{id}/data`).
+//!
+//! Only simple `{name}` expressions are supported; a variable matches one or more characters
+//! up to the next literal and never spans a `/`, which keeps `..` and nested paths out of a
+//! single variable.
+
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Variable(String),
+}
+
+/// A parsed URI template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UriTemplate {
+    parts: Vec<Part>,
+}
+
+impl UriTemplate {
+    /// Parses a template; operators (`{+x}`, `{?x}`, ...) and adjacent variables are refused.
+    pub fn parse(template: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_owned()));
+            }
+            let close = rest[open..].find('}').ok_or("unclosed '{'")? + open;
+            let name = &rest[open + 1..close];
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("unsupported expression {{{name}}}"));
+            }
+            if matches!(parts.last(), Some(Part::Variable(_))) {
+                return Err("two variables must be separated by a literal".into());
+            }
+            parts.push(Part::Variable(name.to_owned()));
+            rest = &rest[close + 1..];
+        }
+        if rest.contains('}') {
+            return Err("unmatched '}'".into());
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_owned()));
+        }
+        Ok(Self { parts })
+    }
+
+    /// The variables of `uri`, if it matches.
+    pub fn matches(&self, uri: &str) -> Option<HashMap<String, String>> {
+        let mut vars = HashMap::new();
+        let mut rest = uri;
+        for (i, part) in self.parts.iter().enumerate() {
+            match part {
+                Part::Literal(literal) => rest = rest.strip_prefix(literal.as_str())?,
+                Part::Variable(name) => {
+                    let end = match self.parts.get(i + 1) {
+                        Some(Part::Literal(next)) => rest.find(next.as_str())?,
+                        _ => rest.len(),
+                    };
+                    let value = &rest[..end];
+                    if value.is_empty() || value.contains('/') {
+                        return None;
+                    }
+                    vars.insert(name.clone(), value.to_owned());
+                    rest = &rest[end..];
+                }
+            }
+        }
+        rest.is_empty().then_some(vars)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_simple_templates() {
+        let t = UriTemplate::parse("test://template/{id}/data").unwrap();
+        assert_eq!(t.matches("test://template/42/data").unwrap()["id"], "42");
+        assert!(t.matches("test://template//data").is_none());
+        assert!(t.matches("test://template/a/b/data").is_none());
+        assert!(t.matches("test://template/42/data/x").is_none());
+        assert!(t.matches("other://template/42/data").is_none());
+        let tail = UriTemplate::parse("file:///notes/{name}").unwrap();
+        assert_eq!(tail.matches("file:///notes/todo").unwrap()["name"], "todo");
+        assert!(tail.matches("file:///notes/../etc").is_none());
+    }
+
+    #[test]
+    fn refuses_unsupported_templates() {
+        assert!(UriTemplate::parse("a/{+path}").is_err());
+        assert!(UriTemplate::parse("a/{x}{y}").is_err());
+        assert!(UriTemplate::parse("a/{x").is_err());
+        assert!(UriTemplate::parse("a/x}").is_err());
+    }
+}

@@ -1,0 +1,328 @@
+//! Sealed envelopes: data the server hands to a client and must get back unaltered.
+//!
+//! `requestState` (MRTR) uses this today; job handles use the same envelope with another
+//! [`Purpose`]. The format is versioned and names its key, so keys rotate without breaking
+//! envelopes already in flight:
+//!
+//! ```text
+//! v1.<kid>.<base64url(payload)>.<base64url(HMAC-SHA256(key[kid], purpose "\n" v1.<kid>.<payload>))>
+//! payload = {"exp": <unix ms>, "bind": "<hex SHA-256 of the binding>", "data": <value>}
+//! ```
+//!
+//! The envelope gives integrity, not confidentiality: the client can read `data`, so never
+//! put secrets in it. The binding (principal, method, digest of the salient params) is stored
+//! only as a digest, so the envelope does not reveal who it belongs to.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::{digest, hmac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+use super::Clock;
+
+/// Longest envelope accepted; larger input is refused before decoding.
+pub const MAX_SEALED_LEN: usize = 64 * 1024;
+/// Shortest secret accepted (bytes).
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// What an envelope is for. Part of the MAC input, so an envelope minted for one purpose is
+/// worthless for another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// MRTR `requestState`.
+    RequestState,
+    /// A job handle.
+    JobHandle,
+    /// A pagination cursor.
+    Cursor,
+    /// A 2025-11-25 `Mcp-Session-Id`.
+    LegacySession,
+}
+
+impl Purpose {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Self::RequestState => b"mcp.request-state",
+            Self::JobHandle => b"mcp.job-handle",
+            Self::Cursor => b"mcp.cursor",
+            Self::LegacySession => b"mcp.legacy-session",
+        }
+    }
+}
+
+/// Why an envelope was refused. The wire never learns more than "invalid" or "expired".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SealError {
+    /// Not of the envelope's shape, too long, or not decodable.
+    Malformed,
+    /// Names a key this deployment does not have.
+    UnknownKey,
+    /// The MAC does not verify.
+    BadSignature,
+    /// Authentic but past its expiry.
+    Expired,
+    /// Authentic but minted for another principal, method or request.
+    WrongBinding,
+}
+
+impl std::fmt::Display for SealError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Malformed => "malformed",
+            Self::UnknownKey => "unknown key",
+            Self::BadSignature => "bad signature",
+            Self::Expired => "expired",
+            Self::WrongBinding => "not valid for this request",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Payload<'a> {
+    exp: u64,
+    #[serde(borrow)]
+    bind: &'a str,
+    data: Value,
+}
+
+struct SealingKey {
+    id: String,
+    key: hmac::Key,
+}
+
+/// Seals and opens envelopes with a ring of HMAC-SHA256 keys; the first key seals.
+#[derive(Clone)]
+pub struct Sealer {
+    keys: Arc<[SealingKey]>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
+        f.debug_struct("Sealer").field("key_ids", &ids).finish_non_exhaustive()
+    }
+}
+
+impl Sealer {
+    /// Builds a sealer from `(key id, secret)` pairs; the first pair seals, all open.
+    ///
+    /// Fails on an empty ring, a short secret, a duplicate or ill-formed key id.
+    pub fn new(keys: Vec<(String, Vec<u8>)>, clock: Arc<dyn Clock>) -> Result<Self, String> {
+        if keys.is_empty() {
+            return Err("no sealing key configured".into());
+        }
+        let mut ring = Vec::with_capacity(keys.len());
+        for (id, secret) in keys {
+            if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(format!("key id {id:?} must be 1-32 characters of [A-Za-z0-9_-]"));
+            }
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(format!("the secret for key id {id:?} is shorter than {MIN_SECRET_LEN} bytes"));
+            }
+            if ring.iter().any(|k: &SealingKey| k.id == id) {
+                return Err(format!("key id {id:?} appears twice"));
+            }
+            ring.push(SealingKey { id, key: hmac::Key::new(hmac::HMAC_SHA256, &secret) });
+        }
+        Ok(Self { keys: ring.into(), clock })
+    }
+
+    /// Parses `MCP_STATE_SECRET`: comma-separated entries, each `kid=secret` or a bare secret
+    /// (whose key id is then derived from its digest). The first entry seals.
+    pub fn from_env_value(raw: &str, clock: Arc<dyn Clock>) -> Result<Self, String> {
+        let keys = raw
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|entry| match entry.split_once('=') {
+                Some((id, secret)) if !id.is_empty() && id.len() <= 32 && !id.contains(':') => {
+                    (id.trim().to_owned(), secret.trim().as_bytes().to_vec())
+                }
+                _ => (derived_key_id(entry.as_bytes()), entry.as_bytes().to_vec()),
+            })
+            .collect();
+        Self::new(keys, clock)
+    }
+
+    /// The id of the key that seals.
+    pub fn current_key_id(&self) -> &str {
+        &self.keys[0].id
+    }
+
+    /// The clock envelopes are judged by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Seals `data`, bound to `binding`, valid for `ttl_ms` from now.
+    pub fn seal(&self, purpose: Purpose, binding: &[u8], ttl_ms: u64, data: Value) -> String {
+        let key = &self.keys[0];
+        let bind = hex(digest::digest(&digest::SHA256, binding).as_ref());
+        let payload = Payload { exp: self.clock.now_ms().saturating_add(ttl_ms), bind: &bind, data };
+        let payload = serde_json::to_vec(&payload).expect("payload serialises");
+        let mut out = String::with_capacity(8 + key.id.len() + payload.len() * 4 / 3 + 48);
+        out.push_str("v1.");
+        out.push_str(&key.id);
+        out.push('.');
+        URL_SAFE_NO_PAD.encode_string(&payload, &mut out);
+        let tag = sign(&key.key, purpose, out.as_bytes());
+        out.push('.');
+        URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut out);
+        out
+    }
+
+    /// Opens an envelope: checks shape, key, MAC (constant time), expiry and binding, in that
+    /// order, and returns the sealed data.
+    pub fn open(&self, purpose: Purpose, binding: &[u8], sealed: &str) -> Result<Value, SealError> {
+        if sealed.len() > MAX_SEALED_LEN {
+            return Err(SealError::Malformed);
+        }
+        let (signed, tag) = sealed.rsplit_once('.').ok_or(SealError::Malformed)?;
+        let mut parts = signed.splitn(3, '.');
+        let (Some("v1"), Some(kid), Some(payload)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(SealError::Malformed);
+        };
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| SealError::Malformed)?;
+        let key = self.keys.iter().find(|k| k.id == kid).ok_or(SealError::UnknownKey)?;
+        let mut message = Vec::with_capacity(purpose.label().len() + 1 + signed.len());
+        message.extend_from_slice(purpose.label());
+        message.push(b'\n');
+        message.extend_from_slice(signed.as_bytes());
+        hmac::verify(&key.key, &message, &tag).map_err(|_| SealError::BadSignature)?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| SealError::Malformed)?;
+        let payload: Payload = serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)?;
+        if self.clock.now_ms() >= payload.exp {
+            return Err(SealError::Expired);
+        }
+        let expected = hex(digest::digest(&digest::SHA256, binding).as_ref());
+        if payload.bind != expected {
+            return Err(SealError::WrongBinding);
+        }
+        Ok(payload.data)
+    }
+}
+
+fn sign(key: &hmac::Key, purpose: Purpose, signed: &[u8]) -> hmac::Tag {
+    let mut ctx = hmac::Context::with_key(key);
+    ctx.update(purpose.label());
+    ctx.update(b"\n");
+    ctx.update(signed);
+    ctx.sign()
+}
+
+/// A key id derived from a secret: the first 8 hex digits of its SHA-256. Reveals nothing
+/// usable about a 32-byte secret, and lets operators rotate without naming keys.
+pub fn derived_key_id(secret: &[u8]) -> String {
+    hex(&digest::digest(&digest::SHA256, secret).as_ref()[..4])
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ManualClock;
+    use serde_json::json;
+
+    const A: &[u8] = b"0123456789abcdef0123456789abcdef";
+    const B: &[u8] = b"fedcba9876543210fedcba9876543210";
+
+    fn sealer(keys: &[(&str, &[u8])], clock: &Arc<ManualClock>) -> Sealer {
+        let keys = keys.iter().map(|(id, s)| (id.to_string(), s.to_vec())).collect();
+        Sealer::new(keys, clock.clone()).unwrap()
+    }
+
+    #[test]
+    fn round_trips_and_binds() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::RequestState, b"alice|tools/call|x", 60_000, json!({"round": 2}));
+        assert_eq!(s.open(Purpose::RequestState, b"alice|tools/call|x", &env), Ok(json!({"round": 2})));
+        assert_eq!(s.open(Purpose::RequestState, b"bob|tools/call|x", &env), Err(SealError::WrongBinding));
+        assert_eq!(s.open(Purpose::JobHandle, b"alice|tools/call|x", &env), Err(SealError::BadSignature));
+    }
+
+    #[test]
+    fn every_altered_byte_is_refused() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::RequestState, b"b", 60_000, json!("x"));
+        let bytes = env.as_bytes();
+        for i in 0..bytes.len() {
+            for replacement in [b'A', b'.', b'_', b'0'] {
+                if bytes[i] == replacement {
+                    continue;
+                }
+                let mut altered = bytes.to_vec();
+                altered[i] = replacement;
+                let altered = String::from_utf8(altered).unwrap();
+                assert!(s.open(Purpose::RequestState, b"b", &altered).is_err(), "byte {i} -> {replacement}");
+            }
+        }
+        assert!(s.open(Purpose::RequestState, b"b", &env[..env.len() - 1]).is_err());
+        assert!(s.open(Purpose::RequestState, b"b", &format!("{env}A")).is_err());
+        assert!(s.open(Purpose::RequestState, b"b", "").is_err());
+        assert!(s.open(Purpose::RequestState, b"b", &"a".repeat(MAX_SEALED_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn expires_at_its_deadline() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::RequestState, b"b", 500, json!(1));
+        clock.advance_ms(499);
+        assert!(s.open(Purpose::RequestState, b"b", &env).is_ok());
+        clock.advance_ms(1);
+        assert_eq!(s.open(Purpose::RequestState, b"b", &env), Err(SealError::Expired));
+    }
+
+    #[test]
+    fn rotation_keeps_old_envelopes_valid_and_unknown_keys_fail() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let old = sealer(&[("k1", A)], &clock);
+        let env = old.seal(Purpose::RequestState, b"b", 60_000, json!(1));
+        let rotated = sealer(&[("k2", B), ("k1", A)], &clock);
+        assert_eq!(rotated.current_key_id(), "k2");
+        assert_eq!(rotated.open(Purpose::RequestState, b"b", &env), Ok(json!(1)));
+        let fresh = rotated.seal(Purpose::RequestState, b"b", 60_000, json!(2));
+        assert!(fresh.starts_with("v1.k2."));
+        assert_eq!(old.open(Purpose::RequestState, b"b", &fresh), Err(SealError::UnknownKey));
+        let retired = sealer(&[("k2", B)], &clock);
+        assert_eq!(retired.open(Purpose::RequestState, b"b", &env), Err(SealError::UnknownKey));
+        // Same key id, different secret: the MAC fails.
+        let impostor = sealer(&[("k1", B)], &clock);
+        assert_eq!(impostor.open(Purpose::RequestState, b"b", &env), Err(SealError::BadSignature));
+    }
+
+    #[test]
+    fn env_value_parsing() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        let s = Sealer::from_env_value(&format!(" new={} , {} ", "x".repeat(32), "y".repeat(40)), clock.clone()).unwrap();
+        assert_eq!(s.current_key_id(), "new");
+        assert!(Sealer::from_env_value("short", clock.clone()).is_err());
+        assert!(Sealer::from_env_value("", clock.clone()).is_err());
+        assert!(Sealer::from_env_value(&format!("a={0},a={0}", "z".repeat(32)), clock).is_err());
+    }
+
+    #[test]
+    fn payload_does_not_reveal_the_binding() {
+        let clock = Arc::new(ManualClock::new(0));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::RequestState, b"user:alice@example.com", 1_000, json!(null));
+        let payload = env.split('.').nth(2).unwrap();
+        let decoded = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+        assert!(!decoded.contains("alice"));
+    }
+}

@@ -1,0 +1,121 @@
+//! The response body of every route: a buffered payload, or an SSE stream fed by a channel.
+//!
+//! When the client goes away hyper drops the body; the stream variant then aborts the task
+//! producing it, which is how closing an SSE stream cancels the handler.
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::server::StreamEvent;
+
+/// A response body.
+pub struct Body(Kind);
+
+enum Kind {
+    Full(Option<Bytes>),
+    Stream { events: mpsc::Receiver<StreamEvent>, first: Option<StreamEvent>, done: bool, producer: Option<AbortHandle> },
+}
+
+impl Body {
+    /// A complete, buffered body.
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        Self(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+    }
+
+    /// No body.
+    pub fn empty() -> Self {
+        Self(Kind::Full(None))
+    }
+
+    /// An SSE stream: `first` (already received) and then whatever `events` yields, up to and
+    /// including the final response. Dropping the body aborts `producer`.
+    pub(crate) fn sse(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<AbortHandle>) -> Self {
+        Self(Kind::Stream { events, first: Some(first), done: false, producer })
+    }
+
+    /// Collects the body (tests and the in-process queue use this).
+    pub async fn collect(self) -> Bytes {
+        use http_body_util::BodyExt;
+        BodyExt::collect(self).await.map(|c| c.to_bytes()).unwrap_or_default()
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let Kind::Stream { producer: Some(producer), .. } = &self.0 {
+            producer.abort();
+        }
+    }
+}
+
+/// Frames one event as SSE. Data is compact JSON, so it never contains a raw newline.
+pub(crate) fn frame(event: &StreamEvent) -> Bytes {
+    match event {
+        StreamEvent::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
+        StreamEvent::Notification(message) | StreamEvent::ClientRequest { message } => {
+            frame_json(&serde_json::to_vec(message).expect("values serialise"))
+        }
+        StreamEvent::Response { body, .. } => frame_json(body),
+    }
+}
+
+fn frame_json(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 24);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    out.into()
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut self.0 {
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Stream { events, first, done, .. } => {
+                if *done {
+                    return Poll::Ready(None);
+                }
+                let event = match first.take() {
+                    Some(event) => event,
+                    None => match events.poll_recv(cx) {
+                        Poll::Ready(Some(event)) => event,
+                        Poll::Ready(None) => {
+                            *done = true;
+                            return Poll::Ready(None);
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    },
+                };
+                if matches!(event, StreamEvent::Response { .. }) {
+                    // The final response ends the stream.
+                    *done = true;
+                }
+                Poll::Ready(Some(Ok(Frame::data(frame(&event)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Kind::Full(bytes) => bytes.is_none(),
+            Kind::Stream { done, .. } => *done,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Kind::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            Kind::Full(None) => SizeHint::with_exact(0),
+            Kind::Stream { .. } => SizeHint::default(),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The 2026-07-28 standard headers: reading them, decoding the `=?base64?…?=` sentinel, and
+//! comparing them with the body.
+//!
+//! Header names are case-insensitive (the `http` crate lowercases them); values are
+//! case-sensitive. A header that appears twice is refused rather than guessed at.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::HeaderMap;
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Mcp-Method`.
+pub const METHOD: &str = "mcp-method";
+/// `Mcp-Name`.
+pub const NAME: &str = "mcp-name";
+/// Prefix of `Mcp-Param-{Name}`.
+pub const PARAM_PREFIX: &str = "mcp-param-";
+
+/// Why a header could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeaderProblem {
+    /// Sent more than once.
+    Repeated,
+    /// Bytes outside visible ASCII, space and tab; or a bad sentinel.
+    Invalid,
+}
+
+/// Reads a header that must appear at most once, as raw text.
+pub fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, HeaderProblem> {
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(HeaderProblem::Repeated);
+    }
+    let bytes = first.as_bytes();
+    if !bytes.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+        return Err(HeaderProblem::Invalid);
+    }
+    // Checked above: every byte is ASCII.
+    Ok(Some(std::str::from_utf8(bytes).map_err(|_| HeaderProblem::Invalid)?))
+}
+
+/// Decodes a value that may use the `=?base64?{standard base64 of UTF-8}?=` sentinel.
+pub fn decode_value(raw: &str) -> Result<Cow<'_, str>, HeaderProblem> {
+    let Some(encoded) = raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) else {
+        return Ok(Cow::Borrowed(raw));
+    };
+    // Strict: canonical padding and alphabet only (the SEP-2243 test table rejects both).
+    let bytes = STANDARD.decode(encoded).map_err(|_| HeaderProblem::Invalid)?;
+    String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderProblem::Invalid)
+}
+
+/// Encodes a value for a header: plain when it is safe, the base64 sentinel otherwise.
+pub fn encode_value(value: &str) -> Cow<'_, str> {
+    let safe = !value.is_empty()
+        && value.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+        && !value.starts_with([' ', '\t'])
+        && !value.ends_with([' ', '\t'])
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if safe { Cow::Borrowed(value) } else { Cow::Owned(format!("=?base64?{}?=", STANDARD.encode(value))) }
+}
+
+/// Whether a decoded `Mcp-Param-*` header equals the body value it mirrors: strings exactly,
+/// integers numerically (`42.0` equals `42`), booleans as `true`/`false`.
+pub fn param_matches(header: &str, body: &Value) -> bool {
+    match body {
+        Value::String(s) => header == s,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (header.parse::<f64>(), n.as_f64()) {
+            (Ok(h), Some(b)) => h.is_finite() && h == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use serde_json::json;
+
+    #[test]
+    fn decodes_the_sentinel() {
+        assert_eq!(decode_value("plain").unwrap(), "plain");
+        assert_eq!(decode_value("=?base64?SGVsbG8sIOS4lueVjA==?=").unwrap(), "Hello, 世界");
+        assert_eq!(decode_value("=?base64?IHBhZGRlZCA=?=").unwrap(), " padded ");
+        assert_eq!(decode_value("=?base64?IHBhZGRlZCA?="), Err(HeaderProblem::Invalid), "missing padding");
+        assert_eq!(decode_value("=?base64?IHBhZGRlZCA===?="), Err(HeaderProblem::Invalid), "extra padding");
+        assert_eq!(decode_value("=?base64?!!!?="), Err(HeaderProblem::Invalid));
+        assert_eq!(decode_value("=?base64?/w==?="), Err(HeaderProblem::Invalid), "not UTF-8");
+        // Case-sensitive prefix: not the sentinel, so taken literally.
+        assert_eq!(decode_value("=?BASE64?YQ==?=").unwrap(), "=?BASE64?YQ==?=");
+    }
+
+    #[test]
+    fn encodes_round_trip() {
+        for v in ["plain", "Hello, 世界", " padded ", "=?base64?YQ==?=", "line\nbreak", ""] {
+            assert_eq!(decode_value(&encode_value(v)).unwrap(), v);
+        }
+        assert_eq!(encode_value("us-west1"), "us-west1");
+    }
+
+    #[test]
+    fn reads_single_headers_strictly() {
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-name", HeaderValue::from_static("echo"));
+        assert_eq!(single(&headers, NAME), Ok(Some("echo")));
+        assert_eq!(single(&headers, METHOD), Ok(None));
+        headers.append("mcp-name", HeaderValue::from_static("other"));
+        assert_eq!(single(&headers, NAME), Err(HeaderProblem::Repeated));
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-name", HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
+        assert_eq!(single(&headers, NAME), Err(HeaderProblem::Invalid));
+    }
+
+    #[test]
+    fn compares_params() {
+        assert!(param_matches("us-west1", &json!("us-west1")));
+        assert!(!param_matches("US-WEST1", &json!("us-west1")));
+        assert!(param_matches("42", &json!(42)));
+        assert!(param_matches("42.0", &json!(42)));
+        assert!(!param_matches("43", &json!(42)));
+        assert!(!param_matches("NaN", &json!(42)));
+        assert!(param_matches("true", &json!(true)));
+        assert!(!param_matches("True", &json!(true)));
+        assert!(!param_matches("x", &json!(null)));
+    }
+}

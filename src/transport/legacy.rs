@@ -1,0 +1,239 @@
+//! The stateless 2025-11-25 path for clients that start with `initialize`.
+//!
+//! Legacy requests are served by the same registry and handlers, reshaped to 2025 results (no
+//! `resultType`, no cache hints, `-32002` for a missing resource). Two 2025 mechanisms need
+//! care on a stateless server:
+//!
+//! * **Sessions.** The server issues an `Mcp-Session-Id`, but it is a sealed token, not a key
+//!   into memory: any instance verifies it, none stores it. A forged or expired id gets 404, as
+//!   2025-11-25 prescribes for a terminated session. `DELETE` is 405 (the client cannot end a
+//!   session the server does not keep).
+//! * **Server-to-client requests.** When a handler answers `input_required` (elicitation,
+//!   sampling, roots), the legacy client cannot retry with `inputResponses`; instead the server
+//!   sends each request on the call's SSE stream and waits for the client to POST the answer.
+//!   That correlation lives in this process for the lifetime of the open stream only, keyed by
+//!   an unguessable id, and is the one piece of instance memory the legacy path relies on.
+
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+use super::headers;
+use super::{App, Body, accepted, error_response, principal_for, respond_streaming};
+use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc, meta};
+use crate::server::{Reply, RequestContext, StreamEvent};
+use crate::state::Purpose;
+
+/// How long a legacy session id stays valid.
+const SESSION_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// How long the server waits for a client to answer a server-to-client request.
+const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many `input_required` rounds the legacy shim fulfils before giving up.
+const MAX_ROUNDS: usize = 8;
+/// Binding of session tokens: they are not tied to a principal (the 2025 session is transport
+/// state), only to their purpose.
+const SESSION_BINDING: &[u8] = b"legacy-session";
+
+/// Whether a request belongs on the legacy path: `initialize`, or no modern `_meta` version
+/// and a legacy (or absent) `MCP-Protocol-Version` header.
+pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> bool {
+    if method == "initialize" {
+        return true;
+    }
+    let has_modern_meta = params.get("_meta").and_then(|m| m.get(meta::PROTOCOL_VERSION)).is_some();
+    if has_modern_meta {
+        return false;
+    }
+    match headers::single(headers, headers::PROTOCOL_VERSION) {
+        Ok(None) => true,
+        Ok(Some(version)) => LEGACY_VERSIONS.contains(&version),
+        Err(_) => false,
+    }
+}
+
+/// In-flight server-to-client requests of this process, by their (random) JSON-RPC id.
+#[derive(Default)]
+pub(crate) struct PendingClientRequests(Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>);
+
+impl PendingClientRequests {
+    fn register(self: &Arc<Self>) -> (String, oneshot::Receiver<Result<Value, Value>>, PendingGuard) {
+        let id = format!("srv-{}", random_hex());
+        let (tx, rx) = oneshot::channel();
+        self.0.lock().expect("pending lock").insert(id.clone(), tx);
+        let guard = PendingGuard { pending: self.clone(), id: id.clone() };
+        (id, rx, guard)
+    }
+
+    fn take(&self, id: &str) -> Option<oneshot::Sender<Result<Value, Value>>> {
+        self.0.lock().expect("pending lock").remove(id)
+    }
+}
+
+/// Removes an entry when its request finishes, whatever the outcome.
+struct PendingGuard {
+    pending: Arc<PendingClientRequests>,
+    id: String,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.pending.take(&self.id);
+    }
+}
+
+fn random_hex() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the OS random source works");
+    crate::state::seal::hex(&bytes)
+}
+
+/// A POSTed JSON-RPC response: delivered to the waiting legacy call, if there is one here.
+pub(super) fn deliver_client_response(
+    app: &App,
+    headers: &HeaderMap,
+    id: RequestId,
+    outcome: Result<Value, Value>,
+) -> Response<Body> {
+    let legacy = headers::single(headers, headers::PROTOCOL_VERSION).is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)));
+    let waiting = legacy.then(|| id.as_value().as_str().and_then(|id| app.pending.take(id))).flatten();
+    match waiting {
+        Some(sender) => {
+            let _ = sender.send(outcome);
+            accepted()
+        }
+        None => error_response(
+            None,
+            &McpError::invalid_request("Invalid Request: clients must not send responses except to a pending server request"),
+        ),
+    }
+}
+
+/// Serves one legacy request.
+pub(super) async fn handle(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    id: RequestId,
+    method: String,
+    params: Map<String, Value>,
+) -> Response<Body> {
+    if let Ok(Some(version)) = headers::single(headers, headers::PROTOCOL_VERSION) {
+        if method != "initialize" && !LEGACY_VERSIONS.contains(&version) {
+            return error_response(Some(&id), &McpError::invalid_request(format!("Unsupported MCP-Protocol-Version: {version}")));
+        }
+    }
+    if let Some(session) = headers.get("mcp-session-id") {
+        let valid = session
+            .to_str()
+            .ok()
+            .is_some_and(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).is_ok());
+        if !valid && method != "initialize" {
+            let error = McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found");
+            return error_response(Some(&id), &error);
+        }
+    }
+    if method == "initialize" {
+        let requested = params.get("protocolVersion").and_then(Value::as_str);
+        let result = app.server.initialize(requested);
+        let mut response = super::json_response(StatusCode::OK, jsonrpc::result_response(&id, &result));
+        let session = app.sealer.seal(Purpose::LegacySession, SESSION_BINDING, SESSION_TTL_MS, Value::Null);
+        if let Ok(value) = HeaderValue::from_str(&session) {
+            response.headers_mut().insert("mcp-session-id", value);
+        }
+        return response;
+    }
+
+    let principal = principal_for(headers);
+    let mut ctx = RequestContext::new(id, Era::Legacy, principal, app.bus.clone());
+    // Stateless: the capabilities declared at initialize are gone, so the legacy client is
+    // assumed to offer what 2025 clients commonly do. A client that does not answers our
+    // request with an error, which ends the call with a clear message.
+    ctx.client_capabilities = legacy_capabilities();
+    ctx.progress_token = params.get("_meta").and_then(|m| m.get(meta::PROGRESS_TOKEN)).filter(|t| t.is_string() || t.is_number()).cloned();
+
+    if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
+        let (status, body) = run(app, ctx, &method, &params).await;
+        return super::json_response(status, body);
+    }
+    let app = app.clone();
+    respond_streaming(move |outbox| async move {
+        ctx.outbox = Some(outbox);
+        run(&app, ctx, &method, &params).await
+    })
+    .await
+}
+
+fn legacy_capabilities() -> Map<String, Value> {
+    match json!({ "elicitation": { "form": {} }, "sampling": {}, "roots": {} }) {
+        Value::Object(map) => map,
+        _ => unreachable!(),
+    }
+}
+
+async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> (StatusCode, Vec<u8>) {
+    let id = ctx.id.clone();
+    match fulfil(app, ctx, method, params).await {
+        Ok(mut result) => {
+            result.remove("resultType");
+            result.remove("ttlMs");
+            result.remove("cacheScope");
+            (StatusCode::OK, jsonrpc::result_response(&id, &Value::Object(result)))
+        }
+        Err(mut error) => {
+            if crate::server::dispatch_is_resource_not_found(&error) {
+                error.code = ErrorCode::LEGACY_RESOURCE_NOT_FOUND;
+            }
+            // 2025-11-25 ties no status to JSON-RPC errors on a POST response; keep the
+            // modern statuses only for transport-level failures.
+            let status = if error.status == StatusCode::INTERNAL_SERVER_ERROR { StatusCode::OK } else { error.status };
+            (status, jsonrpc::error_response(Some(&id), &error))
+        }
+    }
+}
+
+/// Executes the request, answering `input_required` rounds by asking the client over the open
+/// stream (the 2025 way) and re-running the handler with the answers.
+async fn fulfil(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> Result<Map<String, Value>, McpError> {
+    let mut ctx = ctx;
+    for _ in 0..MAX_ROUNDS {
+        let next = ctx.fork();
+        let input = match super::catch_panic(app.server.execute(ctx, method, params)).await? {
+            Reply::Complete(result) => return Ok(result),
+            Reply::InputRequired(input) => input,
+        };
+        let Some(outbox) = next.outbox.clone() else {
+            return Err(McpError::internal("Internal error: input required without a stream"));
+        };
+        let mut responses = Map::new();
+        for (key, request) in &input.requests {
+            let (request_id, answer, _guard) = app.pending.register();
+            let message = jsonrpc::request(&request_id, request.method(), request.params());
+            if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
+                return Err(McpError::internal("Internal error: the client closed the stream"));
+            }
+            match tokio::time::timeout(CLIENT_ANSWER_TIMEOUT, answer).await {
+                Ok(Ok(Ok(result))) => {
+                    responses.insert(key.clone(), result);
+                }
+                Ok(Ok(Err(error))) => {
+                    let detail = error.get("message").and_then(Value::as_str).unwrap_or("error");
+                    return Err(McpError::internal(format!(
+                        "The client could not complete {}: {}",
+                        request.method(),
+                        crate::protocol::error::truncate_for_message(detail)
+                    )));
+                }
+                Ok(Err(_)) | Err(_) => {
+                    return Err(McpError::internal(format!("The client did not answer {} in time", request.method())));
+                }
+            }
+        }
+        ctx = next;
+        ctx.input_responses = responses;
+        ctx.request_state = input.state;
+    }
+    Err(McpError::internal("Internal error: too many input rounds"))
+}

@@ -1,0 +1,237 @@
+//! The Streamable HTTP transport: one POST in, one JSON or SSE response out.
+//!
+//! [`handle`] works on `http::Request<Bytes>` so it runs the same under `vercel_runtime`, in
+//! the local server and in tests without a socket. The order of checks follows the protocol
+//! reference: method, Origin, media type, size, JSON-RPC shape, era switch, then the modern
+//! header/`_meta`/version checks, all of which finish before any stream opens.
+
+mod body;
+pub mod headers;
+mod legacy;
+mod modern;
+
+pub use body::Body;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::protocol::{McpError, Message, RequestId, jsonrpc};
+use crate::server::listen::ListenLimits;
+use crate::server::{McpServer, StreamEvent};
+use crate::security::{AllowedOrigins, Principal};
+use crate::state::{ChangeBus, Sealer, bus::LocalBus};
+
+/// Everything one MCP endpoint needs, built once per process.
+pub struct App {
+    pub(crate) server: Arc<McpServer>,
+    pub(crate) sealer: Sealer,
+    pub(crate) origins: AllowedOrigins,
+    pub(crate) bus: Arc<dyn ChangeBus>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) listen: ListenLimits,
+    pub(crate) pending: Arc<legacy::PendingClientRequests>,
+}
+
+impl App {
+    /// Wires a configured server to the transport, with the in-process change bus.
+    pub fn new(server: McpServer, config: &Config) -> Self {
+        Self::with_bus(server, config, Arc::new(LocalBus::default()))
+    }
+
+    /// Like [`App::new`] with an explicit change bus.
+    pub fn with_bus(server: McpServer, config: &Config, bus: Arc<dyn ChangeBus>) -> Self {
+        Self {
+            server: Arc::new(server),
+            sealer: config.sealer.clone(),
+            origins: config.allowed_origins.clone(),
+            bus,
+            max_body_bytes: config.max_body_bytes,
+            listen: ListenLimits { max_duration: config.listen_max_duration, keep_alive: config.keep_alive },
+            pending: Default::default(),
+        }
+    }
+
+    /// The registry served.
+    pub fn server(&self) -> &McpServer {
+        &self.server
+    }
+
+    /// The change bus (tools publish list changes through it).
+    pub fn bus(&self) -> &Arc<dyn ChangeBus> {
+        &self.bus
+    }
+
+    /// The largest accepted body, for edges that buffer the request.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+}
+
+/// Serves one request to the MCP endpoint.
+pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
+    if request.method() != Method::POST {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: this endpoint accepts POST only");
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    if !app.origins.permits(request.headers().get(header::ORIGIN).map(HeaderValue::as_bytes)) {
+        return plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY);
+    }
+    if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {
+        if !is_json(content_type) {
+            let error = McpError::new(
+                crate::protocol::ErrorCode::INVALID_REQUEST,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported Media Type: Content-Type must be application/json",
+            );
+            return error_response(None, &error);
+        }
+    }
+    if request.body().len() > app.max_body_bytes {
+        return body_too_large(app.max_body_bytes);
+    }
+    let (parts, body) = request.into_parts();
+    match Message::parse(&body) {
+        Err(error) => error_response(None, &error),
+        Ok(Message::Notification { .. }) => accepted(),
+        Ok(Message::Response { id, outcome }) => legacy::deliver_client_response(app, &parts.headers, id, outcome),
+        Ok(Message::Request { id, method, params }) => {
+            if legacy::is_legacy(&parts.headers, &method, &params) {
+                legacy::handle(app, &parts.headers, id, method, params).await
+            } else {
+                modern::handle(app, &parts.headers, id, method, params).await
+            }
+        }
+    }
+}
+
+/// The 413 sent for an oversized body (also used by edges that stop reading early).
+pub fn body_too_large(limit: usize) -> Response<Body> {
+    let error = McpError::new(
+        crate::protocol::ErrorCode::INVALID_REQUEST,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("Request body exceeds the limit of {limit} bytes"),
+    );
+    error_response(None, &error)
+}
+
+fn is_json(value: &HeaderValue) -> bool {
+    let Ok(value) = value.to_str() else { return false };
+    let media_type = value.split(';').next().unwrap_or("").trim();
+    media_type.eq_ignore_ascii_case("application/json")
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn accepted() -> Response<Body> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Body::full(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+pub(crate) fn error_response(id: Option<&RequestId>, error: &McpError) -> Response<Body> {
+    json_response(error.status, jsonrpc::error_response(id, error))
+}
+
+fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: tokio::task::AbortHandle) -> Response<Body> {
+    let mut response = Response::new(Body::sse(first, events, Some(producer)));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// Runs `work` on its own task with a stream outlet. If the first thing it produces is the
+/// final response, that goes out as plain JSON; if a notification comes first, the response
+/// becomes an SSE stream carrying everything in order. Dropping the response aborts the task.
+pub(crate) async fn respond_streaming<F>(work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F) -> Response<Body>
+where
+    F: std::future::Future<Output = (StatusCode, Vec<u8>)> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(64);
+    let future = work(tx.clone());
+    let task = tokio::spawn(async move {
+        let (status, body) = future.await;
+        let _ = tx.send(StreamEvent::Response { status, body }).await;
+    });
+    let producer = task.abort_handle();
+    match rx.recv().await {
+        Some(StreamEvent::Response { status, body }) => json_response(status, body),
+        Some(first) => sse_response(first, rx, producer),
+        None => error_response(None, &McpError::internal("Internal error: the handler failed")),
+    }
+}
+
+/// Attaches `serverInfo` to a result's `_meta`, keeping any `_meta` the handler set.
+pub(crate) fn attach_server_info(result: &mut Map<String, Value>, server: &McpServer) {
+    let info = serde_json::to_value(server.info()).expect("server info serialises");
+    match result.get_mut("_meta") {
+        Some(Value::Object(meta)) => {
+            meta.insert(crate::protocol::meta::SERVER_INFO.into(), info);
+        }
+        _ => {
+            let mut meta = Map::new();
+            meta.insert(crate::protocol::meta::SERVER_INFO.into(), info);
+            result.insert("_meta".into(), Value::Object(meta));
+        }
+    }
+}
+
+/// Until authentication lands every request is served as the anonymous principal.
+pub(crate) fn principal_for(_headers: &http::HeaderMap) -> Principal {
+    Principal::anonymous()
+}
+
+/// Runs a handler future, turning a panic into `-32603` so one faulty tool cannot take the
+/// connection (or, on the streaming path, the stream) down with it.
+pub(crate) async fn catch_panic<T>(future: impl std::future::Future<Output = Result<T, McpError>>) -> Result<T, McpError> {
+    use std::panic::AssertUnwindSafe;
+    struct CatchUnwind<F>(F);
+    impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+        type Output = std::thread::Result<F::Output>;
+        fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+            // SAFETY: structural pinning of the only field; it is never moved out.
+            let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+            match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+                Err(panic) => std::task::Poll::Ready(Err(panic)),
+            }
+        }
+    }
+    match CatchUnwind(future).await {
+        Ok(result) => result,
+        Err(_) => Err(McpError::internal("Internal error")),
+    }
+}
+
+/// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.
+pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, Response<Body>>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    use http_body_util::{BodyExt, Limited};
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(body_too_large(limit)),
+        Err(_) => Err(error_response(None, &McpError::invalid_request("Invalid Request: the body could not be read"))),
+    }
+}

@@ -1,0 +1,252 @@
+//! The 2026-07-28 path: headers, `_meta` envelope, version, then dispatch.
+//!
+//! Order of checks (all before any stream opens, so each gets its HTTP status):
+//! 1. `MCP-Protocol-Version` present, else `-32020`;
+//! 2. `_meta` carries `protocolVersion` and `clientCapabilities`, else 400 `-32602`;
+//! 3. the header equals `_meta`'s version, else `-32020`;
+//! 4. the version is supported, else `-32022`;
+//! 5. `Mcp-Method` and, where required, `Mcp-Name` present and equal to the body, else `-32020`;
+//! 6. `logLevel` valid, else `-32602`;
+//! 7. for `tools/call`, the `Mcp-Param-*` headers mirror the `x-mcp-header` arguments;
+//! 8. for MRTR retries, `requestState` verifies, else `-32602` before the handler runs.
+
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+use super::headers::{self, HeaderProblem};
+use super::{App, Body, attach_server_info, error_response, principal_for, respond_streaming};
+use crate::protocol::{Era, LogLevel, McpError, RequestId, SUPPORTED_VERSIONS, jsonrpc, meta};
+use crate::server::{McpServer, Reply, RequestContext, mrtr};
+
+/// Serves one modern request.
+pub(super) async fn handle(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    id: RequestId,
+    method: String,
+    params: Map<String, Value>,
+) -> Response<Body> {
+    let envelope = match check(app, headers, &method, &params) {
+        Ok(envelope) => envelope,
+        Err(error) => return error_response(Some(&id), &error),
+    };
+    let principal = principal_for(headers);
+    let mut ctx = RequestContext::new(id.clone(), Era::Modern, principal, app.bus.clone());
+    ctx.client_capabilities = envelope.client_capabilities;
+    ctx.log_level = envelope.log_level;
+    ctx.progress_token = envelope.progress_token;
+
+    if mrtr::supports_mrtr(&method) {
+        match mrtr::open_retry(&app.sealer, &ctx.principal, &method, &params) {
+            Ok((responses, state)) => {
+                if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
+                    let error = McpError::invalid_params(format!(
+                        "inputResponses.{} must be an object",
+                        crate::protocol::error::truncate_for_message(key)
+                    ));
+                    return error_response(Some(&id), &error);
+                }
+                ctx.input_responses = responses;
+                ctx.request_state = state;
+            }
+            Err(error) => return error_response(Some(&id), &error),
+        }
+    }
+
+    if method == "subscriptions/listen" {
+        let filter = match app.server.listen_filter(&ctx, &params) {
+            Ok(filter) => filter,
+            Err(error) => return error_response(Some(&id), &error),
+        };
+        let app = app.clone();
+        return respond_streaming(move |outbox| async move {
+            ctx.outbox = Some(outbox);
+            match app.server.listen(&ctx, filter, app.listen).await {
+                Some(mut result) => (StatusCode::OK, finish(&app.server, &id, &mut result)),
+                // The client left: nothing to send.
+                None => (StatusCode::OK, Vec::new()),
+            }
+        })
+        .await;
+    }
+
+    let streams = ctx.progress_token.is_some() || ctx.log_level.is_some();
+    if !streams {
+        let (status, body) = run(app, ctx, &method, &params).await;
+        return json(status, body);
+    }
+    let app = app.clone();
+    respond_streaming(move |outbox| async move {
+        ctx.outbox = Some(outbox);
+        run(&app, ctx, &method, &params).await
+    })
+    .await
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    super::json_response(status, body)
+}
+
+/// Executes the request and serialises its response.
+async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> (StatusCode, Vec<u8>) {
+    let id = ctx.id.clone();
+    let principal = ctx.principal.clone();
+    let capabilities = ctx.client_capabilities.clone();
+    let outcome = match super::catch_panic(app.server.execute(ctx, method, params)).await {
+        Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
+        Ok(Reply::InputRequired(input)) => {
+            mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(|mut result| {
+                attach_server_info(&mut result, &app.server);
+                jsonrpc::result_response(&id, &Value::Object(result))
+            })
+        }
+        Err(error) => Err(error),
+    };
+    match outcome {
+        Ok(body) => (StatusCode::OK, body),
+        Err(error) => (error.status, jsonrpc::error_response(Some(&id), &error)),
+    }
+}
+
+/// Stamps `resultType` and `serverInfo` and serialises a complete result.
+fn finish(server: &McpServer, id: &RequestId, result: &mut Map<String, Value>) -> Vec<u8> {
+    result.entry("resultType").or_insert_with(|| json!("complete"));
+    attach_server_info(result, server);
+    // Take the map out only to serialise it by reference.
+    let value = Value::Object(std::mem::take(result));
+    jsonrpc::result_response(id, &value)
+}
+
+/// What the envelope told us about the request.
+struct Envelope {
+    client_capabilities: Map<String, Value>,
+    log_level: Option<LogLevel>,
+    progress_token: Option<Value>,
+}
+
+fn header_error(name: &str, problem: HeaderProblem) -> McpError {
+    match problem {
+        HeaderProblem::Repeated => McpError::header_mismatch(format!("Header mismatch: {name} header appears more than once")),
+        HeaderProblem::Invalid => McpError::header_mismatch(format!("Header mismatch: {name} header value is not valid")),
+    }
+}
+
+fn check(app: &App, headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> Result<Envelope, McpError> {
+    let header_version = headers::single(headers, headers::PROTOCOL_VERSION)
+        .map_err(|p| header_error("MCP-Protocol-Version", p))?
+        .ok_or_else(|| McpError::header_mismatch("Header mismatch: missing required MCP-Protocol-Version header"))?;
+
+    let meta = match params.get("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => return Err(McpError::missing_meta(meta::PROTOCOL_VERSION)),
+    };
+    let body_version = match meta.get(meta::PROTOCOL_VERSION) {
+        Some(Value::String(v)) => v.as_str(),
+        _ => return Err(McpError::missing_meta(meta::PROTOCOL_VERSION)),
+    };
+    let client_capabilities = match meta.get(meta::CLIENT_CAPABILITIES) {
+        Some(Value::Object(caps)) => caps.clone(),
+        _ => return Err(McpError::missing_meta(meta::CLIENT_CAPABILITIES)),
+    };
+    if header_version != body_version {
+        return Err(McpError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{}' does not match body value '{}'",
+            crate::protocol::error::truncate_for_message(header_version),
+            crate::protocol::error::truncate_for_message(body_version)
+        )));
+    }
+    if !SUPPORTED_VERSIONS.contains(&body_version) {
+        return Err(McpError::unsupported_version(body_version));
+    }
+
+    check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method))?;
+    let name_source = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(field) = name_source {
+        match params.get(field) {
+            Some(Value::String(body_name)) => check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name))?,
+            _ => return Err(McpError::invalid_params(format!("{method} requires a string {field}"))),
+        }
+    }
+
+    let log_level = match meta.get(meta::LOG_LEVEL) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(level)) => Some(LogLevel::parse(level).ok_or_else(invalid_log_level)?),
+        Some(_) => return Err(invalid_log_level()),
+    };
+    let progress_token = match meta.get(meta::PROGRESS_TOKEN) {
+        None | Some(Value::Null) => None,
+        Some(token @ Value::String(_)) => Some(token.clone()),
+        Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(token.clone()),
+        Some(_) => return Err(McpError::invalid_params("progressToken must be a string or an integer")),
+    };
+
+    if method == "tools/call" {
+        check_param_headers(&app.server, headers, params)?;
+    }
+    Ok(Envelope { client_capabilities, log_level, progress_token })
+}
+
+fn invalid_log_level() -> McpError {
+    McpError::invalid_params(
+        "Invalid io.modelcontextprotocol/logLevel: expected one of debug, info, notice, warning, error, critical, alert, emergency",
+    )
+}
+
+/// Requires header `name` to be present and, after sentinel decoding, equal to `expected`.
+fn check_header_equals(headers: &HeaderMap, name: &str, display: &str, expected: Option<&str>) -> Result<(), McpError> {
+    let Some(expected) = expected else { return Ok(()) };
+    let raw = headers::single(headers, name)
+        .map_err(|p| header_error(display, p))?
+        .ok_or_else(|| McpError::header_mismatch(format!("Header mismatch: missing required {display} header")))?;
+    let decoded = headers::decode_value(raw).map_err(|p| header_error(display, p))?;
+    if decoded != expected {
+        return Err(McpError::header_mismatch(format!(
+            "Header mismatch: {display} header value '{}' does not match body value '{}'",
+            crate::protocol::error::truncate_for_message(&decoded),
+            crate::protocol::error::truncate_for_message(expected)
+        )));
+    }
+    Ok(())
+}
+
+/// Every `x-mcp-header` argument present (and not null) in the body must arrive as a matching
+/// `Mcp-Param-*` header. Unknown tools are left to dispatch (`-32602`).
+fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<String, Value>) -> Result<(), McpError> {
+    let Some(tool) = params.get("name").and_then(Value::as_str).and_then(|n| server.tool_index.get(n)).map(|&i| &server.tools[i])
+    else {
+        return Ok(());
+    };
+    if tool.header_params.is_empty() {
+        return Ok(());
+    }
+    let arguments = params.get("arguments").and_then(Value::as_object);
+    for param in &tool.header_params {
+        let header_name = format!("{}{}", headers::PARAM_PREFIX, param.header.to_ascii_lowercase());
+        let display = format!("Mcp-Param-{}", param.header);
+        let body_value = arguments.and_then(|a| a.get(&param.property)).filter(|v| !v.is_null());
+        let raw = headers::single(headers, &header_name).map_err(|p| header_error(&display, p))?;
+        match (body_value, raw) {
+            (None, _) => {}
+            (Some(_), None) => {
+                return Err(McpError::header_mismatch(format!("Header mismatch: missing required {display} header")));
+            }
+            (Some(value), Some(raw)) => {
+                let decoded = headers::decode_value(raw).map_err(|p| header_error(&display, p))?;
+                if !headers::param_matches(&decoded, value) {
+                    return Err(McpError::header_mismatch(format!(
+                        "Header mismatch: {display} header value does not match argument {}",
+                        param.property
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
