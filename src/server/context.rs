@@ -134,6 +134,11 @@ impl RequestContext {
         self.request_state.as_ref()
     }
 
+    /// The request's `progressToken`, if it asked for progress.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.progress_token.as_ref()
+    }
+
     /// Whether a client would receive progress notifications for this request.
     pub fn wants_progress(&self) -> bool {
         self.progress_token.is_some() && self.outbox.is_some()

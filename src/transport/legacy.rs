@@ -37,15 +37,16 @@ const MAX_ROUNDS: usize = 8;
 /// state), only to their purpose.
 const SESSION_BINDING: &[u8] = b"legacy-session";
 
-/// Whether a request belongs on the legacy path: `initialize`, or no modern `_meta` version
-/// and a legacy (or absent) `MCP-Protocol-Version` header.
+/// Whether a request belongs on the legacy path: no modern `_meta` version, and either
+/// `initialize` or a legacy (or absent) `MCP-Protocol-Version` header.
 pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> bool {
-    if method == "initialize" {
-        return true;
-    }
+    // A modern envelope wins even for `initialize`, which 2026-07-28 answers with -32601.
     let has_modern_meta = params.get("_meta").and_then(|m| m.get(meta::PROTOCOL_VERSION)).is_some();
     if has_modern_meta {
         return false;
+    }
+    if method == "initialize" {
+        return true;
     }
     match headers::single(headers, headers::PROTOCOL_VERSION) {
         Ok(None) => true,

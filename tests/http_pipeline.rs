@@ -1,0 +1,448 @@
+//! The request pipeline over real loopback HTTP: every row of the error table, SSE framing,
+//! cancellation, MRTR sealing, subscriptions and pagination.
+
+mod common;
+
+use common::{TestServer, read_events, with_meta};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::Notify;
+
+use vercel_mcp::protocol::LogLevel;
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest, Resource, ResourceContents};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::state::{ChangeEvent, ManualClock};
+use vercel_mcp::{App, Config};
+
+#[derive(Deserialize, JsonSchema)]
+struct CountArgs {
+    /// How much to add.
+    #[schemars(range(min = 1, max = 10))]
+    n: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RegionArgs {
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+}
+
+struct Fixture {
+    server: TestServer,
+    calls: Arc<AtomicUsize>,
+    cancelled: Arc<Notify>,
+    clock: Arc<ManualClock>,
+}
+
+struct DropSignal(Arc<Notify>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+async fn fixture() -> Fixture {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let cancelled = Arc::new(Notify::new());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let mut server = McpServer::new("test-server", "9.9.9");
+    vercel_mcp::catalogue::minimal::register(&mut server);
+    let counter = calls.clone();
+    server.tool(ToolDef::new("count").description("Counts calls"), move |_, args: CountArgs| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(args.n as usize, Ordering::SeqCst);
+            Ok::<_, ToolError>(CallToolResult::text("counted"))
+        }
+    });
+    server.tool(ToolDef::new("fail").description("Fails"), |_, _: NoArguments| async {
+        Err::<CallToolResult, _>(ToolError::Execution("backend said no: exactly this".into()))
+    });
+    server.tool(ToolDef::new("boom").description("Panics"), |_, _: NoArguments| async {
+        if true {
+            panic!("tool bug");
+        }
+        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
+    });
+    let signal = cancelled.clone();
+    server.tool(ToolDef::new("wait").description("Reports progress, then waits for cancellation"), move |ctx, _: NoArguments| {
+        let guard = DropSignal(signal.clone());
+        async move {
+            let _guard = guard;
+            ctx.progress(1.0, Some(2.0), Some("started")).await;
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>(CallToolResult::text("never"))
+        }
+    });
+    server.tool(ToolDef::new("region").description("Has an x-mcp-header"), |_, args: RegionArgs| async move {
+        Ok::<_, ToolError>(CallToolResult::text(args.region))
+    });
+    server.tool(ToolDef::new("logs").description("Logs at three levels"), |ctx, _: NoArguments| async move {
+        for level in [LogLevel::Debug, LogLevel::Info, LogLevel::Error] {
+            ctx.log(level, None, json!(level.as_str())).await;
+        }
+        Ok::<_, ToolError>(CallToolResult::text("logged"))
+    });
+    server.tool(ToolDef::new("ask").description("MRTR round trip"), |ctx, _: NoArguments| async move {
+        let name = ctx.input_response("name").and_then(|r| r["content"]["name"].as_str());
+        match (name, ctx.request_state()) {
+            (Some(name), Some(state)) if state["step"] == 1 => Ok(Outcome::Complete(CallToolResult::text(format!("hi {name}")))),
+            _ => Ok::<_, ToolError>(Outcome::InputRequired(
+                InputRequired::new()
+                    .request("name", InputRequest::ElicitForm { message: "Name?".into(), requested_schema: json!({"type":"object","properties":{"name":{"type":"string"}}}) })
+                    .state(json!({ "step": 1 })),
+            )),
+        }
+    });
+    server.tool(ToolDef::new("change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
+        ctx.publish_change(ChangeEvent::ToolsListChanged);
+        Ok::<_, ToolError>(CallToolResult::text("changed"))
+    });
+    server.resource(
+        Resource { uri: "test://a".into(), name: "a".into(), title: None, description: None, mime_type: Some("text/plain".into()) },
+        None,
+        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "A")]) },
+    );
+    server.set_page_size(4);
+    let mut config = Config::for_tests(clock.clone());
+    config.listen_max_duration = std::time::Duration::from_millis(300);
+    config.max_body_bytes = 4096;
+    let app = Arc::new(App::new(server, &config));
+    Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({ "name": name, "arguments": arguments })
+}
+
+#[tokio::test]
+async fn get_and_delete_are_405_with_allow() {
+    let f = fixture().await;
+    for method in ["GET", "DELETE", "PUT"] {
+        let reply = f.server.request(method, "/api/mcp").send().await;
+        assert_eq!(reply.status, 405, "{method}");
+        assert_eq!(reply.header("allow"), Some("POST"));
+    }
+}
+
+#[tokio::test]
+async fn disallowed_origins_get_a_plain_403_that_echoes_nothing() {
+    let f = fixture().await;
+    for origin in ["https://evil.example", "null", "http://localhost:3000.evil.example", "not a url"] {
+        let reply = f.server.modern(json!(1), "tools/list", json!({})).header("Origin", origin).send().await;
+        assert_eq!(reply.status, 403, "{origin}");
+        assert!(reply.header("content-type").unwrap().starts_with("text/plain"));
+        assert_eq!(reply.text(), "Forbidden: Origin not allowed");
+    }
+    let allowed = f.server.modern(json!(1), "tools/list", json!({})).header("Origin", "http://LOCALHOST:3000/").send().await;
+    assert_eq!(allowed.status, 200);
+    assert_eq!(f.server.modern(json!(1), "tools/list", json!({})).send().await.status, 200, "no Origin passes");
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_without_an_id() {
+    let f = fixture().await;
+    let cases = [
+        ("{not json", -32700),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600),
+        (r#"{"id":1,"method":"tools/list"}"#, -32600),
+    ];
+    for (body, code) in cases {
+        let reply = f.server.post(body).header("MCP-Protocol-Version", "2026-07-28").send().await;
+        assert_eq!((reply.status, reply.code()), (400, code), "{body}");
+        assert!(reply.json().get("id").is_none());
+    }
+    let wrong_type = f.server.post("{}").replace("Content-Type", "text/plain").send().await;
+    assert_eq!(wrong_type.status, 415);
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_and_the_server_keeps_serving() {
+    let f = fixture().await;
+    let big = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": with_meta(call("echo", json!({"message": "x".repeat(5000)})))});
+    let reply = f.server.post(big.to_string()).send().await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.code(), -32600);
+    assert_eq!(f.server.modern(json!(2), "tools/list", json!({})).send().await.status, 200);
+}
+
+#[tokio::test]
+async fn notifications_are_accepted_with_202() {
+    let f = fixture().await;
+    let reply = f.server.post(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#).send().await;
+    assert_eq!(reply.status, 202);
+    assert!(reply.body.is_empty());
+}
+
+#[tokio::test]
+async fn header_and_meta_errors_follow_the_table() {
+    let f = fixture().await;
+    let s = &f.server;
+    // Missing MCP-Protocol-Version header, with a modern _meta.
+    let reply = s.modern(json!(1), "tools/list", json!({})).without("MCP-Protocol-Version").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32020));
+    assert_eq!(reply.json()["id"], 1);
+    // Missing _meta and missing keys.
+    let reply = s.modern(json!("a"), "tools/list", json!({"_meta": {}})).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32602));
+    assert_eq!(reply.json()["id"], "a");
+    let no_caps = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+    let reply = s.modern(json!(1), "tools/list", no_caps).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32602));
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("clientCapabilities"));
+    // Header disagrees with _meta.
+    let reply = s.modern(json!(1), "tools/list", json!({})).replace("MCP-Protocol-Version", "2025-11-25").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32020));
+    // Unsupported version in both.
+    let old = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01", "io.modelcontextprotocol/clientCapabilities": {}}});
+    let reply = s.modern(json!(1), "tools/list", old).replace("MCP-Protocol-Version", "1900-01-01").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32022));
+    assert_eq!(reply.json()["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1900-01-01"}));
+    // Mcp-Method missing, mismatched, differently cased, repeated.
+    for call in [
+        s.modern(json!(1), "tools/list", json!({})).without("Mcp-Method"),
+        s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "prompts/list"),
+        s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "TOOLS/LIST"),
+        s.modern(json!(1), "tools/list", json!({})).header("Mcp-Method", "tools/list"),
+    ] {
+        let reply = call.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
+    }
+    // Header names are case-insensitive.
+    let reply = s.modern(json!(1), "tools/list", json!({})).without("Mcp-Method").header("MCP-METHOD", "tools/list").send().await;
+    assert_eq!(reply.status, 200);
+    // Mcp-Name missing, mismatched, undecodable; accepted with surrounding whitespace.
+    for call in [
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).without("Mcp-Name"),
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "fail"),
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "=?base64?ZWNobw?="),
+    ] {
+        let reply = call.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
+    }
+    let reply = s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "  echo  ").send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "=?base64?ZWNobw==?=").send().await;
+    assert_eq!(reply.status, 200, "the base64 sentinel is decoded: {}", reply.text());
+    // An invalid logLevel.
+    let bad_level = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/logLevel": "loud"}});
+    assert_eq!(s.modern(json!(1), "tools/list", bad_level).send().await.code(), -32602);
+}
+
+#[tokio::test]
+async fn unknown_and_removed_methods_are_404_with_a_body() {
+    let f = fixture().await;
+    for method in ["nope/nothing", "initialize", "ping", "logging/setLevel", "resources/subscribe", "prompts/list", "completion/complete"] {
+        let reply = f.server.modern(json!(5), method, json!({})).send().await;
+        assert_eq!((reply.status, reply.code()), (404, -32601), "{method}");
+        assert_eq!(reply.json()["id"], 5);
+    }
+}
+
+#[tokio::test]
+async fn mcp_param_headers_must_mirror_the_arguments() {
+    let f = fixture().await;
+    let ok = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"}))).header("Mcp-Param-Region", "us-west1").send().await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let encoded = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "Hello, 世界"})))
+        .header("mcp-param-region", "=?base64?SGVsbG8sIOS4lueVjA==?=").send().await;
+    assert_eq!(encoded.status, 200, "{}", encoded.text());
+    for header in [None, Some("eu-west1"), Some("=?base64?SGVsbG8?=")] {
+        let mut c = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"})));
+        if let Some(h) = header {
+            c = c.header("Mcp-Param-Region", h);
+        }
+        let reply = c.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{header:?}");
+    }
+}
+
+#[tokio::test]
+async fn tools_validate_before_running_and_report_errors_in_band() {
+    let f = fixture().await;
+    let s = &f.server;
+    let unknown = s.modern(json!(1), "tools/call", call("nope", json!({}))).send().await;
+    assert_eq!(unknown.code(), -32602);
+    assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("not found"));
+    for bad in [json!({}), json!({"n": 0}), json!({"n": 11}), json!({"n": "3"}), json!({"n": 1.5})] {
+        let reply = s.modern(json!(1), "tools/call", call("count", bad.clone())).send().await;
+        let result = &reply.json()["result"];
+        assert_eq!(result["isError"], true, "{bad}: {}", reply.text());
+        assert_eq!(result["resultType"], "complete");
+    }
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "no handler ran for invalid arguments");
+    let ok = s.modern(json!(1), "tools/call", call("count", json!({"n": 2, "principal": "admin"}))).send().await;
+    assert_eq!(ok.json()["result"]["content"][0]["text"], "counted");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 2);
+    let failed = s.modern(json!(1), "tools/call", call("fail", json!({}))).send().await.json();
+    assert_eq!(failed["result"]["isError"], true);
+    assert_eq!(failed["result"]["content"][0]["text"], "backend said no: exactly this");
+    let info = &ok.json()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info, &json!({"name": "test-server", "version": "9.9.9"}));
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_contained() {
+    let f = fixture().await;
+    let reply = f.server.modern(json!(7), "tools/call", call("boom", json!({}))).send().await;
+    assert_eq!(reply.code(), -32603);
+    assert_eq!(reply.json()["id"], 7);
+    assert!(!reply.text().contains("tool bug"), "panic detail stays out of the response");
+    assert_eq!(f.server.modern(json!(8), "tools/list", json!({})).send().await.status, 200);
+}
+
+#[tokio::test]
+async fn lists_paginate_with_opaque_cursors_and_carry_cache_hints() {
+    let f = fixture().await;
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor { Some(c) => json!({"cursor": c}), None => json!({}) };
+        let result = f.server.modern(json!(1), "tools/list", params).send().await.json()["result"].clone();
+        assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("private")));
+        assert_eq!(result["resultType"], "complete");
+        names.extend(result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["echo", "count", "fail", "boom", "wait", "region", "logs", "ask", "change"]);
+    for bad in [json!("garbage!"), json!(42), json!("b3M6OTk5")] {
+        let reply = f.server.modern(json!(1), "tools/list", json!({"cursor": bad})).send().await;
+        assert_eq!(reply.code(), -32602, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn resources_not_found_is_32602_with_the_uri() {
+    let f = fixture().await;
+    let reply = f.server.modern(json!(1), "resources/read", json!({"uri": "test://missing"})).send().await;
+    assert_eq!(reply.code(), -32602);
+    assert_eq!(reply.json()["error"]["data"]["uri"], "test://missing");
+    let read = f.server.modern(json!(1), "resources/read", json!({"uri": "test://a"})).send().await.json();
+    assert_eq!(read["result"]["contents"][0]["text"], "A");
+    assert_eq!(read["result"]["cacheScope"], "private");
+}
+
+#[tokio::test]
+async fn discover_reports_versions_capabilities_and_cache_hints() {
+    let f = fixture().await;
+    let result = f.server.modern(json!(1), "server/discover", json!({})).send().await.json()["result"].clone();
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(result["capabilities"]["tools"], json!({"listChanged": true}));
+    assert!(result["capabilities"].get("prompts").is_none());
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("private")));
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "test-server");
+}
+
+#[tokio::test]
+async fn progress_and_logs_stream_as_sse_only_when_asked() {
+    let f = fixture().await;
+    let meta = |extra: Value| {
+        let mut meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+        meta.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        meta
+    };
+    let plain = f.server.modern(json!(1), "tools/call", call("logs", json!({}))).send().await;
+    assert_eq!(plain.header("content-type"), Some("application/json"), "no logLevel: no notifications, plain JSON");
+    let mut params = call("logs", json!({}));
+    params["_meta"] = meta(json!({"io.modelcontextprotocol/logLevel": "info"}));
+    let streamed = f.server.modern(json!(2), "tools/call", params).send().await;
+    assert_eq!(streamed.header("content-type"), Some("text/event-stream"));
+    assert_eq!(streamed.header("x-accel-buffering"), Some("no"));
+    let events = streamed.events();
+    let levels: Vec<&str> = events.iter().filter(|e| e["method"] == "notifications/message").map(|e| e["params"]["level"].as_str().unwrap()).collect();
+    assert_eq!(levels, ["info", "error"], "only at or above the requested level");
+    assert_eq!(events.last().unwrap()["id"], 2, "the response ends the stream");
+    assert!(!streamed.text().contains("\nid:"), "no resumable event ids");
+}
+
+#[tokio::test]
+async fn closing_the_stream_cancels_the_handler() {
+    let f = fixture().await;
+    let mut params = call("wait", json!({}));
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "t1"});
+    let (status, head, mut stream) = f.server.modern(json!(1), "tools/call", params).open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"));
+    let events = read_events(&mut stream, 1).await;
+    assert_eq!(events[0]["params"]["progressToken"], "t1");
+    let cancelled = f.cancelled.notified();
+    drop(stream);
+    tokio::time::timeout(std::time::Duration::from_secs(10), cancelled).await.expect("the handler was dropped");
+}
+
+#[tokio::test]
+async fn mrtr_state_is_sealed_bound_and_expires() {
+    let f = fixture().await;
+    let s = &f.server;
+    // Without the elicitation capability the server may not ask: -32021 names what is missing.
+    let undeclared = s.modern(json!(1), "tools/call", call("ask", json!({}))).send().await;
+    assert_eq!((undeclared.status, undeclared.code()), (400, -32021));
+    assert_eq!(undeclared.json()["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"form": {}}}));
+    let with_caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first = s.modern(json!(1), "tools/call", with_caps(call("ask", json!({})))).send().await.json()["result"].clone();
+    assert_eq!(first["resultType"], "input_required");
+    assert!(first.get("ttlMs").is_none());
+    assert_eq!(first["inputRequests"]["name"]["method"], "elicitation/create");
+    let state = first["requestState"].as_str().unwrap().to_owned();
+    let retry = |state: &str, arguments: Value| {
+        let mut params = call("ask", arguments);
+        params["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+        params["requestState"] = json!(state);
+        s.modern(json!(2), "tools/call", with_caps(params))
+    };
+    assert_eq!(first["inputRequests"].as_object().unwrap().len(), 1);
+    let done = retry(&state, json!({})).send().await.json();
+    assert_eq!(done["result"]["content"][0]["text"], "hi Ada");
+    // Tampered, replayed onto other arguments, wrong type.
+    let mut tampered = state.clone().into_bytes();
+    let middle = tampered.len() / 2;
+    tampered[middle] = if tampered[middle] == b'A' { b'B' } else { b'A' };
+    for (bad, args) in [(String::from_utf8(tampered).unwrap(), json!({})), (format!("{state}-TAMPERED"), json!({})), (state.clone(), json!({"extra": 1}))] {
+        let reply = retry(&bad, args).send().await;
+        assert_eq!(reply.code(), -32602, "{}", reply.text());
+        assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
+    }
+    // Expired.
+    f.clock.advance_ms(10 * 60 * 1000);
+    let reply = retry(&state, json!({})).send().await;
+    assert_eq!(reply.code(), -32602);
+    assert_eq!(reply.json()["error"]["data"]["reason"], "expired");
+    // Non-object input responses are refused.
+    let mut params = call("ask", json!({}));
+    params["inputResponses"] = json!({"name": 12345});
+    assert_eq!(s.modern(json!(3), "tools/call", params).send().await.code(), -32602);
+}
+
+#[tokio::test]
+async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
+    let f = fixture().await;
+    let params = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}});
+    let (status, _, mut stream) = f.server.modern(json!(42), "subscriptions/listen", params).open().await;
+    assert_eq!(status, 200);
+    let ack = read_events(&mut stream, 1).await;
+    assert_eq!(ack[0]["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack[0]["params"]["notifications"], json!({"toolsListChanged": true}), "prompts are not offered, so not honoured");
+    f.server.modern(json!(1), "tools/call", call("change", json!({}))).send().await;
+    let events = read_events(&mut stream, 2).await;
+    assert_eq!(events[0]["method"], "notifications/tools/list_changed");
+    for event in [&ack[0], &events[0]] {
+        assert_eq!(event["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
+    }
+    assert_eq!(events[1]["id"], 42, "graceful close with the listen result");
+    assert_eq!(events[1]["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
+    let with_tasks = json!({"notifications": {"taskIds": ["x"]}});
+    let reply = f.server.modern(json!(1), "subscriptions/listen", with_tasks).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32021));
+}
