@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use vercel_mcp::protocol::types::{
-    CallToolResult, Completion, Content, GetPromptResult, InputRequest, Prompt, PromptArgument, PromptMessage, Resource,
-    ResourceContents, ResourceTemplate,
+    CallToolResult, Completion, Content, GetPromptResult, InputRequest, Prompt, PromptArgument, PromptMessage,
+    Resource, ResourceContents, ResourceTemplate,
 };
 use vercel_mcp::protocol::{LogLevel, McpError};
 use vercel_mcp::server::{
-    CacheHint, CacheScope, CacheableMethod, CompletionRef, InputRequired, McpServer, NoArguments, Outcome, RequestContext,
-    ToolDef, ToolError,
+    CacheHint, CacheScope, CacheableMethod, CompletionRef, InputRequired, McpServer, NoArguments, Outcome,
+    RequestContext, ToolDef, ToolError,
 };
 use vercel_mcp::state::ChangeEvent;
 use vercel_mcp::{App, local};
@@ -93,22 +93,26 @@ struct CustomHeaderArgs {
 }
 
 fn register_content_tools(server: &mut McpServer) {
-    server.tool(ToolDef::new("test_simple_text").description("Returns a simple text response"), |_, _: NoArguments| async {
-        text("This is a simple text response for testing.")
-    });
+    server.tool(
+        ToolDef::new("test_simple_text").description("Returns a simple text response"),
+        |_, _: NoArguments| async { text("This is a simple text response for testing.") },
+    );
     server.tool(ToolDef::new("test_image_content").description("Returns an image"), |_, _: NoArguments| async {
         Ok(CallToolResult::new(vec![Content::image(PNG, "image/png")]))
     });
     server.tool(ToolDef::new("test_audio_content").description("Returns audio"), |_, _: NoArguments| async {
         Ok(CallToolResult::new(vec![Content::audio(WAV, "audio/wav")]))
     });
-    server.tool(ToolDef::new("test_embedded_resource").description("Returns an embedded resource"), |_, _: NoArguments| async {
-        Ok(CallToolResult::new(vec![Content::resource(ResourceContents::text(
-            "test://embedded-resource",
-            "text/plain",
-            "This is an embedded resource content.",
-        ))]))
-    });
+    server.tool(
+        ToolDef::new("test_embedded_resource").description("Returns an embedded resource"),
+        |_, _: NoArguments| async {
+            Ok(CallToolResult::new(vec![Content::resource(ResourceContents::text(
+                "test://embedded-resource",
+                "text/plain",
+                "This is an embedded resource content.",
+            ))]))
+        },
+    );
     server.tool(
         ToolDef::new("test_multiple_content_types").description("Returns text, image and resource content"),
         |_, _: NoArguments| async {
@@ -123,26 +127,37 @@ fn register_content_tools(server: &mut McpServer) {
             ]))
         },
     );
-    server.tool(ToolDef::new("test_tool_with_logging").description("Emits log messages while running"), |ctx, _: NoArguments| async move {
-        for message in ["Tool execution started", "Tool processing data", "Tool execution completed"] {
-            ctx.log(LogLevel::Info, None, json!(message)).await;
-        }
-        text("Tool with logging executed successfully")
-    });
-    server.tool(ToolDef::new("test_tool_with_progress").description("Reports progress while running"), |ctx, _: NoArguments| async move {
-        for (step, progress) in [0.0, 50.0, 100.0].into_iter().enumerate() {
-            ctx.progress(progress, Some(100.0), Some(&format!("Completed step {} of 3", step + 1))).await;
-        }
-        let token = match ctx.progress_token() {
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => "0".into(),
-        };
-        text(token)
-    });
-    server.tool(ToolDef::new("test_error_handling").description("Always fails with a tool error"), |_, _: NoArguments| async {
-        Err::<CallToolResult, _>(ToolError::Execution("This tool intentionally returns an error for testing".into()))
-    });
+    server.tool(
+        ToolDef::new("test_tool_with_logging").description("Emits log messages while running"),
+        |ctx, _: NoArguments| async move {
+            for message in ["Tool execution started", "Tool processing data", "Tool execution completed"] {
+                ctx.log(LogLevel::Info, None, json!(message)).await;
+            }
+            text("Tool with logging executed successfully")
+        },
+    );
+    server.tool(
+        ToolDef::new("test_tool_with_progress").description("Reports progress while running"),
+        |ctx, _: NoArguments| async move {
+            for (step, progress) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                ctx.progress(progress, Some(100.0), Some(&format!("Completed step {} of 3", step + 1))).await;
+            }
+            let token = match ctx.progress_token() {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => "0".into(),
+            };
+            text(token)
+        },
+    );
+    server.tool(
+        ToolDef::new("test_error_handling").description("Always fails with a tool error"),
+        |_, _: NoArguments| async {
+            Err::<CallToolResult, _>(ToolError::Execution(
+                "This tool intentionally returns an error for testing".into(),
+            ))
+        },
+    );
     server.tool_raw(
         ToolDef::new("json_schema_2020_12_tool")
             .description("Accepts arguments described with JSON Schema 2020-12 keywords")
@@ -167,7 +182,8 @@ fn register_content_tools(server: &mut McpServer) {
         |_, args| async move { text(format!("JSON Schema 2020-12 tool called with: {}", Value::Object(args))) },
     );
     server.tool(
-        ToolDef::new("test_custom_header").description("Echoes a region that is also sent as the Mcp-Param-Region header"),
+        ToolDef::new("test_custom_header")
+            .description("Echoes a region that is also sent as the Mcp-Param-Region header"),
         |_, args: CustomHeaderArgs| async move { text(format!("Region: {}", args.region)) },
     );
 }
@@ -249,18 +265,27 @@ fn register_client_feature_tools(server: &mut McpServer) {
         ToolDef::new("test_streaming_elicitation").description("Diagnostic tool validating response progress streams"),
         |_, _: NoArguments| async { text("Streaming complete") },
     );
-    server.tool(ToolDef::new("test_logging_tool").description("Diagnostic logging validator tool"), |ctx, _: NoArguments| async move {
-        ctx.log(LogLevel::Info, Some("conformance"), json!("Logging tool invoked")).await;
-        text("Logging evaluated")
-    });
-    server.tool(ToolDef::new("test_trigger_tool_change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
-        ctx.publish_change(ChangeEvent::ToolsListChanged);
-        text("Mutation triggered")
-    });
-    server.tool(ToolDef::new("test_trigger_prompt_change").description("Announces a prompt list change"), |ctx, _: NoArguments| async move {
-        ctx.publish_change(ChangeEvent::PromptsListChanged);
-        text("Mutation triggered")
-    });
+    server.tool(
+        ToolDef::new("test_logging_tool").description("Diagnostic logging validator tool"),
+        |ctx, _: NoArguments| async move {
+            ctx.log(LogLevel::Info, Some("conformance"), json!("Logging tool invoked")).await;
+            text("Logging evaluated")
+        },
+    );
+    server.tool(
+        ToolDef::new("test_trigger_tool_change").description("Announces a tool list change"),
+        |ctx, _: NoArguments| async move {
+            ctx.publish_change(ChangeEvent::ToolsListChanged);
+            text("Mutation triggered")
+        },
+    );
+    server.tool(
+        ToolDef::new("test_trigger_prompt_change").description("Announces a prompt list change"),
+        |ctx, _: NoArguments| async move {
+            ctx.publish_change(ChangeEvent::PromptsListChanged);
+            text("Mutation triggered")
+        },
+    );
 }
 
 fn elicitation_form(ctx: &RequestContext, message: &str, properties: Value) -> Reply {
@@ -355,7 +380,10 @@ fn register_mrtr_tools(server: &mut McpServer) {
                         vec![("step2", elicit("Step 2: What is your favorite color?", "color", "string"))],
                         Some(json!({ "round": 2, "name": name })),
                     ),
-                    None => ask(vec![("step1", elicit("Step 1: What is your name?", "name", "string"))], Some(json!({ "round": 1 }))),
+                    None => ask(
+                        vec![("step1", elicit("Step 1: What is your name?", "name", "string"))],
+                        Some(json!({ "round": 1 })),
+                    ),
                 },
                 Some(2) => {
                     let name = state.get("name").and_then(Value::as_str).unwrap_or("unknown");
@@ -367,12 +395,16 @@ fn register_mrtr_tools(server: &mut McpServer) {
                         ),
                     }
                 }
-                _ => ask(vec![("step1", elicit("Step 1: What is your name?", "name", "string"))], Some(json!({ "round": 1 }))),
+                _ => ask(
+                    vec![("step1", elicit("Step 1: What is your name?", "name", "string"))],
+                    Some(json!({ "round": 1 })),
+                ),
             }
         },
     );
     server.tool(
-        ToolDef::new("test_input_required_result_tampered_state").description("MRTR: state whose integrity is verified"),
+        ToolDef::new("test_input_required_result_tampered_state")
+            .description("MRTR: state whose integrity is verified"),
         |ctx, _: NoArguments| async move {
             if state_kind(&ctx) == Some("tamper-test") && ctx.input_response("confirm").is_some() {
                 return text("integrity-ok: state verified");
@@ -381,7 +413,8 @@ fn register_mrtr_tools(server: &mut McpServer) {
         },
     );
     server.tool(
-        ToolDef::new("test_input_required_result_capabilities").description("MRTR: asks only for what the client declared"),
+        ToolDef::new("test_input_required_result_capabilities")
+            .description("MRTR: asks only for what the client declared"),
         |ctx, _: NoArguments| async move {
             if !ctx.input_responses().is_empty() {
                 let keys: Vec<&str> = ctx.input_responses().keys().map(String::as_str).collect();
@@ -409,10 +442,20 @@ fn register_prompts(server: &mut McpServer) {
         description: Some(description.into()),
         arguments,
     };
-    let required = |name: &str, description: &str| PromptArgument { name: name.into(), description: Some(description.into()), required: true };
-    server.prompt(prompt("test_simple_prompt", "Simple Test Prompt", "A simple prompt without arguments", vec![]), |_, _| async {
-        Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))] })
-    });
+    let required = |name: &str, description: &str| PromptArgument {
+        name: name.into(),
+        description: Some(description.into()),
+        required: true,
+    };
+    server.prompt(
+        prompt("test_simple_prompt", "Simple Test Prompt", "A simple prompt without arguments", vec![]),
+        |_, _| async {
+            Ok(GetPromptResult {
+                description: None,
+                messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))],
+            })
+        },
+    );
     server.prompt(
         prompt(
             "test_prompt_with_arguments",
@@ -446,17 +489,25 @@ fn register_prompts(server: &mut McpServer) {
             })
         },
     );
-    server.prompt(prompt("test_prompt_with_image", "Prompt With Image", "A prompt that includes image content", vec![]), |_, _| async {
-        Ok(GetPromptResult {
-            description: None,
-            messages: vec![
-                PromptMessage::user(Content::image(PNG, "image/png")),
-                PromptMessage::user(Content::text("Please analyze the image above.")),
-            ],
-        })
-    });
     server.prompt(
-        prompt("test_input_required_result_prompt", "MRTR Prompt", "MRTR: prompt that requires elicitation input", vec![]),
+        prompt("test_prompt_with_image", "Prompt With Image", "A prompt that includes image content", vec![]),
+        |_, _| async {
+            Ok(GetPromptResult {
+                description: None,
+                messages: vec![
+                    PromptMessage::user(Content::image(PNG, "image/png")),
+                    PromptMessage::user(Content::text("Please analyze the image above.")),
+                ],
+            })
+        },
+    );
+    server.prompt(
+        prompt(
+            "test_input_required_result_prompt",
+            "MRTR Prompt",
+            "MRTR: prompt that requires elicitation input",
+            vec![],
+        ),
         |ctx, _| async move {
             match answer(&ctx, "user_context", "context").and_then(Value::as_str) {
                 Some(context) => Ok(Outcome::Complete(GetPromptResult {
@@ -464,7 +515,8 @@ fn register_prompts(server: &mut McpServer) {
                     messages: vec![PromptMessage::user(Content::text(format!("Prompt with context: {context}")))],
                 })),
                 None => Ok(Outcome::InputRequired(
-                    InputRequired::new().request("user_context", elicit("What context should the prompt use?", "context", "string")),
+                    InputRequired::new()
+                        .request("user_context", elicit("What context should the prompt use?", "context", "string")),
                 )),
             }
         },
@@ -488,17 +540,37 @@ fn register_resources(server: &mut McpServer) {
         mime_type: Some(mime.into()),
     };
     server.resource(
-        resource("test://static-text", "static-text", "Static Text Resource", "A static text resource for testing", "text/plain"),
+        resource(
+            "test://static-text",
+            "static-text",
+            "Static Text Resource",
+            "A static text resource for testing",
+            "text/plain",
+        ),
         None,
-        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "This is the content of the static text resource.")]) },
+        |_, uri| async move {
+            Ok(vec![ResourceContents::text(uri, "text/plain", "This is the content of the static text resource.")])
+        },
     );
     server.resource(
-        resource("test://static-binary", "static-binary", "Static Binary Resource", "A static binary resource (image) for testing", "image/png"),
+        resource(
+            "test://static-binary",
+            "static-binary",
+            "Static Binary Resource",
+            "A static binary resource (image) for testing",
+            "image/png",
+        ),
         None,
         |_, uri| async move { Ok(vec![ResourceContents::blob(uri, "image/png", PNG)]) },
     );
     server.resource(
-        resource("test://watched-resource", "watched-resource", "Watched Resource", "A resource clients can subscribe to", "text/plain"),
+        resource(
+            "test://watched-resource",
+            "watched-resource",
+            "Watched Resource",
+            "A resource clients can subscribe to",
+            "text/plain",
+        ),
         Some(CacheHint { ttl_ms: 0, scope: CacheScope::Private }),
         |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "Watched resource content")]) },
     );
@@ -517,7 +589,12 @@ fn register_resources(server: &mut McpServer) {
         },
     );
     let public = CacheHint { ttl_ms: 300_000, scope: CacheScope::Public };
-    for method in [CacheableMethod::ToolsList, CacheableMethod::PromptsList, CacheableMethod::ResourcesList, CacheableMethod::ResourceTemplatesList] {
+    for method in [
+        CacheableMethod::ToolsList,
+        CacheableMethod::PromptsList,
+        CacheableMethod::ResourcesList,
+        CacheableMethod::ResourceTemplatesList,
+    ] {
         server.set_cache_hint(method, public);
     }
     server.set_cache_hint(CacheableMethod::ResourcesRead, CacheHint { ttl_ms: 300_000, scope: CacheScope::Private });

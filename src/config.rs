@@ -71,7 +71,8 @@ impl Config {
                 }
             },
         };
-        let max_body_bytes = number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
+        let max_body_bytes =
+            number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
         let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
         let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
         let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {

@@ -78,7 +78,10 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 let routes = routes.clone();
                 async move { Ok::<_, std::convert::Infallible>(routes.route_incoming(request).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }

@@ -3,117 +3,9 @@
 
 mod common;
 
-use common::{TestServer, read_events, with_meta};
-use schemars::JsonSchema;
-use serde::Deserialize;
+use common::{fixture, read_events, with_meta};
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::Notify;
-
-use vercel_mcp::protocol::LogLevel;
-use vercel_mcp::protocol::types::{CallToolResult, InputRequest, Resource, ResourceContents};
-use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
-use vercel_mcp::state::{ChangeEvent, ManualClock};
-use vercel_mcp::{App, Config};
-
-#[derive(Deserialize, JsonSchema)]
-struct CountArgs {
-    /// How much to add.
-    #[schemars(range(min = 1, max = 10))]
-    n: u32,
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct RegionArgs {
-    #[schemars(extend("x-mcp-header" = "Region"))]
-    region: String,
-}
-
-struct Fixture {
-    server: TestServer,
-    calls: Arc<AtomicUsize>,
-    cancelled: Arc<Notify>,
-    clock: Arc<ManualClock>,
-}
-
-struct DropSignal(Arc<Notify>);
-
-impl Drop for DropSignal {
-    fn drop(&mut self) {
-        self.0.notify_one();
-    }
-}
-
-async fn fixture() -> Fixture {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let cancelled = Arc::new(Notify::new());
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let mut server = McpServer::new("test-server", "9.9.9");
-    vercel_mcp::catalogue::minimal::register(&mut server);
-    let counter = calls.clone();
-    server.tool(ToolDef::new("count").description("Counts calls"), move |_, args: CountArgs| {
-        let counter = counter.clone();
-        async move {
-            counter.fetch_add(args.n as usize, Ordering::SeqCst);
-            Ok::<_, ToolError>(CallToolResult::text("counted"))
-        }
-    });
-    server.tool(ToolDef::new("fail").description("Fails"), |_, _: NoArguments| async {
-        Err::<CallToolResult, _>(ToolError::Execution("backend said no: exactly this".into()))
-    });
-    server.tool(ToolDef::new("boom").description("Panics"), |_, _: NoArguments| async {
-        if true {
-            panic!("tool bug");
-        }
-        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
-    });
-    let signal = cancelled.clone();
-    server.tool(ToolDef::new("wait").description("Reports progress, then waits for cancellation"), move |ctx, _: NoArguments| {
-        let guard = DropSignal(signal.clone());
-        async move {
-            let _guard = guard;
-            ctx.progress(1.0, Some(2.0), Some("started")).await;
-            std::future::pending::<()>().await;
-            Ok::<_, ToolError>(CallToolResult::text("never"))
-        }
-    });
-    server.tool(ToolDef::new("region").description("Has an x-mcp-header"), |_, args: RegionArgs| async move {
-        Ok::<_, ToolError>(CallToolResult::text(args.region))
-    });
-    server.tool(ToolDef::new("logs").description("Logs at three levels"), |ctx, _: NoArguments| async move {
-        for level in [LogLevel::Debug, LogLevel::Info, LogLevel::Error] {
-            ctx.log(level, None, json!(level.as_str())).await;
-        }
-        Ok::<_, ToolError>(CallToolResult::text("logged"))
-    });
-    server.tool(ToolDef::new("ask").description("MRTR round trip"), |ctx, _: NoArguments| async move {
-        let name = ctx.input_response("name").and_then(|r| r["content"]["name"].as_str());
-        match (name, ctx.request_state()) {
-            (Some(name), Some(state)) if state["step"] == 1 => Ok(Outcome::Complete(CallToolResult::text(format!("hi {name}")))),
-            _ => Ok::<_, ToolError>(Outcome::InputRequired(
-                InputRequired::new()
-                    .request("name", InputRequest::ElicitForm { message: "Name?".into(), requested_schema: json!({"type":"object","properties":{"name":{"type":"string"}}}) })
-                    .state(json!({ "step": 1 })),
-            )),
-        }
-    });
-    server.tool(ToolDef::new("change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
-        ctx.publish_change(ChangeEvent::ToolsListChanged);
-        Ok::<_, ToolError>(CallToolResult::text("changed"))
-    });
-    server.resource(
-        Resource { uri: "test://a".into(), name: "a".into(), title: None, description: None, mime_type: Some("text/plain".into()) },
-        None,
-        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "A")]) },
-    );
-    server.set_page_size(4);
-    let mut config = Config::for_tests(clock.clone());
-    config.listen_max_duration = std::time::Duration::from_millis(300);
-    config.max_body_bytes = 4096;
-    let app = Arc::new(App::new(server, &config));
-    Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
-}
+use std::sync::atomic::Ordering;
 
 fn call(name: &str, arguments: Value) -> Value {
     json!({ "name": name, "arguments": arguments })
@@ -138,7 +30,8 @@ async fn disallowed_origins_get_a_plain_403_that_echoes_nothing() {
         assert!(reply.header("content-type").unwrap().starts_with("text/plain"));
         assert_eq!(reply.text(), "Forbidden: Origin not allowed");
     }
-    let allowed = f.server.modern(json!(1), "tools/list", json!({})).header("Origin", "http://LOCALHOST:3000/").send().await;
+    let allowed =
+        f.server.modern(json!(1), "tools/list", json!({})).header("Origin", "http://LOCALHOST:3000/").send().await;
     assert_eq!(allowed.status, 200);
     assert_eq!(f.server.modern(json!(1), "tools/list", json!({})).send().await.status, 200, "no Origin passes");
 }
@@ -175,7 +68,8 @@ async fn oversized_bodies_are_413_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn notifications_are_accepted_with_202() {
     let f = fixture().await;
-    let reply = f.server.post(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#).send().await;
+    let reply =
+        f.server.post(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#).send().await;
     assert_eq!(reply.status, 202);
     assert!(reply.body.is_empty());
 }
@@ -215,7 +109,12 @@ async fn header_and_meta_errors_follow_the_table() {
         assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
     }
     // Header names are case-insensitive.
-    let reply = s.modern(json!(1), "tools/list", json!({})).without("Mcp-Method").header("MCP-METHOD", "tools/list").send().await;
+    let reply = s
+        .modern(json!(1), "tools/list", json!({}))
+        .without("Mcp-Method")
+        .header("MCP-METHOD", "tools/list")
+        .send()
+        .await;
     assert_eq!(reply.status, 200);
     // Mcp-Name missing, mismatched, undecodable; accepted with surrounding whitespace.
     for call in [
@@ -226,9 +125,17 @@ async fn header_and_meta_errors_follow_the_table() {
         let reply = call.send().await;
         assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
     }
-    let reply = s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "  echo  ").send().await;
+    let reply = s
+        .modern(json!(1), "tools/call", call("echo", json!({"message":"m"})))
+        .replace("Mcp-Name", "  echo  ")
+        .send()
+        .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    let reply = s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "=?base64?ZWNobw==?=").send().await;
+    let reply = s
+        .modern(json!(1), "tools/call", call("echo", json!({"message":"m"})))
+        .replace("Mcp-Name", "=?base64?ZWNobw==?=")
+        .send()
+        .await;
     assert_eq!(reply.status, 200, "the base64 sentinel is decoded: {}", reply.text());
     // An invalid logLevel.
     let bad_level = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/logLevel": "loud"}});
@@ -238,7 +145,15 @@ async fn header_and_meta_errors_follow_the_table() {
 #[tokio::test]
 async fn unknown_and_removed_methods_are_404_with_a_body() {
     let f = fixture().await;
-    for method in ["nope/nothing", "initialize", "ping", "logging/setLevel", "resources/subscribe", "prompts/list", "completion/complete"] {
+    for method in [
+        "nope/nothing",
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "prompts/list",
+        "completion/complete",
+    ] {
         let reply = f.server.modern(json!(5), method, json!({})).send().await;
         assert_eq!((reply.status, reply.code()), (404, -32601), "{method}");
         assert_eq!(reply.json()["id"], 5);
@@ -248,10 +163,19 @@ async fn unknown_and_removed_methods_are_404_with_a_body() {
 #[tokio::test]
 async fn mcp_param_headers_must_mirror_the_arguments() {
     let f = fixture().await;
-    let ok = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"}))).header("Mcp-Param-Region", "us-west1").send().await;
+    let ok = f
+        .server
+        .modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"})))
+        .header("Mcp-Param-Region", "us-west1")
+        .send()
+        .await;
     assert_eq!(ok.status, 200, "{}", ok.text());
-    let encoded = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "Hello, 世界"})))
-        .header("mcp-param-region", "=?base64?SGVsbG8sIOS4lueVjA==?=").send().await;
+    let encoded = f
+        .server
+        .modern(json!(1), "tools/call", call("region", json!({"region": "Hello, 世界"})))
+        .header("mcp-param-region", "=?base64?SGVsbG8sIOS4lueVjA==?=")
+        .send()
+        .await;
     assert_eq!(encoded.status, 200, "{}", encoded.text());
     for header in [None, Some("eu-west1"), Some("=?base64?SGVsbG8?=")] {
         let mut c = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"})));
@@ -303,7 +227,10 @@ async fn lists_paginate_with_opaque_cursors_and_carry_cache_hints() {
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let params = match &cursor { Some(c) => json!({"cursor": c}), None => json!({}) };
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
         let result = f.server.modern(json!(1), "tools/list", params).send().await.json()["result"].clone();
         assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("private")));
         assert_eq!(result["resultType"], "complete");
@@ -358,7 +285,11 @@ async fn progress_and_logs_stream_as_sse_only_when_asked() {
     assert_eq!(streamed.header("content-type"), Some("text/event-stream"));
     assert_eq!(streamed.header("x-accel-buffering"), Some("no"));
     let events = streamed.events();
-    let levels: Vec<&str> = events.iter().filter(|e| e["method"] == "notifications/message").map(|e| e["params"]["level"].as_str().unwrap()).collect();
+    let levels: Vec<&str> = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/message")
+        .map(|e| e["params"]["level"].as_str().unwrap())
+        .collect();
     assert_eq!(levels, ["info", "error"], "only at or above the requested level");
     assert_eq!(events.last().unwrap()["id"], 2, "the response ends the stream");
     assert!(!streamed.text().contains("\nid:"), "no resumable event ids");
@@ -391,7 +322,8 @@ async fn mrtr_state_is_sealed_bound_and_expires() {
         params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
         params
     };
-    let first = s.modern(json!(1), "tools/call", with_caps(call("ask", json!({})))).send().await.json()["result"].clone();
+    let first =
+        s.modern(json!(1), "tools/call", with_caps(call("ask", json!({})))).send().await.json()["result"].clone();
     assert_eq!(first["resultType"], "input_required");
     assert!(first.get("ttlMs").is_none());
     assert_eq!(first["inputRequests"]["name"]["method"], "elicitation/create");
@@ -409,7 +341,11 @@ async fn mrtr_state_is_sealed_bound_and_expires() {
     let mut tampered = state.clone().into_bytes();
     let middle = tampered.len() / 2;
     tampered[middle] = if tampered[middle] == b'A' { b'B' } else { b'A' };
-    for (bad, args) in [(String::from_utf8(tampered).unwrap(), json!({})), (format!("{state}-TAMPERED"), json!({})), (state.clone(), json!({"extra": 1}))] {
+    for (bad, args) in [
+        (String::from_utf8(tampered).unwrap(), json!({})),
+        (format!("{state}-TAMPERED"), json!({})),
+        (state.clone(), json!({"extra": 1})),
+    ] {
         let reply = retry(&bad, args).send().await;
         assert_eq!(reply.code(), -32602, "{}", reply.text());
         assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
@@ -433,7 +369,11 @@ async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
     assert_eq!(status, 200);
     let ack = read_events(&mut stream, 1).await;
     assert_eq!(ack[0]["method"], "notifications/subscriptions/acknowledged");
-    assert_eq!(ack[0]["params"]["notifications"], json!({"toolsListChanged": true}), "prompts are not offered, so not honoured");
+    assert_eq!(
+        ack[0]["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "prompts are not offered, so not honoured"
+    );
     f.server.modern(json!(1), "tools/call", call("change", json!({}))).send().await;
     let events = read_events(&mut stream, 2).await;
     assert_eq!(events[0]["method"], "notifications/tools/list_changed");

@@ -83,11 +83,7 @@ impl McpError {
 
     /// `-32602` with HTTP 400: the `_meta` envelope is incomplete.
     pub fn missing_meta(field: &str) -> Self {
-        Self::new(
-            ErrorCode::INVALID_PARAMS,
-            StatusCode::BAD_REQUEST,
-            format!("Missing required _meta field: {field}"),
-        )
+        Self::new(ErrorCode::INVALID_PARAMS, StatusCode::BAD_REQUEST, format!("Missing required _meta field: {field}"))
     }
 
     /// `-32603`, HTTP 500.
@@ -108,15 +104,11 @@ impl McpError {
 
     /// `-32022`, HTTP 400, listing what is supported and echoing what was asked for.
     pub fn unsupported_version(requested: &str) -> Self {
-        Self::new(
-            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-            StatusCode::BAD_REQUEST,
-            "Unsupported protocol version",
-        )
-        .with_data(json!({
-            "supported": super::SUPPORTED_VERSIONS,
-            "requested": truncate_for_message(requested),
-        }))
+        Self::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, StatusCode::BAD_REQUEST, "Unsupported protocol version")
+            .with_data(json!({
+                "supported": super::SUPPORTED_VERSIONS,
+                "requested": truncate_for_message(requested),
+            }))
     }
 
     /// The JSON-RPC `error` member.

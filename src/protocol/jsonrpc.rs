@@ -57,8 +57,8 @@ pub enum Message {
 impl Message {
     /// Parses one message from a body. Errors carry their JSON-RPC code and HTTP 400.
     pub fn parse(body: &[u8]) -> Result<Self, McpError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))?;
+        let value: Value =
+            serde_json::from_slice(body).map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))?;
         Self::from_value(value)
     }
 
@@ -78,9 +78,10 @@ impl Message {
         }
         let id = match object.remove("id") {
             None => None,
-            Some(raw) => Some(RequestId::from_value(raw).ok_or_else(|| {
-                McpError::invalid_request("Invalid Request: id must be a string or an integer")
-            })?),
+            Some(raw) => Some(
+                RequestId::from_value(raw)
+                    .ok_or_else(|| McpError::invalid_request("Invalid Request: id must be a string or an integer"))?,
+            ),
         };
         let method = match object.remove("method") {
             Some(Value::String(method)) => method,
@@ -169,9 +170,7 @@ mod tests {
     fn keeps_id_type_and_value() {
         for raw in ["7", "\"7\"", "9223372036854775807", "18446744073709551615", "-9223372036854775808"] {
             let body = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"tools/list"}}"#);
-            let Message::Request { id, .. } = Message::parse(body.as_bytes()).unwrap() else {
-                panic!("not a request")
-            };
+            let Message::Request { id, .. } = Message::parse(body.as_bytes()).unwrap() else { panic!("not a request") };
             let out = result_response(&id, &json!({}));
             assert!(String::from_utf8(out).unwrap().contains(&format!("\"id\":{raw}")));
         }

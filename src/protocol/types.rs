@@ -144,13 +144,7 @@ impl Content {
 
     /// A resource link block.
     pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
-        Self::ResourceLink {
-            uri: uri.into(),
-            name: name.into(),
-            description: None,
-            mime_type: None,
-            annotations: None,
-        }
+        Self::ResourceLink { uri: uri.into(), name: name.into(), description: None, mime_type: None, annotations: None }
     }
 }
 
@@ -186,11 +180,7 @@ impl CallToolResult {
 
     /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
     pub fn structured(value: Value) -> Self {
-        Self {
-            content: vec![Content::text(value.to_string())],
-            structured_content: Some(value),
-            is_error: false,
-        }
+        Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
     }
 }
 
@@ -392,10 +382,7 @@ impl InputRequest {
                 (json!({ "elicitation": { "form": {} } }), granted)
             }
             Self::ElicitUrl { .. } => {
-                let granted = caps
-                    .get("elicitation")
-                    .and_then(|e| e.get("url"))
-                    .is_some_and(Value::is_object);
+                let granted = caps.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object);
                 (json!({ "elicitation": { "url": {} } }), granted)
             }
             Self::Sampling(_) => (json!({ "sampling": {} }), caps.get("sampling").is_some_and(Value::is_object)),

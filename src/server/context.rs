@@ -113,10 +113,7 @@ impl RequestContext {
 
     /// Whether the request declared an extension such as `io.modelcontextprotocol/tasks`.
     pub fn has_extension(&self, id: &str) -> bool {
-        self.client_capabilities
-            .get("extensions")
-            .and_then(|e| e.get(id))
-            .is_some_and(Value::is_object)
+        self.client_capabilities.get("extensions").and_then(|e| e.get(id)).is_some_and(Value::is_object)
     }
 
     /// The client's answer to the input request named `key`, if this is a retry carrying it.

@@ -27,7 +27,12 @@ pub enum Reply {
 
 impl McpServer {
     /// Runs `method` with `params`. `subscriptions/listen` is not handled here: it streams.
-    pub async fn execute(&self, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> Result<Reply, McpError> {
+    pub async fn execute(
+        &self,
+        ctx: RequestContext,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Result<Reply, McpError> {
         let complete = |v: Value| match v {
             Value::Object(map) => Ok(Reply::Complete(map)),
             _ => Err(McpError::internal("result is not an object")),
@@ -45,7 +50,12 @@ impl McpServer {
             }
             "resources/templates/list" if self.has_resources() => {
                 let listing: Vec<Value> = self.templates.iter().map(|t| json!(t.template)).collect();
-                complete(self.page(params, "resourceTemplates", listing.iter(), CacheableMethod::ResourceTemplatesList)?)
+                complete(self.page(
+                    params,
+                    "resourceTemplates",
+                    listing.iter(),
+                    CacheableMethod::ResourceTemplatesList,
+                )?)
             }
             "resources/read" if self.has_resources() => self.read_resource(ctx, params).await,
             "prompts/list" if !self.prompts.is_empty() => {
@@ -125,7 +135,10 @@ impl McpServer {
     }
 
     async fn call_tool(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("tools/call requires a string name"))?;
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("tools/call requires a string name"))?;
         let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
         let mut arguments = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
@@ -145,7 +158,10 @@ impl McpServer {
     }
 
     async fn read_resource(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("resources/read requires a string uri"))?;
+        let uri = params
+            .get("uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("resources/read requires a string uri"))?;
         let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
             let entry = &self.resources[i];
             ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)
@@ -165,12 +181,13 @@ impl McpServer {
     }
 
     async fn get_prompt(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| McpError::invalid_params("prompts/get requires a string name"))?;
-        let entry = self
-            .prompt_index
-            .get(name)
-            .map(|&i| &self.prompts[i])
-            .ok_or_else(|| McpError::invalid_params(format!("Prompt {} not found", crate::protocol::error::truncate_for_message(name))))?;
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("prompts/get requires a string name"))?;
+        let entry = self.prompt_index.get(name).map(|&i| &self.prompts[i]).ok_or_else(|| {
+            McpError::invalid_params(format!("Prompt {} not found", crate::protocol::error::truncate_for_message(name)))
+        })?;
         let arguments = string_map(params.get("arguments"), "prompts/get arguments")?;
         if let Some(missing) = entry.prompt.arguments.iter().find(|a| a.required && !arguments.contains_key(&a.name)) {
             return Err(McpError::invalid_params(format!("Missing required argument: {}", missing.name)));
@@ -182,17 +199,25 @@ impl McpServer {
     }
 
     fn complete(&self, params: &Map<String, Value>) -> Result<Value, McpError> {
-        let reference = params.get("ref").ok_or_else(|| McpError::invalid_params("completion/complete requires ref"))?;
-        let reference = match (reference.get("type").and_then(Value::as_str), reference.get("name"), reference.get("uri")) {
-            (Some("ref/prompt"), Some(Value::String(name)), _) => CompletionRef::Prompt(name.clone()),
-            (Some("ref/resource"), _, Some(Value::String(uri))) => CompletionRef::ResourceTemplate(uri.clone()),
-            _ => return Err(McpError::invalid_params("completion/complete ref must be ref/prompt or ref/resource")),
-        };
-        let argument = params.get("argument").ok_or_else(|| McpError::invalid_params("completion/complete requires argument"))?;
-        let (Some(arg_name), Some(value)) = (argument.get("name").and_then(Value::as_str), argument.get("value").and_then(Value::as_str)) else {
+        let reference =
+            params.get("ref").ok_or_else(|| McpError::invalid_params("completion/complete requires ref"))?;
+        let reference =
+            match (reference.get("type").and_then(Value::as_str), reference.get("name"), reference.get("uri")) {
+                (Some("ref/prompt"), Some(Value::String(name)), _) => CompletionRef::Prompt(name.clone()),
+                (Some("ref/resource"), _, Some(Value::String(uri))) => CompletionRef::ResourceTemplate(uri.clone()),
+                _ => {
+                    return Err(McpError::invalid_params("completion/complete ref must be ref/prompt or ref/resource"));
+                }
+            };
+        let argument =
+            params.get("argument").ok_or_else(|| McpError::invalid_params("completion/complete requires argument"))?;
+        let (Some(arg_name), Some(value)) =
+            (argument.get("name").and_then(Value::as_str), argument.get("value").and_then(Value::as_str))
+        else {
             return Err(McpError::invalid_params("completion/complete argument needs a name and a value"));
         };
-        let context = string_map(params.get("context").and_then(|c| c.get("arguments")), "completion context arguments")?;
+        let context =
+            string_map(params.get("context").and_then(|c| c.get("arguments")), "completion context arguments")?;
         let known = match &reference {
             CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
             CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
@@ -201,7 +226,12 @@ impl McpServer {
             return Err(McpError::invalid_params("completion/complete: unknown reference"));
         }
         let mut completion = match self.completions.get(&reference) {
-            Some(handler) => handler(&CompletionRequest { reference, argument: arg_name.to_owned(), value: value.to_owned(), context }),
+            Some(handler) => handler(&CompletionRequest {
+                reference,
+                argument: arg_name.to_owned(),
+                value: value.to_owned(),
+                context,
+            }),
             None => Default::default(),
         };
         if completion.values.len() > 100 {
@@ -245,7 +275,8 @@ pub(crate) fn unknown_tool(name: &str) -> McpError {
 
 /// `-32602` with the URI in `data`; the legacy path rewrites the code to `-32002`.
 pub(crate) fn resource_not_found(uri: &str) -> McpError {
-    McpError::invalid_params("Resource not found").with_data(json!({ "uri": crate::protocol::error::truncate_for_message(uri) }))
+    McpError::invalid_params("Resource not found")
+        .with_data(json!({ "uri": crate::protocol::error::truncate_for_message(uri) }))
 }
 
 /// Whether an error is the modern "resource not found".
@@ -285,7 +316,15 @@ mod tests {
         assert_eq!(decode_cursor(&encode_cursor(0)), Some(0));
         assert_eq!(decode_cursor(&encode_cursor(250)), Some(250));
         assert_eq!(decode_cursor(""), Some(0));
-        for junk in ["x", "!!!", "b2Q6MQ", &URL_SAFE_NO_PAD.encode("o:-1"), &URL_SAFE_NO_PAD.encode("o:+1"), &URL_SAFE_NO_PAD.encode("o:01"), &"A".repeat(64)] {
+        for junk in [
+            "x",
+            "!!!",
+            "b2Q6MQ",
+            &URL_SAFE_NO_PAD.encode("o:-1"),
+            &URL_SAFE_NO_PAD.encode("o:+1"),
+            &URL_SAFE_NO_PAD.encode("o:01"),
+            &"A".repeat(64),
+        ] {
             assert_eq!(decode_cursor(junk), None, "{junk}");
         }
     }

@@ -80,7 +80,9 @@ impl McpServer {
                 .map(|u| u.as_str().map(str::to_owned))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| McpError::invalid_params("resourceSubscriptions must be strings"))?,
-            Some(_) => return Err(McpError::invalid_params("resourceSubscriptions must be an array of at most 256 URIs")),
+            Some(_) => {
+                return Err(McpError::invalid_params("resourceSubscriptions must be an array of at most 256 URIs"));
+            }
         };
         if requested.get("taskIds").is_some_and(|t| !t.is_null()) && !ctx.has_extension(TASKS_EXTENSION) {
             return Err(McpError::missing_capability(
@@ -100,7 +102,12 @@ impl McpServer {
     /// Runs the stream: acknowledgement, matching notifications and keep-alives, then the
     /// graceful result once `limits.max_duration` has passed. Returns early (with no result to
     /// send) when the client closes the stream.
-    pub(crate) async fn listen(&self, ctx: &RequestContext, filter: Filter, limits: ListenLimits) -> Option<Map<String, Value>> {
+    pub(crate) async fn listen(
+        &self,
+        ctx: &RequestContext,
+        filter: Filter,
+        limits: ListenLimits,
+    ) -> Option<Map<String, Value>> {
         let outbox = ctx.outbox.as_ref()?;
         let tag = json!({ meta::SUBSCRIPTION_ID: ctx.id.as_value() });
         let mut changes = ctx.bus.subscribe();
@@ -111,7 +118,8 @@ impl McpServer {
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
         let deadline = tokio::time::sleep(limits.max_duration);
         tokio::pin!(deadline);
-        let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + limits.keep_alive, limits.keep_alive);
+        let mut keep_alive =
+            tokio::time::interval_at(tokio::time::Instant::now() + limits.keep_alive, limits.keep_alive);
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
@@ -135,8 +143,12 @@ impl McpServer {
 
 fn notification_for(event: &ChangeEvent, tag: &Value) -> Value {
     match event {
-        ChangeEvent::ToolsListChanged => jsonrpc::notification("notifications/tools/list_changed", json!({ "_meta": tag })),
-        ChangeEvent::PromptsListChanged => jsonrpc::notification("notifications/prompts/list_changed", json!({ "_meta": tag })),
+        ChangeEvent::ToolsListChanged => {
+            jsonrpc::notification("notifications/tools/list_changed", json!({ "_meta": tag }))
+        }
+        ChangeEvent::PromptsListChanged => {
+            jsonrpc::notification("notifications/prompts/list_changed", json!({ "_meta": tag }))
+        }
         ChangeEvent::ResourcesListChanged => {
             jsonrpc::notification("notifications/resources/list_changed", json!({ "_meta": tag }))
         }

@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use crate::protocol::McpError;
 use crate::protocol::types::{
-    CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents,
-    ResourceTemplate, ToolAnnotations,
+    CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents, ResourceTemplate,
+    ToolAnnotations,
 };
 
 /// A boxed, sendable future: the erased shape of every handler.
@@ -83,7 +83,6 @@ impl InputRequired {
     }
 }
 
-
 /// Why a tool call failed.
 #[derive(Debug)]
 pub enum ToolError {
@@ -119,12 +118,18 @@ type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolRe
 type ResourceFn =
     Arc<dyn Fn(RequestContext, String) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>> + Send + Sync>;
 type TemplateFn = Arc<
-    dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>>
+    dyn Fn(
+            RequestContext,
+            String,
+            HashMap<String, String>,
+        ) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>>
         + Send
         + Sync,
 >;
 type PromptFn = Arc<
-    dyn Fn(RequestContext, HashMap<String, String>) -> BoxFuture<Result<Outcome<GetPromptResult>, McpError>> + Send + Sync,
+    dyn Fn(RequestContext, HashMap<String, String>) -> BoxFuture<Result<Outcome<GetPromptResult>, McpError>>
+        + Send
+        + Sync,
 >;
 type CompletionFn = Arc<dyn Fn(&CompletionRequest) -> Completion + Send + Sync>;
 
@@ -468,7 +473,11 @@ impl McpServer {
         assert!(valid_tool_name(&name), "tool name {name:?} must be 1-128 characters of [A-Za-z0-9_.-]");
         assert!(!self.tool_index.contains_key(&name), "tool {name:?} is registered twice");
         let input_schema = def.input_schema.clone().unwrap_or_else(|| json!({ "type": "object" }));
-        assert_eq!(input_schema.get("type"), Some(&json!("object")), "tool {name:?}: inputSchema root must be an object");
+        assert_eq!(
+            input_schema.get("type"),
+            Some(&json!("object")),
+            "tool {name:?}: inputSchema root must be an object"
+        );
         let header_params = header_params(&name, &input_schema);
         let listing = def.to_json(&input_schema);
         self.tool_index.insert(name.clone(), self.tools.len());
@@ -567,7 +576,8 @@ impl McpServer {
 }
 
 fn valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    (1..=128).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// RFC 9110 `tchar`.
@@ -583,7 +593,8 @@ fn header_params(tool: &str, schema: &Value) -> Vec<HeaderParam> {
     let Some(Value::Object(properties)) = schema.get("properties") else { return out };
     for (property, sub) in properties {
         let Some(header) = sub.get("x-mcp-header") else { continue };
-        let header = header.as_str().unwrap_or_else(|| panic!("tool {tool}: x-mcp-header on {property} must be a string"));
+        let header =
+            header.as_str().unwrap_or_else(|| panic!("tool {tool}: x-mcp-header on {property} must be a string"));
         assert!(
             !header.is_empty() && header.bytes().all(is_tchar),
             "tool {tool}: x-mcp-header {header:?} is not an HTTP token"

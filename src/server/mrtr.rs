@@ -99,7 +99,8 @@ pub fn open_retry(
     let state = match params.get("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {
-            let opened = sealer.open(Purpose::RequestState, &binding(principal, method, params), sealed).map_err(state_error)?;
+            let opened =
+                sealer.open(Purpose::RequestState, &binding(principal, method, params), sealed).map_err(state_error)?;
             Some(opened)
         }
         Some(_) => return Err(state_error(SealError::Malformed)),
@@ -162,9 +163,13 @@ mod tests {
     #[test]
     fn binding_ignores_key_order_but_not_values() {
         let p = Principal::anonymous();
-        let a: Map<String, Value> = serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,{"b":2,"a":1}]}}"#).unwrap();
-        let b: Map<String, Value> = serde_json::from_str(r#"{"arguments":{"y":[1,{"a":1,"b":2}],"x":1},"name":"t","inputResponses":{}}"#).unwrap();
-        let c: Map<String, Value> = serde_json::from_str(r#"{"name":"t","arguments":{"x":2,"y":[1,{"a":1,"b":2}]}}"#).unwrap();
+        let a: Map<String, Value> =
+            serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,{"b":2,"a":1}]}}"#).unwrap();
+        let b: Map<String, Value> =
+            serde_json::from_str(r#"{"arguments":{"y":[1,{"a":1,"b":2}],"x":1},"name":"t","inputResponses":{}}"#)
+                .unwrap();
+        let c: Map<String, Value> =
+            serde_json::from_str(r#"{"name":"t","arguments":{"x":2,"y":[1,{"a":1,"b":2}]}}"#).unwrap();
         assert_eq!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &b));
         assert_ne!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &c));
         assert_ne!(binding(&p, "tools/call", &a), binding(&p, "prompts/get", &a));

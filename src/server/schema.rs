@@ -13,11 +13,45 @@ use serde_json::{Map, Value};
 
 /// Keywords that only annotate or that this validator enforces.
 const KNOWN: &[&str] = &[
-    "$schema", "$id", "$comment", "$defs", "definitions", "$ref", "title", "description", "default",
-    "examples", "format", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
-    "type", "properties", "required", "additionalProperties", "enum", "const", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "items", "minItems",
-    "maxItems", "uniqueItems", "anyOf", "oneOf", "allOf", "not", "minProperties", "maxProperties",
+    "$schema",
+    "$id",
+    "$comment",
+    "$defs",
+    "definitions",
+    "$ref",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "format",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "contentMediaType",
+    "contentEncoding",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "items",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "not",
+    "minProperties",
+    "maxProperties",
 ];
 
 const MAX_DEPTH: usize = 64;
@@ -200,7 +234,13 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
-    fn check_array(&self, map: &'a Map<String, Value>, items: &[Value], path: &mut String, depth: usize) -> Result<(), String> {
+    fn check_array(
+        &self,
+        map: &'a Map<String, Value>,
+        items: &[Value],
+        path: &mut String,
+        depth: usize,
+    ) -> Result<(), String> {
         let len = items.len() as u64;
         if map.get("minItems").and_then(Value::as_u64).is_some_and(|min| len < min) {
             return Err(format!("{}: fewer than {} items", at(path), map["minItems"]));
@@ -226,7 +266,13 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
-    fn check_object(&self, map: &'a Map<String, Value>, object: &Map<String, Value>, path: &mut String, depth: usize) -> Result<(), String> {
+    fn check_object(
+        &self,
+        map: &'a Map<String, Value>,
+        object: &Map<String, Value>,
+        path: &mut String,
+        depth: usize,
+    ) -> Result<(), String> {
         if let Some(Value::Array(required)) = map.get("required") {
             for name in required.iter().filter_map(Value::as_str) {
                 if !object.contains_key(name) {
@@ -303,7 +349,10 @@ mod tests {
 
     #[test]
     fn reports_unsupported_keywords_and_strips_unknown_keys() {
-        assert_eq!(unsupported_keywords(&json!({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})), ["pattern"]);
+        assert_eq!(
+            unsupported_keywords(&json!({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})),
+            ["pattern"]
+        );
         assert!(unsupported_keywords(&json!({"type":"object","x-mcp-header":"A"})).is_empty());
         let schema = json!({"type":"object","properties":{"a":{}}});
         let mut args = json!({"a":1,"principal":"admin"}).as_object().unwrap().clone();

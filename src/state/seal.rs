@@ -116,7 +116,10 @@ impl Sealer {
         }
         let mut ring = Vec::with_capacity(keys.len());
         for (id, secret) in keys {
-            if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            if id.is_empty()
+                || id.len() > 32
+                || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
                 return Err(format!("key id {id:?} must be 1-32 characters of [A-Za-z0-9_-]"));
             }
             if secret.len() < MIN_SECRET_LEN {
@@ -309,7 +312,8 @@ mod tests {
     #[test]
     fn env_value_parsing() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-        let s = Sealer::from_env_value(&format!(" new={} , {} ", "x".repeat(32), "y".repeat(40)), clock.clone()).unwrap();
+        let s =
+            Sealer::from_env_value(&format!(" new={} , {} ", "x".repeat(32), "y".repeat(40)), clock.clone()).unwrap();
         assert_eq!(s.current_key_id(), "new");
         assert!(Sealer::from_env_value("short", clock.clone()).is_err());
         assert!(Sealer::from_env_value("", clock.clone()).is_err());

@@ -18,7 +18,12 @@ pub struct Body(Kind);
 
 enum Kind {
     Full(Option<Bytes>),
-    Stream { events: mpsc::Receiver<StreamEvent>, first: Option<StreamEvent>, done: bool, producer: Option<AbortHandle> },
+    Stream {
+        events: mpsc::Receiver<StreamEvent>,
+        first: Option<StreamEvent>,
+        done: bool,
+        producer: Option<AbortHandle>,
+    },
 }
 
 impl Body {

@@ -55,11 +55,12 @@ pub fn decode_value(raw: &str) -> Result<Cow<'_, str>, HeaderProblem> {
 
 /// Encodes a value for a header: plain when it is safe, the base64 sentinel otherwise.
 pub fn encode_value(value: &str) -> Cow<'_, str> {
+    let looks_like_sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
     let safe = !value.is_empty()
         && value.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
         && !value.starts_with([' ', '\t'])
         && !value.ends_with([' ', '\t'])
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+        && !looks_like_sentinel;
     if safe { Cow::Borrowed(value) } else { Cow::Owned(format!("=?base64?{}?=", STANDARD.encode(value))) }
 }
 

@@ -99,7 +99,8 @@ pub(super) fn deliver_client_response(
     id: RequestId,
     outcome: Result<Value, Value>,
 ) -> Response<Body> {
-    let legacy = headers::single(headers, headers::PROTOCOL_VERSION).is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)));
+    let legacy = headers::single(headers, headers::PROTOCOL_VERSION)
+        .is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)));
     let waiting = legacy.then(|| id.as_value().as_str().and_then(|id| app.pending.take(id))).flatten();
     match waiting {
         Some(sender) => {
@@ -108,7 +109,9 @@ pub(super) fn deliver_client_response(
         }
         None => error_response(
             None,
-            &McpError::invalid_request("Invalid Request: clients must not send responses except to a pending server request"),
+            &McpError::invalid_request(
+                "Invalid Request: clients must not send responses except to a pending server request",
+            ),
         ),
     }
 }
@@ -123,14 +126,15 @@ pub(super) async fn handle(
 ) -> Response<Body> {
     if let Ok(Some(version)) = headers::single(headers, headers::PROTOCOL_VERSION) {
         if method != "initialize" && !LEGACY_VERSIONS.contains(&version) {
-            return error_response(Some(&id), &McpError::invalid_request(format!("Unsupported MCP-Protocol-Version: {version}")));
+            return error_response(
+                Some(&id),
+                &McpError::invalid_request(format!("Unsupported MCP-Protocol-Version: {version}")),
+            );
         }
     }
     if let Some(session) = headers.get("mcp-session-id") {
-        let valid = session
-            .to_str()
-            .ok()
-            .is_some_and(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).is_ok());
+        let valid =
+            session.to_str().ok().is_some_and(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).is_ok());
         if !valid && method != "initialize" {
             let error = McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found");
             return error_response(Some(&id), &error);
@@ -153,7 +157,11 @@ pub(super) async fn handle(
     // assumed to offer what 2025 clients commonly do. A client that does not answers our
     // request with an error, which ends the call with a clear message.
     ctx.client_capabilities = legacy_capabilities();
-    ctx.progress_token = params.get("_meta").and_then(|m| m.get(meta::PROGRESS_TOKEN)).filter(|t| t.is_string() || t.is_number()).cloned();
+    ctx.progress_token = params
+        .get("_meta")
+        .and_then(|m| m.get(meta::PROGRESS_TOKEN))
+        .filter(|t| t.is_string() || t.is_number())
+        .cloned();
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
         let (status, body) = run(app, ctx, &method, &params).await;
@@ -197,7 +205,12 @@ async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, 
 
 /// Executes the request, answering `input_required` rounds by asking the client over the open
 /// stream (the 2025 way) and re-running the handler with the answers.
-async fn fulfil(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> Result<Map<String, Value>, McpError> {
+async fn fulfil(
+    app: &App,
+    ctx: RequestContext,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Map<String, Value>, McpError> {
     let mut ctx = ctx;
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();

@@ -20,9 +20,9 @@ use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
+use crate::security::{AllowedOrigins, Principal};
 use crate::server::listen::ListenLimits;
 use crate::server::{McpServer, StreamEvent};
-use crate::security::{AllowedOrigins, Principal};
 use crate::state::{ChangeBus, Sealer, bus::LocalBus};
 
 /// Everything one MCP endpoint needs, built once per process.
@@ -149,7 +149,11 @@ pub(crate) fn error_response(id: Option<&RequestId>, error: &McpError) -> Respon
     json_response(error.status, jsonrpc::error_response(id, error))
 }
 
-fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: tokio::task::AbortHandle) -> Response<Body> {
+fn sse_response(
+    first: StreamEvent,
+    events: mpsc::Receiver<StreamEvent>,
+    producer: tokio::task::AbortHandle,
+) -> Response<Body> {
     let mut response = Response::new(Body::sse(first, events, Some(producer)));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -201,7 +205,9 @@ pub(crate) fn principal_for(_headers: &http::HeaderMap) -> Principal {
 
 /// Runs a handler future, turning a panic into `-32603` so one faulty tool cannot take the
 /// connection (or, on the streaming path, the stream) down with it.
-pub(crate) async fn catch_panic<T>(future: impl std::future::Future<Output = Result<T, McpError>>) -> Result<T, McpError> {
+pub(crate) async fn catch_panic<T>(
+    future: impl std::future::Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
     use std::panic::AssertUnwindSafe;
     struct CatchUnwind<F>(F);
     impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {

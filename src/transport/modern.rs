@@ -96,10 +96,12 @@ async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, 
     let outcome = match super::catch_panic(app.server.execute(ctx, method, params)).await {
         Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
         Ok(Reply::InputRequired(input)) => {
-            mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(|mut result| {
-                attach_server_info(&mut result, &app.server);
-                jsonrpc::result_response(&id, &Value::Object(result))
-            })
+            mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(
+                |mut result| {
+                    attach_server_info(&mut result, &app.server);
+                    jsonrpc::result_response(&id, &Value::Object(result))
+                },
+            )
         }
         Err(error) => Err(error),
     };
@@ -127,8 +129,12 @@ struct Envelope {
 
 fn header_error(name: &str, problem: HeaderProblem) -> McpError {
     match problem {
-        HeaderProblem::Repeated => McpError::header_mismatch(format!("Header mismatch: {name} header appears more than once")),
-        HeaderProblem::Invalid => McpError::header_mismatch(format!("Header mismatch: {name} header value is not valid")),
+        HeaderProblem::Repeated => {
+            McpError::header_mismatch(format!("Header mismatch: {name} header appears more than once"))
+        }
+        HeaderProblem::Invalid => {
+            McpError::header_mismatch(format!("Header mismatch: {name} header value is not valid"))
+        }
     }
 }
 
@@ -218,7 +224,8 @@ fn check_header_equals(headers: &HeaderMap, name: &str, display: &str, expected:
 /// Every `x-mcp-header` argument present (and not null) in the body must arrive as a matching
 /// `Mcp-Param-*` header. Unknown tools are left to dispatch (`-32602`).
 fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<String, Value>) -> Result<(), McpError> {
-    let Some(tool) = params.get("name").and_then(Value::as_str).and_then(|n| server.tool_index.get(n)).map(|&i| &server.tools[i])
+    let Some(tool) =
+        params.get("name").and_then(Value::as_str).and_then(|n| server.tool_index.get(n)).map(|&i| &server.tools[i])
     else {
         return Ok(());
     };
@@ -249,4 +256,3 @@ fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<Str
     }
     Ok(())
 }
-

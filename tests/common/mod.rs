@@ -3,12 +3,20 @@
 
 #![allow(dead_code)]
 
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
-use vercel_mcp::{App, local};
+use vercel_mcp::protocol::LogLevel;
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest, Resource, ResourceContents};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::state::{ChangeEvent, ManualClock};
+use vercel_mcp::{App, Config, local};
 
 /// A server running on 127.0.0.1 for the duration of a test.
 pub struct TestServer {
@@ -25,7 +33,13 @@ impl TestServer {
 
     /// A request builder for `/api/mcp`.
     pub fn post(&self, body: impl Into<String>) -> Call {
-        Call { addr: self.addr, method: "POST", path: "/api/mcp".into(), headers: vec![("Content-Type".into(), "application/json".into())], body: body.into() }
+        Call {
+            addr: self.addr,
+            method: "POST",
+            path: "/api/mcp".into(),
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: body.into(),
+        }
     }
 
     pub fn request(&self, method: &'static str, path: &str) -> Call {
@@ -35,7 +49,8 @@ impl TestServer {
     /// A modern request with every header set from the body.
     pub fn modern(&self, id: Value, method: &str, params: Value) -> Call {
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": with_meta(params) });
-        let mut call = self.post(body.to_string()).header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", method);
+        let mut call =
+            self.post(body.to_string()).header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", method);
         let name = match method {
             "tools/call" | "prompts/get" => body["params"]["name"].as_str().map(str::to_owned),
             "resources/read" => body["params"]["uri"].as_str().map(str::to_owned),
@@ -113,7 +128,8 @@ impl Call {
     }
 
     fn head(&self) -> String {
-        let mut head = format!("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.method, self.path, self.addr);
+        let mut head =
+            format!("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.method, self.path, self.addr);
         for (k, v) in &self.headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -154,7 +170,11 @@ pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
     let mut chunk = [0u8; 4096];
     loop {
         let text = String::from_utf8_lossy(&buffer).into_owned();
-        let events: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|d| serde_json::from_str(d).ok()).collect();
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect();
         if events.len() >= n {
             return events;
         }
@@ -190,4 +210,120 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&raw[..size]);
         raw = &raw[size + 2..];
     }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct CountArgs {
+    /// How much to add.
+    #[schemars(range(min = 1, max = 10))]
+    n: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RegionArgs {
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+}
+
+pub struct Fixture {
+    pub server: TestServer,
+    pub calls: Arc<AtomicUsize>,
+    pub cancelled: Arc<Notify>,
+    pub clock: Arc<ManualClock>,
+}
+
+struct DropSignal(Arc<Notify>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// A server with test tools covering every pipeline path.
+pub async fn fixture() -> Fixture {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let cancelled = Arc::new(Notify::new());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let mut server = McpServer::new("test-server", "9.9.9");
+    vercel_mcp::catalogue::minimal::register(&mut server);
+    let counter = calls.clone();
+    server.tool(ToolDef::new("count").description("Counts calls"), move |_, args: CountArgs| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(args.n as usize, Ordering::SeqCst);
+            Ok::<_, ToolError>(CallToolResult::text("counted"))
+        }
+    });
+    server.tool(ToolDef::new("fail").description("Fails"), |_, _: NoArguments| async {
+        Err::<CallToolResult, _>(ToolError::Execution("backend said no: exactly this".into()))
+    });
+    server.tool(ToolDef::new("boom").description("Panics"), |_, _: NoArguments| async {
+        if true {
+            panic!("tool bug");
+        }
+        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
+    });
+    let signal = cancelled.clone();
+    server.tool(
+        ToolDef::new("wait").description("Reports progress, then waits for cancellation"),
+        move |ctx, _: NoArguments| {
+            let guard = DropSignal(signal.clone());
+            async move {
+                let _guard = guard;
+                ctx.progress(1.0, Some(2.0), Some("started")).await;
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>(CallToolResult::text("never"))
+            }
+        },
+    );
+    server.tool(ToolDef::new("region").description("Has an x-mcp-header"), |_, args: RegionArgs| async move {
+        Ok::<_, ToolError>(CallToolResult::text(args.region))
+    });
+    server.tool(ToolDef::new("logs").description("Logs at three levels"), |ctx, _: NoArguments| async move {
+        for level in [LogLevel::Debug, LogLevel::Info, LogLevel::Error] {
+            ctx.log(level, None, json!(level.as_str())).await;
+        }
+        Ok::<_, ToolError>(CallToolResult::text("logged"))
+    });
+    server.tool(ToolDef::new("ask").description("MRTR round trip"), |ctx, _: NoArguments| async move {
+        let name = ctx.input_response("name").and_then(|r| r["content"]["name"].as_str());
+        match (name, ctx.request_state()) {
+            (Some(name), Some(state)) if state["step"] == 1 => {
+                Ok(Outcome::Complete(CallToolResult::text(format!("hi {name}"))))
+            }
+            _ => Ok::<_, ToolError>(Outcome::InputRequired(
+                InputRequired::new()
+                    .request(
+                        "name",
+                        InputRequest::ElicitForm {
+                            message: "Name?".into(),
+                            requested_schema: json!({"type":"object","properties":{"name":{"type":"string"}}}),
+                        },
+                    )
+                    .state(json!({ "step": 1 })),
+            )),
+        }
+    });
+    server.tool(ToolDef::new("change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
+        ctx.publish_change(ChangeEvent::ToolsListChanged);
+        Ok::<_, ToolError>(CallToolResult::text("changed"))
+    });
+    server.resource(
+        Resource {
+            uri: "test://a".into(),
+            name: "a".into(),
+            title: None,
+            description: None,
+            mime_type: Some("text/plain".into()),
+        },
+        None,
+        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "A")]) },
+    );
+    server.set_page_size(4);
+    let mut config = Config::for_tests(clock.clone());
+    config.listen_max_duration = std::time::Duration::from_millis(300);
+    config.max_body_bytes = 4096;
+    let app = Arc::new(App::new(server, &config));
+    Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
 }

@@ -1,0 +1,96 @@
+//! The stateless 2025-11-25 path over loopback HTTP.
+
+mod common;
+
+use common::{fixture, read_events};
+use serde_json::json;
+
+fn legacy(f: &common::Fixture, body: serde_json::Value) -> common::Call {
+    f.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
+}
+
+#[tokio::test]
+async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
+    let f = fixture().await;
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    let reply = f.server.post(body.to_string()).send().await;
+    assert_eq!(reply.status, 200);
+    let result = &reply.json()["result"];
+    assert_eq!(result["protocolVersion"], "2025-06-18");
+    assert_eq!(result["serverInfo"], json!({"name": "test-server", "version": "9.9.9"}));
+    assert!(result["capabilities"]["tools"].is_object());
+    assert!(result.get("resultType").is_none());
+    let session = reply.header("mcp-session-id").expect("a session id").to_owned();
+    assert!(session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    let unknown = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01"}});
+    assert_eq!(f.server.post(unknown.to_string()).send().await.json()["result"]["protocolVersion"], "2025-11-25");
+
+    let initialized = legacy(&f, json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .await;
+    assert_eq!(initialized.status, 202);
+    // Any instance accepts the session id; none needs to remember it.
+    let list = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .await;
+    let result = &list.json()["result"];
+    assert!(result["tools"].is_array());
+    for key in ["resultType", "ttlMs", "cacheScope", "_meta"] {
+        assert!(result.get(key).is_none(), "{key} is not a 2025 field");
+    }
+    let forged = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+        .header("Mcp-Session-Id", &format!("{session}x"))
+        .send()
+        .await;
+    assert_eq!(forged.status, 404);
+}
+
+#[tokio::test]
+async fn legacy_shapes_and_codes() {
+    let f = fixture().await;
+    let ping = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"ping","params":{}})).send().await;
+    assert_eq!(ping.json()["result"], json!({}));
+    let level =
+        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info"}})).send().await;
+    assert_eq!(level.json()["result"], json!({}));
+    let missing =
+        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://missing"}}))
+            .send()
+            .await;
+    assert_eq!(missing.code(), -32002, "2025 clients get the 2025 code");
+    let call = legacy(
+        &f,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"old"}}}),
+    )
+    .send()
+    .await;
+    assert_eq!(call.json()["result"], json!({"content":[{"type":"text","text":"old"}]}));
+    let discover = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})).send().await;
+    assert_eq!(discover.code(), -32601);
+    let unknown_response = legacy(&f, json!({"jsonrpc":"2.0","id":"srv-unknown","result":{}})).send().await;
+    assert_eq!(unknown_response.status, 400);
+    assert_eq!(f.server.request("GET", "/api/mcp").header("Accept", "text/event-stream").send().await.status, 405);
+}
+
+#[tokio::test]
+async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
+    let f = fixture().await;
+    let call = legacy(&f, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}));
+    let (status, head, mut stream) = call.open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"));
+    let request = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Name?");
+    let id = request["id"].as_str().unwrap().to_owned();
+    assert!(id.len() >= 32, "server request ids are unguessable");
+    let answer = json!({"jsonrpc":"2.0","id":id,"result":{"action":"accept","content":{"name":"Grace"}}});
+    assert_eq!(legacy(&f, answer.clone()).send().await.status, 202);
+    let result = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(result["id"], 9);
+    assert_eq!(result["result"]["content"][0]["text"], "hi Grace");
+    // The same answer again has nobody waiting for it.
+    assert_eq!(legacy(&f, answer).send().await.status, 400);
+}

@@ -1,0 +1,69 @@
+//! `vercel.json` is part of the product: these checks fail if a function loses its settings.
+
+use serde_json::Value;
+
+fn vercel_json() -> Value {
+    serde_json::from_str(include_str!("../vercel.json")).expect("vercel.json is valid JSON")
+}
+
+fn api_entrypoints() -> Vec<String> {
+    let mut files = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/api"))];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+                files.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn declares_the_schema() {
+    assert_eq!(vercel_json()["$schema"], "https://openapi.vercel.sh/vercel.json");
+}
+
+#[test]
+fn the_mcp_function_has_a_max_duration_that_outlasts_listen_streams() {
+    let config = vercel_json();
+    let max = config["functions"]["api/mcp.rs"]["maxDuration"]
+        .as_u64()
+        .expect("functions[\"api/mcp.rs\"].maxDuration is a positive integer");
+    assert!(max > 0);
+    let defaults =
+        vercel_mcp::Config::from_lookup(|_| None, std::sync::Arc::new(vercel_mcp::state::SystemClock)).unwrap();
+    assert!(
+        defaults.listen_max_duration.as_secs() + 10 <= max,
+        "listen streams must close before the function is cut off"
+    );
+}
+
+#[test]
+fn every_entrypoint_is_a_binary_with_function_settings() {
+    let config = vercel_json();
+    let cargo = include_str!("../Cargo.toml");
+    for file in api_entrypoints() {
+        assert!(cargo.contains(&format!("path = \"{file}\"")), "{file} needs a [[bin]] in Cargo.toml");
+        assert!(
+            config["functions"][&file]["maxDuration"].as_u64().is_some_and(|m| m > 0),
+            "{file} needs functions.maxDuration"
+        );
+    }
+    for key in config["functions"].as_object().unwrap().keys() {
+        assert!(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(key).exists(),
+            "vercel.json names a missing file {key}"
+        );
+    }
+}
+
+#[test]
+fn no_queue_trigger_on_the_mcp_endpoint() {
+    assert!(vercel_json()["functions"]["api/mcp.rs"].get("experimentalTriggers").is_none());
+}
