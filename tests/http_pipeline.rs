@@ -212,6 +212,52 @@ async fn tools_validate_before_running_and_report_errors_in_band() {
 }
 
 #[tokio::test]
+async fn structured_output_is_checked_against_the_output_schema() {
+    let f = fixture().await;
+    let mut cursor = Value::Null;
+    let weather = loop {
+        let page =
+            f.server.modern(json!(1), "tools/list", json!({"cursor": cursor})).send().await.json()["result"].clone();
+        if let Some(tool) = page["tools"].as_array().unwrap().iter().find(|t| t["name"] == "weather") {
+            break tool.clone();
+        }
+        cursor = page["nextCursor"].clone();
+        assert!(cursor.is_string(), "weather is listed");
+    };
+    assert_eq!(weather["title"], "Weather");
+    assert_eq!(weather["annotations"], json!({"readOnlyHint": true, "openWorldHint": false}));
+    assert_eq!(weather["outputSchema"]["required"], json!(["temperature"]));
+    let result =
+        f.server.modern(json!(1), "tools/call", call("weather", json!({}))).send().await.json()["result"].clone();
+    assert_eq!(result["structuredContent"], json!({"temperature": 22.5}));
+    assert_eq!(result["content"][0], json!({"type": "text", "text": "{\"temperature\":22.5}"}));
+    assert_eq!(result["content"][1], json!({"type": "resource_link", "uri": "test://a", "name": "a"}));
+    let broken = f.server.modern(json!(1), "tools/call", call("weather", json!({"broken": true}))).send().await;
+    assert_eq!(broken.code(), -32603, "output that breaks the contract never reaches the client");
+}
+
+#[tokio::test]
+async fn a_refused_origin_never_reaches_the_handler() {
+    let f = fixture().await;
+    let reply = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+    let allowed = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://127.0.0.1:3000")
+        .send()
+        .await;
+    assert_eq!(allowed.json()["result"]["content"][0]["text"], "counted");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_panicking_tool_is_contained() {
     let f = fixture().await;
     let reply = f.server.modern(json!(7), "tools/call", call("boom", json!({}))).send().await;
@@ -240,7 +286,7 @@ async fn lists_paginate_with_opaque_cursors_and_carry_cache_hints() {
             None => break,
         }
     }
-    assert_eq!(names, ["echo", "count", "fail", "boom", "wait", "region", "logs", "ask", "change"]);
+    assert_eq!(names, ["echo", "count", "fail", "boom", "wait", "region", "logs", "ask", "weather", "change"]);
     for bad in [json!("garbage!"), json!(42), json!("b3M6OTk5")] {
         let reply = f.server.modern(json!(1), "tools/list", json!({"cursor": bad})).send().await;
         assert_eq!(reply.code(), -32602, "{bad}");

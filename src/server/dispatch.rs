@@ -150,7 +150,18 @@ impl McpServer {
         }
         schema::strip_unknown_keys(&tool.input_schema, &mut arguments);
         match (tool.handler)(ctx, arguments).await {
-            Ok(Outcome::Complete(result)) => tool_reply(result),
+            Ok(Outcome::Complete(result)) => {
+                if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
+                    let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
+                    if schema::validate(schema, structured).is_err() {
+                        // A server bug, not the caller's: never send output that breaks the contract.
+                        return Err(McpError::internal(format!(
+                            "Internal error: tool {name} produced output that does not match its outputSchema"
+                        )));
+                    }
+                }
+                tool_reply(result)
+            }
             Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
             Err(ToolError::Execution(message)) => tool_reply(CallToolResult::error(message)),
             Err(ToolError::Protocol(error)) => Err(error),

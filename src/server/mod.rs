@@ -309,6 +309,7 @@ pub(crate) struct ToolEntry {
     pub name: String,
     pub listing: Value,
     pub input_schema: Value,
+    pub output_schema: Option<Value>,
     pub header_params: Vec<HeaderParam>,
     pub handler: ToolFn,
 }
@@ -480,8 +481,9 @@ impl McpServer {
         );
         let header_params = header_params(&name, &input_schema);
         let listing = def.to_json(&input_schema);
+        let output_schema = def.output_schema.clone();
         self.tool_index.insert(name.clone(), self.tools.len());
-        self.tools.push(ToolEntry { name, listing, input_schema, header_params, handler });
+        self.tools.push(ToolEntry { name, listing, input_schema, output_schema, header_params, handler });
     }
 
     /// Registers a static resource.

@@ -256,3 +256,64 @@ fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<Str
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::state::SystemClock;
+    use http::HeaderValue;
+
+    fn app() -> App {
+        let mut server = McpServer::new("t", "1");
+        crate::catalogue::minimal::register(&mut server);
+        App::new(server, &Config::for_tests(Arc::new(SystemClock)))
+    }
+
+    fn headers(method: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(headers::PROTOCOL_VERSION, HeaderValue::from_static("2026-07-28"));
+        headers.insert(headers::METHOD, HeaderValue::from_str(method).unwrap());
+        headers
+    }
+
+    fn params(meta: Value) -> Map<String, Value> {
+        json!({ "_meta": meta }).as_object().unwrap().clone()
+    }
+
+    fn code(meta: Value) -> Option<(i32, StatusCode)> {
+        check(&app(), &headers("tools/list"), "tools/list", &params(meta)).err().map(|e| (e.code.0, e.status))
+    }
+
+    #[test]
+    fn meta_requires_version_and_capabilities_of_the_right_types() {
+        let version = "io.modelcontextprotocol/protocolVersion";
+        let caps = "io.modelcontextprotocol/clientCapabilities";
+        let bad = (-32602, StatusCode::BAD_REQUEST);
+        assert_eq!(code(json!(null)), Some(bad));
+        assert_eq!(code(json!([])), Some(bad));
+        assert_eq!(code(json!({ caps: {} })), Some(bad));
+        assert_eq!(code(json!({ version: 20260728, caps: {} })), Some(bad));
+        assert_eq!(code(json!({ version: "2026-07-28" })), Some(bad));
+        assert_eq!(code(json!({ version: "2026-07-28", caps: [] })), Some(bad));
+        assert_eq!(code(json!({ version: "2026-07-28", caps: {} })), None, "clientInfo is optional");
+        assert_eq!(
+            code(json!({ version: "2026-07-28", caps: {}, "io.modelcontextprotocol/logLevel": 3 })),
+            Some((-32602, StatusCode::OK))
+        );
+        assert_eq!(
+            code(json!({ version: "2026-07-28", caps: {}, "progressToken": {"x": 1} })),
+            Some((-32602, StatusCode::OK))
+        );
+        let envelope = check(
+            &app(),
+            &headers("tools/list"),
+            "tools/list",
+            &params(json!({ version: "2026-07-28", caps: {"sampling": {}}, "progressToken": 7, "io.modelcontextprotocol/logLevel": "warning" })),
+        )
+        .unwrap();
+        assert!(envelope.client_capabilities.contains_key("sampling"));
+        assert_eq!(envelope.progress_token, Some(json!(7)));
+        assert_eq!(envelope.log_level, Some(LogLevel::Warning));
+    }
+}

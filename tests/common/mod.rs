@@ -220,6 +220,12 @@ struct CountArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct WeatherArgs {
+    #[serde(default)]
+    broken: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct RegionArgs {
     #[schemars(extend("x-mcp-header" = "Region"))]
     region: String,
@@ -305,6 +311,28 @@ pub async fn fixture() -> Fixture {
             )),
         }
     });
+    server.tool(
+        ToolDef::new("weather")
+            .title("Weather")
+            .description("Structured output with an outputSchema")
+            .output_schema(
+                json!({"type":"object","properties":{"temperature":{"type":"number"}},"required":["temperature"]}),
+            )
+            .annotations(vercel_mcp::protocol::types::ToolAnnotations {
+                read_only_hint: Some(true),
+                open_world_hint: Some(false),
+                ..Default::default()
+            }),
+        |_, args: WeatherArgs| async move {
+            let mut result = if args.broken {
+                CallToolResult::structured(json!({"temp": "warm"}))
+            } else {
+                CallToolResult::structured(json!({"temperature": 22.5}))
+            };
+            result.content.push(vercel_mcp::protocol::types::Content::resource_link("test://a", "a"));
+            Ok::<_, ToolError>(result)
+        },
+    );
     server.tool(ToolDef::new("change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
         ctx.publish_change(ChangeEvent::ToolsListChanged);
         Ok::<_, ToolError>(CallToolResult::text("changed"))
