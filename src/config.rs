@@ -8,11 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::jobs::{JobsBackend, UnconfiguredJobStore, VercelQueue, redis_store::RedisJobStore};
 use crate::security::AllowedOrigins;
-use crate::state::{Clock, Sealer, SystemClock, seal::derived_key_id};
+use crate::state::{Clock, Random, Sealer, SystemClock, SystemRandom, seal::derived_key_id};
 
-/// Parsed configuration.
-#[derive(Clone, Debug)]
+/// Parsed configuration, and the process-wide dependencies chosen from it (clock, randomness,
+/// job store and queue), so every route of a process shares them.
+#[derive(Clone)]
 pub struct Config {
     /// Running on Vercel (`VERCEL` set).
     pub deployed: bool,
@@ -30,6 +32,33 @@ pub struct Config {
     pub keep_alive: Duration,
     /// `MCP_SERVER_NAME`: the name reported in `serverInfo`.
     pub server_name: String,
+    /// Time source for expiry everywhere.
+    pub clock: Arc<dyn Clock>,
+    /// Randomness for identifiers.
+    pub random: Arc<dyn Random>,
+    /// Job store and queue: Redis and Vercel Queues when deployed; in-memory and in-process
+    /// locally unless `REDIS_URL` (store) or `MCP_QUEUE_BASE_URL` (queue) say otherwise.
+    pub jobs: JobsBackend,
+    /// `CRON_SECRET`: the bearer token Vercel Cron presents to the sweep.
+    pub cron_secret: Option<String>,
+    /// `MCP_JOB_STEP_MS`: simulated work per job step.
+    pub job_step_delay: Duration,
+    /// `MCP_CONSUMER_BUDGET_SECONDS`: how long one delivery may work before deferring.
+    pub consumer_budget: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets stay out: the sealer prints key ids only; the cron secret is not printed.
+        f.debug_struct("Config")
+            .field("deployed", &self.deployed)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("sealer", &self.sealer)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("jobs", &self.jobs)
+            .field("cron_secret_set", &self.cron_secret.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Start-up refused: one line per problem, each naming its variable. Never contains secrets.
@@ -75,6 +104,16 @@ impl Config {
             number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
         let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
         let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
+        let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
+        let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let jobs = match jobs_backend(deployed, &non_empty) {
+            Ok(jobs) => Some(jobs),
+            Err(problem) => {
+                problems.push(problem);
+                None
+            }
+        };
         let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {
             Some(raw) => match Sealer::from_env_value(&raw, clock.clone()) {
                 Ok(sealer) => (Some(sealer), false),
@@ -104,6 +143,12 @@ impl Config {
             listen_max_duration: Duration::from_secs(listen),
             keep_alive: Duration::from_secs(keep_alive),
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
+            clock,
+            random: Arc::new(SystemRandom::default()),
+            jobs: jobs.expect("jobs are set when there are no problems"),
+            cron_secret: non_empty("CRON_SECRET"),
+            job_step_delay: Duration::from_millis(step_ms),
+            consumer_budget: Duration::from_secs(budget),
         })
     }
 
@@ -115,6 +160,44 @@ impl Config {
         )
         .expect("test configuration is valid")
     }
+}
+
+/// Chooses the job store and queue. Deployed without `REDIS_URL`, the store is one whose every
+/// operation fails naming the variable: jobs never fall back to one instance's memory.
+fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<JobsBackend, String> {
+    let mut backend = JobsBackend::local();
+    let mut parts = Vec::new();
+    match var("REDIS_URL") {
+        Some(url) => {
+            let prefix = var("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into());
+            backend.store = Arc::new(RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?);
+            parts.push(format!("Redis store (prefix {prefix})"));
+        }
+        None if deployed => {
+            backend.store = Arc::new(UnconfiguredJobStore(
+                "REDIS_URL is not set: async jobs need a shared store (Redis) when deployed",
+            ));
+            parts.push("no store (REDIS_URL unset)".into());
+        }
+        None => parts.push("in-memory store".into()),
+    }
+    let queue_base = var("MCP_QUEUE_BASE_URL");
+    if deployed || queue_base.is_some() {
+        let queue = Arc::new(VercelQueue::new(
+            queue_base,
+            var("VERCEL_REGION"),
+            var("VERCEL_DEPLOYMENT_ID"),
+            var("VERCEL_OIDC_TOKEN"),
+        ));
+        backend.publisher = queue.clone();
+        backend.queue_api = queue;
+        backend.local_queue = None;
+        parts.push("Vercel Queues".into());
+    } else {
+        parts.push("in-process queue".into());
+    }
+    backend.description = format!("jobs: {}", parts.join(", "));
+    Ok(backend)
 }
 
 fn ephemeral_sealer(clock: Arc<dyn Clock>) -> Sealer {

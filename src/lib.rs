@@ -9,7 +9,9 @@
 
 pub mod catalogue;
 pub mod config;
+pub mod jobs;
 pub mod local;
+pub mod outbound;
 pub mod protocol;
 pub mod security;
 pub mod server;
@@ -38,10 +40,27 @@ pub fn mcp_app(config: &Config) -> Arc<App> {
     Arc::new(App::new(server, config))
 }
 
+/// The queue consumer of `/api/queues/process-job`.
+pub fn consumer_from(config: &Config) -> jobs::Consumer {
+    jobs::Consumer {
+        store: config.jobs.store.clone(),
+        queue: config.jobs.queue_api.clone(),
+        clock: config.clock.clone(),
+        step_delay: config.job_step_delay,
+        budget: config.consumer_budget,
+    }
+}
+
+/// The cron sweep of `/api/cron/sweep-jobs`.
+pub fn sweep_from(config: &Config) -> jobs::Sweep {
+    jobs::Sweep { store: config.jobs.store.clone(), clock: config.clock.clone(), secret: config.cron_secret.clone() }
+}
+
 /// Reads the environment or exits with a message naming every problem. Used by the binaries.
 pub fn config_or_exit() -> Config {
     match Config::from_env() {
         Ok(config) => {
+            eprintln!("{:?}", config.jobs);
             if config.ephemeral_secret {
                 eprintln!(
                     "warning: MCP_STATE_SECRET is not set; using an ephemeral sealing key. requestState and session ids \

@@ -3,7 +3,8 @@
 //!
 //! Each connection is served by hyper with `TCP_NODELAY` (SSE frames must not wait on delayed
 //! ACKs). Routing is a plain match on the path: the project has a handful of routes and they
-//! mirror `api/`.
+//! mirror `api/`. The in-process queue delivers to the consumer route's handler exactly as
+//! Vercel Queues would deliver to `api/queues/process-job.rs`.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -14,29 +15,59 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::jobs::{Consumer, LocalQueue, Sweep};
 use crate::transport::{self, App, Body};
 
-/// The routes of the project, each backed by the app its Vercel Function would build.
+/// The routes of the project, each backed by what its Vercel Function would build.
 #[derive(Clone)]
 pub struct Routes {
     mcp: Arc<App>,
+    consumer: Option<Arc<Consumer>>,
+    sweep: Option<Arc<Sweep>>,
+    local_queue: Option<LocalQueue>,
 }
 
 impl Routes {
-    /// Builds every route from one configuration.
+    /// Builds every route from one configuration, and connects the in-process queue (if any)
+    /// to the consumer route.
     pub fn new(config: &Config) -> Self {
-        Self { mcp: crate::mcp_app(config) }
+        Self::with_mcp(crate::mcp_app(config)).with_jobs(config)
     }
 
-    /// Routes with an explicit MCP app (tests and the conformance fixture).
+    /// Only the MCP route, with an explicit app (tests and the conformance fixture).
     pub fn with_mcp(mcp: Arc<App>) -> Self {
-        Self { mcp }
+        Self { mcp, consumer: None, sweep: None, local_queue: None }
+    }
+
+    /// Adds the consumer and sweep routes of `config`'s job backend.
+    pub fn with_jobs(mut self, config: &Config) -> Self {
+        let consumer = Arc::new(crate::consumer_from(config));
+        if let Some(queue) = &config.jobs.local_queue {
+            let target = consumer.clone();
+            queue.connect(Arc::new(move |request| {
+                let target = target.clone();
+                Box::pin(async move { target.handle(request).await })
+            }));
+            self.local_queue = Some(queue.clone());
+        }
+        self.consumer = Some(consumer);
+        self.sweep = Some(Arc::new(crate::sweep_from(config)));
+        self
+    }
+
+    /// Starts the in-process queue's delivery loop (the local run; tests drive it by hand).
+    pub fn start_background_work(&self) {
+        if let Some(queue) = &self.local_queue {
+            queue.spawn_worker();
+        }
     }
 
     /// Serves one buffered request.
     pub async fn route(&self, request: Request<Bytes>) -> Response<Body> {
-        match request.uri().path() {
-            "/api/mcp" | "/api/mcp/" => transport::handle(&self.mcp, request).await,
+        match (request.uri().path(), &self.consumer, &self.sweep) {
+            ("/api/mcp" | "/api/mcp/", _, _) => transport::handle(&self.mcp, request).await,
+            ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
+            ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
             _ => {
                 let mut response = Response::new(Body::full(Bytes::from_static(b"Not Found")));
                 *response.status_mut() = StatusCode::NOT_FOUND;

@@ -1,30 +1,66 @@
-//! The Vercel edge: adapts `vercel_runtime` requests to the transport and back.
+//! The Vercel edge: adapts `vercel_runtime` requests to the library's handlers and back.
 //!
 //! This is the only module that names `vercel_runtime`; everything behind it works on
 //! `http::Request<Bytes>`, so it is testable without the runtime.
 
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
+use std::future::Future;
 use std::sync::Arc;
 use vercel_runtime::{Error, Request, Response, ResponseBody};
 
-use crate::transport::{self, App};
+use crate::config::Config;
+use crate::transport::{self, App, Body};
 
-/// Runs a Vercel Function that serves `app` (the body of `api/mcp.rs`).
-pub async fn serve(app: Arc<App>) -> Result<(), Error> {
+/// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
+pub async fn serve<H, F>(max_body: usize, handler: H) -> Result<(), Error>
+where
+    H: Fn(http::Request<Bytes>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
+{
     vercel_runtime::run(vercel_runtime::service_fn(move |request: Request| {
-        let app = app.clone();
-        async move { Ok::<_, Error>(handle(&app, request).await) }
+        let handler = handler.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let response = match transport::read_body(body, max_body).await {
+                Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
+                Err(response) => response,
+            };
+            Ok::<Response<ResponseBody>, Error>(
+                response.map(|body| ResponseBody(BoxBody::new(body.map_err(|never| match never {})))),
+            )
+        }
     }))
     .await
 }
 
-/// Buffers the body (bounded), runs the transport, and boxes the response body.
-pub async fn handle(app: &Arc<App>, request: Request) -> Response<ResponseBody> {
-    let (parts, body) = request.into_parts();
-    let response = match transport::read_body(body, app.max_body_bytes()).await {
-        Ok(bytes) => transport::handle(app, http::Request::from_parts(parts, bytes)).await,
-        Err(response) => response,
-    };
-    response.map(|body| ResponseBody(BoxBody::new(body.map_err(|never| match never {}))))
+/// `api/mcp.rs`: the MCP endpoint.
+pub async fn serve_mcp(app: Arc<App>) -> Result<(), Error> {
+    let max_body = app.max_body_bytes();
+    serve(max_body, move |request| {
+        let app = app.clone();
+        async move { transport::handle(&app, request).await }
+    })
+    .await
+}
+
+/// `api/queues/process-job.rs`: the queue consumer.
+pub async fn serve_consumer(config: &Config) -> Result<(), Error> {
+    let consumer = Arc::new(crate::consumer_from(config));
+    serve(64 * 1024, move |request| {
+        let consumer = consumer.clone();
+        async move { consumer.handle(request).await }
+    })
+    .await
+}
+
+/// `api/cron/sweep-jobs.rs`: the cron sweep.
+pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
+    let sweep = Arc::new(crate::sweep_from(config));
+    serve(16 * 1024, move |request| {
+        let sweep = sweep.clone();
+        async move { sweep.handle(request).await }
+    })
+    .await
 }

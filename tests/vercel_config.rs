@@ -64,6 +64,30 @@ fn every_entrypoint_is_a_binary_with_function_settings() {
 }
 
 #[test]
-fn no_queue_trigger_on_the_mcp_endpoint() {
-    assert!(vercel_json()["functions"]["api/mcp.rs"].get("experimentalTriggers").is_none());
+fn the_queue_trigger_is_on_the_consumer_only() {
+    let config = vercel_json();
+    let functions = config["functions"].as_object().unwrap();
+    let with_trigger: Vec<&String> =
+        functions.iter().filter(|(_, f)| f.get("experimentalTriggers").is_some()).map(|(k, _)| k).collect();
+    assert_eq!(with_trigger, ["api/queues/process-job.rs"], "exactly one function consumes the queue");
+    assert_eq!(
+        functions["api/queues/process-job.rs"]["experimentalTriggers"],
+        serde_json::json!([{ "type": "queue/v2beta", "topic": vercel_mcp::jobs::model::JOBS_TOPIC }])
+    );
+    assert!(
+        functions["api/mcp.rs"].get("experimentalTriggers").is_none(),
+        "the public MCP route never consumes the queue"
+    );
+    let consumer_max = functions["api/queues/process-job.rs"]["maxDuration"].as_u64().unwrap();
+    let defaults =
+        vercel_mcp::Config::from_lookup(|_| None, std::sync::Arc::new(vercel_mcp::state::SystemClock)).unwrap();
+    assert!(defaults.consumer_budget.as_secs() + 5 <= consumer_max, "the consumer defers before it is cut off");
+}
+
+#[test]
+fn the_sweep_is_a_cron_on_its_own_function() {
+    let config = vercel_json();
+    let crons = config["crons"].as_array().expect("crons");
+    assert!(crons.iter().any(|c| c["path"] == "/api/cron/sweep-jobs" && c["schedule"].is_string()));
+    assert!(config["functions"]["api/cron/sweep-jobs.rs"]["maxDuration"].as_u64().is_some());
 }

@@ -3,11 +3,27 @@
 //! `/api/mcp` serves the combined catalogue; every module exposes `register` so a route that
 //! serves one example alone composes the same code.
 
+pub mod async_jobs;
 pub mod minimal;
 
+use std::sync::Arc;
+
+use crate::jobs::Jobs;
 use crate::{Config, McpServer};
 
+/// The job service built from a configuration's store, queue, sealer, clock and randomness.
+pub fn jobs_from(config: &Config) -> Arc<Jobs> {
+    Arc::new(Jobs::new(
+        config.jobs.store.clone(),
+        config.jobs.publisher.clone(),
+        config.sealer.clone(),
+        config.clock.clone(),
+        config.random.clone(),
+    ))
+}
+
 /// Registers the combined catalogue of `/api/mcp`.
-pub fn register_all(server: &mut McpServer, _config: &Config) {
+pub fn register_all(server: &mut McpServer, config: &Config) {
     minimal::register(server);
+    async_jobs::register(server, jobs_from(config));
 }

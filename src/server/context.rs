@@ -49,6 +49,7 @@ pub struct RequestContext {
     pub(crate) outbox: Option<Outbox>,
     pub(crate) bus: Arc<dyn ChangeBus>,
     pub(crate) last_progress: Mutex<Option<f64>>,
+    pub(crate) platform_token: Option<String>,
 }
 
 impl RequestContext {
@@ -66,6 +67,7 @@ impl RequestContext {
             outbox: None,
             bus,
             last_progress: Mutex::new(None),
+            platform_token: None,
         }
     }
 
@@ -83,7 +85,14 @@ impl RequestContext {
             outbox: self.outbox.clone(),
             bus: self.bus.clone(),
             last_progress: Mutex::new(*self.last_progress.lock().expect("progress lock")),
+            platform_token: self.platform_token.clone(),
         }
+    }
+
+    /// The platform's per-request OIDC token (`x-vercel-oidc-token`), for calling platform APIs
+    /// such as Vercel Queues. It identifies the deployment, not the user; never forward it.
+    pub fn platform_token(&self) -> Option<&str> {
+        self.platform_token.as_deref()
     }
 
     /// The JSON-RPC id of the request.

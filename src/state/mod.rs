@@ -1,10 +1,13 @@
 //! Cross-call state that does not live in instance memory: sealed envelopes the client
-//! carries for us, the clock that expires them, and the change bus behind `subscriptions/listen`.
+//! carries for us, the clock and randomness they depend on, and the change bus behind
+//! `subscriptions/listen`.
 
 pub mod bus;
 pub mod clock;
+pub mod random;
 pub mod seal;
 
 pub use bus::{ChangeBus, ChangeEvent};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use random::{Random, SeededRandom, SystemRandom};
 pub use seal::{Purpose, SealError, Sealer};

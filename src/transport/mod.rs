@@ -198,6 +198,11 @@ pub(crate) fn attach_server_info(result: &mut Map<String, Value>, server: &McpSe
     }
 }
 
+/// The platform's OIDC token for this invocation (Vercel sets `x-vercel-oidc-token`).
+pub(crate) fn platform_token(headers: &http::HeaderMap) -> Option<String> {
+    headers.get("x-vercel-oidc-token").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
+}
+
 /// Until authentication lands every request is served as the anonymous principal.
 pub(crate) fn principal_for(_headers: &http::HeaderMap) -> Principal {
     Principal::anonymous()

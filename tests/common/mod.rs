@@ -25,9 +25,13 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(app: Arc<App>) -> Self {
+        Self::start_routes(local::Routes::with_mcp(app)).await
+    }
+
+    pub async fn start_routes(routes: local::Routes) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(local::serve_listener(local::Routes::with_mcp(app), listener));
+        tokio::spawn(local::serve_listener(routes, listener));
         Self { addr }
     }
 
@@ -40,6 +44,24 @@ impl TestServer {
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: body.into(),
         }
+    }
+
+    /// A POST to another route of the project.
+    pub fn post_to(&self, path: &str, body: impl Into<String>) -> Call {
+        Call {
+            addr: self.addr,
+            method: "POST",
+            path: path.into(),
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: body.into(),
+        }
+    }
+
+    /// Calls a tool and returns its result object.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Value {
+        let reply = self.modern(json!(1), "tools/call", json!({ "name": name, "arguments": arguments })).send().await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        reply.json()["result"].clone()
     }
 
     pub fn request(&self, method: &'static str, path: &str) -> Call {
@@ -61,6 +83,18 @@ impl TestServer {
         }
         call
     }
+}
+
+/// The JSON payload of a tool result's single text block (the job tools' convention).
+pub fn payload(result: &Value) -> Value {
+    assert_ne!(result["isError"], true, "unexpected tool error: {result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().expect("a text block")).expect("a JSON payload")
+}
+
+/// The text of a tool error result.
+pub fn error_text(result: &Value) -> String {
+    assert_eq!(result["isError"], true, "expected a tool error: {result}");
+    result["content"][0]["text"].as_str().unwrap().to_owned()
 }
 
 /// Adds the required `_meta` keys (unless the params already carry `_meta`).

@@ -1,0 +1,6 @@
+//! `/api/queues/process-job`: the jobs queue consumer, invoked only by its Vercel Queues trigger.
+
+#[tokio::main]
+async fn main() -> Result<(), vercel_runtime::Error> {
+    vercel_mcp::vercel::serve_consumer(&vercel_mcp::config_or_exit()).await
+}

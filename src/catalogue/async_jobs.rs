@@ -1,0 +1,87 @@
+//! async-jobs-server: start long work, poll it, fetch its result, cancel it.
+//!
+//! `submit_job` returns a signed handle at once and does no work; the queue consumer runs the
+//! steps on whichever instance the platform picks, and the other tools read the shared store.
+//! Progress is state read through `get_job_status`, not a stream. Identity comes from the
+//! verified access token only; any principal-shaped argument is dropped before the handler runs.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+
+use crate::jobs::Jobs;
+use crate::protocol::types::{CallToolResult, ToolAnnotations};
+use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
+
+/// Arguments of `submit_job`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SubmitArgs {
+    /// How many steps the job runs (1 to 100).
+    #[schemars(range(min = 1, max = 100))]
+    pub steps: i64,
+}
+
+/// Arguments of the handle-taking tools.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct HandleArgs {
+    /// The handle `submit_job` returned.
+    #[serde(rename = "jobId")]
+    #[schemars(length(min = 1, max = 512))]
+    pub job_id: String,
+}
+
+fn annotations(read_only: bool, idempotent: bool) -> ToolAnnotations {
+    ToolAnnotations { read_only_hint: Some(read_only), idempotent_hint: Some(idempotent), ..Default::default() }
+}
+
+fn reply(outcome: Result<Value, String>) -> Result<CallToolResult, ToolError> {
+    outcome.map(|payload| CallToolResult::text(payload.to_string())).map_err(ToolError::Execution)
+}
+
+const IDENTITY: &str = "The caller is identified by the access token; principal-like arguments are ignored.";
+
+/// Registers `submit_job`, `get_job_status`, `get_job_result` and `cancel_job`.
+pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
+    let service = jobs.clone();
+    server.tool(
+        ToolDef::new("submit_job")
+            .description(format!("Start a job of `steps` steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
+            .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() }),
+        move |ctx: RequestContext, args: SubmitArgs| {
+            let jobs = service.clone();
+            async move { reply(jobs.submit(ctx.principal(), args.steps, ctx.platform_token()).await) }
+        },
+    );
+    let service = jobs.clone();
+    server.tool(
+        ToolDef::new("get_job_status")
+            .description(format!("Report a job's state and progress (completed and total steps). {IDENTITY}"))
+            .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
+        move |ctx: RequestContext, args: HandleArgs| {
+            let jobs = service.clone();
+            async move { reply(jobs.status(ctx.principal(), &args.job_id).await) }
+        },
+    );
+    let service = jobs.clone();
+    server.tool(
+        ToolDef::new("get_job_result")
+            .description(format!(
+                "Fetch a job's result: null until the job is done, then the same payload on every call. {IDENTITY}"
+            ))
+            .annotations(annotations(true, true)),
+        move |ctx: RequestContext, args: HandleArgs| {
+            let jobs = service.clone();
+            async move { reply(jobs.result(ctx.principal(), &args.job_id).await) }
+        },
+    );
+    server.tool(
+        ToolDef::new("cancel_job")
+            .description(format!("Cancel a job: it stops at the next step boundary and frees its slot; a finished job stays finished. Safe to repeat. {IDENTITY}"))
+            .annotations(annotations(false, true)),
+        move |ctx: RequestContext, args: HandleArgs| {
+            let jobs = jobs.clone();
+            async move { reply(jobs.cancel(ctx.principal(), &args.job_id).await) }
+        },
+    );
+}

@@ -1,0 +1,179 @@
+//! The queue consumer: `/api/queues/process-job`, reachable only through the queue trigger.
+//!
+//! It accepts Vercel Queues' v2beta binary-mode push (CloudEvent attributes in `ce-*` headers,
+//! the raw message as the body), validates everything before acting (400 otherwise), runs the
+//! job's remaining steps, and acknowledges the lease only after success. Delivery is
+//! at-least-once, so the worker is idempotent: it re-reads the job and applies each step with a
+//! compare-and-set on the step count, so a redelivered or concurrent message never applies a
+//! step twice; a cancelled or finished job is left alone.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::model::JOBS_TOPIC;
+use super::queue::{JobMessage, Lease, QueueApi};
+use super::store::{JobStore, StoreError};
+use crate::state::Clock;
+use crate::transport::Body;
+
+/// What the consumer needs.
+#[derive(Clone)]
+pub struct Consumer {
+    /// The job store.
+    pub store: Arc<dyn JobStore>,
+    /// Lease acknowledgement.
+    pub queue: Arc<dyn QueueApi>,
+    /// Time source.
+    pub clock: Arc<dyn Clock>,
+    /// Simulated work per step (the demo job does nothing else).
+    pub step_delay: Duration,
+    /// Stop (without acknowledging, so the message is redelivered) after this long, well
+    /// before the function's `maxDuration`.
+    pub budget: Duration,
+}
+
+/// How a delivery ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Processed {
+    /// The job reached a terminal state (or already was: a duplicate delivery).
+    Finished(&'static str),
+    /// There is no such job for that owner (evicted, deleted, or a forged owner).
+    Skipped(&'static str),
+    /// The time budget ran out; the message will be redelivered and resume.
+    Deferred,
+}
+
+fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+fn bad_request(reason: &str) -> Response<Body> {
+    reply(StatusCode::BAD_REQUEST, json!({ "error": reason }))
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
+}
+
+fn is_name(value: &str) -> bool {
+    value.len() <= 256 && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
+}
+
+fn is_region(value: &str) -> bool {
+    let letters = value.bytes().take_while(u8::is_ascii_lowercase).count();
+    let digits = value.len() - letters;
+    (2..=5).contains(&letters) && (1..=2).contains(&digits) && value[letters..].bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Reads the v2beta delivery attributes; `Err` names the first problem.
+fn lease_from(headers: &HeaderMap) -> Result<Lease, &'static str> {
+    if header(headers, "ce-type") != Some("com.vercel.queue.v2beta") {
+        return Err("not a com.vercel.queue.v2beta delivery");
+    }
+    let topic = header(headers, "ce-vqsqueuename").ok_or("missing ce-vqsqueuename")?;
+    if topic != JOBS_TOPIC {
+        return Err("unexpected topic");
+    }
+    let group = header(headers, "ce-vqsconsumergroup")
+        .filter(|g| is_name(g))
+        .ok_or("missing or invalid ce-vqsconsumergroup")?;
+    header(headers, "ce-vqsmessageid").filter(|m| is_name(m)).ok_or("missing or invalid ce-vqsmessageid")?;
+    let region = match header(headers, "ce-vqsregion") {
+        Some(region) if is_region(region) => Some(region.to_owned()),
+        Some(_) => return Err("invalid ce-vqsregion"),
+        None => None,
+    };
+    let receipt = header(headers, "ce-vqsreceipthandle")
+        .filter(|r| is_name(r))
+        .ok_or("missing ce-vqsreceipthandle: only inline payloads are accepted")?;
+    Ok(Lease {
+        region,
+        topic: topic.to_owned(),
+        group: group.to_owned(),
+        receipt: receipt.to_owned(),
+        oidc_token: header(headers, "x-vercel-oidc-token").map(str::to_owned),
+    })
+}
+
+impl Consumer {
+    /// Serves one delivery.
+    pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {
+        if request.method() != Method::POST {
+            return reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": "POST only" }));
+        }
+        let lease = match lease_from(request.headers()) {
+            Ok(lease) => lease,
+            Err(reason) => return bad_request(reason),
+        };
+        let Some(message) = JobMessage::parse(request.body()) else {
+            return bad_request("the body is not a valid job message");
+        };
+        match self.process(&message).await {
+            Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.0 })),
+            Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
+            Ok(outcome) => {
+                if let Err(error) = self.queue.ack(&lease).await {
+                    // Not acknowledged: the message comes back, and the work is idempotent.
+                    return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error }));
+                }
+                match outcome {
+                    Processed::Finished(state) => reply(StatusCode::OK, json!({ "status": "success", "state": state })),
+                    Processed::Skipped(reason) => {
+                        reply(StatusCode::OK, json!({ "status": "skipped", "reason": reason }))
+                    }
+                    Processed::Deferred => unreachable!(),
+                }
+            }
+        }
+    }
+
+    /// Runs the job's remaining steps, honouring cancellation between steps.
+    pub async fn process(&self, message: &JobMessage) -> Result<Processed, StoreError> {
+        let (owner, id) = (message.owner_id.as_str(), message.job_id.as_str());
+        let Some(mut job) = self.store.get(owner, id, self.clock.now_ms()).await? else {
+            return Ok(Processed::Skipped("not_found"));
+        };
+        if job.total_steps != message.steps {
+            return Ok(Processed::Skipped("mismatched_message"));
+        }
+        if !job.state.is_active() {
+            return Ok(Processed::Finished(job.state.as_str()));
+        }
+        let started = Instant::now();
+        loop {
+            if started.elapsed() >= self.budget {
+                return Ok(Processed::Deferred);
+            }
+            if !self.step_delay.is_zero() {
+                tokio::time::sleep(self.step_delay).await;
+            }
+            job = match self.store.advance(owner, id, job.completed_steps, self.clock.now_ms()).await? {
+                Some(job) => job,
+                None => return Ok(Processed::Skipped("not_found")),
+            };
+            if !job.state.is_active() {
+                return Ok(Processed::Finished(job.state.as_str()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_and_names() {
+        assert!(is_region("iad1") && is_region("dev1") && is_region("fra12"));
+        for bad in ["IAD1", "i1", "iad", "iad123", "toolong1", "ia-1"] {
+            assert!(!is_region(bad), "{bad}");
+        }
+        assert!(is_name("abc-1_2.x") && !is_name("a/b") && !is_name(&"a".repeat(257)));
+    }
+}

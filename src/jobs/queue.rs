@@ -1,0 +1,341 @@
+//! The job queue: the message format, publishing, and acknowledging leases.
+//!
+//! Deployed, jobs go through Vercel Queues: [`VercelQueue`] publishes with the REST API and
+//! acknowledges leases after the consumer succeeds. In the local run, [`LocalQueue`] plays the
+//! platform's part in-process: it delivers each message to the same consumer handler over the
+//! same HTTP contract (a v2beta binary-mode CloudEvent) and redelivers until it is acknowledged.
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+use super::handle::is_job_id;
+use super::model::{JOBS_TOPIC, MAX_STEPS};
+use crate::transport::Body;
+
+/// A boxed, sendable future.
+pub type QueueFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// What the queue carries: which job to run, for whom, and how many steps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobMessage {
+    /// The raw job id.
+    pub job_id: String,
+    /// The owning principal (trusted only because the consumer is reachable by the queue alone,
+    /// and checked against the store: a job must exist under this owner to be worked on).
+    pub owner_id: String,
+    /// Steps to run.
+    pub steps: u32,
+}
+
+impl JobMessage {
+    /// Parses and validates a message body; `None` for anything that is not exactly a job.
+    pub fn parse(body: &[u8]) -> Option<Self> {
+        let value: Value = serde_json::from_slice(body).ok()?;
+        let object = value.as_object()?;
+        let job_id = object.get("jobId")?.as_str()?;
+        let owner_id = object.get("ownerId")?.as_str()?;
+        let steps = object.get("steps")?.as_u64()?;
+        let valid = is_job_id(job_id)
+            && !owner_id.is_empty()
+            && owner_id.len() <= 512
+            && (1..=u64::from(MAX_STEPS)).contains(&steps);
+        valid.then(|| Self { job_id: job_id.to_owned(), owner_id: owner_id.to_owned(), steps: steps as u32 })
+    }
+}
+
+/// The lease a consumer acknowledges once it has processed a delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Region the message was delivered from (`ce-vqsregion`).
+    pub region: Option<String>,
+    /// Topic.
+    pub topic: String,
+    /// Consumer group.
+    pub group: String,
+    /// Receipt handle of this delivery.
+    pub receipt: String,
+    /// OIDC token to authenticate the acknowledgement.
+    pub oidc_token: Option<String>,
+}
+
+/// Publishing side.
+pub trait Publisher: Send + Sync + 'static {
+    /// Enqueues `message` on the jobs topic. `oidc_token` authenticates against the platform.
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> QueueFuture<'a, ()>;
+}
+
+/// Consuming side: acknowledging a lease (so the message is not redelivered).
+pub trait QueueApi: Send + Sync + 'static {
+    /// Deletes the lease.
+    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
+}
+
+/// Vercel Queues over its REST API.
+#[derive(Clone, Debug)]
+pub struct VercelQueue {
+    /// `https://{region}.vercel-queue.com` unless overridden (loopback test doubles).
+    base_url: Option<String>,
+    region: String,
+    deployment_id: Option<String>,
+    env_token: Option<String>,
+}
+
+impl VercelQueue {
+    /// `region` defaults to `iad1`; `base_url` overrides the regional host.
+    pub fn new(
+        base_url: Option<String>,
+        region: Option<String>,
+        deployment_id: Option<String>,
+        env_token: Option<String>,
+    ) -> Self {
+        Self { base_url, region: region.unwrap_or_else(|| "iad1".into()), deployment_id, env_token }
+    }
+
+    fn base(&self, region: Option<&str>) -> String {
+        match &self.base_url {
+            Some(base) => base.trim_end_matches('/').to_owned(),
+            None => format!("https://{}.vercel-queue.com", region.unwrap_or(&self.region)),
+        }
+    }
+
+    fn token<'a>(&'a self, request_token: Option<&'a str>) -> Result<&'a str, String> {
+        request_token
+            .or(self.env_token.as_deref())
+            .ok_or_else(|| "no Vercel OIDC token (x-vercel-oidc-token header or VERCEL_OIDC_TOKEN)".to_owned())
+    }
+}
+
+impl Publisher for VercelQueue {
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> QueueFuture<'a, ()> {
+        Box::pin(async move {
+            let token = self.token(oidc_token)?;
+            let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .header("vqs-idempotency-key", &message.job_id);
+            if let Some(deployment) = &self.deployment_id {
+                request = request.header("vqs-deployment-id", deployment);
+            }
+            let body = serde_json::to_vec(message).expect("messages serialise");
+            let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
+            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            if response.status.is_success() {
+                Ok(())
+            } else {
+                Err(format!("the queue refused the message (HTTP {})", response.status.as_u16()))
+            }
+        })
+    }
+}
+
+impl QueueApi for VercelQueue {
+    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
+        Box::pin(async move {
+            let token = self.token(lease.oidc_token.as_deref())?;
+            let url = format!(
+                "{}/api/v3/topic/{}/consumer/{}/lease/{}",
+                self.base(lease.region.as_deref()),
+                lease.topic,
+                lease.group,
+                lease.receipt
+            );
+            let request = Request::delete(url)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Full::new(Bytes::new()))
+                .map_err(|_| "invalid lease".to_owned())?;
+            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            // 404/409: the lease is already gone or was re-leased; the work is idempotent either way.
+            match response.status {
+                s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => Ok(()),
+                s => Err(format!("the queue refused the acknowledgement (HTTP {})", s.as_u16())),
+            }
+        })
+    }
+}
+
+/// The consumer handler a [`LocalQueue`] delivers to.
+pub type DeliverFn = Arc<dyn Fn(Request<Bytes>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+struct Delivery {
+    message_id: String,
+    payload: Bytes,
+    attempts: u32,
+}
+
+#[derive(Default)]
+struct LocalState {
+    pending: VecDeque<Delivery>,
+    acked: HashSet<String>,
+    published: u64,
+}
+
+/// The in-process queue of the local run (and of tests, in manual mode).
+#[derive(Clone)]
+pub struct LocalQueue {
+    state: Arc<Mutex<LocalState>>,
+    consumer: Arc<OnceLock<DeliverFn>>,
+    wake: Arc<Notify>,
+    max_attempts: u32,
+}
+
+impl std::fmt::Debug for LocalQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalQueue").field("pending", &self.pending_len()).finish_non_exhaustive()
+    }
+}
+
+impl Default for LocalQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LocalQueue {
+    /// A queue with nothing connected; deliveries wait until [`LocalQueue::connect`].
+    pub fn new() -> Self {
+        Self {
+            state: Arc::default(),
+            consumer: Arc::new(OnceLock::new()),
+            wake: Arc::new(Notify::new()),
+            max_attempts: 8,
+        }
+    }
+
+    /// Connects the consumer handler (the local run's `/api/queues/process-job`).
+    pub fn connect(&self, consumer: DeliverFn) {
+        let _ = self.consumer.set(consumer);
+    }
+
+    /// Messages waiting for delivery.
+    pub fn pending_len(&self) -> usize {
+        self.state.lock().expect("queue lock").pending.len()
+    }
+
+    /// Re-enqueues a copy of the most recently published message (tests: duplicate delivery).
+    pub fn duplicate_last(&self) {
+        let mut state = self.state.lock().expect("queue lock");
+        if let Some(last) = state.pending.back().cloned() {
+            state.pending.push_back(Delivery { attempts: 0, ..last });
+        }
+    }
+
+    /// Delivers the next message once. Returns the consumer's status, or `None` when nothing
+    /// is pending. A delivery that is not acknowledged goes back on the queue (until its
+    /// attempts run out), which is at-least-once delivery.
+    pub async fn deliver_next(&self) -> Option<StatusCode> {
+        let consumer = self.consumer.get()?.clone();
+        let mut delivery = self.state.lock().expect("queue lock").pending.pop_front()?;
+        delivery.attempts += 1;
+        let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
+        let request = Request::post("/api/queues/process-job")
+            .header("content-type", "application/json")
+            .header("ce-type", "com.vercel.queue.v2beta")
+            .header("ce-vqsqueuename", JOBS_TOPIC)
+            .header("ce-vqsconsumergroup", "local")
+            .header("ce-vqsmessageid", &delivery.message_id)
+            .header("ce-vqsregion", "dev1")
+            .header("ce-vqsreceipthandle", &receipt)
+            .header("ce-vqsdeliverycount", delivery.attempts.to_string())
+            .body(delivery.payload.clone())
+            .expect("a valid delivery request");
+        let status = consumer(request).await.status();
+        let mut state = self.state.lock().expect("queue lock");
+        if !state.acked.remove(&receipt) && delivery.attempts < self.max_attempts {
+            state.pending.push_back(delivery);
+        }
+        Some(status)
+    }
+
+    /// Delivers until nothing is pending or every pending message has failed `rounds` times.
+    pub async fn drain(&self) {
+        while self.deliver_next().await.is_some() {}
+    }
+
+    /// Runs deliveries in the background for the life of the process (the local run), with a
+    /// short pause before retrying a message that was not acknowledged.
+    pub fn spawn_worker(&self) {
+        let queue = self.clone();
+        tokio::spawn(async move {
+            loop {
+                queue.wake.notified().await;
+                while let Some(status) = queue.deliver_next().await {
+                    if !status.is_success() {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Publisher for LocalQueue {
+    fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> QueueFuture<'a, ()> {
+        let payload = Bytes::from(serde_json::to_vec(message).expect("messages serialise"));
+        {
+            let mut state = self.state.lock().expect("queue lock");
+            state.published += 1;
+            let message_id = format!("local-{}", state.published);
+            state.pending.push_back(Delivery { message_id, payload, attempts: 0 });
+        }
+        self.wake.notify_one();
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl QueueApi for LocalQueue {
+    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
+        self.state.lock().expect("queue lock").acked.insert(lease.receipt.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A publisher that always fails (fault tests, and deployments missing configuration).
+#[derive(Debug)]
+pub struct FailingPublisher(pub String);
+
+impl Publisher for FailingPublisher {
+    fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> QueueFuture<'a, ()> {
+        let message = self.0.clone();
+        Box::pin(async move { Err(message) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_well_formed_messages() {
+        let id = "AAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(
+            JobMessage::parse(format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"extra":1}}"#).as_bytes()),
+            Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3 })
+        );
+        for bad in [
+            "null".to_owned(),
+            "{}".to_owned(),
+            "not json".to_owned(),
+            r#"{"jobId":"","ownerId":"sub:a","steps":3}"#.to_owned(),
+            format!(r#"{{"jobId":"{id}","ownerId":"","steps":3}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":0}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":1.5}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":101}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":"3"}}"#),
+            r#"{"jobId":"../../etc","ownerId":"sub:a","steps":3}"#.to_owned(),
+            format!(r#"[{{"jobId":"{id}","ownerId":"sub:a","steps":3}}]"#),
+        ] {
+            assert_eq!(JobMessage::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+}

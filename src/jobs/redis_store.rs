@@ -1,0 +1,335 @@
+//! The Redis job store: what deployments use, shared by every instance and by the consumer.
+//!
+//! Keys (all with a TTL; the principal is part of every job key, base64url-encoded so a `:` in
+//! a subject cannot collide with another key):
+//!
+//! ```text
+//! {prefix}:job:{b64(owner)}:{jobId}   JSON record; TTL = deadline while active, retention once finished
+//! {prefix}:active:{b64(owner)}        ZSET of the owner's active job ids, scored by deadline
+//! {prefix}:index                      ZSET of every job, scored by when it may be forgotten
+//! ```
+//!
+//! Each operation is one Lua script, so it is atomic and costs one round trip: two instances
+//! racing on one principal can neither exceed a cap nor lose an update. Scripts run on a
+//! single-shard Redis (the index spans owners), which is what Vercel's Marketplace Redis is.
+//! The connection is a `ConnectionManager`: created lazily (nothing happens at start-up) and
+//! re-established on a dead socket.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::model::{JOB_RETENTION_MS, JobRecord};
+use super::store::{CreateRefused, JobStore, StoreError, StoreFuture, SweepReport};
+
+const CREATE: &str = r#"
+local now = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 'cap' end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'full' end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
+local ttl = tonumber(ARGV[5]) - now
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+return 'ok'
+"#;
+
+/// Shared tail of the mutating scripts: store `job`, moving it out of the active set (with the
+/// retention TTL) once it is finished.
+const STORE_JOB: &str = r#"
+local function store(job, now, retention)
+  job.updatedAt = now
+  local out = cjson.encode(job)
+  if job.state == 'pending' or job.state == 'running' then
+    redis.call('SET', KEYS[1], out, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[1], out, 'PX', retention)
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZADD', KEYS[3], now + retention, ARGV[2])
+  end
+  return out
+end
+"#;
+
+const CANCEL: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if not raw then return false end
+local job = cjson.decode(raw)
+if job.state ~= 'pending' and job.state ~= 'running' then return raw end
+local now = tonumber(ARGV[3])
+job.state = 'cancelled'
+job.cancelRequested = true
+job.finishedAt = now
+return store(job, now, tonumber(ARGV[4]))
+"#;
+
+const ADVANCE: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if not raw then return false end
+local job = cjson.decode(raw)
+if job.state ~= 'pending' and job.state ~= 'running' then return raw end
+if job.completedSteps ~= tonumber(ARGV[5]) then return raw end
+local now = tonumber(ARGV[3])
+if job.cancelRequested then
+  job.state = 'cancelled'
+  job.finishedAt = now
+  return store(job, now, tonumber(ARGV[4]))
+end
+job.completedSteps = job.completedSteps + 1
+job.state = 'running'
+if job.completedSteps >= job.totalSteps then
+  job.state = 'done'
+  job.finishedAt = now
+  job.result = { sum = job.completedSteps * (job.completedSteps - 1) / 2, stepsRun = job.completedSteps }
+end
+return store(job, now, tonumber(ARGV[4]))
+"#;
+
+const FAIL_IF_STUCK: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+local job = cjson.decode(raw)
+local now = tonumber(ARGV[3])
+if (job.state ~= 'pending' and job.state ~= 'running') or now < job.deadline then return 0 end
+job.state = 'failed'
+job.finishedAt = now
+store(job, now, tonumber(ARGV[4]))
+return 1
+"#;
+
+const DELETE: &str = r#"
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1
+"#;
+
+static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
+static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{CANCEL}")));
+static ADVANCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{ADVANCE}")));
+static FAIL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{FAIL_IF_STUCK}")));
+static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));
+
+/// Job records in Redis.
+#[derive(Clone)]
+pub struct RedisJobStore {
+    connection: ConnectionManager,
+    prefix: String,
+}
+
+impl std::fmt::Debug for RedisJobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the URL: it carries the password.
+        f.debug_struct("RedisJobStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+fn store_error(error: redis::RedisError) -> StoreError {
+    // The redis error text names the failure kind, never the credentials.
+    StoreError(format!("job store unavailable: {}", error.kind_label()))
+}
+
+trait KindLabel {
+    fn kind_label(&self) -> String;
+}
+
+impl KindLabel for redis::RedisError {
+    fn kind_label(&self) -> String {
+        if self.is_timeout() {
+            "timed out".into()
+        } else if self.is_connection_refusal() || self.is_io_error() || self.is_connection_dropped() {
+            "connection failed".into()
+        } else {
+            format!("{:?}", self.kind())
+        }
+    }
+}
+
+impl RedisJobStore {
+    /// A store for `url` (`redis://` or `rediss://`); connects on first use, with bounded
+    /// connection and response timeouts so an outage becomes an error, not a hang.
+    pub fn new(url: &str, prefix: &str) -> Result<Self, String> {
+        let client =
+            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| format!("redis client: {}", e.kind_label()))?;
+        Ok(Self { connection, prefix: prefix.to_owned() })
+    }
+
+    fn owner_part(owner: &str) -> String {
+        URL_SAFE_NO_PAD.encode(owner)
+    }
+
+    fn job_key(&self, owner: &str, job_id: &str) -> String {
+        format!("{}:job:{}:{}", self.prefix, Self::owner_part(owner), job_id)
+    }
+
+    fn active_key(&self, owner: &str) -> String {
+        format!("{}:active:{}", self.prefix, Self::owner_part(owner))
+    }
+
+    fn index_key(&self) -> String {
+        format!("{}:index", self.prefix)
+    }
+
+    fn index_member(owner: &str, job_id: &str) -> String {
+        format!("{}:{}", Self::owner_part(owner), job_id)
+    }
+
+    async fn mutate(
+        &self,
+        script: &Script,
+        owner: &str,
+        job_id: &str,
+        now: u64,
+        extra: Option<u32>,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let mut invocation = script.key(self.job_key(owner, job_id));
+        invocation
+            .key(self.active_key(owner))
+            .key(self.index_key())
+            .arg(job_id)
+            .arg(Self::index_member(owner, job_id))
+            .arg(now)
+            .arg(JOB_RETENTION_MS);
+        if let Some(extra) = extra {
+            invocation.arg(extra);
+        }
+        let raw: Option<String> = invocation.invoke_async(&mut self.connection.clone()).await.map_err(store_error)?;
+        raw.map(|raw| parse(&raw)).transpose()
+    }
+}
+
+fn parse(raw: &str) -> Result<JobRecord, StoreError> {
+    serde_json::from_str(raw).map_err(|_| StoreError("job store returned an unreadable record".into()))
+}
+
+impl JobStore for RedisJobStore {
+    fn create<'a>(
+        &'a self,
+        record: &'a JobRecord,
+        cap: u32,
+        total_cap: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(record).expect("records serialise");
+            let outcome: String = CREATE_SCRIPT
+                .key(self.job_key(&record.owner_id, &record.job_id))
+                .key(self.active_key(&record.owner_id))
+                .key(self.index_key())
+                .arg(json)
+                .arg(now)
+                .arg(cap)
+                .arg(total_cap)
+                .arg(record.deadline)
+                .arg(&record.job_id)
+                .arg(Self::index_member(&record.owner_id, &record.job_id))
+                .invoke_async(&mut self.connection.clone())
+                .await
+                .map_err(store_error)?;
+            Ok(match outcome.as_str() {
+                "ok" => Ok(()),
+                "cap" => Err(CreateRefused::AtCap(cap)),
+                "full" => Err(CreateRefused::Full),
+                _ => Err(CreateRefused::Exists),
+            })
+        })
+    }
+
+    fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, _now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            let raw: Option<String> = redis::cmd("GET")
+                .arg(self.job_key(owner, job_id))
+                .query_async(&mut self.connection.clone())
+                .await
+                .map_err(store_error)?;
+            raw.map(|raw| parse(&raw)).transpose()
+        })
+    }
+
+    fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(self.mutate(&CANCEL_SCRIPT, owner, job_id, now, None))
+    }
+
+    fn advance<'a>(
+        &'a self,
+        owner: &'a str,
+        job_id: &'a str,
+        expected: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(self.mutate(&ADVANCE_SCRIPT, owner, job_id, now, Some(expected)))
+    }
+
+    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let _: i64 = DELETE_SCRIPT
+                .key(self.job_key(owner, job_id))
+                .key(self.active_key(owner))
+                .key(self.index_key())
+                .arg(job_id)
+                .arg(Self::index_member(owner, job_id))
+                .invoke_async(&mut self.connection.clone())
+                .await
+                .map_err(store_error)?;
+            Ok(())
+        })
+    }
+
+    fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {
+        Box::pin(async move {
+            let mut connection = self.connection.clone();
+            // Index scores are deadlines for active jobs and eviction times for finished ones:
+            // everything due now is either stuck (fail it) or gone by TTL (forget it).
+            let due: Vec<String> = redis::cmd("ZRANGE")
+                .arg(self.index_key())
+                .arg("-inf")
+                .arg(now)
+                .arg("BYSCORE")
+                .query_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            let mut failed_stuck = 0;
+            for member in &due {
+                let Some((owner_part, job_id)) = member.split_once(':') else { continue };
+                let Some(owner) = URL_SAFE_NO_PAD.decode(owner_part).ok().and_then(|o| String::from_utf8(o).ok())
+                else {
+                    continue;
+                };
+                let failed: i64 = FAIL_SCRIPT
+                    .key(self.job_key(&owner, job_id))
+                    .key(self.active_key(&owner))
+                    .key(self.index_key())
+                    .arg(job_id)
+                    .arg(member)
+                    .arg(now)
+                    .arg(JOB_RETENTION_MS)
+                    .invoke_async(&mut connection)
+                    .await
+                    .map_err(store_error)?;
+                failed_stuck += failed as u32;
+            }
+            let evicted: u32 = redis::cmd("ZREMRANGEBYSCORE")
+                .arg(self.index_key())
+                .arg("-inf")
+                .arg(now)
+                .query_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            Ok(SweepReport { evicted, failed_stuck })
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! The job operations behind the four tools, with their rules: validation before creation,
+//! caps per principal, signed handles, a foreign handle indistinguishable from a missing one,
+//! and no owner information in anything returned.
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use super::handle::{self, UNKNOWN_JOB_HANDLE};
+use super::model::{JobRecord, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS};
+use super::queue::{JobMessage, Publisher};
+use super::store::{CreateRefused, JobStore};
+use crate::security::Principal;
+use crate::state::{Clock, Random, Sealer};
+
+/// The job service: one per process, shared by the tools (and by the tasks extension).
+#[derive(Clone)]
+pub struct Jobs {
+    pub(crate) store: Arc<dyn JobStore>,
+    pub(crate) publisher: Arc<dyn Publisher>,
+    pub(crate) sealer: Sealer,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) random: Arc<dyn Random>,
+}
+
+/// The active-job cap of a principal: anonymous callers get fewer slots.
+pub fn cap_for(principal: &Principal) -> u32 {
+    if principal.is_verified() { MAX_ACTIVE_JOBS_PER_PRINCIPAL } else { MAX_ACTIVE_JOBS_ANONYMOUS }
+}
+
+impl Jobs {
+    /// Wires the service.
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        publisher: Arc<dyn Publisher>,
+        sealer: Sealer,
+        clock: Arc<dyn Clock>,
+        random: Arc<dyn Random>,
+    ) -> Self {
+        Self { store, publisher, sealer, clock, random }
+    }
+
+    /// Replaces the publisher (fault tests).
+    pub fn set_publisher(&mut self, publisher: Arc<dyn Publisher>) {
+        self.publisher = publisher;
+    }
+
+    /// Creates a pending job and enqueues it; returns `{jobId, state, totalSteps}`. Nothing is
+    /// left behind when it fails: the record is created only after validation and removed if the
+    /// message cannot be enqueued.
+    pub async fn submit(&self, principal: &Principal, steps: i64, oidc_token: Option<&str>) -> Result<Value, String> {
+        if !(1..=i64::from(MAX_STEPS)).contains(&steps) {
+            return Err(format!("steps must be an integer from 1 to {MAX_STEPS}"));
+        }
+        let steps = steps as u32;
+        let owner = principal.id();
+        let now = self.clock.now_ms();
+        let cap = cap_for(principal);
+        let mut attempts = 0;
+        let record = loop {
+            let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
+            match self.store.create(&record, cap, MAX_JOBS_TOTAL, now).await.map_err(|e| e.0)? {
+                Ok(()) => break record,
+                Err(CreateRefused::AtCap(cap)) => {
+                    return Err(format!(
+                        "job limit reached: at most {cap} active jobs per caller; wait for one to finish or cancel one"
+                    ));
+                }
+                Err(CreateRefused::Full) => return Err("the server is at job capacity; try again later".into()),
+                Err(CreateRefused::Exists) if attempts < 3 => attempts += 1,
+                Err(CreateRefused::Exists) => return Err("could not allocate a job id".into()),
+            }
+        };
+        let message = JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps };
+        if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
+            let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
+            let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
+            return Err(format!("could not enqueue the job: {problem}{note}"));
+        }
+        let handle = handle::mint(&self.sealer, owner, &record.job_id);
+        Ok(json!({ "jobId": handle, "state": record.state.as_str(), "totalSteps": record.total_steps }))
+    }
+
+    async fn lookup(&self, principal: &Principal, handle: &str) -> Result<JobRecord, String> {
+        let id = handle::open(&self.sealer, principal.id(), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
+        self.store
+            .get(principal.id(), &id, self.clock.now_ms())
+            .await
+            .map_err(|e| e.0)?
+            .ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
+    }
+
+    /// `{jobId, state, completedSteps, totalSteps}`.
+    pub async fn status(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+        let job = self.lookup(principal, handle).await?;
+        Ok(progress(handle, &job))
+    }
+
+    /// `{jobId, state, result}`; `result` is null until the job is done. Every read after done
+    /// returns the same payload (the stored record is never handed out, only serialised).
+    pub async fn result(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+        let job = self.lookup(principal, handle).await?;
+        Ok(json!({ "jobId": handle, "state": job.state.as_str(), "result": job.result }))
+    }
+
+    /// Requests cancellation; an active job is cancelled at once (freeing its slot), a finished
+    /// one is left as it is. Repeats are safe and do not extend retention.
+    pub async fn cancel(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+        let id = handle::open(&self.sealer, principal.id(), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
+        let job = self
+            .store
+            .cancel(principal.id(), &id, self.clock.now_ms())
+            .await
+            .map_err(|e| e.0)?
+            .ok_or(UNKNOWN_JOB_HANDLE)?;
+        Ok(progress(handle, &job))
+    }
+}
+
+fn progress(handle: &str, job: &JobRecord) -> Value {
+    json!({ "jobId": handle, "state": job.state.as_str(), "completedSteps": job.completed_steps, "totalSteps": job.total_steps })
+}

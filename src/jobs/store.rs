@@ -1,0 +1,214 @@
+//! Where job records live, behind one trait with two implementations.
+//!
+//! Every operation is atomic with respect to the others: a cap check and the creation it
+//! guards, a step and the cancel flag it honours, happen as one unit. [`MemoryJobStore`] is the
+//! embedded default of the local run and of tests; `RedisJobStore` is what deployments use.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+
+use super::model::JobRecord;
+
+/// A boxed store future.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The store could not be reached or answered nonsense. Never carries secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Why a job was not created. Nothing is written in any of these cases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateRefused {
+    /// The principal holds `cap` active jobs.
+    AtCap(u32),
+    /// The deployment holds its maximum number of jobs.
+    Full,
+    /// The id is taken (astronomically unlikely; the caller retries with a new id).
+    Exists,
+}
+
+/// What the sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Finished jobs evicted after their retention.
+    pub evicted: u32,
+    /// Active jobs past their deadline, now failed.
+    pub failed_stuck: u32,
+}
+
+/// Job persistence. `now` is passed in so expiry is a function of the injected clock.
+pub trait JobStore: Send + Sync + 'static {
+    /// Creates `record` if its owner holds fewer than `cap` active jobs and the deployment
+    /// fewer than `total_cap` jobs.
+    fn create<'a>(
+        &'a self,
+        record: &'a JobRecord,
+        cap: u32,
+        total_cap: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Result<(), CreateRefused>>;
+    /// The owner's job, if it exists and has not been evicted.
+    fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
+    /// Cancels the owner's job if active; returns the record as it now is.
+    fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
+    /// Applies step `expected + 1` if exactly `expected` steps have run (see [`JobRecord::advance`]).
+    fn advance<'a>(
+        &'a self,
+        owner: &'a str,
+        job_id: &'a str,
+        expected: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Option<JobRecord>>;
+    /// Removes a job (rolling back a submit whose publish failed).
+    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()>;
+    /// Evicts finished jobs past retention and fails active jobs past their deadline.
+    fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport>;
+}
+
+/// The in-memory store: one map behind one lock. For the local run and tests only; a
+/// deployment refuses to use it (see `jobs::JobsConfig`).
+#[derive(Debug, Default)]
+pub struct MemoryJobStore {
+    jobs: Mutex<HashMap<(String, String), JobRecord>>,
+}
+
+impl MemoryJobStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many jobs are held (tests assert that refused submits leave nothing behind).
+    pub fn len(&self) -> usize {
+        self.jobs.lock().expect("jobs lock").len()
+    }
+
+    /// Whether no job is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn with<T>(&self, now: u64, f: impl FnOnce(&mut HashMap<(String, String), JobRecord>) -> T) -> T {
+        let mut jobs = self.jobs.lock().expect("jobs lock");
+        jobs.retain(|_, job| job.evict_at().is_none_or(|at| now < at));
+        f(&mut jobs)
+    }
+}
+
+fn key(owner: &str, job_id: &str) -> (String, String) {
+    (owner.to_owned(), job_id.to_owned())
+}
+
+impl JobStore for MemoryJobStore {
+    fn create<'a>(
+        &'a self,
+        record: &'a JobRecord,
+        cap: u32,
+        total_cap: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        let outcome = self.with(now, |jobs| {
+            let active = jobs.values().filter(|j| j.owner_id == record.owner_id && j.state.is_active()).count();
+            if active >= cap as usize {
+                return Err(CreateRefused::AtCap(cap));
+            }
+            if jobs.len() >= total_cap as usize {
+                return Err(CreateRefused::Full);
+            }
+            let key = key(&record.owner_id, &record.job_id);
+            if jobs.contains_key(&key) {
+                return Err(CreateRefused::Exists);
+            }
+            jobs.insert(key, record.clone());
+            Ok(())
+        });
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        let job = self.with(now, |jobs| jobs.get(&key(owner, job_id)).cloned());
+        Box::pin(async move { Ok(job) })
+    }
+
+    fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        let job = self.with(now, |jobs| {
+            let job = jobs.get_mut(&key(owner, job_id))?;
+            job.cancel(now);
+            Some(job.clone())
+        });
+        Box::pin(async move { Ok(job) })
+    }
+
+    fn advance<'a>(
+        &'a self,
+        owner: &'a str,
+        job_id: &'a str,
+        expected: u32,
+        now: u64,
+    ) -> StoreFuture<'a, Option<JobRecord>> {
+        let job = self.with(now, |jobs| {
+            let job = jobs.get_mut(&key(owner, job_id))?;
+            job.advance(expected, now);
+            Some(job.clone())
+        });
+        Box::pin(async move { Ok(job) })
+    }
+
+    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
+        self.jobs.lock().expect("jobs lock").remove(&key(owner, job_id));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {
+        let mut jobs = self.jobs.lock().expect("jobs lock");
+        let before = jobs.len();
+        jobs.retain(|_, job| job.evict_at().is_none_or(|at| now < at));
+        let evicted = (before - jobs.len()) as u32;
+        let failed_stuck = jobs.values_mut().map(|job| job.fail_if_stuck(now)).filter(|failed| *failed).count() as u32;
+        drop(jobs);
+        Box::pin(async move { Ok(SweepReport { evicted, failed_stuck }) })
+    }
+}
+
+/// A store that is not configured: every operation fails with a message naming what is missing.
+/// Deployments without `REDIS_URL` get this instead of silently keeping jobs in one instance.
+#[derive(Debug)]
+pub struct UnconfiguredJobStore(pub &'static str);
+
+impl UnconfiguredJobStore {
+    fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
+        let message = self.0;
+        Box::pin(async move { Err(StoreError(message.to_owned())) })
+    }
+}
+
+impl JobStore for UnconfiguredJobStore {
+    fn create<'a>(&'a self, _: &'a JobRecord, _: u32, _: u32, _: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.fail()
+    }
+    fn get<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.fail()
+    }
+    fn cancel<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.fail()
+    }
+    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.fail()
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+        self.fail()
+    }
+    fn sweep(&self, _: u64) -> StoreFuture<'_, SweepReport> {
+        self.fail()
+    }
+}

@@ -1,0 +1,75 @@
+//! The cron sweep: `/api/cron/sweep-jobs`, run by Vercel Cron.
+//!
+//! Cron paths are public, so the sweep does nothing unless `Authorization: Bearer $CRON_SECRET`
+//! matches, compared in constant time. Without a configured secret every call is refused.
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use serde_json::json;
+use std::sync::Arc;
+
+use super::store::JobStore;
+use crate::state::Clock;
+use crate::transport::Body;
+
+/// What the sweep needs.
+#[derive(Clone)]
+pub struct Sweep {
+    /// The job store.
+    pub store: Arc<dyn JobStore>,
+    /// Time source.
+    pub clock: Arc<dyn Clock>,
+    /// `CRON_SECRET`.
+    pub secret: Option<String>,
+}
+
+fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Constant-time equality of two byte strings (length is not secret).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Sweep {
+    /// Serves one cron invocation.
+    pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let authorized = match (&self.secret, presented) {
+            (Some(secret), Some(presented)) => constant_time_eq(secret.as_bytes(), presented.as_bytes()),
+            _ => false,
+        };
+        if !authorized {
+            let mut response = reply(StatusCode::UNAUTHORIZED, json!({ "error": "unauthorized" }));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+            return response;
+        }
+        match self.store.sweep(self.clock.now_ms()).await {
+            Ok(report) => {
+                reply(StatusCode::OK, json!({ "evicted": report.evicted, "failedStuck": report.failed_stuck }))
+            }
+            Err(error) => reply(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": error.0 })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn compares_exactly() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}

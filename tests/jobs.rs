@@ -1,0 +1,375 @@
+//! The async-jobs surface over loopback HTTP with the embedded store and a hand-driven queue:
+//! submit, poll, fetch, cancel, caps, retention, delivery semantics, the consumer contract and
+//! the cron sweep.
+
+mod common;
+
+use common::{TestServer, error_text, payload};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
+use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
+use vercel_mcp::jobs::store::{CreateRefused, StoreFuture, SweepReport};
+use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, StoreError, UnconfiguredJobStore};
+use vercel_mcp::local::Routes;
+use vercel_mcp::security::Principal;
+use vercel_mcp::state::{ManualClock, SeededRandom};
+use vercel_mcp::{Config, mcp_app};
+
+struct Env {
+    server: TestServer,
+    store: Arc<MemoryJobStore>,
+    queue: LocalQueue,
+    clock: Arc<ManualClock>,
+}
+
+fn config(store: Arc<dyn JobStore>, clock: Arc<ManualClock>) -> Config {
+    let mut config = Config::for_tests(clock);
+    config.random = Arc::new(SeededRandom::new(42));
+    config.jobs.store = store;
+    config.job_step_delay = std::time::Duration::ZERO;
+    config.cron_secret = Some("cron-secret-for-tests-0123456789".into());
+    config
+}
+
+async fn env() -> Env {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = config(store.clone(), clock.clone());
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    Env { server: TestServer::start_routes(routes).await, store, queue, clock }
+}
+
+impl Env {
+    async fn submit(&self, steps: Value) -> Value {
+        self.server.call_tool("submit_job", json!({ "steps": steps })).await
+    }
+    async fn call(&self, tool: &str, handle: &str) -> Value {
+        self.server
+            .call_tool(tool, json!({ "jobId": handle, "principal": "sub:mallory", "ownerId": "sub:mallory" }))
+            .await
+    }
+}
+
+#[tokio::test]
+async fn the_four_tools_are_listed_without_identity_arguments() {
+    let env = env().await;
+    let tools = env.server.modern(json!(1), "tools/list", json!({})).send().await.json()["result"]["tools"].clone();
+    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo", "submit_job", "get_job_status", "get_job_result", "cancel_job"]);
+    let submit = &tools[1];
+    assert_eq!(submit["inputSchema"]["properties"]["steps"]["type"], "integer");
+    assert_eq!(submit["annotations"], json!({"readOnlyHint": false, "idempotentHint": false}));
+    assert_eq!(tools[3]["annotations"], json!({"readOnlyHint": true, "idempotentHint": true}));
+    for tool in tools.as_array().unwrap() {
+        let properties = tool["inputSchema"]["properties"].as_object().unwrap();
+        assert!(!properties.contains_key("principal") && !properties.contains_key("ownerId"), "{}", tool["name"]);
+    }
+}
+
+#[tokio::test]
+async fn a_job_runs_to_completion_through_the_queue() {
+    let env = env().await;
+    let submitted = payload(&env.submit(json!(4)).await);
+    assert_eq!(submitted["state"], "pending");
+    assert_eq!(submitted["totalSteps"], 4);
+    assert!(submitted.get("ownerId").is_none());
+    let handle = submitted["jobId"].as_str().unwrap().to_owned();
+    assert!(!handle.contains("anonymous"), "the handle does not reveal its owner");
+    assert_eq!(payload(&env.call("get_job_status", &handle).await)["completedSteps"], 0, "submit does no work");
+    assert_eq!(env.queue.pending_len(), 1);
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!(status, json!({"jobId": handle, "state": "done", "completedSteps": 4, "totalSteps": 4}));
+    let first = payload(&env.call("get_job_result", &handle).await);
+    assert_eq!(first["result"], json!({"sum": 6, "stepsRun": 4}));
+    assert_eq!(payload(&env.call("get_job_result", &handle).await), first, "result fetch is idempotent");
+}
+
+#[tokio::test]
+async fn invalid_submits_are_tool_errors_and_leave_nothing_behind() {
+    let env = env().await;
+    for steps in [json!(0), json!(101), json!(1.5), json!("three"), json!(null)] {
+        let result = env.submit(steps.clone()).await;
+        assert_eq!(result["isError"], true, "{steps}");
+    }
+    assert!(env.store.is_empty());
+    assert_eq!(env.queue.pending_len(), 0);
+    let unknown = env.server.modern(json!(1), "tools/call", json!({"name": "nope", "arguments": {}})).send().await;
+    assert_eq!(unknown.code(), -32602);
+}
+
+#[tokio::test]
+async fn anonymous_callers_get_two_slots_and_finishing_frees_one() {
+    let env = env().await;
+    let a = payload(&env.submit(json!(3)).await)["jobId"].as_str().unwrap().to_owned();
+    payload(&env.submit(json!(3)).await);
+    let refused = error_text(&env.submit(json!(3)).await);
+    assert!(refused.contains("at most 2 active jobs"), "{refused}");
+    assert!(!refused.contains("anonymous"), "no owner information in errors");
+    assert_eq!(env.store.len(), 2, "the refused submit left no record");
+    payload(&env.call("cancel_job", &a).await);
+    payload(&env.submit(json!(3)).await);
+    assert_eq!(env.store.len(), 3);
+}
+
+#[tokio::test]
+async fn unknown_tampered_and_raw_handles_get_the_same_error() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    let raw_id = env.store.len();
+    assert_eq!(raw_id, 1);
+    for bad in ["bogus".to_owned(), format!("{handle}x"), handle.replace("v1.", "v2."), "A".repeat(22)] {
+        for tool in ["get_job_status", "get_job_result", "cancel_job"] {
+            assert_eq!(error_text(&env.call(tool, &bad).await), "unknown job handle", "{tool} {bad}");
+        }
+    }
+    assert_eq!(payload(&env.call("get_job_status", &handle).await)["state"], "pending", "the real job is untouched");
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_work_and_is_idempotent() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(5)).await)["jobId"].as_str().unwrap().to_owned();
+    let cancelled = payload(&env.call("cancel_job", &handle).await);
+    assert_eq!(cancelled["state"], "cancelled");
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!(
+        (status["state"].clone(), status["completedSteps"].clone()),
+        (json!("cancelled"), json!(0)),
+        "no step ran"
+    );
+    assert_eq!(payload(&env.call("get_job_result", &handle).await)["result"], Value::Null);
+    assert_eq!(payload(&env.call("cancel_job", &handle).await)["state"], "cancelled");
+    let done = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.drain().await;
+    assert_eq!(payload(&env.call("cancel_job", &done).await)["state"], "done", "a done job stays done");
+    assert_eq!(payload(&env.call("get_job_result", &done).await)["result"], json!({"sum": 1, "stepsRun": 2}));
+}
+
+#[tokio::test]
+async fn finished_jobs_are_retained_for_five_minutes_and_reads_do_not_extend_it() {
+    let env = env().await;
+    let done = payload(&env.submit(json!(1)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.drain().await;
+    let active = payload(&env.submit(json!(1)).await)["jobId"].as_str().unwrap().to_owned();
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    payload(&env.call("get_job_result", &done).await);
+    payload(&env.call("cancel_job", &done).await);
+    env.clock.advance_ms(1);
+    assert_eq!(error_text(&env.call("get_job_result", &done).await), "unknown job handle");
+    assert_eq!(payload(&env.call("get_job_status", &active).await)["state"], "pending", "active jobs are not evicted");
+}
+
+#[tokio::test]
+async fn a_duplicated_message_applies_each_step_once() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(6)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.duplicate_last();
+    assert_eq!(env.queue.pending_len(), 2);
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(6)));
+    assert_eq!(payload(&env.call("get_job_result", &handle).await)["result"], json!({"sum": 15, "stepsRun": 6}));
+}
+
+#[tokio::test]
+async fn the_consumer_validates_every_delivery() {
+    let env = env().await;
+    let path = "/api/queues/process-job";
+    let message = json!({"jobId": "AAAAAAAAAAAAAAAAAAAAAA", "ownerId": "anonymous", "steps": 3}).to_string();
+    let delivery = |body: &str| {
+        env.server
+            .post_to(path, body.to_owned())
+            .header("ce-type", "com.vercel.queue.v2beta")
+            .header("ce-vqsqueuename", "jobs")
+            .header("ce-vqsconsumergroup", "g")
+            .header("ce-vqsmessageid", "m1")
+            .header("ce-vqsregion", "iad1")
+            .header("ce-vqsreceipthandle", "r1")
+    };
+    assert_eq!(
+        delivery(&message).send().await.json(),
+        json!({"status": "skipped", "reason": "not_found"}),
+        "a job that does not exist is acknowledged and skipped"
+    );
+    for bad in ["not json", "{}", r#"{"jobId":"AAAAAAAAAAAAAAAAAAAAAA","ownerId":"anonymous","steps":0}"#] {
+        assert_eq!(delivery(bad).send().await.status, 400, "{bad}");
+    }
+    for (header, value) in [
+        ("ce-type", "com.example.other"),
+        ("ce-vqsqueuename", "other"),
+        ("ce-vqsregion", "NOT-A-REGION"),
+        ("ce-vqsmessageid", "a/b"),
+    ] {
+        assert_eq!(delivery(&message).replace(header, value).send().await.status, 400, "{header}");
+    }
+    assert_eq!(delivery(&message).without("ce-vqsreceipthandle").send().await.status, 400);
+    assert_eq!(env.server.request("GET", path).send().await.status, 405);
+}
+
+#[tokio::test]
+async fn the_sweep_requires_the_cron_secret() {
+    let env = env().await;
+    let path = "/api/cron/sweep-jobs";
+    assert_eq!(env.server.request("GET", path).send().await.status, 401);
+    assert_eq!(env.server.request("GET", path).header("Authorization", "Bearer wrong").send().await.status, 401);
+    payload(&env.submit(json!(2)).await);
+    env.clock.advance_ms(vercel_mcp::jobs::model::JOB_DEADLINE_MS);
+    let swept =
+        env.server.request("GET", path).header("Authorization", "Bearer cron-secret-for-tests-0123456789").send().await;
+    assert_eq!(swept.status, 200);
+    assert_eq!(swept.json(), json!({"evicted": 0, "failedStuck": 1}));
+}
+
+/// The service with two verified principals (authentication is the auth issue's; the service
+/// takes the principal explicitly).
+fn service(store: Arc<dyn JobStore>, clock: Arc<ManualClock>) -> (Jobs, LocalQueue) {
+    let config = config(store, clock);
+    let queue = config.jobs.local_queue.clone().unwrap();
+    (vercel_mcp::catalogue::jobs_from(&config).as_ref().clone(), queue)
+}
+
+#[tokio::test]
+async fn a_foreign_handle_is_indistinguishable_from_a_missing_one() {
+    let store = Arc::new(MemoryJobStore::new());
+    let (jobs, _queue) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    let alice = Principal::verified(Some("alice"), None, vec![]);
+    let bob = Principal::verified(Some("bob"), None, vec![]);
+    let handle = jobs.submit(&alice, 3, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let foreign = jobs.status(&bob, &handle).await.unwrap_err();
+    let missing = jobs.status(&bob, "bogus").await.unwrap_err();
+    assert_eq!(foreign, missing);
+    assert!(!foreign.contains("alice"));
+    assert_eq!(jobs.cancel(&bob, &handle).await.unwrap_err(), missing);
+    assert_eq!(jobs.result(&bob, &handle).await.unwrap_err(), missing);
+    assert_eq!(jobs.status(&alice, &handle).await.unwrap()["state"], "pending", "alice's job is untouched");
+    // Verified principals get eight slots; one principal at its cap does not block another.
+    for _ in 0..7 {
+        jobs.submit(&alice, 1, None).await.unwrap();
+    }
+    assert!(jobs.submit(&alice, 1, None).await.unwrap_err().contains("at most 8"));
+    jobs.submit(&bob, 1, None).await.unwrap();
+    assert_eq!(store.len(), 9);
+}
+
+#[tokio::test]
+async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
+    let store = Arc::new(MemoryJobStore::new());
+    let (mut jobs, _) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    jobs.set_publisher(Arc::new(FailingPublisher("queue down".into())));
+    let error = jobs.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
+    assert!(error.contains("could not enqueue the job: queue down"), "{error}");
+    assert!(store.is_empty());
+    let (unconfigured, _) = service(
+        Arc::new(UnconfiguredJobStore("REDIS_URL is not set: async jobs need a shared store (Redis) when deployed")),
+        Arc::new(ManualClock::new(0)),
+    );
+    let error = unconfigured.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
+    assert!(error.contains("REDIS_URL"), "{error}");
+}
+
+/// A store that fails (as a crashed consumer would stop) after a number of steps.
+struct CrashAfter {
+    inner: Arc<MemoryJobStore>,
+    steps_left: AtomicU32,
+}
+
+impl JobStore for CrashAfter {
+    fn create<'a>(&'a self, r: &'a JobRecord, c: u32, t: u32, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, c, t, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
+            return Box::pin(async { Err(StoreError("consumer crashed".into())) });
+        }
+        self.inner.advance(o, j, e, n)
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.inner.sweep(n)
+    }
+}
+
+#[tokio::test]
+async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(0));
+    let (jobs, _) = service(store.clone(), clock.clone());
+    let owner = Principal::anonymous();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let config = config(store.clone(), clock.clone());
+    let mut crashing = vercel_mcp::consumer_from(&config);
+    crashing.store = Arc::new(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) });
+    let job_id = vercel_mcp::jobs::handle::open(&config.sealer, owner.id(), &handle).unwrap();
+    let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10 };
+    assert!(crashing.process(&message).await.is_err(), "the first delivery dies after 4 steps");
+    assert_eq!(jobs.status(&owner, &handle).await.unwrap()["completedSteps"], 4);
+    let healthy = vercel_mcp::consumer_from(&config);
+    healthy.process(&message).await.unwrap();
+    let result = jobs.result(&owner, &handle).await.unwrap();
+    assert_eq!(result["result"], json!({"sum": 45, "stepsRun": 10}), "every step ran exactly once");
+}
+
+/// Cancels the job after a number of steps, from inside the step loop (a client's cancel_job
+/// landing while the consumer works).
+struct CancelAfter {
+    inner: Arc<MemoryJobStore>,
+    steps: AtomicU32,
+    at: u32,
+}
+
+impl JobStore for CancelAfter {
+    fn create<'a>(&'a self, r: &'a JobRecord, c: u32, t: u32, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, c, t, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            if self.steps.fetch_add(1, Ordering::SeqCst) == self.at {
+                self.inner.cancel(o, j, n).await?;
+            }
+            self.inner.advance(o, j, e, n).await
+        })
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.inner.sweep(n)
+    }
+}
+
+#[tokio::test]
+async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(0));
+    let (jobs, _) = service(store.clone(), clock.clone());
+    let owner = Principal::anonymous();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let config = config(store.clone(), clock);
+    let mut consumer = vercel_mcp::consumer_from(&config);
+    consumer.store = Arc::new(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 });
+    let job_id = vercel_mcp::jobs::handle::open(&config.sealer, owner.id(), &handle).unwrap();
+    consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10 }).await.unwrap();
+    let status = jobs.status(&owner, &handle).await.unwrap();
+    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("cancelled"), json!(2)));
+    assert_eq!(jobs.result(&owner, &handle).await.unwrap()["result"], Value::Null);
+}
