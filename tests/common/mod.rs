@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod redis;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -1,0 +1,86 @@
+//! Finding a Redis for tests: `TEST_REDIS_URL`, else 127.0.0.1:6379, else a private
+//! `redis-server` started on a free port; `None` (and a loud message) when none can be had.
+
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A private redis-server, stopped when dropped.
+pub struct PrivateRedis {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    /// Starts `redis-server` on a free port, if the binary exists.
+    pub fn start() -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let mut redis = Self { port, child: None };
+        redis.restart().then_some(redis)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (an outage).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port; false if it could not start.
+    pub fn restart(&mut self) -> bool {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else { return false };
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A Redis URL to test against, keeping any private server alive in the returned guard.
+pub fn redis() -> Option<(String, Option<PrivateRedis>)> {
+    if let Ok(url) = std::env::var("TEST_REDIS_URL") {
+        return Some((url, None));
+    }
+    if TcpStream::connect_timeout(&"127.0.0.1:6379".parse().unwrap(), Duration::from_millis(300)).is_ok() {
+        return Some(("redis://127.0.0.1:6379".into(), None));
+    }
+    match PrivateRedis::start() {
+        Some(private) => Some((private.url(), Some(private))),
+        None => {
+            eprintln!(
+                "\n*** SKIPPED: no Redis at 127.0.0.1:6379 and no redis-server on PATH; Redis tests did not run ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("test:{test}:{}:{nanos}", std::process::id())
+}

@@ -1,0 +1,183 @@
+//! Several processes sharing Redis, as on Vercel: two MCP instances (the local-run binary) and
+//! the queue consumer binary under `vercel_runtime`'s local mode, with a loopback stand-in for
+//! the Vercel Queues REST API. A job submitted on one instance is polled on the other, survives
+//! an instance restart, is run by the consumer, and finishes exactly once even when its message
+//! is delivered twice.
+
+mod common;
+
+use bytes::Bytes;
+use common::redis::{redis, unique_prefix};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
+const OIDC: &str = "test-oidc-token";
+
+/// What the stand-in for Vercel Queues saw.
+#[derive(Default)]
+struct FakeQueue {
+    published: Vec<(Option<String>, Option<String>, Bytes)>,
+    acked: Vec<String>,
+}
+
+async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(Mutex::new(FakeQueue::default()));
+    let shared = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let state = shared.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let state = state.clone();
+                    async move {
+                        let auth =
+                            request.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                        let key = request
+                            .headers()
+                            .get("vqs-idempotency-key")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        let method = request.method().clone();
+                        let path = request.uri().path().to_owned();
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        let mut state = state.lock().unwrap();
+                        let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
+                            401
+                        } else if method == http::Method::POST && path == "/api/v3/topic/jobs" {
+                            state.published.push((auth, key, body));
+                            201
+                        } else if method == http::Method::DELETE && path.contains("/lease/") {
+                            state.acked.push(path.rsplit('/').next().unwrap().to_owned());
+                            204
+                        } else {
+                            404
+                        };
+                        let response = http::Response::builder()
+                            .status(status)
+                            .body(Full::new(Bytes::from_static(b"{}")))
+                            .unwrap();
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                });
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    (addr, state)
+}
+
+/// A child process, and its stdout kept open so late writes never hit a closed pipe.
+struct Process(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAddr) -> Process {
+    let mut child = Command::new(binary)
+        .env_remove("VERCEL")
+        .env("PORT", port.to_string())
+        .env("VERCEL_DEV_PORT", port.to_string())
+        .env("REDIS_URL", redis_url)
+        .env("MCP_REDIS_PREFIX", prefix)
+        .env("MCP_STATE_SECRET", SECRET)
+        .env("MCP_QUEUE_BASE_URL", format!("http://{queue}"))
+        .env("VERCEL_OIDC_TOKEN", OIDC)
+        .env("MCP_JOB_STEP_MS", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    // Both binaries announce readiness on stdout once their socket is bound.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "{binary} exited before listening");
+    }
+    Process(child, stdout)
+}
+
+async fn call(port: u16, tool: &str, arguments: Value) -> Value {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    common::payload(&server.call_tool(tool, arguments).await)
+}
+
+async fn deliver(port: u16, body: &Bytes, receipt: &str) -> (u16, Value) {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let reply = server
+        .post_to("/api/queues/process-job", String::from_utf8(body.to_vec()).unwrap())
+        .header("ce-type", "com.vercel.queue.v2beta")
+        .header("ce-vqsqueuename", "jobs")
+        .header("ce-vqsconsumergroup", "api_Squeues_Sprocess-job_Drs")
+        .header("ce-vqsmessageid", "msg-1")
+        .header("ce-vqsregion", "iad1")
+        .header("ce-vqsreceipthandle", receipt)
+        .header("x-vercel-oidc-token", OIDC)
+        .send()
+        .await;
+    (reply.status, reply.json())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_crosses_instances_and_finishes_exactly_once() {
+    let Some((redis_url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("multi");
+    let (queue_addr, queue) = start_fake_queue().await;
+    let (port_a, port_b, port_consumer) = (free_port(), free_port(), free_port());
+    let local = env!("CARGO_BIN_EXE_local");
+    let _a = spawn(local, port_a, &redis_url, &prefix, queue_addr);
+    let b = spawn(local, port_b, &redis_url, &prefix, queue_addr);
+    let _consumer = spawn(env!("CARGO_BIN_EXE_process-job"), port_consumer, &redis_url, &prefix, queue_addr);
+
+    let submitted = call(port_a, "submit_job", json!({"steps": 5})).await;
+    let handle = submitted["jobId"].as_str().unwrap().to_owned();
+    let (key, message) = {
+        let queue = queue.lock().unwrap();
+        assert_eq!(queue.published.len(), 1, "submit published one message");
+        (queue.published[0].1.clone().unwrap(), queue.published[0].2.clone())
+    };
+    let message_json: Value = serde_json::from_slice(&message).unwrap();
+    assert_eq!(message_json["jobId"], key, "the idempotency key is the job id");
+    assert_eq!(message_json["steps"], 5);
+
+    assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["state"], "pending", "B sees A's job");
+    drop(b);
+    let _b = spawn(local, port_b, &redis_url, &prefix, queue_addr);
+    assert_eq!(
+        call(port_b, "get_job_status", json!({"jobId": handle})).await["state"],
+        "pending",
+        "a restarted instance still sees it"
+    );
+
+    let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;
+    assert_eq!((status, outcome["status"].clone()), (200, json!("success")));
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-1"], "the lease is acknowledged after success");
+    let done = call(port_b, "get_job_status", json!({"jobId": handle})).await;
+    assert_eq!((done["state"].clone(), done["completedSteps"].clone()), (json!("done"), json!(5)));
+    let result = call(port_a, "get_job_result", json!({"jobId": handle})).await;
+    assert_eq!(result["result"], json!({"sum": 10, "stepsRun": 5}));
+
+    let (status, _) = deliver(port_consumer, &message, "receipt-2").await;
+    assert_eq!(status, 200, "a redelivered message is acknowledged");
+    assert_eq!(call(port_a, "get_job_result", json!({"jobId": handle})).await, result, "and changes nothing");
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-1", "receipt-2"]);
+}
