@@ -600,20 +600,124 @@ fn register_resources(server: &mut McpServer) {
     server.set_cache_hint(CacheableMethod::ResourcesRead, CacheHint { ttl_ms: 300_000, scope: CacheScope::Private });
 }
 
+#[derive(Deserialize, JsonSchema)]
+struct GreetArgs {
+    /// Who to greet.
+    name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SlowComputeArgs {
+    /// How long the computation takes.
+    #[schemars(range(min = 0, max = 600))]
+    #[serde(default)]
+    seconds: u64,
+    /// A label echoed in the result.
+    #[serde(default)]
+    label: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ConfirmDeleteArgs {
+    /// The file to delete.
+    filename: String,
+}
+
+fn accepted<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Value> {
+    let response = ctx.input_response(key)?;
+    (response.get("action").and_then(Value::as_str) == Some("accept")).then(|| response.get("content")).flatten()
+}
+
+fn register_task_tools(server: &mut McpServer) {
+    use vercel_mcp::tasks::TaskSupport::{Optional, Required};
+    server.tool(ToolDef::new("greet").description("Greets someone synchronously"), |_, args: GreetArgs| async move {
+        text(format!("Hello, {}!", args.name))
+    });
+    server.tool(
+        ToolDef::new("slow_compute")
+            .description("A computation that takes `seconds`; runs as a task when the client supports tasks")
+            .task_support(Optional),
+        |_, args: SlowComputeArgs| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(args.seconds)).await;
+            text(format!("Computation \"{}\" completed after {} seconds. Result: 42.", args.label, args.seconds))
+        },
+    );
+    server.tool(
+        ToolDef::new("failing_job").description("A task whose tool call fails").task_support(Required),
+        |_, _: NoArguments| async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Err::<CallToolResult, _>(ToolError::Execution("The job failed on purpose".into()))
+        },
+    );
+    server.tool(
+        ToolDef::new("protocol_error_job").description("A task that ends with a JSON-RPC error").task_support(Required),
+        |_, _: NoArguments| async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Err::<CallToolResult, _>(ToolError::Protocol(McpError::internal("The job hit an internal error")))
+        },
+    );
+    server.tool(
+        ToolDef::new("confirm_delete").description("Deletes a file after the user confirms, as a task").task_support(Required),
+        |ctx, args: ConfirmDeleteArgs| async move {
+            if ctx.input_response("confirm").is_some() {
+                let confirmed = accepted(&ctx, "confirm").and_then(|c| c.get("confirm")) == Some(&json!(true));
+                return text(if confirmed { format!("Deleted {}", args.filename) } else { format!("Kept {}", args.filename) });
+            }
+            let request = InputRequest::ElicitForm {
+                message: format!("Delete {}?", args.filename),
+                requested_schema: json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] }),
+            };
+            ask(vec![("confirm", request)], None)
+        },
+    );
+    server.tool(
+        ToolDef::new("multi_input").description("A task that asks two questions at once").task_support(Required),
+        |ctx, _: NoArguments| async move {
+            let name = |key: &str| accepted(&ctx, key).and_then(|c| c.get("name")).and_then(Value::as_str).map(str::to_owned);
+            let (first, second) = (name("first"), name("second"));
+            if let (Some(first), Some(second)) = (&first, &second) {
+                return text(format!("Received {first} and {second}"));
+            }
+            let schema = json!({ "type": "object", "properties": { "name": { "type": "string" }, "confirm": { "type": "boolean" } } });
+            let mut requests = Vec::new();
+            for (key, answered) in [("first", first.is_some()), ("second", second.is_some())] {
+                if !answered {
+                    requests.push((key, InputRequest::ElicitForm { message: format!("The {key} name?"), requested_schema: schema.clone() }));
+                }
+            }
+            ask(requests, None)
+        },
+    );
+    server.tool(
+        ToolDef::new("test_tool_with_task")
+            .description("Asks for a name synchronously, then continues as a task")
+            .task_support(Required)
+            .input_before_task(),
+        |ctx, _: NoArguments| async move {
+            match answer(&ctx, "user_name", "name").and_then(Value::as_str) {
+                Some(name) => text(format!("Hello, {name}!")),
+                None => ask(vec![("user_name", elicit("What is your name?", "name", "string"))], None),
+            }
+        },
+    );
+}
+
 /// The fixture's registry.
-fn fixture() -> McpServer {
+fn fixture(config: &vercel_mcp::Config) -> McpServer {
     let mut server = McpServer::new("mcp-conformance-test-server", "1.0.0");
+    server.enable_tasks(vercel_mcp::catalogue::tasks_from(config));
     register_content_tools(&mut server);
     register_client_feature_tools(&mut server);
     register_mrtr_tools(&mut server);
     register_prompts(&mut server);
     register_resources(&mut server);
+    register_task_tools(&mut server);
     server
 }
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let config = vercel_mcp::config_or_exit();
-    let app = Arc::new(App::new(fixture(), &config));
+    let app = Arc::new(App::new(fixture(&config), &config));
     local::serve(local::Routes::with_mcp(app), local::port_from_env()).await
 }

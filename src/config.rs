@@ -170,13 +170,16 @@ fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<
     match var("REDIS_URL") {
         Some(url) => {
             let prefix = var("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into());
-            backend.store = Arc::new(RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?);
+            let redis = RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?;
+            backend.task_store = Arc::new(crate::tasks::RedisTaskStore::new(redis.clone()));
+            backend.store = Arc::new(redis);
             parts.push(format!("Redis store (prefix {prefix})"));
         }
         None if deployed => {
             backend.store = Arc::new(UnconfiguredJobStore(
                 "REDIS_URL is not set: async jobs need a shared store (Redis) when deployed",
             ));
+            backend.task_store = Arc::new(crate::tasks::UnconfiguredTaskStore);
             parts.push("no store (REDIS_URL unset)".into());
         }
         None => parts.push("in-memory store".into()),

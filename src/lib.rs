@@ -16,6 +16,7 @@ pub mod protocol;
 pub mod security;
 pub mod server;
 pub mod state;
+pub mod tasks;
 pub mod transport;
 pub mod vercel;
 

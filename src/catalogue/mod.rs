@@ -22,8 +22,18 @@ pub fn jobs_from(config: &Config) -> Arc<Jobs> {
     ))
 }
 
+/// The tasks extension service over a configuration's task store.
+pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
+    Arc::new(crate::tasks::TaskService::new(
+        config.jobs.task_store.clone(),
+        config.clock.clone(),
+        config.random.clone(),
+    ))
+}
+
 /// Registers the combined catalogue of `/api/mcp`.
 pub fn register_all(server: &mut McpServer, config: &Config) {
+    server.enable_tasks(tasks_from(config));
     minimal::register(server);
     async_jobs::register(server, jobs_from(config));
 }

@@ -26,8 +26,10 @@ use std::sync::Arc;
 /// The job infrastructure of one process, chosen from configuration.
 #[derive(Clone)]
 pub struct JobsBackend {
-    /// Where records live.
+    /// Where job records live.
     pub store: Arc<dyn JobStore>,
+    /// Where task records (the tasks extension) live.
+    pub task_store: Arc<dyn crate::tasks::TaskStore>,
     /// Where submits go.
     pub publisher: Arc<dyn Publisher>,
     /// Where leases are acknowledged.
@@ -50,6 +52,7 @@ impl JobsBackend {
         let queue = LocalQueue::new();
         Self {
             store: Arc::new(MemoryJobStore::new()),
+            task_store: Arc::new(crate::tasks::MemoryTaskStore::default()),
             publisher: Arc::new(queue.clone()),
             queue_api: Arc::new(queue.clone()),
             local_queue: Some(queue),

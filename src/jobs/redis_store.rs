@@ -168,6 +168,16 @@ impl RedisJobStore {
         Ok(Self { connection, prefix: prefix.to_owned() })
     }
 
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A handle on the shared, self-healing connection.
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
     fn owner_part(owner: &str) -> String {
         URL_SAFE_NO_PAD.encode(owner)
     }

@@ -30,6 +30,11 @@ impl Principal {
         Self { id: Arc::from(id), scopes: scopes.into(), verified: true }
     }
 
+    /// A principal rebuilt from a stored id (background work acting for its owner).
+    pub fn restore(id: &str, verified: bool, scopes: Vec<String>) -> Self {
+        Self { id: Arc::from(id), scopes: scopes.into(), verified }
+    }
+
     /// A stable identifier, used for binding sealed state and keying stores. Not for logs.
     pub fn id(&self) -> &str {
         &self.id

@@ -14,7 +14,8 @@ use super::{
     schema,
 };
 use crate::protocol::types::CallToolResult;
-use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS};
+use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
+use crate::tasks::{self, NewTask, TaskSupport};
 
 /// The outcome of executing a request.
 #[derive(Debug)]
@@ -64,6 +65,9 @@ impl McpServer {
             }
             "prompts/get" if !self.prompts.is_empty() => self.get_prompt(ctx, params).await,
             "completion/complete" if !self.completions.is_empty() => complete(self.complete(params)?),
+            "tasks/get" | "tasks/update" | "tasks/cancel" if ctx.era == Era::Modern && self.tasks.is_some() => {
+                self.task_method(ctx, method, params).await
+            }
             // 2025-era methods with no state behind them, answered only on the legacy path.
             "ping" | "logging/setLevel" if ctx.era == Era::Legacy => complete(json!({})),
             "resources/subscribe" | "resources/unsubscribe" if ctx.era == Era::Legacy && self.has_resources() => {
@@ -149,6 +153,15 @@ impl McpServer {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
         schema::strip_unknown_keys(&tool.input_schema, &mut arguments);
+        let as_task = match tool.task_support {
+            TaskSupport::Forbidden => false,
+            TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
+            TaskSupport::Required if !ctx.has_extension(TASKS_EXTENSION) => return Err(tasks::extension_required()),
+            TaskSupport::Required => true,
+        };
+        if as_task {
+            return self.call_tool_as_task(tool, ctx, arguments).await;
+        }
         match (tool.handler)(ctx, arguments).await {
             Ok(Outcome::Complete(result)) => {
                 if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
@@ -165,6 +178,73 @@ impl McpServer {
             Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
             Err(ToolError::Execution(message)) => tool_reply(CallToolResult::error(message)),
             Err(ToolError::Protocol(error)) => Err(error),
+        }
+    }
+
+    /// Answers a `tools/call` with a task. With `input_before_task`, the handler runs inline
+    /// first and any input it needs is asked for synchronously (MRTR) before a task exists.
+    async fn call_tool_as_task(
+        &self,
+        tool: &super::ToolEntry,
+        ctx: RequestContext,
+        arguments: Map<String, Value>,
+    ) -> Result<Reply, McpError> {
+        let tasks = self.tasks.as_ref().ok_or_else(|| McpError::internal("the tasks extension is not enabled"))?;
+        let (principal, bus, capabilities) = (ctx.principal.clone(), ctx.bus.clone(), ctx.client_capabilities.clone());
+        let task = NewTask {
+            principal: &principal,
+            tool: &tool.name,
+            arguments: arguments.clone(),
+            client_capabilities: capabilities,
+        };
+        if !tool.input_before_task {
+            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), bus).await?));
+        }
+        let result = match (tool.handler)(ctx, arguments).await {
+            Ok(Outcome::InputRequired(input)) => return Ok(Reply::InputRequired(input)),
+            Ok(Outcome::Complete(result)) => result,
+            Err(ToolError::Execution(message)) => CallToolResult::error(message),
+            Err(ToolError::Protocol(error)) => return Err(error),
+        };
+        let mut result = json!(result);
+        result["resultType"] = json!("complete");
+        Ok(Reply::Complete(tasks.finished(task, result).await?))
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`: only for requests declaring the extension.
+    async fn task_method(
+        &self,
+        ctx: RequestContext,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Result<Reply, McpError> {
+        let tasks = self.tasks.as_ref().ok_or_else(|| McpError::method_not_found(method))?;
+        if !ctx.has_extension(TASKS_EXTENSION) {
+            return Err(tasks::extension_required());
+        }
+        let task_id = params
+            .get("taskId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("taskId must be a string"))?;
+        match method {
+            "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
+            "tasks/update" => {
+                let responses = match params.get("inputResponses") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(responses)) => responses.clone(),
+                    Some(_) => return Err(McpError::invalid_params("inputResponses must be an object")),
+                };
+                if let Some(record) = tasks.update(&ctx.principal, task_id, &responses).await? {
+                    if let Some(&index) = self.tool_index.get(&record.tool) {
+                        tasks.resume(record, self.tools[index].handler.clone(), ctx.bus.clone());
+                    }
+                }
+                Ok(Reply::Complete(Map::new()))
+            }
+            _ => {
+                tasks.cancel(&ctx.principal, task_id).await?;
+                Ok(Reply::Complete(Map::new()))
+            }
         }
     }
 

@@ -32,6 +32,7 @@ use crate::protocol::types::{
     CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents, ResourceTemplate,
     ToolAnnotations,
 };
+use crate::tasks::{TaskService, TaskSupport};
 
 /// A boxed, sendable future: the erased shape of every handler.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -114,7 +115,8 @@ impl From<&str> for ToolError {
 /// The result every tool handler produces.
 pub type ToolResult = Result<Outcome<CallToolResult>, ToolError>;
 
-type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
+/// An erased tool handler.
+pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
 type ResourceFn =
     Arc<dyn Fn(RequestContext, String) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>> + Send + Sync>;
 type TemplateFn = Arc<
@@ -220,6 +222,8 @@ pub struct ToolDef {
     output_schema: Option<Value>,
     annotations: Option<ToolAnnotations>,
     meta: Option<Value>,
+    task_support: TaskSupport,
+    input_before_task: bool,
 }
 
 impl ToolDef {
@@ -233,7 +237,22 @@ impl ToolDef {
             output_schema: None,
             annotations: None,
             meta: None,
+            task_support: TaskSupport::Forbidden,
+            input_before_task: false,
         }
+    }
+
+    /// Whether the tool may (or must) run as a task of the tasks extension.
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.task_support = support;
+        self
+    }
+
+    /// Run the handler inline first: an `input_required` answer goes back as a plain MRTR
+    /// result, and only a call that needs no (more) input becomes a task.
+    pub fn input_before_task(mut self) -> Self {
+        self.input_before_task = true;
+        self
     }
 
     /// Display title.
@@ -311,6 +330,8 @@ pub(crate) struct ToolEntry {
     pub input_schema: Value,
     pub output_schema: Option<Value>,
     pub header_params: Vec<HeaderParam>,
+    pub task_support: TaskSupport,
+    pub input_before_task: bool,
     pub handler: ToolFn,
 }
 
@@ -367,6 +388,7 @@ pub struct McpServer {
     pub(crate) completions: HashMap<CompletionRef, CompletionFn>,
     pub(crate) cache_hints: HashMap<CacheableMethod, CacheHint>,
     pub(crate) page_size: usize,
+    pub(crate) tasks: Option<Arc<TaskService>>,
 }
 
 impl McpServer {
@@ -385,7 +407,13 @@ impl McpServer {
             completions: HashMap::new(),
             cache_hints: HashMap::new(),
             page_size: 100,
+            tasks: None,
         }
+    }
+
+    /// Enables the tasks extension, backed by `service`.
+    pub fn enable_tasks(&mut self, service: Arc<TaskService>) {
+        self.tasks = Some(service);
     }
 
     /// The name and version this server reports.
@@ -483,7 +511,17 @@ impl McpServer {
         let listing = def.to_json(&input_schema);
         let output_schema = def.output_schema.clone();
         self.tool_index.insert(name.clone(), self.tools.len());
-        self.tools.push(ToolEntry { name, listing, input_schema, output_schema, header_params, handler });
+        let (task_support, input_before_task) = (def.task_support, def.input_before_task);
+        self.tools.push(ToolEntry {
+            name,
+            listing,
+            input_schema,
+            output_schema,
+            header_params,
+            task_support,
+            input_before_task,
+            handler,
+        });
     }
 
     /// Registers a static resource.
@@ -569,12 +607,34 @@ impl McpServer {
             caps.insert("completions".into(), json!({}));
         }
         caps.insert("logging".into(), json!({}));
+        if self.tasks.is_some() {
+            caps.insert("extensions".into(), json!({ crate::protocol::TASKS_EXTENSION: {} }));
+        }
         Value::Object(caps)
     }
 
     pub(crate) fn cache_hint(&self, method: CacheableMethod) -> CacheHint {
         self.cache_hints.get(&method).copied().unwrap_or_default()
     }
+}
+
+/// Runs a future, catching a panic inside it so one faulty handler cannot take down the
+/// connection or task it runs on.
+pub(crate) async fn catch_unwind<F: Future>(future: F) -> std::thread::Result<F::Output> {
+    struct CatchUnwind<F>(F);
+    impl<F: Future> Future for CatchUnwind<F> {
+        type Output = std::thread::Result<F::Output>;
+        fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+            // SAFETY: structural pinning of the only field, which is never moved out.
+            let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+                Err(panic) => std::task::Poll::Ready(Err(panic)),
+            }
+        }
+    }
+    CatchUnwind(future).await
 }
 
 fn valid_tool_name(name: &str) -> bool {

@@ -213,24 +213,7 @@ pub(crate) fn principal_for(_headers: &http::HeaderMap) -> Principal {
 pub(crate) async fn catch_panic<T>(
     future: impl std::future::Future<Output = Result<T, McpError>>,
 ) -> Result<T, McpError> {
-    use std::panic::AssertUnwindSafe;
-    struct CatchUnwind<F>(F);
-    impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
-        type Output = std::thread::Result<F::Output>;
-        fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-            // SAFETY: structural pinning of the only field; it is never moved out.
-            let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
-            match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-                Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
-                Err(panic) => std::task::Poll::Ready(Err(panic)),
-            }
-        }
-    }
-    match CatchUnwind(future).await {
-        Ok(result) => result,
-        Err(_) => Err(McpError::internal("Internal error")),
-    }
+    crate::server::catch_unwind(future).await.unwrap_or_else(|_| Err(McpError::internal("Internal error")))
 }
 
 /// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.

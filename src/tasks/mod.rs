@@ -1,0 +1,388 @@
+//! The tasks extension (`io.modelcontextprotocol/tasks`): long `tools/call`s answered with a
+//! task handle, then observed with `tasks/get`, fed with `tasks/update` and stopped with
+//! `tasks/cancel`.
+//!
+//! Task records live in a [`TaskStore`] (Redis when deployed), so any instance can answer
+//! `tasks/get`, take an update or a cancel. The work itself runs on the instance that created
+//! the task, and a resumption (after `tasks/update` answers every outstanding input) runs on the
+//! instance that received the update; a running task polls its record and stops as soon as a
+//! cancel lands anywhere. Work that must outlive an invocation belongs in the jobs queue.
+
+pub mod store;
+
+pub use store::{MemoryTaskStore, RedisTaskStore, TaskRecord, TaskStatus, TaskStore, UnconfiguredTaskStore};
+
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::jobs::store::StoreError;
+use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
+use crate::security::Principal;
+use crate::server::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
+use crate::state::{ChangeBus, Clock, Random};
+
+/// How long a task (and its result) stays retrievable.
+pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
+/// Suggested polling interval.
+pub const POLL_INTERVAL_MS: u64 = 1000;
+/// How often running work checks its record for a cancel.
+const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+/// Whether and how a tool runs as a task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Always synchronous.
+    #[default]
+    Forbidden,
+    /// A task when the request declares the extension, synchronous otherwise.
+    Optional,
+    /// Only as a task: a request without the extension gets `-32021`.
+    Required,
+}
+
+/// The `-32021` for a request that needs the tasks extension but did not declare it.
+pub fn extension_required() -> McpError {
+    McpError::missing_capability(
+        "This request requires the io.modelcontextprotocol/tasks extension",
+        json!({ "extensions": { TASKS_EXTENSION: {} } }),
+    )
+}
+
+fn not_found() -> McpError {
+    McpError::invalid_params("Failed to retrieve task: Task not found")
+}
+
+fn store_error(error: StoreError) -> McpError {
+    McpError::internal(error.0)
+}
+
+/// Task creation, lookup, updates, cancellation and execution.
+pub struct TaskService {
+    store: Arc<dyn TaskStore>,
+    clock: Arc<dyn Clock>,
+    random: Arc<dyn Random>,
+}
+
+/// What a new task starts from.
+pub struct NewTask<'a> {
+    /// The calling principal.
+    pub principal: &'a Principal,
+    /// The tool.
+    pub tool: &'a str,
+    /// Its validated arguments.
+    pub arguments: Map<String, Value>,
+    /// The capabilities the creating request declared (input requests are gated on them).
+    pub client_capabilities: Map<String, Value>,
+}
+
+impl TaskService {
+    /// A service over `store`.
+    pub fn new(store: Arc<dyn TaskStore>, clock: Arc<dyn Clock>, random: Arc<dyn Random>) -> Self {
+        Self { store, clock, random }
+    }
+
+    fn new_record(&self, task: NewTask<'_>, status: TaskStatus) -> TaskRecord {
+        use base64::Engine;
+        let mut id = [0u8; 16];
+        self.random.fill(&mut id);
+        let now = self.clock.now_ms();
+        TaskRecord {
+            version: 1,
+            task_id: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id),
+            owner: task.principal.id().to_owned(),
+            owner_verified: task.principal.is_verified(),
+            owner_scopes: task.principal.scopes().to_vec(),
+            tool: task.tool.to_owned(),
+            arguments: task.arguments,
+            status,
+            status_message: None,
+            created_at: now,
+            updated_at: now,
+            ttl_ms: TASK_TTL_MS,
+            input_requests: Map::new(),
+            input_responses: Map::new(),
+            state: Some(json!({ "capabilities": task.client_capabilities, "handler": Value::Null })),
+            result: None,
+            error: None,
+            cancel_requested: false,
+        }
+    }
+
+    /// Durably creates a working task, starts `handler` on it, and returns the
+    /// `CreateTaskResult` body.
+    pub async fn start(
+        self: &Arc<Self>,
+        task: NewTask<'_>,
+        handler: ToolFn,
+        bus: Arc<dyn ChangeBus>,
+    ) -> Result<Map<String, Value>, McpError> {
+        let record = self.new_record(task, TaskStatus::Working);
+        self.store.create(&record).await.map_err(store_error)?;
+        self.spawn(record.clone(), handler, bus);
+        Ok(self.create_result(&record))
+    }
+
+    /// Records work that already finished inline as a completed task (the server may hand back
+    /// a task for a result it already has), and returns the `CreateTaskResult` body.
+    pub async fn finished(&self, task: NewTask<'_>, result: Value) -> Result<Map<String, Value>, McpError> {
+        let mut record = self.new_record(task, TaskStatus::Completed);
+        record.result = Some(result);
+        self.store.create(&record).await.map_err(store_error)?;
+        Ok(self.create_result(&record))
+    }
+
+    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
+        let service = self.clone();
+        tokio::spawn(async move { service.run(record, handler, bus).await });
+    }
+
+    /// Runs one round of a task's work, racing it against cancellation.
+    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
+        let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
+        let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
+        let mut ctx = RequestContext::new(id, Era::Modern, principal, bus);
+        let state = record.state.clone().unwrap_or(Value::Null);
+        ctx.client_capabilities = state.get("capabilities").and_then(Value::as_object).cloned().unwrap_or_default();
+        ctx.input_responses = record.input_responses.clone();
+        ctx.request_state = state.get("handler").filter(|h| !h.is_null()).cloned();
+        let capabilities = ctx.client_capabilities.clone();
+        let work = catch_unwind(handler(ctx, record.arguments.clone()));
+        let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
+        tokio::select! {
+            outcome = work => {
+                let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(McpError::internal("Internal error"))));
+                let _ = self.settle(&record.owner, &record.task_id, outcome, &capabilities).await;
+            }
+            _ = cancelled => {}
+        }
+    }
+
+    async fn watch_for_cancel(&self, owner: &str, task_id: &str) {
+        loop {
+            tokio::time::sleep(CANCEL_POLL).await;
+            match self.store.get(owner, task_id).await {
+                Ok(Some(record)) if !record.cancel_requested && !record.status.is_terminal() => {}
+                Ok(_) => return,
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Applies a round's outcome, unless the task was cancelled meanwhile.
+    async fn settle(
+        &self,
+        owner: &str,
+        task_id: &str,
+        outcome: Result<Outcome<crate::protocol::types::CallToolResult>, ToolError>,
+        capabilities: &Map<String, Value>,
+    ) -> Result<(), StoreError> {
+        self.modify(owner, task_id, |record| {
+            if record.status.is_terminal() || record.cancel_requested {
+                return false;
+            }
+            match &outcome {
+                Ok(Outcome::Complete(result)) => complete(record, result),
+                Err(ToolError::Execution(message)) => {
+                    complete(record, &crate::protocol::types::CallToolResult::error(message.clone()))
+                }
+                Err(ToolError::Protocol(error)) => {
+                    record.status = TaskStatus::Failed;
+                    record.status_message = Some(error.message.to_string());
+                    record.error = Some(error.to_json());
+                }
+                Ok(Outcome::InputRequired(input)) => {
+                    let missing: Vec<Value> = input
+                        .requests
+                        .iter()
+                        .filter_map(|(_, r)| {
+                            let (needed, granted) = r.capability(capabilities);
+                            (!granted).then_some(needed)
+                        })
+                        .collect();
+                    if !missing.is_empty() {
+                        let error = McpError::missing_capability(
+                            "The task needs input the creating request did not declare it could provide",
+                            missing.into_iter().next().unwrap_or(Value::Null),
+                        );
+                        record.status = TaskStatus::Failed;
+                        record.error = Some(error.to_json());
+                        return true;
+                    }
+                    record.status = TaskStatus::InputRequired;
+                    record.input_requests = input.requests.iter().map(|(k, r)| (k.clone(), r.to_json())).collect();
+                    let handler_state = input.state.clone().unwrap_or(Value::Null);
+                    record.state = Some(json!({ "capabilities": capabilities, "handler": handler_state }));
+                }
+            }
+            true
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Read-modify-write with optimistic concurrency. `change` returns false to leave the
+    /// record as it is.
+    async fn modify(
+        &self,
+        owner: &str,
+        task_id: &str,
+        change: impl Fn(&mut TaskRecord) -> bool,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        for _ in 0..16 {
+            let Some(mut record) = self.store.get(owner, task_id).await? else { return Ok(None) };
+            if !change(&mut record) {
+                return Ok(Some(record));
+            }
+            record.version += 1;
+            record.updated_at = self.clock.now_ms();
+            if self.store.replace(&record).await? {
+                return Ok(Some(record));
+            }
+        }
+        Err(StoreError("the task is changing too fast; try again".into()))
+    }
+
+    /// `tasks/get`.
+    pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
+        let record = self.store.get(principal.id(), task_id).await.map_err(store_error)?.ok_or_else(not_found)?;
+        Ok(self.detailed(&record))
+    }
+
+    /// `tasks/update`: records the answers to outstanding requests (others are ignored). When
+    /// none remain outstanding the task resumes; the record returned is the one to run.
+    pub async fn update(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        responses: &Map<String, Value>,
+    ) -> Result<Option<TaskRecord>, McpError> {
+        let updated = self
+            .modify(principal.id(), task_id, |record| {
+                if record.status != TaskStatus::InputRequired {
+                    return false;
+                }
+                let mut changed = false;
+                for (key, answer) in responses {
+                    if record.input_requests.remove(key).is_some() {
+                        record.input_responses.insert(key.clone(), answer.clone());
+                        changed = true;
+                    }
+                }
+                if changed && record.input_requests.is_empty() {
+                    record.status = TaskStatus::Working;
+                }
+                changed
+            })
+            .await
+            .map_err(store_error)?
+            .ok_or_else(not_found)?;
+        Ok((updated.status == TaskStatus::Working
+            && updated.input_requests.is_empty()
+            && !updated.input_responses.is_empty())
+        .then_some(updated))
+    }
+
+    /// Resumes a task whose inputs are all answered.
+    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
+        self.spawn(record, handler, bus);
+    }
+
+    /// `tasks/cancel`: a task that is not finished becomes cancelled at once; running work stops
+    /// at its next check. Cancelling a finished task changes nothing.
+    pub async fn cancel(&self, principal: &Principal, task_id: &str) -> Result<(), McpError> {
+        self.modify(principal.id(), task_id, |record| {
+            if record.status.is_terminal() {
+                return false;
+            }
+            record.cancel_requested = true;
+            record.status = TaskStatus::Cancelled;
+            record.status_message = Some("cancelled by the client".into());
+            record.input_requests.clear();
+            true
+        })
+        .await
+        .map_err(store_error)?
+        .ok_or_else(not_found)
+        .map(|_| ())
+    }
+
+    fn task_fields(&self, record: &TaskRecord) -> Map<String, Value> {
+        let mut task = Map::new();
+        task.insert("taskId".into(), json!(record.task_id));
+        task.insert("status".into(), json!(record.status));
+        if let Some(message) = &record.status_message {
+            task.insert("statusMessage".into(), json!(message));
+        }
+        task.insert("createdAt".into(), json!(iso8601(record.created_at)));
+        task.insert("lastUpdatedAt".into(), json!(iso8601(record.updated_at)));
+        task.insert("ttlMs".into(), json!(record.ttl_ms));
+        task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
+        task
+    }
+
+    fn create_result(&self, record: &TaskRecord) -> Map<String, Value> {
+        let mut result = self.task_fields(record);
+        result.insert("resultType".into(), json!("task"));
+        result
+    }
+
+    fn detailed(&self, record: &TaskRecord) -> Map<String, Value> {
+        let mut result = self.task_fields(record);
+        result.insert("resultType".into(), json!("complete"));
+        match record.status {
+            TaskStatus::InputRequired => {
+                result.insert("inputRequests".into(), Value::Object(record.input_requests.clone()));
+            }
+            TaskStatus::Completed => {
+                if let Some(outcome) = &record.result {
+                    result.insert("result".into(), outcome.clone());
+                }
+            }
+            TaskStatus::Failed => {
+                if let Some(error) = &record.error {
+                    result.insert("error".into(), error.clone());
+                }
+            }
+            TaskStatus::Working | TaskStatus::Cancelled => {}
+        }
+        result
+    }
+}
+
+fn complete(record: &mut TaskRecord, result: &crate::protocol::types::CallToolResult) {
+    let mut value = serde_json::to_value(result).expect("results serialise");
+    value["resultType"] = json!("complete");
+    record.status = TaskStatus::Completed;
+    record.result = Some(value);
+    record.input_requests.clear();
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
+pub fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::iso8601;
+
+    #[test]
+    fn formats_timestamps() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601(1_785_578_400_123), "2026-08-01T10:00:00.123Z");
+    }
+}

@@ -1,0 +1,224 @@
+//! Task records and where they live (memory locally, Redis when deployed).
+//!
+//! Every change is a read-modify-write guarded by the record's `version`: the write succeeds
+//! only if nobody changed the record in between, so instances racing on one task (an update on
+//! one, a cancel on another, the executor on a third) never lose each other's changes.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use redis::Script;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use crate::jobs::redis_store::RedisJobStore;
+use crate::jobs::store::{StoreError, StoreFuture};
+
+/// Task statuses; the last three are terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Running.
+    Working,
+    /// Waiting for `tasks/update`.
+    InputRequired,
+    /// Finished with a `CallToolResult` (possibly `isError`).
+    Completed,
+    /// Finished with a JSON-RPC error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Completed, failed or cancelled: never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// One task as stored. The owner is part of the key and never returned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRecord {
+    /// Optimistic-concurrency counter.
+    pub version: u64,
+    /// The id clients use.
+    pub task_id: String,
+    /// Owning principal id.
+    pub owner: String,
+    /// Whether the owner was a verified principal.
+    pub owner_verified: bool,
+    /// Scopes the owner held when the task was created.
+    pub owner_scopes: Vec<String>,
+    /// The tool being run.
+    pub tool: String,
+    /// Its validated arguments.
+    pub arguments: Map<String, Value>,
+    /// Current status.
+    pub status: TaskStatus,
+    /// Human-readable detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// Creation time (ms).
+    pub created_at: u64,
+    /// Last change (ms).
+    pub updated_at: u64,
+    /// Retention from creation (ms).
+    pub ttl_ms: u64,
+    /// Outstanding input requests (MRTR shape), while `input_required`.
+    #[serde(default)]
+    pub input_requests: Map<String, Value>,
+    /// Answers received so far.
+    #[serde(default)]
+    pub input_responses: Map<String, Value>,
+    /// The handler's own state between rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    /// The `CallToolResult`, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The JSON-RPC error, once failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// Set by `tasks/cancel`.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+/// Task persistence.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new record (durably, before its id is handed out).
+    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()>;
+    /// The owner's task.
+    fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+    /// Writes `record` if the stored version is still `record.version - 1`; false on a conflict.
+    fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool>;
+}
+
+/// The in-memory task store of the local run and tests.
+#[derive(Debug, Default)]
+pub struct MemoryTaskStore(Mutex<HashMap<(String, String), TaskRecord>>);
+
+impl TaskStore for MemoryTaskStore {
+    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {
+        self.0.lock().expect("tasks lock").insert((record.owner.clone(), record.task_id.clone()), record.clone());
+        Box::pin(async { Ok(()) })
+    }
+
+    fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        let record = self.0.lock().expect("tasks lock").get(&(owner.to_owned(), task_id.to_owned())).cloned();
+        Box::pin(async move { Ok(record) })
+    }
+
+    fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+        let mut tasks = self.0.lock().expect("tasks lock");
+        let key = (record.owner.clone(), record.task_id.clone());
+        let ok = tasks.get(&key).is_some_and(|current| current.version + 1 == record.version);
+        if ok {
+            tasks.insert(key, record.clone());
+        }
+        Box::pin(async move { Ok(ok) })
+    }
+}
+
+const REPLACE: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+if cjson.decode(raw).version + 1 ~= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+return 1
+"#;
+
+static REPLACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REPLACE));
+
+/// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL.
+#[derive(Clone, Debug)]
+pub struct RedisTaskStore {
+    redis: RedisJobStore,
+}
+
+impl RedisTaskStore {
+    /// Shares the job store's connection and prefix.
+    pub fn new(redis: RedisJobStore) -> Self {
+        Self { redis }
+    }
+
+    fn key(&self, owner: &str, task_id: &str) -> String {
+        format!("{}:task:{}:{}", self.redis.prefix(), URL_SAFE_NO_PAD.encode(owner), task_id)
+    }
+}
+
+fn redis_error(error: redis::RedisError) -> StoreError {
+    StoreError(format!("task store unavailable: {:?}", error.kind()))
+}
+
+impl TaskStore for RedisTaskStore {
+    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let json = serde_json::to_string(record).expect("records serialise");
+            let _: () = redis::cmd("SET")
+                .arg(self.key(&record.owner, &record.task_id))
+                .arg(json)
+                .arg("PX")
+                .arg(record.ttl_ms)
+                .query_async(&mut self.redis.connection())
+                .await
+                .map_err(redis_error)?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Box::pin(async move {
+            let raw: Option<String> = redis::cmd("GET")
+                .arg(self.key(owner, task_id))
+                .query_async(&mut self.redis.connection())
+                .await
+                .map_err(redis_error)?;
+            raw.map(|raw| {
+                serde_json::from_str(&raw).map_err(|_| StoreError("task store returned an unreadable record".into()))
+            })
+            .transpose()
+        })
+    }
+
+    fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let json = serde_json::to_string(record).expect("records serialise");
+            let ok: i64 = REPLACE_SCRIPT
+                .key(self.key(&record.owner, &record.task_id))
+                .arg(json)
+                .arg(record.version)
+                .invoke_async(&mut self.redis.connection())
+                .await
+                .map_err(redis_error)?;
+            Ok(ok == 1)
+        })
+    }
+}
+
+/// Deployed without `REDIS_URL`: every task operation fails naming the variable.
+#[derive(Debug, Default)]
+pub struct UnconfiguredTaskStore;
+
+impl UnconfiguredTaskStore {
+    fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
+        Box::pin(async {
+            Err(StoreError("REDIS_URL is not set: tasks need a shared store (Redis) when deployed".into()))
+        })
+    }
+}
+
+impl TaskStore for UnconfiguredTaskStore {
+    fn create<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, ()> {
+        self.fail()
+    }
+    fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.fail()
+    }
+    fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
+        self.fail()
+    }
+}
