@@ -1,0 +1,165 @@
+//! The tasks extension across two instances sharing Redis: a task created on one instance is
+//! read, answered and cancelled through the other; foreign principals and undeclared clients
+//! are refused.
+
+mod common;
+
+use common::TestServer;
+use common::redis::{redis, unique_prefix};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use vercel_mcp::jobs::redis_store::RedisJobStore;
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::state::SystemClock;
+use vercel_mcp::tasks::{RedisTaskStore, TaskSupport};
+use vercel_mcp::{App, Config};
+
+fn registry(config: &Config) -> McpServer {
+    let mut server = McpServer::new("tasks-test", "1");
+    server.enable_tasks(vercel_mcp::catalogue::tasks_from(config));
+    server.tool(
+        ToolDef::new("ask_twice").description("Two questions, then a summary").task_support(TaskSupport::Required),
+        |ctx, _: NoArguments| async move {
+            let name =
+                |key: &str| ctx.input_response(key).and_then(|r| r["content"]["name"].as_str()).map(str::to_owned);
+            if let (Some(a), Some(b)) = (name("a"), name("b")) {
+                return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text(format!("{a} and {b}"))));
+            }
+            let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+            let mut input = InputRequired::new();
+            for key in ["a", "b"] {
+                if name(key).is_none() {
+                    input = input.request(
+                        key,
+                        InputRequest::ElicitForm { message: key.into(), requested_schema: schema.clone() },
+                    );
+                }
+            }
+            Ok(Outcome::InputRequired(input))
+        },
+    );
+    server.tool(
+        ToolDef::new("forever").description("Runs until cancelled").task_support(TaskSupport::Optional),
+        |_, _: NoArguments| async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>(CallToolResult::text("never"))
+        },
+    );
+    server
+}
+
+async fn instance(redis_url: &str, prefix: &str) -> TestServer {
+    let mut config = Config::for_tests(Arc::new(SystemClock));
+    config.jobs.task_store = Arc::new(RedisTaskStore::new(RedisJobStore::new(redis_url, prefix).unwrap()));
+    TestServer::start(Arc::new(App::new(registry(&config), &config))).await
+}
+
+fn meta(caps: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps})
+}
+
+fn with_tasks() -> Value {
+    meta(json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}))
+}
+
+async fn task_call(server: &TestServer, method: &str, mut params: Value) -> common::Reply {
+    params["_meta"] = with_tasks();
+    let mut call = server.modern(json!(1), method, params.clone());
+    if let Some(task_id) = params["taskId"].as_str() {
+        call = call.header("Mcp-Name", task_id);
+    }
+    call.send().await
+}
+
+async fn wait_for(server: &TestServer, task_id: &str, status: &str) -> Value {
+    for _ in 0..5000 {
+        let task = task_call(server, "tasks/get", json!({"taskId": task_id})).await.json()["result"].clone();
+        if task["status"] == status {
+            return task;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("task {task_id} never reached {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_moves_between_instances() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("tasks");
+    let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
+
+    let created =
+        task_call(&a, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
+    assert_eq!(created["resultType"], "task");
+    for absent in ["result", "error", "inputRequests", "requestState"] {
+        assert!(created.get(absent).is_none(), "{absent} is not part of a CreateTaskResult");
+    }
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    let parked = wait_for(&b, &task_id, "input_required").await;
+    assert_eq!(parked["inputRequests"].as_object().unwrap().len(), 2, "instance B sees A's task");
+
+    let ack = task_call(&b, "tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}, "zzz": {"ignored": true}}})).await;
+    assert_eq!(ack.json()["result"]["resultType"], "complete");
+    let partial = task_call(&a, "tasks/get", json!({"taskId": task_id})).await.json()["result"].clone();
+    assert_eq!(partial["status"], "input_required");
+    assert_eq!(
+        partial["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["b"],
+        "the answered key is gone at once"
+    );
+    task_call(
+        &a,
+        "tasks/update",
+        json!({"taskId": task_id, "inputResponses": {"b": {"action": "accept", "content": {"name": "Grace"}}}}),
+    )
+    .await;
+    let done = wait_for(&b, &task_id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Ada and Grace");
+    assert!(done.get("requestState").is_none());
+
+    let running =
+        task_call(&a, "tools/call", json!({"name": "forever", "arguments": {}})).await.json()["result"]["taskId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    assert_eq!(
+        task_call(&b, "tasks/cancel", json!({"taskId": running})).await.json()["result"]["resultType"],
+        "complete"
+    );
+    assert_eq!(task_call(&a, "tasks/get", json!({"taskId": running})).await.json()["result"]["status"], "cancelled");
+    let again = task_call(&a, "tasks/cancel", json!({"taskId": task_id})).await.json()["result"].clone();
+    assert_eq!(again.get("status"), None, "cancelling a finished task is a bare ack");
+    assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
+}
+
+#[tokio::test]
+async fn undeclared_clients_unknown_ids_and_removed_methods() {
+    let Some((url, _guard)) = redis() else { return };
+    let server = instance(&url, &unique_prefix("tasks-neg")).await;
+    let mut plain = json!({"name": "ask_twice", "arguments": {}});
+    plain["_meta"] = meta(json!({"elicitation": {}}));
+    let refused = server.modern(json!(1), "tools/call", plain).send().await;
+    assert_eq!((refused.status, refused.code()), (400, -32021));
+    assert_eq!(
+        refused.json()["error"]["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
+    let mut get = json!({"taskId": "nope"});
+    get["_meta"] = meta(json!({}));
+    assert_eq!(server.modern(json!(1), "tasks/get", get).header("Mcp-Name", "nope").send().await.code(), -32021);
+    assert_eq!(task_call(&server, "tasks/get", json!({"taskId": "AAAAAAAAAAAAAAAAAAAAAA"})).await.code(), -32602);
+    for removed in ["tasks/result", "tasks/list"] {
+        let mut params = json!({"taskId": "x"});
+        params["_meta"] = with_tasks();
+        assert_eq!(server.modern(json!(1), removed, params).send().await.code(), -32601, "{removed}");
+    }
+    // `forever` is optional: with the extension declared it becomes a task.
+    let created =
+        task_call(&server, "tools/call", json!({"name": "forever", "arguments": {}})).await.json()["result"].clone();
+    assert_eq!(created["resultType"], "task");
+    let discover = server.modern(json!(1), "server/discover", json!({})).send().await.json();
+    assert_eq!(discover["result"]["capabilities"]["extensions"], json!({"io.modelcontextprotocol/tasks": {}}));
+    assert!(discover["result"]["capabilities"].get("tasks").is_none());
+}
