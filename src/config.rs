@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use crate::jobs::{JobsBackend, UnconfiguredJobStore, VercelQueue, redis_store::RedisJobStore};
 use crate::security::AllowedOrigins;
-use crate::state::{Clock, Random, Sealer, SystemClock, SystemRandom, seal::derived_key_id};
+use crate::state::{
+    ChangeBus, Clock, LocalBus, Random, RedisBus, Sealer, SystemClock, SystemRandom, seal::derived_key_id,
+};
 
 /// Parsed configuration, and the process-wide dependencies chosen from it (clock, randomness,
 /// job store and queue), so every route of a process shares them.
@@ -39,6 +41,8 @@ pub struct Config {
     /// Job store and queue: Redis and Vercel Queues when deployed; in-memory and in-process
     /// locally unless `REDIS_URL` (store) or `MCP_QUEUE_BASE_URL` (queue) say otherwise.
     pub jobs: JobsBackend,
+    /// Change signals for listen streams: Redis pub/sub with `REDIS_URL`, in-process otherwise.
+    pub bus: Arc<dyn ChangeBus>,
     /// `CRON_SECRET`: the bearer token Vercel Cron presents to the sweep.
     pub cron_secret: Option<String>,
     /// `MCP_JOB_STEP_MS`: simulated work per job step.
@@ -145,7 +149,8 @@ impl Config {
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
             clock,
             random: Arc::new(SystemRandom::default()),
-            jobs: jobs.expect("jobs are set when there are no problems"),
+            bus: jobs.as_ref().and_then(|(_, bus)| bus.clone()).unwrap_or_else(|| Arc::new(LocalBus::default())),
+            jobs: jobs.map(|(jobs, _)| jobs).expect("jobs are set when there are no problems"),
             cron_secret: non_empty("CRON_SECRET"),
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
@@ -164,13 +169,18 @@ impl Config {
 
 /// Chooses the job store and queue. Deployed without `REDIS_URL`, the store is one whose every
 /// operation fails naming the variable: jobs never fall back to one instance's memory.
-fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<JobsBackend, String> {
+fn jobs_backend(
+    deployed: bool,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<(JobsBackend, Option<Arc<dyn ChangeBus>>), String> {
     let mut backend = JobsBackend::local();
+    let mut bus: Option<Arc<dyn ChangeBus>> = None;
     let mut parts = Vec::new();
     match var("REDIS_URL") {
         Some(url) => {
             let prefix = var("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into());
             let redis = RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?;
+            bus = Some(RedisBus::new(&url, &prefix, redis.connection()).map_err(|e| format!("REDIS_URL: {e}"))?);
             backend.task_store = Arc::new(crate::tasks::RedisTaskStore::new(redis.clone()));
             backend.store = Arc::new(redis);
             parts.push(format!("Redis store (prefix {prefix})"));
@@ -200,7 +210,7 @@ fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<
         parts.push("in-process queue".into());
     }
     backend.description = format!("jobs: {}", parts.join(", "));
-    Ok(backend)
+    Ok((backend, bus))
 }
 
 fn ephemeral_sealer(clock: Arc<dyn Clock>) -> Sealer {

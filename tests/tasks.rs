@@ -52,7 +52,9 @@ fn registry(config: &Config) -> McpServer {
 
 async fn instance(redis_url: &str, prefix: &str) -> TestServer {
     let mut config = Config::for_tests(Arc::new(SystemClock));
-    config.jobs.task_store = Arc::new(RedisTaskStore::new(RedisJobStore::new(redis_url, prefix).unwrap()));
+    let redis = RedisJobStore::new(redis_url, prefix).unwrap();
+    config.bus = vercel_mcp::state::RedisBus::new(redis_url, prefix, redis.connection()).unwrap();
+    config.jobs.task_store = Arc::new(RedisTaskStore::new(redis));
     TestServer::start(Arc::new(App::new(registry(&config), &config))).await
 }
 
@@ -100,7 +102,14 @@ async fn a_task_moves_between_instances() {
     let parked = wait_for(&b, &task_id, "input_required").await;
     assert_eq!(parked["inputRequests"].as_object().unwrap().len(), 2, "instance B sees A's task");
 
-    let ack = task_call(&b, "tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}, "zzz": {"ignored": true}}})).await;
+    // A listen stream on B hears about the task when A changes it.
+    let mut listen = json!({"notifications": {"taskIds": [task_id, "someone-elses-task"]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut stream) = b.modern(json!("L1"), "subscriptions/listen", listen).open().await;
+    let ack = common::read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(ack["params"]["notifications"]["taskIds"][0], task_id);
+
+    let ack = task_call(&a, "tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}, "zzz": {"ignored": true}}})).await;
     assert_eq!(ack.json()["result"]["resultType"], "complete");
     let partial = task_call(&a, "tasks/get", json!({"taskId": task_id})).await.json()["result"].clone();
     assert_eq!(partial["status"], "input_required");

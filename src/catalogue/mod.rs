@@ -28,6 +28,7 @@ pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
         config.jobs.task_store.clone(),
         config.clock.clone(),
         config.random.clone(),
+        config.bus.clone(),
     ))
 }
 

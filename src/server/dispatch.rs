@@ -190,7 +190,7 @@ impl McpServer {
         arguments: Map<String, Value>,
     ) -> Result<Reply, McpError> {
         let tasks = self.tasks.as_ref().ok_or_else(|| McpError::internal("the tasks extension is not enabled"))?;
-        let (principal, bus, capabilities) = (ctx.principal.clone(), ctx.bus.clone(), ctx.client_capabilities.clone());
+        let (principal, capabilities) = (ctx.principal.clone(), ctx.client_capabilities.clone());
         let task = NewTask {
             principal: &principal,
             tool: &tool.name,
@@ -198,7 +198,7 @@ impl McpServer {
             client_capabilities: capabilities,
         };
         if !tool.input_before_task {
-            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), bus).await?));
+            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone()).await?));
         }
         let result = match (tool.handler)(ctx, arguments).await {
             Ok(Outcome::InputRequired(input)) => return Ok(Reply::InputRequired(input)),
@@ -236,7 +236,7 @@ impl McpServer {
                 };
                 if let Some(record) = tasks.update(&ctx.principal, task_id, &responses).await? {
                     if let Some(&index) = self.tool_index.get(&record.tool) {
-                        tasks.resume(record, self.tools[index].handler.clone(), ctx.bus.clone());
+                        tasks.resume(record, self.tools[index].handler.clone());
                     }
                 }
                 Ok(Reply::Complete(Map::new()))

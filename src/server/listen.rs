@@ -29,6 +29,7 @@ pub(crate) struct Filter {
     prompts: bool,
     resources: bool,
     resource_uris: Vec<String>,
+    task_ids: Vec<String>,
 }
 
 impl Filter {
@@ -38,6 +39,7 @@ impl Filter {
             ChangeEvent::PromptsListChanged => self.prompts,
             ChangeEvent::ResourcesListChanged => self.resources,
             ChangeEvent::ResourceUpdated(uri) => self.resource_uris.iter().any(|u| u == uri),
+            ChangeEvent::TaskChanged { task_id, .. } => self.task_ids.iter().any(|t| t == task_id),
         }
     }
 
@@ -54,6 +56,9 @@ impl Filter {
         }
         if !self.resource_uris.is_empty() {
             out.insert("resourceSubscriptions".into(), json!(self.resource_uris));
+        }
+        if !self.task_ids.is_empty() {
+            out.insert("taskIds".into(), json!(self.task_ids));
         }
         Value::Object(out)
     }
@@ -84,18 +89,28 @@ impl McpServer {
                 return Err(McpError::invalid_params("resourceSubscriptions must be an array of at most 256 URIs"));
             }
         };
-        if requested.get("taskIds").is_some_and(|t| !t.is_null()) && !ctx.has_extension(TASKS_EXTENSION) {
-            return Err(McpError::missing_capability(
-                "taskIds requires the io.modelcontextprotocol/tasks extension",
-                json!({ "extensions": { TASKS_EXTENSION: {} } }),
-            ));
-        }
+        let task_ids = match requested.get("taskIds") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) if !ctx.has_extension(TASKS_EXTENSION) => {
+                return Err(McpError::missing_capability(
+                    "taskIds requires the io.modelcontextprotocol/tasks extension",
+                    json!({ "extensions": { TASKS_EXTENSION: {} } }),
+                ));
+            }
+            Some(Value::Array(items)) if items.len() <= 256 => items
+                .iter()
+                .map(|t| t.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| McpError::invalid_params("taskIds must be strings"))?,
+            Some(_) => return Err(McpError::invalid_params("taskIds must be an array of at most 256 ids")),
+        };
         let resources = !self.resources.is_empty() || !self.templates.is_empty();
         Ok(Filter {
             tools: flag("toolsListChanged")? && !self.tools.is_empty(),
             prompts: flag("promptsListChanged")? && !self.prompts.is_empty(),
             resources: flag("resourcesListChanged")? && resources,
             resource_uris: if resources { uris } else { Vec::new() },
+            task_ids: if self.tasks.is_some() { task_ids } else { Vec::new() },
         })
     }
 
@@ -111,6 +126,7 @@ impl McpServer {
         let outbox = ctx.outbox.as_ref()?;
         let tag = json!({ meta::SUBSCRIPTION_ID: ctx.id.as_value() });
         let mut changes = ctx.bus.subscribe();
+        ctx.bus.ready().await;
         let ack = jsonrpc::notification(
             "notifications/subscriptions/acknowledged",
             json!({ "_meta": tag, "notifications": filter.to_json() }),
@@ -126,9 +142,22 @@ impl McpServer {
                 _ = outbox.closed() => return None,
                 _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
                 change = changes.recv() => match change {
+                    Ok(ChangeEvent::TaskChanged { owner, task_id }) if filter.wants(&ChangeEvent::TaskChanged { owner: owner.clone(), task_id: task_id.clone() }) => {
+                        // Only the owner's own streams hear about a task, and they get its full state.
+                        if owner != ctx.principal.id() {
+                            continue;
+                        }
+                        let Some(tasks) = &self.tasks else { continue };
+                        if let Some(mut params) = tasks.notification(&ctx.principal, &task_id).await {
+                            params.insert("_meta".into(), tag.clone());
+                            let message = jsonrpc::notification("notifications/tasks", Value::Object(params));
+                            outbox.send(StreamEvent::Notification(message)).await.ok()?;
+                        }
+                    }
                     Ok(event) if filter.wants(&event) => {
-                        let message = notification_for(&event, &tag);
-                        outbox.send(StreamEvent::Notification(message)).await.ok()?;
+                        if let Some(message) = notification_for(&event, &tag) {
+                            outbox.send(StreamEvent::Notification(message)).await.ok()?;
+                        }
                     }
                     Ok(_) | Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => break,
@@ -141,8 +170,8 @@ impl McpServer {
     }
 }
 
-fn notification_for(event: &ChangeEvent, tag: &Value) -> Value {
-    match event {
+fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Value> {
+    Some(match event {
         ChangeEvent::ToolsListChanged => {
             jsonrpc::notification("notifications/tools/list_changed", json!({ "_meta": tag }))
         }
@@ -155,5 +184,6 @@ fn notification_for(event: &ChangeEvent, tag: &Value) -> Value {
         ChangeEvent::ResourceUpdated(uri) => {
             jsonrpc::notification("notifications/resources/updated", json!({ "_meta": tag, "uri": uri }))
         }
-    }
+        ChangeEvent::TaskChanged { .. } => return None,
+    })
 }

@@ -4,10 +4,14 @@
 //! an abstraction: in the local run it is an in-process broadcast; a deployment plugs in a
 //! shared implementation (Redis pub/sub) behind the same trait.
 
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use tokio::sync::broadcast;
 
 /// Something a listener may want to hear about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "camelCase")]
 pub enum ChangeEvent {
     /// The tool list changed.
     ToolsListChanged,
@@ -17,6 +21,13 @@ pub enum ChangeEvent {
     ResourcesListChanged,
     /// The resource at this URI changed.
     ResourceUpdated(String),
+    /// A task of the tasks extension changed status (or its outstanding inputs changed).
+    TaskChanged {
+        /// The owning principal's id: only its own listeners hear about the task.
+        owner: String,
+        /// The task.
+        task_id: String,
+    },
 }
 
 /// Publishes and fans out change events.
@@ -25,6 +36,11 @@ pub trait ChangeBus: Send + Sync + 'static {
     fn publish(&self, event: ChangeEvent);
     /// A new subscription; events published before this call are not delivered.
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
+    /// Resolves once events published from now on reach subscribers (a shared bus may need to
+    /// establish its own subscription first).
+    fn ready(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
+    }
 }
 
 /// The in-process bus of the local run and of tests.
@@ -45,5 +61,94 @@ impl ChangeBus for LocalBus {
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
         self.0.subscribe()
+    }
+}
+
+/// A bus shared by every instance through Redis pub/sub.
+///
+/// Publishing sends the event to one channel; each instance that has listeners holds one
+/// subscription (started on first use, re-established after a failure) and fans the events
+/// out locally. Delivery is best effort, like the notifications it carries.
+pub struct RedisBus {
+    local: broadcast::Sender<ChangeEvent>,
+    client: redis::Client,
+    publisher: redis::aio::ConnectionManager,
+    channel: String,
+    subscribed: OnceLock<()>,
+    live: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for RedisBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBus").field("channel", &self.channel).finish_non_exhaustive()
+    }
+}
+
+impl RedisBus {
+    /// A bus on `{prefix}:changes`, sharing `publisher` (the job store's connection).
+    pub fn new(url: &str, prefix: &str, publisher: redis::aio::ConnectionManager) -> Result<Arc<Self>, String> {
+        let client =
+            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
+        Ok(Arc::new(Self {
+            local: broadcast::channel(256).0,
+            client,
+            publisher,
+            channel: format!("{prefix}:changes"),
+            subscribed: OnceLock::new(),
+            live: tokio::sync::watch::channel(false).0,
+        }))
+    }
+
+    fn ensure_subscribed(&self) {
+        if self.subscribed.set(()).is_err() {
+            return;
+        }
+        let (client, channel, local, live) =
+            (self.client.clone(), self.channel.clone(), self.local.clone(), self.live.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(mut pubsub) = client.get_async_pubsub().await {
+                    if pubsub.subscribe(&channel).await.is_ok() {
+                        use futures_util::StreamExt;
+                        live.send_replace(true);
+                        let mut messages = pubsub.on_message();
+                        while let Some(message) = messages.next().await {
+                            let payload: Vec<u8> = message.get_payload_bytes().to_vec();
+                            if let Ok(event) = serde_json::from_slice::<ChangeEvent>(&payload) {
+                                let _ = local.send(event);
+                            }
+                        }
+                    }
+                }
+                live.send_replace(false);
+                // The subscription dropped: try again shortly (listeners meanwhile hear nothing).
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+    }
+}
+
+impl ChangeBus for RedisBus {
+    fn publish(&self, event: ChangeEvent) {
+        let mut connection = self.publisher.clone();
+        let channel = self.channel.clone();
+        let payload = serde_json::to_string(&event).expect("events serialise");
+        tokio::spawn(async move {
+            let _: Result<i64, _> = redis::cmd("PUBLISH").arg(channel).arg(payload).query_async(&mut connection).await;
+        });
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        let receiver = self.local.subscribe();
+        self.ensure_subscribed();
+        receiver
+    }
+
+    fn ready(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let mut live = self.live.subscribe();
+        Box::pin(async move {
+            // Bounded: a listener on an instance whose Redis is down still gets its stream.
+            let _ = tokio::time::timeout(Duration::from_secs(2), live.wait_for(|up| *up)).await;
+        })
     }
 }

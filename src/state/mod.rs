@@ -7,7 +7,7 @@ pub mod clock;
 pub mod random;
 pub mod seal;
 
-pub use bus::{ChangeBus, ChangeEvent};
+pub use bus::{ChangeBus, ChangeEvent, LocalBus, RedisBus};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use random::{Random, SeededRandom, SystemRandom};
 pub use seal::{Purpose, SealError, Sealer};

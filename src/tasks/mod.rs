@@ -20,7 +20,7 @@ use crate::jobs::store::StoreError;
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::Principal;
 use crate::server::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
-use crate::state::{ChangeBus, Clock, Random};
+use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 
 /// How long a task (and its result) stays retrievable.
 pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
@@ -62,6 +62,7 @@ pub struct TaskService {
     store: Arc<dyn TaskStore>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
+    bus: Arc<dyn ChangeBus>,
 }
 
 /// What a new task starts from.
@@ -77,9 +78,18 @@ pub struct NewTask<'a> {
 }
 
 impl TaskService {
-    /// A service over `store`.
-    pub fn new(store: Arc<dyn TaskStore>, clock: Arc<dyn Clock>, random: Arc<dyn Random>) -> Self {
-        Self { store, clock, random }
+    /// A service over `store`, announcing every change on `bus` (for `notifications/tasks`).
+    pub fn new(
+        store: Arc<dyn TaskStore>,
+        clock: Arc<dyn Clock>,
+        random: Arc<dyn Random>,
+        bus: Arc<dyn ChangeBus>,
+    ) -> Self {
+        Self { store, clock, random, bus }
+    }
+
+    fn announce(&self, record: &TaskRecord) {
+        self.bus.publish(ChangeEvent::TaskChanged { owner: record.owner.clone(), task_id: record.task_id.clone() });
     }
 
     fn new_record(&self, task: NewTask<'_>, status: TaskStatus) -> TaskRecord {
@@ -111,15 +121,10 @@ impl TaskService {
 
     /// Durably creates a working task, starts `handler` on it, and returns the
     /// `CreateTaskResult` body.
-    pub async fn start(
-        self: &Arc<Self>,
-        task: NewTask<'_>,
-        handler: ToolFn,
-        bus: Arc<dyn ChangeBus>,
-    ) -> Result<Map<String, Value>, McpError> {
+    pub async fn start(self: &Arc<Self>, task: NewTask<'_>, handler: ToolFn) -> Result<Map<String, Value>, McpError> {
         let record = self.new_record(task, TaskStatus::Working);
         self.store.create(&record).await.map_err(store_error)?;
-        self.spawn(record.clone(), handler, bus);
+        self.spawn(record.clone(), handler);
         Ok(self.create_result(&record))
     }
 
@@ -132,13 +137,14 @@ impl TaskService {
         Ok(self.create_result(&record))
     }
 
-    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
+    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn) {
         let service = self.clone();
-        tokio::spawn(async move { service.run(record, handler, bus).await });
+        tokio::spawn(async move { service.run(record, handler).await });
     }
 
     /// Runs one round of a task's work, racing it against cancellation.
-    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
+    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn) {
+        let bus = self.bus.clone();
         let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
         let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
         let mut ctx = RequestContext::new(id, Era::Modern, principal, bus);
@@ -237,6 +243,7 @@ impl TaskService {
             record.version += 1;
             record.updated_at = self.clock.now_ms();
             if self.store.replace(&record).await? {
+                self.announce(&record);
                 return Ok(Some(record));
             }
         }
@@ -247,6 +254,13 @@ impl TaskService {
     pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
         let record = self.store.get(principal.id(), task_id).await.map_err(store_error)?.ok_or_else(not_found)?;
         Ok(self.detailed(&record))
+    }
+
+    /// The `notifications/tasks` params for a task (the detailed task, without `resultType`).
+    pub async fn notification(&self, principal: &Principal, task_id: &str) -> Option<Map<String, Value>> {
+        let mut task = self.get(principal, task_id).await.ok()?;
+        task.remove("resultType");
+        Some(task)
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When
@@ -284,8 +298,8 @@ impl TaskService {
     }
 
     /// Resumes a task whose inputs are all answered.
-    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, bus: Arc<dyn ChangeBus>) {
-        self.spawn(record, handler, bus);
+    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn) {
+        self.spawn(record, handler);
     }
 
     /// `tasks/cancel`: a task that is not finished becomes cancelled at once; running work stops

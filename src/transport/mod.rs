@@ -23,7 +23,7 @@ use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, Principal};
 use crate::server::listen::ListenLimits;
 use crate::server::{McpServer, StreamEvent};
-use crate::state::{ChangeBus, Sealer, bus::LocalBus};
+use crate::state::{ChangeBus, Sealer};
 
 /// Everything one MCP endpoint needs, built once per process.
 pub struct App {
@@ -37,13 +37,9 @@ pub struct App {
 }
 
 impl App {
-    /// Wires a configured server to the transport, with the in-process change bus.
+    /// Wires a configured server to the transport.
     pub fn new(server: McpServer, config: &Config) -> Self {
-        Self::with_bus(server, config, Arc::new(LocalBus::default()))
-    }
-
-    /// Like [`App::new`] with an explicit change bus.
-    pub fn with_bus(server: McpServer, config: &Config, bus: Arc<dyn ChangeBus>) -> Self {
+        let bus = config.bus.clone();
         Self {
             server: Arc::new(server),
             sealer: config.sealer.clone(),
