@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::jobs::{JobsBackend, UnconfiguredJobStore, VercelQueue, redis_store::RedisJobStore};
-use crate::security::AllowedOrigins;
+use crate::security::auth::{JwksCache, KeySource, parse_jwks};
+use crate::security::resource::RESOURCE_URL_ENV;
+use crate::security::{AllowedOrigins, AuthConfig, AuthMode, Authenticator, CanonicalResource};
+use jsonwebtoken::Algorithm;
 use crate::state::{
     ChangeBus, Clock, LocalBus, Random, RedisBus, Sealer, SystemClock, SystemRandom, seal::derived_key_id,
 };
@@ -49,6 +52,8 @@ pub struct Config {
     pub job_step_delay: Duration,
     /// `MCP_CONSUMER_BUDGET_SECONDS`: how long one delivery may work before deferring.
     pub consumer_budget: Duration,
+    /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
+    pub auth: Authenticator,
 }
 
 impl std::fmt::Debug for Config {
@@ -61,6 +66,7 @@ impl std::fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("jobs", &self.jobs)
             .field("cron_secret_set", &self.cron_secret.is_some())
+            .field("auth", self.auth.config())
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +141,13 @@ impl Config {
             }
             None => (Some(ephemeral_sealer(clock.clone())), true),
         };
+        let auth = match auth_config(deployed, &non_empty, clock.clone()) {
+            Ok(auth) => Some(auth),
+            Err(mut auth_problems) => {
+                problems.append(&mut auth_problems);
+                None
+            }
+        };
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
@@ -147,13 +160,14 @@ impl Config {
             listen_max_duration: Duration::from_secs(listen),
             keep_alive: Duration::from_secs(keep_alive),
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
-            clock,
+            clock: clock.clone(),
             random: Arc::new(SystemRandom::default()),
             bus: jobs.as_ref().and_then(|(_, bus)| bus.clone()).unwrap_or_else(|| Arc::new(LocalBus::default())),
             jobs: jobs.map(|(jobs, _)| jobs).expect("jobs are set when there are no problems"),
             cron_secret: non_empty("CRON_SECRET"),
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
+            auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
         })
     }
 
@@ -165,6 +179,102 @@ impl Config {
         )
         .expect("test configuration is valid")
     }
+}
+
+/// Parses the authentication settings. Deployed, authentication is required unless
+/// `MCP_AUTH_MODE=off` says otherwise, and the shared-secret development mode is refused.
+fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<AuthConfig, Vec<String>> {
+    let mut problems = Vec::new();
+    let has_keys = ["MCP_JWKS", "MCP_JWKS_URL", "MCP_AUTH_HS256_SECRET"].iter().any(|v| var(v).is_some());
+    let mode = match var("MCP_AUTH_MODE").as_deref().map(str::trim) {
+        Some("required") => AuthMode::Required,
+        Some("optional") => AuthMode::Optional,
+        Some("off") => AuthMode::Off,
+        None if deployed || has_keys => AuthMode::Required,
+        None => AuthMode::Off,
+        Some(_) => {
+            problems.push("MCP_AUTH_MODE must be required, optional or off".to_owned());
+            AuthMode::Off
+        }
+    };
+    let resource_raw = var(RESOURCE_URL_ENV);
+    if deployed && mode != AuthMode::Off && resource_raw.is_none() {
+        problems.push(format!("{RESOURCE_URL_ENV} is required when deployed with authentication (e.g. https://<host>/api/mcp)"));
+    }
+    let resource = CanonicalResource::resolve(resource_raw.as_deref()).unwrap_or_else(|problem| {
+        problems.push(problem);
+        CanonicalResource::resolve(None).expect("the default resource parses")
+    });
+    let list = |name: &str| -> Vec<String> {
+        var(name).map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+    };
+    let issuer = var("MCP_AUTH_ISSUER").unwrap_or_default();
+    let mut algorithms = Vec::new();
+    for name in list("MCP_AUTH_ALGORITHMS") {
+        match name.parse::<Algorithm>() {
+            Ok(alg) if !matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) => algorithms.push(alg),
+            _ => problems.push(format!("MCP_AUTH_ALGORITHMS: {name} is not an accepted asymmetric algorithm")),
+        }
+    }
+    if algorithms.is_empty() {
+        algorithms = vec![Algorithm::RS256, Algorithm::ES256];
+    }
+    let keys = match (var("MCP_JWKS"), var("MCP_JWKS_URL"), var("MCP_AUTH_HS256_SECRET")) {
+        (Some(jwks), None, None) => match parse_jwks(jwks.as_bytes()) {
+            Ok(keys) => Some(KeySource::Inline(Arc::new(keys))),
+            Err(problem) => {
+                problems.push(format!("MCP_JWKS: {problem}"));
+                None
+            }
+        },
+        (None, Some(url), None) => {
+            let loopback = url.starts_with("http://127.0.0.1") || url.starts_with("http://localhost");
+            if !url.starts_with("https://") && !loopback {
+                problems.push("MCP_JWKS_URL must be an https URL".to_owned());
+            }
+            let ttl = var("MCP_JWKS_CACHE_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(300);
+            Some(KeySource::Url(Arc::new(JwksCache::new(url, Duration::from_secs(ttl), Duration::from_secs(30), clock))))
+        }
+        (None, None, Some(secret)) if deployed => {
+            let _ = secret;
+            problems.push("MCP_AUTH_HS256_SECRET is for local development only and is refused when deployed; use MCP_JWKS or MCP_JWKS_URL".to_owned());
+            None
+        }
+        (None, None, Some(secret)) => {
+            if secret.len() < 32 {
+                problems.push("MCP_AUTH_HS256_SECRET must be at least 32 bytes".to_owned());
+            }
+            algorithms = vec![Algorithm::HS256];
+            Some(KeySource::DevSecret(jsonwebtoken::DecodingKey::from_secret(secret.as_bytes())))
+        }
+        (None, None, None) => None,
+        _ => {
+            problems.push("set only one of MCP_JWKS, MCP_JWKS_URL and MCP_AUTH_HS256_SECRET".to_owned());
+            None
+        }
+    };
+    if mode != AuthMode::Off {
+        if keys.is_none() && problems.is_empty() {
+            problems.push("authentication is on but no keys are configured: set MCP_JWKS or MCP_JWKS_URL (or MCP_AUTH_MODE=off)".to_owned());
+        }
+        if issuer.is_empty() {
+            problems.push("MCP_AUTH_ISSUER is required when authentication is on (the exact iss of your authorization server)".to_owned());
+        }
+    }
+    let max_lifetime_secs = var("MCP_AUTH_MAX_LIFETIME_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(3600);
+    let authorization_servers = {
+        let listed = list("MCP_AUTH_SERVERS");
+        if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }
+    };
+    let route_scopes = list("MCP_AUTH_SCOPES");
+    let mut scopes_supported = list("MCP_AUTH_SCOPES_SUPPORTED");
+    if scopes_supported.is_empty() {
+        scopes_supported = route_scopes.clone();
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(AuthConfig { mode, resource, issuer, algorithms, keys, max_lifetime_secs, route_scopes, authorization_servers, scopes_supported })
 }
 
 /// Chooses the job store and queue. Deployed without `REDIS_URL`, the store is one whose every

@@ -66,6 +66,9 @@ impl Routes {
     pub async fn route(&self, request: Request<Bytes>) -> Response<Body> {
         match (request.uri().path(), &self.consumer, &self.sweep) {
             ("/api/mcp" | "/api/mcp/", _, _) => transport::handle(&self.mcp, request).await,
+            (crate::security::resource::METADATA_PATH | "/.well-known/oauth-protected-resource/api/mcp", _, _) => {
+                self.mcp.auth().metadata_response(request.method())
+            }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
             ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
             _ => {

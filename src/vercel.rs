@@ -64,3 +64,14 @@ pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
     })
     .await
 }
+
+/// `api/oauth-protected-resource.rs`: the RFC 9728 metadata document (both well-known paths are
+/// rewritten to it in `vercel.json`).
+pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
+    let auth = Arc::new(config.auth.clone());
+    serve(1024, move |request| {
+        let auth = auth.clone();
+        async move { auth.metadata_response(request.method()) }
+    })
+    .await
+}

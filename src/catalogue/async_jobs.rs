@@ -39,6 +39,11 @@ fn reply(outcome: Result<Value, String>) -> Result<CallToolResult, ToolError> {
     outcome.map(|payload| CallToolResult::text(payload.to_string())).map_err(ToolError::Execution)
 }
 
+/// Scope for reading jobs (when authentication is on).
+pub const READ: &str = "mcp:read";
+/// Scope for starting and cancelling jobs.
+pub const WRITE: &str = "mcp:write";
+
 const IDENTITY: &str = "The caller is identified by the access token; principal-like arguments are ignored.";
 
 /// Registers `submit_job`, `get_job_status`, `get_job_result` and `cancel_job`.
@@ -47,7 +52,8 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
     server.tool(
         ToolDef::new("submit_job")
             .description(format!("Start a job of `steps` steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
-            .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() }),
+            .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() })
+            .scopes(&[READ, WRITE]),
         move |ctx: RequestContext, args: SubmitArgs| {
             let jobs = service.clone();
             async move { reply(jobs.submit(ctx.principal(), args.steps, ctx.platform_token()).await) }
@@ -57,7 +63,8 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
     server.tool(
         ToolDef::new("get_job_status")
             .description(format!("Report a job's state and progress (completed and total steps). {IDENTITY}"))
-            .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
+            .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() })
+            .scopes(&[READ]),
         move |ctx: RequestContext, args: HandleArgs| {
             let jobs = service.clone();
             async move { reply(jobs.status(ctx.principal(), &args.job_id).await) }
@@ -69,7 +76,8 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
             .description(format!(
                 "Fetch a job's result: null until the job is done, then the same payload on every call. {IDENTITY}"
             ))
-            .annotations(annotations(true, true)),
+            .annotations(annotations(true, true))
+            .scopes(&[READ]),
         move |ctx: RequestContext, args: HandleArgs| {
             let jobs = service.clone();
             async move { reply(jobs.result(ctx.principal(), &args.job_id).await) }
@@ -78,7 +86,8 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
     server.tool(
         ToolDef::new("cancel_job")
             .description(format!("Cancel a job: it stops at the next step boundary and frees its slot; a finished job stays finished. Safe to repeat. {IDENTITY}"))
-            .annotations(annotations(false, true)),
+            .annotations(annotations(false, true))
+            .scopes(&[READ, WRITE]),
         move |ctx: RequestContext, args: HandleArgs| {
             let jobs = jobs.clone();
             async move { reply(jobs.cancel(ctx.principal(), &args.job_id).await) }

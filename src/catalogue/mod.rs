@@ -4,6 +4,7 @@
 //! serves one example alone composes the same code.
 
 pub mod async_jobs;
+pub mod auth_server;
 pub mod minimal;
 
 use std::sync::Arc;
@@ -36,5 +37,6 @@ pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
 pub fn register_all(server: &mut McpServer, config: &Config) {
     server.enable_tasks(tasks_from(config));
     minimal::register(server);
+    auth_server::register(server);
     async_jobs::register(server, jobs_from(config));
 }

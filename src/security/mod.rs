@@ -1,8 +1,12 @@
-//! Who may talk to the server: the Origin allowlist (DNS-rebinding defence) and the principal
-//! model every handler receives.
+//! Who may talk to the server: the Origin allowlist (DNS-rebinding defence), bearer-token
+//! authentication against a pinned resource URL, and the principal model every handler receives.
 
+pub mod auth;
 pub mod origin;
 pub mod principal;
+pub mod resource;
 
+pub use auth::{AuthConfig, AuthMode, Authenticator, Refusal};
 pub use origin::AllowedOrigins;
 pub use principal::Principal;
+pub use resource::CanonicalResource;

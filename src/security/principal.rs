@@ -12,12 +12,13 @@ pub struct Principal {
     id: Arc<str>,
     scopes: Arc<[String]>,
     verified: bool,
+    client_id: Option<Arc<str>>,
 }
 
 impl Principal {
     /// The unauthenticated caller.
     pub fn anonymous() -> Self {
-        Self { id: Arc::from("anonymous"), scopes: Arc::from([]), verified: false }
+        Self { id: Arc::from("anonymous"), scopes: Arc::from([]), verified: false, client_id: None }
     }
 
     /// A verified caller: `subject` wins over `client_id`.
@@ -27,12 +28,17 @@ impl Principal {
             (None, Some(client)) => format!("client:{client}"),
             (None, None) => return Self::anonymous(),
         };
-        Self { id: Arc::from(id), scopes: scopes.into(), verified: true }
+        Self { id: Arc::from(id), scopes: scopes.into(), verified: true, client_id: client_id.filter(|c| !c.is_empty()).map(Arc::from) }
     }
 
     /// A principal rebuilt from a stored id (background work acting for its owner).
     pub fn restore(id: &str, verified: bool, scopes: Vec<String>) -> Self {
-        Self { id: Arc::from(id), scopes: scopes.into(), verified }
+        Self { id: Arc::from(id), scopes: scopes.into(), verified, client_id: None }
+    }
+
+    /// The OAuth client the token was issued to, if the token said.
+    pub fn client_id(&self) -> Option<&str> {
+        self.client_id.as_deref()
     }
 
     /// A stable identifier, used for binding sealed state and keying stores. Not for logs.

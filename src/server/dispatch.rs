@@ -41,8 +41,13 @@ impl McpServer {
         match method {
             "server/discover" if ctx.era == Era::Modern => complete(self.discover()),
             "tools/list" if !self.tools.is_empty() => {
-                let listing = self.tools.iter().map(|t| &t.listing);
-                complete(self.page(params, "tools", listing, CacheableMethod::ToolsList)?)
+                // Each principal sees only the tools it may call; the list is then per caller.
+                let listing: Vec<&Value> = self.tools.iter().filter(|t| self.may_use(&ctx.principal, t)).map(|t| &t.listing).collect();
+                let mut page = self.page(params, "tools", listing.into_iter(), CacheableMethod::ToolsList)?;
+                if self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty()) {
+                    page["cacheScope"] = json!("private");
+                }
+                complete(page)
             }
             "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, params).await,
             "resources/list" if self.has_resources() => {
@@ -144,6 +149,10 @@ impl McpServer {
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("tools/call requires a string name"))?;
         let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
+        if !self.may_use(&ctx.principal, tool) {
+            // Defence in depth: the transport refuses with 403 before dispatch.
+            return tool_reply(CallToolResult::error(format!("insufficient scope: {name} requires {}", tool.scopes.join(" "))));
+        }
         let mut arguments = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(arguments)) => arguments.clone(),

@@ -32,6 +32,7 @@ use crate::protocol::types::{
     CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents, ResourceTemplate,
     ToolAnnotations,
 };
+use crate::security::Principal;
 use crate::tasks::{TaskService, TaskSupport};
 
 /// A boxed, sendable future: the erased shape of every handler.
@@ -224,6 +225,7 @@ pub struct ToolDef {
     meta: Option<Value>,
     task_support: TaskSupport,
     input_before_task: bool,
+    scopes: Vec<String>,
 }
 
 impl ToolDef {
@@ -239,7 +241,14 @@ impl ToolDef {
             meta: None,
             task_support: TaskSupport::Forbidden,
             input_before_task: false,
+            scopes: Vec::new(),
         }
+    }
+
+    /// Scopes a caller's token must grant to see and call this tool (when authentication is on).
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.scopes = scopes.iter().map(|s| s.to_string()).collect();
+        self
     }
 
     /// Whether the tool may (or must) run as a task of the tasks extension.
@@ -332,6 +341,7 @@ pub(crate) struct ToolEntry {
     pub header_params: Vec<HeaderParam>,
     pub task_support: TaskSupport,
     pub input_before_task: bool,
+    pub scopes: Vec<String>,
     pub handler: ToolFn,
 }
 
@@ -389,6 +399,7 @@ pub struct McpServer {
     pub(crate) cache_hints: HashMap<CacheableMethod, CacheHint>,
     pub(crate) page_size: usize,
     pub(crate) tasks: Option<Arc<TaskService>>,
+    pub(crate) scopes_enforced: bool,
 }
 
 impl McpServer {
@@ -408,7 +419,28 @@ impl McpServer {
             cache_hints: HashMap::new(),
             page_size: 100,
             tasks: None,
+            scopes_enforced: false,
         }
+    }
+
+    /// The scopes `principal` lacks for tool `name`, when scopes are enforced and some are
+    /// missing (`None` for unknown tools: dispatch reports those).
+    pub fn missing_tool_scopes(&self, principal: &Principal, name: &str) -> Option<Vec<String>> {
+        let tool = &self.tools[*self.tool_index.get(name)?];
+        (self.scopes_enforced && !tool.scopes.iter().all(|s| principal.scopes().contains(s))).then(|| tool.scopes.clone())
+    }
+
+    /// Whether `principal` may see and call `tool`.
+    pub(crate) fn may_use(&self, principal: &Principal, tool: &ToolEntry) -> bool {
+        !self.scopes_enforced || tool.scopes.iter().all(|s| principal.scopes().contains(s))
+    }
+
+    /// Every scope some registered tool requires (for the metadata's `scopes_supported`).
+    pub fn tool_scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = self.tools.iter().flat_map(|t| t.scopes.iter().cloned()).collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
     }
 
     /// Enables the tasks extension, backed by `service`.
@@ -511,7 +543,7 @@ impl McpServer {
         let listing = def.to_json(&input_schema);
         let output_schema = def.output_schema.clone();
         self.tool_index.insert(name.clone(), self.tools.len());
-        let (task_support, input_before_task) = (def.task_support, def.input_before_task);
+        let (task_support, input_before_task, scopes) = (def.task_support, def.input_before_task, def.scopes.clone());
         self.tools.push(ToolEntry {
             name,
             listing,
@@ -520,6 +552,7 @@ impl McpServer {
             header_params,
             task_support,
             input_before_task,
+            scopes,
             handler,
         });
     }

@@ -22,8 +22,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::headers;
-use super::{App, Body, accepted, error_response, principal_for, respond_streaming};
+use super::{App, Body, accepted, error_response, respond_streaming};
 use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc, meta};
+use crate::security::Principal;
 use crate::server::{Reply, RequestContext, StreamEvent};
 use crate::state::Purpose;
 
@@ -120,6 +121,7 @@ pub(super) fn deliver_client_response(
 pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
+    principal: Principal,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
@@ -151,7 +153,11 @@ pub(super) async fn handle(
         return response;
     }
 
-    let principal = principal_for(headers);
+    if method == "tools/call" {
+        if let Some(refusal) = super::tool_scope_refusal(app, &principal, &params) {
+            return refusal;
+        }
+    }
     let mut ctx = RequestContext::new(id, Era::Legacy, principal, app.bus.clone());
     // Stateless: the capabilities declared at initialize are gone, so the legacy client is
     // assumed to offer what 2025 clients commonly do. A client that does not answers our

@@ -34,13 +34,16 @@ pub struct App {
     pub(crate) max_body_bytes: usize,
     pub(crate) listen: ListenLimits,
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
+    pub(crate) auth: crate::security::Authenticator,
 }
 
 impl App {
     /// Wires a configured server to the transport.
-    pub fn new(server: McpServer, config: &Config) -> Self {
+    pub fn new(mut server: McpServer, config: &Config) -> Self {
         let bus = config.bus.clone();
+        server.scopes_enforced = config.auth.enforces_scopes();
         Self {
+            auth: config.auth.clone(),
             server: Arc::new(server),
             sealer: config.sealer.clone(),
             origins: config.allowed_origins.clone(),
@@ -49,6 +52,11 @@ impl App {
             listen: ListenLimits { max_duration: config.listen_max_duration, keep_alive: config.keep_alive },
             pending: Default::default(),
         }
+    }
+
+    /// The authenticator (also serves the protected-resource metadata).
+    pub fn auth(&self) -> &crate::security::Authenticator {
+        &self.auth
     }
 
     /// The registry served.
@@ -77,6 +85,10 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     if !app.origins.permits(request.headers().get(header::ORIGIN).map(HeaderValue::as_bytes)) {
         return plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY);
     }
+    let principal = match app.auth.authenticate(request.headers()).await {
+        Ok(principal) => principal,
+        Err(refusal) => return app.auth.refusal_response(&refusal),
+    };
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {
         if !is_json(content_type) {
             let error = McpError::new(
@@ -97,9 +109,9 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
         Ok(Message::Response { id, outcome }) => legacy::deliver_client_response(app, &parts.headers, id, outcome),
         Ok(Message::Request { id, method, params }) => {
             if legacy::is_legacy(&parts.headers, &method, &params) {
-                legacy::handle(app, &parts.headers, id, method, params).await
+                legacy::handle(app, &parts.headers, principal, id, method, params).await
             } else {
-                modern::handle(app, &parts.headers, id, method, params).await
+                modern::handle(app, &parts.headers, principal, id, method, params).await
             }
         }
     }
@@ -199,9 +211,12 @@ pub(crate) fn platform_token(headers: &http::HeaderMap) -> Option<String> {
     headers.get("x-vercel-oidc-token").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
 }
 
-/// Until authentication lands every request is served as the anonymous principal.
-pub(crate) fn principal_for(_headers: &http::HeaderMap) -> Principal {
-    Principal::anonymous()
+/// A 403 `insufficient_scope` for a `tools/call` whose tool needs scopes the caller lacks,
+/// decided before anything runs.
+pub(crate) fn tool_scope_refusal(app: &App, principal: &Principal, params: &Map<String, Value>) -> Option<Response<Body>> {
+    let name = params.get("name")?.as_str()?;
+    let required = app.server.missing_tool_scopes(principal, name)?;
+    Some(app.auth.refusal_response(&crate::security::Refusal::InsufficientScope(required)))
 }
 
 /// Runs a handler future, turning a panic into `-32603` so one faulty tool cannot take the

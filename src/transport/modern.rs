@@ -15,14 +15,16 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 use super::headers::{self, HeaderProblem};
-use super::{App, Body, attach_server_info, error_response, principal_for, respond_streaming};
+use super::{App, Body, attach_server_info, error_response, respond_streaming};
 use crate::protocol::{Era, LogLevel, McpError, RequestId, SUPPORTED_VERSIONS, jsonrpc, meta};
+use crate::security::Principal;
 use crate::server::{McpServer, Reply, RequestContext, mrtr};
 
 /// Serves one modern request.
 pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
+    principal: Principal,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
@@ -31,7 +33,11 @@ pub(super) async fn handle(
         Ok(envelope) => envelope,
         Err(error) => return error_response(Some(&id), &error),
     };
-    let principal = principal_for(headers);
+    if method == "tools/call" {
+        if let Some(refusal) = super::tool_scope_refusal(app, &principal, &params) {
+            return refusal;
+        }
+    }
     let mut ctx = RequestContext::new(id.clone(), Era::Modern, principal, app.bus.clone());
     ctx.client_capabilities = envelope.client_capabilities;
     ctx.log_level = envelope.log_level;

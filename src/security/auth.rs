@@ -1,0 +1,397 @@
+//! OAuth 2.1 resource-server authentication: bearer JWTs in, a [`Principal`] or a challenge out.
+//!
+//! A token is accepted only if every check passes, in this order: the `Authorization` scheme is
+//! Bearer; the header names an allowed algorithm (asymmetric by default; `none` and algorithm
+//! confusion never pass); the key is found by `kid` (a JWKS URL is refetched once, rate-limited,
+//! for an unknown `kid`); the signature verifies; `iss` is exactly the configured issuer; `aud`
+//! is exactly the canonical resource (RFC 8707); `exp` is in the future (a token is expired at its
+//! `exp` second, no leeway); `nbf`, if present, has passed; the lifetime is at most the maximum.
+//! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
+//! `insufficient_scope`. The token itself is never logged, echoed or stored.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::Principal;
+use super::resource::CanonicalResource;
+use crate::state::Clock;
+use crate::transport::Body;
+
+/// Whether requests must, may or need not carry a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Every request needs a valid token (the default when deployed).
+    Required,
+    /// A valid token identifies the caller; none means the anonymous principal (reduced rights).
+    /// An invalid token is still refused.
+    Optional,
+    /// No authentication: everyone is anonymous (the default of the local run).
+    Off,
+}
+
+/// Where verification keys come from.
+#[derive(Clone)]
+pub enum KeySource {
+    /// A JWKS given inline (`MCP_JWKS`).
+    Inline(Arc<HashMap<String, (DecodingKey, Algorithm)>>),
+    /// A JWKS URL (`MCP_JWKS_URL`), fetched and cached.
+    Url(Arc<JwksCache>),
+    /// A shared HS256 secret: local development only, refused when deployed.
+    DevSecret(DecodingKey),
+}
+
+/// Everything token verification needs, parsed once.
+#[derive(Clone)]
+pub struct AuthConfig {
+    /// Required, optional or off.
+    pub mode: AuthMode,
+    /// The audience tokens must name.
+    pub resource: CanonicalResource,
+    /// The exact `iss`.
+    pub issuer: String,
+    /// Accepted algorithms.
+    pub algorithms: Vec<Algorithm>,
+    /// Verification keys.
+    pub keys: Option<KeySource>,
+    /// Longest accepted token lifetime in seconds.
+    pub max_lifetime_secs: u64,
+    /// Scopes every request needs.
+    pub route_scopes: Vec<String>,
+    /// Authorization servers advertised in the metadata.
+    pub authorization_servers: Vec<String>,
+    /// Scopes advertised in the metadata.
+    pub scopes_supported: Vec<String>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = match &self.keys {
+            None => "none",
+            Some(KeySource::Inline(_)) => "inline JWKS",
+            Some(KeySource::Url(_)) => "JWKS URL",
+            Some(KeySource::DevSecret(_)) => "HS256 development secret",
+        };
+        f.debug_struct("AuthConfig")
+            .field("mode", &self.mode)
+            .field("resource", &self.resource.url())
+            .field("issuer", &self.issuer)
+            .field("keys", &keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a JWKS document into keys by `kid`. Keys without a `kid`, or of a kind the verifier
+/// does not support, are skipped.
+pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+    let set: JwkSet = serde_json::from_slice(document).map_err(|_| "not a JWKS document".to_owned())?;
+    let mut keys = HashMap::new();
+    for jwk in &set.keys {
+        let Some(kid) = jwk.common.key_id.clone() else { continue };
+        let algorithm = match (&jwk.algorithm, jwk.common.key_algorithm) {
+            (_, Some(alg)) => match Algorithm::from_str_lossy(&format!("{alg:?}")) {
+                Some(alg) => alg,
+                None => continue,
+            },
+            (jsonwebtoken::jwk::AlgorithmParameters::RSA(_), None) => Algorithm::RS256,
+            (jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_), None) => Algorithm::ES256,
+            (jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(_), None) => Algorithm::EdDSA,
+            _ => continue,
+        };
+        if let Ok(key) = DecodingKey::from_jwk(jwk) {
+            keys.insert(kid, (key, algorithm));
+        }
+    }
+    if keys.is_empty() {
+        return Err("the JWKS holds no usable key with a kid".into());
+    }
+    Ok(keys)
+}
+
+trait AlgorithmName {
+    fn from_str_lossy(name: &str) -> Option<Algorithm>;
+}
+
+impl AlgorithmName for Algorithm {
+    fn from_str_lossy(name: &str) -> Option<Algorithm> {
+        name.parse().ok()
+    }
+}
+
+/// A JWKS fetched from a URL, cached for `ttl`, refetched early (at most every `min_refetch`)
+/// when a token names a `kid` it does not hold. Instance memory here is only a cache.
+pub struct JwksCache {
+    url: String,
+    ttl: Duration,
+    min_refetch: Duration,
+    clock: Arc<dyn Clock>,
+    state: Mutex<CacheState>,
+    /// Serialises fetches so a burst of unknown `kid`s causes one request.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    keys: Arc<HashMap<String, (DecodingKey, Algorithm)>>,
+    fetched_at: Option<u64>,
+}
+
+impl JwksCache {
+    /// A cache of `url`.
+    pub fn new(url: String, ttl: Duration, min_refetch: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self { url, ttl, min_refetch, clock, state: Mutex::default(), fetching: tokio::sync::Mutex::new(()) }
+    }
+
+    async fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+        let now = self.clock.now_ms();
+        let (cached, fresh, may_refetch) = {
+            let state = self.state.lock().expect("jwks lock");
+            let age = state.fetched_at.map(|at| now.saturating_sub(at));
+            (
+                state.keys.get(kid).cloned(),
+                age.is_some_and(|a| a < self.ttl.as_millis() as u64),
+                age.is_none_or(|a| a >= self.min_refetch.as_millis() as u64),
+            )
+        };
+        if let (Some(key), true) = (&cached, fresh) {
+            return Some(key.clone());
+        }
+        if !fresh || may_refetch {
+            let _guard = self.fetching.lock().await;
+            // Another request may have refreshed the cache while this one waited.
+            let refreshed = self.state.lock().expect("jwks lock").fetched_at.is_some_and(|at| at >= now);
+            if !refreshed {
+                self.fetch().await;
+            }
+        }
+        self.state.lock().expect("jwks lock").keys.get(kid).cloned()
+    }
+
+    async fn fetch(&self) {
+        let Ok(request) = http::Request::get(&self.url).body(http_body_util::Full::new(Bytes::new())) else { return };
+        let now = self.clock.now_ms();
+        let fetched = crate::outbound::send(request, Duration::from_secs(5)).await;
+        let mut state = self.state.lock().expect("jwks lock");
+        // Even a failed fetch counts for the rate limit; keys already held stay usable.
+        state.fetched_at = Some(now);
+        if let Ok(response) = fetched {
+            if response.status.is_success() {
+                if let Ok(keys) = parse_jwks(&response.body) {
+                    state.keys = Arc::new(keys);
+                }
+            }
+        }
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401 `invalid_token` (missing, malformed, unverifiable, expired or foreign token).
+    InvalidToken(&'static str),
+    /// 403 `insufficient_scope`, naming the scopes needed.
+    InsufficientScope(Vec<String>),
+}
+
+/// Authenticates requests and builds challenges.
+#[derive(Clone, Debug)]
+pub struct Authenticator {
+    config: AuthConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for dyn Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
+impl Authenticator {
+    /// An authenticator over `config`.
+    pub fn new(config: AuthConfig, clock: Arc<dyn Clock>) -> Self {
+        Self { config, clock }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AuthConfig {
+        &self.config
+    }
+
+    /// Whether per-tool scopes apply (authentication is on).
+    pub fn enforces_scopes(&self) -> bool {
+        self.config.mode != AuthMode::Off
+    }
+
+    /// Establishes the caller of a request.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
+        if self.config.mode == AuthMode::Off {
+            return Ok(Principal::anonymous());
+        }
+        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return match (headers.contains_key(header::AUTHORIZATION), self.config.mode) {
+                (false, AuthMode::Optional) => Ok(Principal::anonymous()),
+                (false, _) => Err(Refusal::InvalidToken("a bearer token is required")),
+                (true, _) => Err(Refusal::InvalidToken("send one Authorization header")),
+            };
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|t| !t.is_empty())
+            .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
+        let principal = self.verify(token).await.map_err(Refusal::InvalidToken)?;
+        let missing: Vec<String> = self.config.route_scopes.iter().filter(|s| !principal.scopes().contains(s)).cloned().collect();
+        if !missing.is_empty() {
+            return Err(Refusal::InsufficientScope(self.config.route_scopes.clone()));
+        }
+        Ok(principal)
+    }
+
+    /// Verifies a bearer token; the error is a fixed description, never the token's content.
+    pub async fn verify(&self, token: &str) -> Result<Principal, &'static str> {
+        const INVALID: &str = "the access token is invalid or expired";
+        if token.len() > 16 * 1024 {
+            return Err(INVALID);
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| INVALID)?;
+        if !self.config.algorithms.contains(&header.alg) {
+            return Err(INVALID);
+        }
+        let key = match self.config.keys.as_ref().ok_or(INVALID)? {
+            KeySource::DevSecret(key) => key.clone(),
+            KeySource::Inline(keys) => {
+                let (key, alg) = keys.get(header.kid.as_deref().ok_or(INVALID)?).ok_or(INVALID)?;
+                if *alg != header.alg {
+                    return Err(INVALID);
+                }
+                key.clone()
+            }
+            KeySource::Url(cache) => {
+                let (key, alg) = cache.key(header.kid.as_deref().ok_or(INVALID)?).await.ok_or(INVALID)?;
+                if alg != header.alg {
+                    return Err(INVALID);
+                }
+                key
+            }
+        };
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.required_spec_claims.clear();
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.validate_aud = false;
+        validation.leeway = 0;
+        let claims = jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|_| INVALID)?.claims;
+        self.check_claims(&claims).ok_or(INVALID)
+    }
+
+    fn check_claims(&self, claims: &Value) -> Option<Principal> {
+        let now = self.clock.now_ms() / 1000;
+        if claims.get("iss")?.as_str()? != self.config.issuer {
+            return None;
+        }
+        let audience = match claims.get("aud")? {
+            Value::String(aud) => aud.as_str(),
+            Value::Array(auds) if auds.len() == 1 => auds[0].as_str()?,
+            _ => return None,
+        };
+        if !self.config.resource.matches(audience) {
+            return None;
+        }
+        let exp = claims.get("exp")?.as_u64()?;
+        if now >= exp {
+            return None;
+        }
+        if let Some(nbf) = claims.get("nbf") {
+            if nbf.as_u64()? > now {
+                return None;
+            }
+        }
+        let issued = match claims.get("iat") {
+            Some(iat) => iat.as_u64()?,
+            None => now,
+        };
+        if exp.saturating_sub(issued) > self.config.max_lifetime_secs || issued > now + 60 {
+            return None;
+        }
+        let text = |name: &str| claims.get(name).and_then(Value::as_str).filter(|s| !s.chars().any(char::is_control));
+        let scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
+            (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            (_, Some(Value::Array(scp))) => scp.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            (_, Some(Value::String(scp))) => scp.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            _ => Vec::new(),
+        };
+        let client = text("client_id").or_else(|| text("azp"));
+        let principal = Principal::verified(text("sub"), client, scopes);
+        principal.is_verified().then_some(principal)
+    }
+
+    /// The `WWW-Authenticate` challenge and JSON body of a refusal. Built from configuration
+    /// only, never from request headers, and never containing the presented credential.
+    pub fn refusal_response(&self, refusal: &Refusal) -> Response<Body> {
+        let (status, error, description, scopes) = match refusal {
+            Refusal::InvalidToken(description) => (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes),
+            Refusal::InsufficientScope(scopes) => {
+                (StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope", scopes)
+            }
+        };
+        let mut challenge = format!(r#"Bearer error="{error}", error_description="{description}""#);
+        if !scopes.is_empty() {
+            challenge.push_str(&format!(r#", scope="{}""#, scopes.join(" ")));
+        }
+        challenge.push_str(&format!(r#", resource_metadata="{}""#, self.config.resource.metadata_url()));
+        let body = json!({ "error": error, "error_description": description });
+        let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            headers.insert(header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+
+    /// The RFC 9728 protected-resource metadata document.
+    pub fn metadata(&self) -> Value {
+        json!({
+            "resource": self.config.resource.url(),
+            "authorization_servers": self.config.authorization_servers,
+            "scopes_supported": self.config.scopes_supported,
+            "bearer_methods_supported": ["header"],
+        })
+    }
+
+    /// Serves `/.well-known/oauth-protected-resource` (and its path-suffixed form): GET returns
+    /// the document, OPTIONS answers the CORS preflight; both allow any origin, as the document
+    /// is public.
+    pub fn metadata_response(&self, method: &Method) -> Response<Body> {
+        let (status, body) = match *method {
+            Method::GET | Method::HEAD => (StatusCode::OK, Body::full(serde_json::to_vec(&self.metadata()).expect("json"))),
+            Method::OPTIONS => (StatusCode::NO_CONTENT, Body::empty()),
+            _ => (StatusCode::METHOD_NOT_ALLOWED, Body::empty()),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, OPTIONS"));
+        headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
+        if status == StatusCode::OK {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+        }
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
+        }
+        response
+    }
+}
