@@ -12,10 +12,10 @@ use crate::jobs::{JobsBackend, UnconfiguredJobStore, VercelQueue, redis_store::R
 use crate::security::auth::{JwksCache, KeySource, parse_jwks};
 use crate::security::resource::RESOURCE_URL_ENV;
 use crate::security::{AllowedOrigins, AuthConfig, AuthMode, Authenticator, CanonicalResource};
-use jsonwebtoken::Algorithm;
 use crate::state::{
     ChangeBus, Clock, LocalBus, Random, RedisBus, Sealer, SystemClock, SystemRandom, seal::derived_key_id,
 };
+use jsonwebtoken::Algorithm;
 
 /// Parsed configuration, and the process-wide dependencies chosen from it (clock, randomness,
 /// job store and queue), so every route of a process shares them.
@@ -183,7 +183,11 @@ impl Config {
 
 /// Parses the authentication settings. Deployed, authentication is required unless
 /// `MCP_AUTH_MODE=off` says otherwise, and the shared-secret development mode is refused.
-fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<AuthConfig, Vec<String>> {
+fn auth_config(
+    deployed: bool,
+    var: &dyn Fn(&str) -> Option<String>,
+    clock: Arc<dyn Clock>,
+) -> Result<AuthConfig, Vec<String>> {
     let mut problems = Vec::new();
     let has_keys = ["MCP_JWKS", "MCP_JWKS_URL", "MCP_AUTH_HS256_SECRET"].iter().any(|v| var(v).is_some());
     let mode = match var("MCP_AUTH_MODE").as_deref().map(str::trim) {
@@ -199,14 +203,18 @@ fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<
     };
     let resource_raw = var(RESOURCE_URL_ENV);
     if deployed && mode != AuthMode::Off && resource_raw.is_none() {
-        problems.push(format!("{RESOURCE_URL_ENV} is required when deployed with authentication (e.g. https://<host>/api/mcp)"));
+        problems.push(format!(
+            "{RESOURCE_URL_ENV} is required when deployed with authentication (e.g. https://<host>/api/mcp)"
+        ));
     }
     let resource = CanonicalResource::resolve(resource_raw.as_deref()).unwrap_or_else(|problem| {
         problems.push(problem);
         CanonicalResource::resolve(None).expect("the default resource parses")
     });
     let list = |name: &str| -> Vec<String> {
-        var(name).map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+        var(name)
+            .map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default()
     };
     let issuer = var("MCP_AUTH_ISSUER").unwrap_or_default();
     let mut algorithms = Vec::new();
@@ -233,7 +241,12 @@ fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<
                 problems.push("MCP_JWKS_URL must be an https URL".to_owned());
             }
             let ttl = var("MCP_JWKS_CACHE_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(300);
-            Some(KeySource::Url(Arc::new(JwksCache::new(url, Duration::from_secs(ttl), Duration::from_secs(30), clock))))
+            Some(KeySource::Url(Arc::new(JwksCache::new(
+                url,
+                Duration::from_secs(ttl),
+                Duration::from_secs(30),
+                clock,
+            ))))
         }
         (None, None, Some(secret)) if deployed => {
             let _ = secret;
@@ -255,10 +268,16 @@ fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<
     };
     if mode != AuthMode::Off {
         if keys.is_none() && problems.is_empty() {
-            problems.push("authentication is on but no keys are configured: set MCP_JWKS or MCP_JWKS_URL (or MCP_AUTH_MODE=off)".to_owned());
+            problems.push(
+                "authentication is on but no keys are configured: set MCP_JWKS or MCP_JWKS_URL (or MCP_AUTH_MODE=off)"
+                    .to_owned(),
+            );
         }
         if issuer.is_empty() {
-            problems.push("MCP_AUTH_ISSUER is required when authentication is on (the exact iss of your authorization server)".to_owned());
+            problems.push(
+                "MCP_AUTH_ISSUER is required when authentication is on (the exact iss of your authorization server)"
+                    .to_owned(),
+            );
         }
     }
     let max_lifetime_secs = var("MCP_AUTH_MAX_LIFETIME_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(3600);
@@ -274,7 +293,17 @@ fn auth_config(deployed: bool, var: &dyn Fn(&str) -> Option<String>, clock: Arc<
     if !problems.is_empty() {
         return Err(problems);
     }
-    Ok(AuthConfig { mode, resource, issuer, algorithms, keys, max_lifetime_secs, route_scopes, authorization_servers, scopes_supported })
+    Ok(AuthConfig {
+        mode,
+        resource,
+        issuer,
+        algorithms,
+        keys,
+        max_lifetime_secs,
+        route_scopes,
+        authorization_servers,
+        scopes_supported,
+    })
 }
 
 /// Chooses the job store and queue. Deployed without `REDIS_URL`, the store is one whose every

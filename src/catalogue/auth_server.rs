@@ -12,7 +12,9 @@ pub const WHOAMI_SCOPE: &str = "mcp:read";
 /// Registers `whoami`.
 pub fn register(server: &mut McpServer) {
     server.tool(
-        ToolDef::new("whoami").description("Report the caller's identity as established by the access token.").scopes(&[WHOAMI_SCOPE]),
+        ToolDef::new("whoami")
+            .description("Report the caller's identity as established by the access token.")
+            .scopes(&[WHOAMI_SCOPE]),
         whoami,
     );
 }
@@ -26,6 +28,7 @@ async fn whoami(ctx: RequestContext, _: NoArguments) -> Result<CallToolResult, T
     if !principal.has_scopes(&[WHOAMI_SCOPE]) {
         return Err(ToolError::Execution(format!("insufficient scope: whoami requires {WHOAMI_SCOPE}")));
     }
-    let payload = json!({ "principal": principal.id(), "clientId": principal.client_id(), "scopes": principal.scopes() });
+    let payload =
+        json!({ "principal": principal.id(), "clientId": principal.client_id(), "scopes": principal.scopes() });
     Ok(CallToolResult::text(payload.to_string()))
 }

@@ -249,7 +249,8 @@ impl Authenticator {
             .filter(|t| !t.is_empty())
             .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
         let principal = self.verify(token).await.map_err(Refusal::InvalidToken)?;
-        let missing: Vec<String> = self.config.route_scopes.iter().filter(|s| !principal.scopes().contains(s)).cloned().collect();
+        let missing: Vec<String> =
+            self.config.route_scopes.iter().filter(|s| !principal.scopes().contains(s)).cloned().collect();
         if !missing.is_empty() {
             return Err(Refusal::InsufficientScope(self.config.route_scopes.clone()));
         }
@@ -339,7 +340,9 @@ impl Authenticator {
     /// only, never from request headers, and never containing the presented credential.
     pub fn refusal_response(&self, refusal: &Refusal) -> Response<Body> {
         let (status, error, description, scopes) = match refusal {
-            Refusal::InvalidToken(description) => (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes),
+            Refusal::InvalidToken(description) => {
+                (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes)
+            }
             Refusal::InsufficientScope(scopes) => {
                 (StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope", scopes)
             }
@@ -375,7 +378,9 @@ impl Authenticator {
     /// is public.
     pub fn metadata_response(&self, method: &Method) -> Response<Body> {
         let (status, body) = match *method {
-            Method::GET | Method::HEAD => (StatusCode::OK, Body::full(serde_json::to_vec(&self.metadata()).expect("json"))),
+            Method::GET | Method::HEAD => {
+                (StatusCode::OK, Body::full(serde_json::to_vec(&self.metadata()).expect("json")))
+            }
             Method::OPTIONS => (StatusCode::NO_CONTENT, Body::empty()),
             _ => (StatusCode::METHOD_NOT_ALLOWED, Body::empty()),
         };

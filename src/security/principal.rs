@@ -28,7 +28,12 @@ impl Principal {
             (None, Some(client)) => format!("client:{client}"),
             (None, None) => return Self::anonymous(),
         };
-        Self { id: Arc::from(id), scopes: scopes.into(), verified: true, client_id: client_id.filter(|c| !c.is_empty()).map(Arc::from) }
+        Self {
+            id: Arc::from(id),
+            scopes: scopes.into(),
+            verified: true,
+            client_id: client_id.filter(|c| !c.is_empty()).map(Arc::from),
+        }
     }
 
     /// A principal rebuilt from a stored id (background work acting for its owner).

@@ -71,7 +71,10 @@ mod tests {
         let pinned = CanonicalResource::resolve(Some(" https://mcp.example.com:8443/api/mcp/#frag ")).unwrap();
         assert_eq!(pinned.url(), "https://mcp.example.com:8443/api/mcp");
         assert_eq!(pinned.metadata_url(), "https://mcp.example.com:8443/.well-known/oauth-protected-resource");
-        assert_eq!(CanonicalResource::resolve(Some("HTTPS://MCP.Example.com/api/mcp")).unwrap().url(), "https://mcp.example.com/api/mcp");
+        assert_eq!(
+            CanonicalResource::resolve(Some("HTTPS://MCP.Example.com/api/mcp")).unwrap().url(),
+            "https://mcp.example.com/api/mcp"
+        );
         for bad in ["not a url", "ftp://x/y", "mailto:a@b"] {
             assert!(CanonicalResource::resolve(Some(bad)).unwrap_err().contains("MCP_RESOURCE_URL"), "{bad}");
         }

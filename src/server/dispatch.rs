@@ -42,7 +42,8 @@ impl McpServer {
             "server/discover" if ctx.era == Era::Modern => complete(self.discover()),
             "tools/list" if !self.tools.is_empty() => {
                 // Each principal sees only the tools it may call; the list is then per caller.
-                let listing: Vec<&Value> = self.tools.iter().filter(|t| self.may_use(&ctx.principal, t)).map(|t| &t.listing).collect();
+                let listing: Vec<&Value> =
+                    self.tools.iter().filter(|t| self.may_use(&ctx.principal, t)).map(|t| &t.listing).collect();
                 let mut page = self.page(params, "tools", listing.into_iter(), CacheableMethod::ToolsList)?;
                 if self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty()) {
                     page["cacheScope"] = json!("private");
@@ -151,7 +152,10 @@ impl McpServer {
         let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
         if !self.may_use(&ctx.principal, tool) {
             // Defence in depth: the transport refuses with 403 before dispatch.
-            return tool_reply(CallToolResult::error(format!("insufficient scope: {name} requires {}", tool.scopes.join(" "))));
+            return tool_reply(CallToolResult::error(format!(
+                "insufficient scope: {name} requires {}",
+                tool.scopes.join(" ")
+            )));
         }
         let mut arguments = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),

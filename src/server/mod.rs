@@ -427,7 +427,8 @@ impl McpServer {
     /// missing (`None` for unknown tools: dispatch reports those).
     pub fn missing_tool_scopes(&self, principal: &Principal, name: &str) -> Option<Vec<String>> {
         let tool = &self.tools[*self.tool_index.get(name)?];
-        (self.scopes_enforced && !tool.scopes.iter().all(|s| principal.scopes().contains(s))).then(|| tool.scopes.clone())
+        (self.scopes_enforced && !tool.scopes.iter().all(|s| principal.scopes().contains(s)))
+            .then(|| tool.scopes.clone())
     }
 
     /// Whether `principal` may see and call `tool`.

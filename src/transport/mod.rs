@@ -213,7 +213,11 @@ pub(crate) fn platform_token(headers: &http::HeaderMap) -> Option<String> {
 
 /// A 403 `insufficient_scope` for a `tools/call` whose tool needs scopes the caller lacks,
 /// decided before anything runs.
-pub(crate) fn tool_scope_refusal(app: &App, principal: &Principal, params: &Map<String, Value>) -> Option<Response<Body>> {
+pub(crate) fn tool_scope_refusal(
+    app: &App,
+    principal: &Principal,
+    params: &Map<String, Value>,
+) -> Option<Response<Body>> {
     let name = params.get("name")?.as_str()?;
     let required = app.server.missing_tool_scopes(principal, name)?;
     Some(app.auth.refusal_response(&crate::security::Refusal::InsufficientScope(required)))

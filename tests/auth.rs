@@ -1,0 +1,398 @@
+//! The resource server over HTTP: a token matrix against a stub JWKS on loopback. Each bad
+//! token gets the right status, challenge and body; no handler runs; nothing echoes the token.
+
+mod common;
+
+use bytes::Bytes;
+use common::TestServer;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::net::TcpListener;
+
+use vercel_mcp::local::Routes;
+use vercel_mcp::state::ManualClock;
+use vercel_mcp::{Config, mcp_app};
+
+const NOW: u64 = 1_800_000_000;
+const ISSUER: &str = "https://auth.example.com";
+const RESOURCE: &str = "https://mcp.example.com/api/mcp";
+const PRIVATE_KEY: &[u8] = include_bytes!("fixtures/rsa_private.pem");
+const PUBLIC_KEY: &[u8] = include_bytes!("fixtures/rsa_public.pem");
+const JWKS: &str = include_str!("fixtures/jwks.json");
+
+async fn stub_jwks() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counter = fetches.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_request: http::Request<hyper::body::Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                            JWKS.as_bytes(),
+                        ))))
+                    }
+                });
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    (format!("http://{addr}/jwks.json"), fetches)
+}
+
+struct Env {
+    server: TestServer,
+    fetches: Arc<AtomicUsize>,
+}
+
+async fn env(mode: &str, route_scopes: &str) -> Env {
+    let (jwks_url, fetches) = stub_jwks().await;
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_AUTH_MODE", mode.to_owned()),
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", jwks_url),
+        ("MCP_AUTH_SCOPES", route_scopes.to_owned()),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    let clock = Arc::new(ManualClock::new(NOW * 1000));
+    let config = Config::from_lookup(|name| vars.get(name).filter(|v| !v.is_empty()).cloned(), clock).unwrap();
+    Env { server: TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await, fetches }
+}
+
+fn claims(overrides: Value) -> Value {
+    let mut claims = json!({
+        "iss": ISSUER, "aud": RESOURCE, "sub": "alice", "client_id": "client-read",
+        "iat": NOW - 10, "exp": NOW + 600, "scope": "mcp:read",
+    });
+    for (k, v) in overrides.as_object().unwrap() {
+        if v.is_null() {
+            claims.as_object_mut().unwrap().remove(k);
+        } else {
+            claims[k] = v.clone();
+        }
+    }
+    claims
+}
+
+fn rs256(claims: &Value, kid: &str) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, claims, &EncodingKey::from_rsa_pem(PRIVATE_KEY).unwrap()).unwrap()
+}
+
+fn token(overrides: Value) -> String {
+    rs256(&claims(overrides), "test-rsa-1")
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl Env {
+    async fn whoami(&self, authorization: Option<&str>) -> common::Reply {
+        let mut call = self.server.modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}));
+        if let Some(value) = authorization {
+            call = call.header("Authorization", value);
+        }
+        call.send().await
+    }
+}
+
+/// Parses `Bearer k="v", k="v"`.
+fn challenge(reply: &common::Reply) -> HashMap<String, String> {
+    let header = reply.header("www-authenticate").expect("a challenge");
+    let params = header.strip_prefix("Bearer ").expect("a Bearer challenge");
+    params
+        .split("\", ")
+        .filter_map(|part| part.split_once("=\""))
+        .map(|(k, v)| (k.to_owned(), v.trim_end_matches('"').to_owned()))
+        .collect()
+}
+
+fn assert_refused(reply: &common::Reply, status: u16, error: &str, secret: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text());
+    let params = challenge(reply);
+    assert_eq!(params["error"], error);
+    assert_eq!(params["resource_metadata"], "https://mcp.example.com/.well-known/oauth-protected-resource");
+    assert_eq!(reply.json()["error"], error);
+    if !secret.is_empty() {
+        assert!(!reply.text().contains(secret), "the body must not echo the credential");
+        assert!(!reply.header("www-authenticate").unwrap().contains(secret), "nor the challenge");
+    }
+}
+
+#[tokio::test]
+async fn the_token_matrix() {
+    let env = env("required", "mcp:read").await;
+    let valid = token(json!({}));
+    let ok = env.whoami(Some(&format!("Bearer {valid}"))).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert!(ok.header("www-authenticate").is_none());
+    let who: Value = serde_json::from_str(ok.json()["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(who, json!({"principal": "sub:alice", "clientId": "client-read", "scopes": ["mcp:read"]}));
+    assert!(!ok.text().contains(&valid));
+    assert_eq!(env.whoami(Some(&format!("bearer {valid}"))).await.status, 200, "the scheme is case-insensitive");
+
+    let hs256_with_public_key = {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("test-rsa-1".into());
+        jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_secret(PUBLIC_KEY)).unwrap()
+    };
+    let unsigned = format!(
+        "{}.{}.",
+        b64(br#"{"alg":"none","typ":"JWT","kid":"test-rsa-1"}"#),
+        b64(claims(json!({})).to_string().as_bytes())
+    );
+    let tampered = {
+        let mut parts: Vec<String> = valid.split('.').map(str::to_owned).collect();
+        parts[1] = b64(claims(json!({"scope": "mcp:read mcp:write"})).to_string().as_bytes());
+        parts.join(".")
+    };
+    let bad_tokens = [
+        ("expired at its exp second", token(json!({"exp": NOW, "iat": NOW - 100}))),
+        ("expired", token(json!({"exp": NOW - 1, "iat": NOW - 100}))),
+        ("not yet valid", token(json!({"nbf": NOW + 30}))),
+        ("wrong issuer", token(json!({"iss": "https://evil.example"}))),
+        ("issuer with a trailing slash", token(json!({"iss": "https://auth.example.com/"}))),
+        ("wrong audience", token(json!({"aud": "https://other-server.example/api/mcp"}))),
+        ("two audiences", token(json!({"aud": [RESOURCE, "https://other.example"]}))),
+        ("no audience", token(json!({"aud": null}))),
+        ("no expiry", token(json!({"exp": null}))),
+        ("lifetime over an hour", token(json!({"iat": NOW - 10, "exp": NOW + 3600}))),
+        ("no subject or client", token(json!({"sub": null, "client_id": null}))),
+        ("alg none", unsigned),
+        ("HS256 signed with the RSA public key", hs256_with_public_key),
+        ("unknown kid", rs256(&claims(json!({})), "someone-elses-key")),
+        ("tampered signature", tampered),
+        ("garbage", "not.a.jwt".to_owned()),
+    ];
+    for (case, bad) in &bad_tokens {
+        let reply = env.whoami(Some(&format!("Bearer {bad}"))).await;
+        assert_refused(&reply, 401, "invalid_token", bad);
+        assert_eq!(challenge(&reply)["scope"], "mcp:read", "{case}");
+    }
+    for header in ["Bearer", "Bearer    ", "Basic YWxpY2U6c2VjcmV0", "Token abc", "Bearer\tabc"] {
+        assert_refused(&env.whoami(Some(header)).await, 401, "invalid_token", "");
+    }
+    let missing = env.whoami(None).await;
+    assert_refused(&missing, 401, "invalid_token", "");
+    let doubled = env
+        .server
+        .modern(json!(1), "tools/list", json!({}))
+        .header("Authorization", &format!("Bearer {valid}"))
+        .header("Authorization", &format!("Bearer {valid}"))
+        .send()
+        .await;
+    assert_refused(&doubled, 401, "invalid_token", &valid);
+
+    // The unknown kid triggered one refetch; further unknown kids within the window do not.
+    let after_unknown = env.fetches.load(Ordering::SeqCst);
+    env.whoami(Some(&format!("Bearer {}", rs256(&claims(json!({})), "another-unknown")))).await;
+    assert_eq!(env.fetches.load(Ordering::SeqCst), after_unknown, "refetching on unknown kids is rate-limited");
+}
+
+#[tokio::test]
+async fn scopes_gate_the_route_the_listing_and_each_call() {
+    let env = env("required", "mcp:read").await;
+    let none = token(json!({"scope": ""}));
+    let reply = env.whoami(Some(&format!("Bearer {none}"))).await;
+    assert_refused(&reply, 403, "insufficient_scope", &none);
+    assert_eq!(challenge(&reply)["scope"], "mcp:read");
+
+    let read = token(json!({}));
+    let list = env
+        .server
+        .modern(json!(1), "tools/list", json!({}))
+        .header("Authorization", &format!("Bearer {read}"))
+        .send()
+        .await
+        .json();
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo", "whoami", "get_job_status", "get_job_result"], "a read-only caller sees no write tools");
+    assert_eq!(list["result"]["cacheScope"], "private");
+    let submit = env
+        .server
+        .modern(json!(1), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}}))
+        .header("Authorization", &format!("Bearer {read}"))
+        .send()
+        .await;
+    assert_refused(&submit, 403, "insufficient_scope", &read);
+    assert_eq!(challenge(&submit)["scope"], "mcp:read mcp:write", "the challenge names what the tool needs");
+
+    let full = token(json!({"scope": "mcp:read mcp:write"}));
+    let list = env
+        .server
+        .modern(json!(1), "tools/list", json!({}))
+        .header("Authorization", &format!("Bearer {full}"))
+        .send()
+        .await
+        .json();
+    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 6);
+}
+
+#[tokio::test]
+async fn job_handles_belong_to_the_verified_subject() {
+    let env = env("required", "").await;
+    let bearer = |sub: &str| format!("Bearer {}", token(json!({"sub": sub, "scope": "mcp:read mcp:write"})));
+    let call = |auth: String, tool: &str, arguments: Value| {
+        env.server
+            .modern(json!(1), "tools/call", json!({"name": tool, "arguments": arguments}))
+            .header("Authorization", &auth)
+    };
+    let submitted = call(bearer("alice"), "submit_job", json!({"steps": 2})).send().await.json();
+    let handle = common::payload(&submitted["result"])["jobId"].as_str().unwrap().to_owned();
+    for tool in ["get_job_status", "get_job_result", "cancel_job"] {
+        let foreign =
+            call(bearer("bob"), tool, json!({"jobId": handle, "principal": "sub:alice", "ownerId": "sub:alice"}))
+                .send()
+                .await
+                .json();
+        assert_eq!(common::error_text(&foreign["result"]), "unknown job handle", "{tool}");
+        assert!(!foreign.to_string().contains("alice"));
+    }
+    let own = call(bearer("alice"), "get_job_status", json!({"jobId": handle})).send().await.json();
+    assert_eq!(common::payload(&own["result"])["state"], "pending");
+}
+
+#[tokio::test]
+async fn origin_is_checked_before_authentication() {
+    let env = env("required", "mcp:read").await;
+    let reply = env
+        .server
+        .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+        .header("Authorization", &format!("Bearer {}", token(json!({}))))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(reply.status, 403);
+    assert!(reply.header("www-authenticate").is_none());
+}
+
+#[tokio::test]
+async fn optional_mode_admits_anonymous_callers_but_not_bad_tokens() {
+    let env = env("optional", "").await;
+    let anonymous = env.server.modern(json!(1), "tools/list", json!({})).send().await.json();
+    let names: Vec<&str> =
+        anonymous["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo"], "anonymous callers hold no scopes");
+    let bad = env.server.modern(json!(1), "tools/list", json!({})).header("Authorization", "Bearer nope").send().await;
+    assert_eq!(bad.status, 401, "an invalid token is refused, never downgraded to anonymous");
+}
+
+#[tokio::test]
+async fn protected_resource_metadata_is_pinned_and_public() {
+    let env = env("required", "mcp:read").await;
+    for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/api/mcp"] {
+        let reply = env
+            .server
+            .request("GET", path)
+            .header("X-Forwarded-Host", "evil.example")
+            .header("X-Forwarded-Proto", "https")
+            .header("Forwarded", "host=\"evil.example\";proto=https")
+            .send()
+            .await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(reply.header("access-control-allow-origin"), Some("*"));
+        let document = reply.json();
+        assert_eq!(document["resource"], RESOURCE);
+        assert_eq!(document["authorization_servers"], json!([ISSUER]));
+        assert!(!reply.text().contains("evil.example"));
+        let preflight = env.server.request("OPTIONS", path).header("Origin", "https://inspector.example").send().await;
+        assert_eq!(preflight.status, 204);
+        assert_eq!(preflight.header("access-control-allow-origin"), Some("*"));
+    }
+    let unauthenticated = env.server.post("{}").header("X-Forwarded-Host", "evil.example").send().await;
+    assert_eq!(unauthenticated.status, 401);
+    let url = challenge(&unauthenticated)["resource_metadata"].clone();
+    assert!(
+        url.starts_with("https://mcp.example.com/")
+            && !unauthenticated.header("www-authenticate").unwrap().contains("evil")
+    );
+}
+
+#[test]
+fn configuration_refuses_unsafe_setups() {
+    let load = |vars: &[(&str, &str)]| {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned(), Arc::new(vercel_mcp::state::SystemClock))
+    };
+    let secret = ("MCP_STATE_SECRET", "x=0123456789abcdef0123456789abcdef");
+    let problems =
+        load(&[("VERCEL", "1"), secret, ("MCP_AUTH_HS256_SECRET", "0123456789abcdef0123456789abcdef")]).unwrap_err().0;
+    assert!(problems.iter().any(|p| p.contains("MCP_AUTH_HS256_SECRET")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("MCP_RESOURCE_URL")), "{problems:?}");
+    let problems = load(&[("VERCEL", "1"), secret, ("MCP_RESOURCE_URL", RESOURCE)]).unwrap_err().0;
+    assert!(
+        problems.iter().any(|p| p.contains("no keys")) && problems.iter().any(|p| p.contains("MCP_AUTH_ISSUER")),
+        "{problems:?}"
+    );
+    let problems = load(&[secret, ("MCP_AUTH_MODE", "sometimes")]).unwrap_err().0;
+    assert!(problems.iter().any(|p| p.contains("MCP_AUTH_MODE")));
+    let problems = load(&[secret, ("MCP_RESOURCE_URL", "not a url"), ("MCP_AUTH_MODE", "off")]).unwrap_err().0;
+    assert!(problems.iter().any(|p| p.contains("MCP_RESOURCE_URL")));
+    let problems = load(&[secret, ("MCP_AUTH_ALGORITHMS", "HS256"), ("MCP_JWKS", JWKS), ("MCP_AUTH_ISSUER", ISSUER)])
+        .unwrap_err()
+        .0;
+    assert!(problems.iter().any(|p| p.contains("MCP_AUTH_ALGORITHMS")));
+    assert!(load(&[secret, ("MCP_JWKS", JWKS), ("MCP_AUTH_ISSUER", ISSUER)]).is_ok(), "local with inline JWKS");
+    assert!(load(&[("VERCEL", "1"), secret, ("MCP_AUTH_MODE", "off")]).is_ok(), "auth explicitly off");
+}
+
+#[tokio::test]
+async fn refused_requests_never_reach_a_handler() {
+    use vercel_mcp::protocol::types::CallToolResult;
+    use vercel_mcp::server::{McpServer, NoArguments, ToolDef, ToolError};
+    let (jwks_url, _) = stub_jwks().await;
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", jwks_url),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).cloned(), Arc::new(ManualClock::new(NOW * 1000))).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let mut server = McpServer::new("count", "1");
+    server.tool(ToolDef::new("count").description("Counts").scopes(&["mcp:write"]), move |_, _: NoArguments| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, ToolError>(CallToolResult::text("counted")) }
+    });
+    let server = TestServer::start(Arc::new(vercel_mcp::App::new(server, &config))).await;
+    let call = |auth: Option<String>| {
+        let mut call = server.modern(json!(1), "tools/call", json!({"name": "count", "arguments": {}}));
+        if let Some(auth) = auth {
+            call = call.header("Authorization", &auth);
+        }
+        call.send()
+    };
+    for auth in [
+        None,
+        Some("Bearer junk".to_owned()),
+        Some(format!("Bearer {}", token(json!({"exp": NOW})))),
+        Some(format!("Bearer {}", token(json!({"scope": "mcp:read"})))),
+    ] {
+        assert!(call(auth).await.status >= 400);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no refused request ran the handler");
+    assert_eq!(call(Some(format!("Bearer {}", token(json!({"scope": "mcp:write"}))))).await.status, 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let legacy = server
+        .post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#)
+        .send()
+        .await;
+    assert_eq!(legacy.status, 401, "the legacy path is authenticated too");
+}
