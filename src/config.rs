@@ -141,6 +141,16 @@ impl Config {
             }
             None => (Some(ephemeral_sealer(clock.clone())), true),
         };
+        let granted = non_empty(crate::catalogue::least_privilege::GRANTED_SCOPES_ENV)
+            .map(|raw| crate::catalogue::least_privilege::parse_scopes(&raw))
+            .unwrap_or_else(crate::catalogue::least_privilege::required_union);
+        if let Err(problem) = crate::catalogue::least_privilege::validate_config(
+            &granted,
+            &crate::catalogue::least_privilege::required_union(),
+            &crate::catalogue::least_privilege::registered_tool_names(),
+        ) {
+            problems.push(problem);
+        }
         let auth = match auth_config(deployed, &non_empty, clock.clone()) {
             Ok(auth) => Some(auth),
             Err(mut auth_problems) => {

@@ -3,53 +3,16 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::TestServer;
-use http_body_util::Full;
-use hyper_util::rt::TokioIo;
+use common::tokens::*;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::net::TcpListener;
 
 use vercel_mcp::local::Routes;
-use vercel_mcp::state::ManualClock;
 use vercel_mcp::{Config, mcp_app};
-
-const NOW: u64 = 1_800_000_000;
-const ISSUER: &str = "https://auth.example.com";
-const RESOURCE: &str = "https://mcp.example.com/api/mcp";
-const PRIVATE_KEY: &[u8] = include_bytes!("fixtures/rsa_private.pem");
-const PUBLIC_KEY: &[u8] = include_bytes!("fixtures/rsa_public.pem");
-const JWKS: &str = include_str!("fixtures/jwks.json");
-
-async fn stub_jwks() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let counter = fetches.clone();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_request: http::Request<hyper::body::Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
-                            JWKS.as_bytes(),
-                        ))))
-                    }
-                });
-                let _ =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
-        }
-    });
-    (format!("http://{addr}/jwks.json"), fetches)
-}
 
 struct Env {
     server: TestServer,
@@ -58,47 +21,8 @@ struct Env {
 
 async fn env(mode: &str, route_scopes: &str) -> Env {
     let (jwks_url, fetches) = stub_jwks().await;
-    let vars: HashMap<&str, String> = HashMap::from([
-        ("MCP_AUTH_MODE", mode.to_owned()),
-        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
-        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
-        ("MCP_JWKS_URL", jwks_url),
-        ("MCP_AUTH_SCOPES", route_scopes.to_owned()),
-        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
-    ]);
-    let clock = Arc::new(ManualClock::new(NOW * 1000));
-    let config = Config::from_lookup(|name| vars.get(name).filter(|v| !v.is_empty()).cloned(), clock).unwrap();
+    let config = auth_config(jwks_url, &[("MCP_AUTH_MODE", mode), ("MCP_AUTH_SCOPES", route_scopes)]);
     Env { server: TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await, fetches }
-}
-
-fn claims(overrides: Value) -> Value {
-    let mut claims = json!({
-        "iss": ISSUER, "aud": RESOURCE, "sub": "alice", "client_id": "client-read",
-        "iat": NOW - 10, "exp": NOW + 600, "scope": "mcp:read",
-    });
-    for (k, v) in overrides.as_object().unwrap() {
-        if v.is_null() {
-            claims.as_object_mut().unwrap().remove(k);
-        } else {
-            claims[k] = v.clone();
-        }
-    }
-    claims
-}
-
-fn rs256(claims: &Value, kid: &str) -> String {
-    let mut header = Header::new(Algorithm::RS256);
-    header.kid = Some(kid.into());
-    jsonwebtoken::encode(&header, claims, &EncodingKey::from_rsa_pem(PRIVATE_KEY).unwrap()).unwrap()
-}
-
-fn token(overrides: Value) -> String {
-    rs256(&claims(overrides), "test-rsa-1")
-}
-
-fn b64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 impl Env {
@@ -357,13 +281,7 @@ async fn refused_requests_never_reach_a_handler() {
     use vercel_mcp::protocol::types::CallToolResult;
     use vercel_mcp::server::{McpServer, NoArguments, ToolDef, ToolError};
     let (jwks_url, _) = stub_jwks().await;
-    let vars: HashMap<&str, String> = HashMap::from([
-        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
-        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
-        ("MCP_JWKS_URL", jwks_url),
-        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).cloned(), Arc::new(ManualClock::new(NOW * 1000))).unwrap();
+    let config = auth_config(jwks_url, &[]);
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let mut server = McpServer::new("count", "1");

@@ -5,6 +5,7 @@
 
 pub mod async_jobs;
 pub mod auth_server;
+pub mod least_privilege;
 pub mod minimal;
 
 use std::sync::Arc;
@@ -38,5 +39,6 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     server.enable_tasks(tasks_from(config));
     minimal::register(server);
     auth_server::register(server);
+    least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));
 }

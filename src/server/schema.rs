@@ -52,6 +52,7 @@ const KNOWN: &[&str] = &[
     "not",
     "minProperties",
     "maxProperties",
+    "pattern",
 ];
 
 const MAX_DEPTH: usize = 64;
@@ -182,6 +183,11 @@ impl<'a> Validator<'a> {
                 if map.get("maxLength").and_then(Value::as_u64).is_some_and(|max| len > max) {
                     return Err(format!("{}: longer than {} characters", at(path), map["maxLength"]));
                 }
+                if let Some(Value::String(pattern)) = map.get("pattern") {
+                    if !pattern_matches(pattern, s) {
+                        return Err(format!("{}: does not match the pattern {pattern}", at(path)));
+                    }
+                }
             }
             Value::Array(items) => self.check_array(map, items, path, depth)?,
             Value::Object(object) => self.check_object(map, object, path, depth)?,
@@ -305,6 +311,18 @@ impl<'a> Validator<'a> {
     }
 }
 
+/// Whether `text` matches `pattern` (JSON Schema patterns are unanchored ECMA-262 regular
+/// expressions; `regex-lite` covers the syntax tool schemas use). Compiled patterns are cached;
+/// a pattern that does not compile matches nothing, so validation fails closed.
+fn pattern_matches(pattern: &str, text: &str) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<regex_lite::Regex>>>> = OnceLock::new();
+    let mut cache = CACHE.get_or_init(Mutex::default).lock().expect("pattern cache");
+    let compiled = cache.entry(pattern.to_owned()).or_insert_with(|| regex_lite::Regex::new(pattern).ok());
+    compiled.as_ref().is_some_and(|re| re.is_match(text))
+}
+
 /// JSON equality where `1` and `1.0` are equal.
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
@@ -350,9 +368,14 @@ mod tests {
     #[test]
     fn reports_unsupported_keywords_and_strips_unknown_keys() {
         assert_eq!(
-            unsupported_keywords(&json!({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})),
-            ["pattern"]
+            unsupported_keywords(&json!({"type":"object","properties":{"a":{"type":"string","if":{}}}})),
+            ["if"]
         );
+        let pattern = json!({"type":"string","pattern":"^inv-[0-9]+$"});
+        assert!(validate(&pattern, &json!("inv-12")).is_ok());
+        for bad in ["INV-1", "inv-", "inv-1; drop table", "1", "inv-1\n"] {
+            assert!(validate(&pattern, &json!(bad)).is_err(), "{bad}");
+        }
         assert!(unsupported_keywords(&json!({"type":"object","x-mcp-header":"A"})).is_empty());
         let schema = json!({"type":"object","properties":{"a":{}}});
         let mut args = json!({"a":1,"principal":"admin"}).as_object().unwrap().clone();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod redis;
+pub mod tokens;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
