@@ -54,6 +54,15 @@ pub struct Config {
     pub consumer_budget: Duration,
     /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
     pub auth: Authenticator,
+    /// Where structured log lines go (standard error by default).
+    pub log_sink: Arc<dyn crate::observe::LogSink>,
+}
+
+impl Config {
+    /// The logger every route of this process uses.
+    pub fn logger(&self) -> crate::observe::Logger {
+        crate::observe::Logger::new(self.log_sink.clone(), self.sealer.clone(), self.random.clone())
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -178,6 +187,7 @@ impl Config {
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
+            log_sink: Arc::new(crate::observe::StderrSink),
         })
     }
 

@@ -11,6 +11,7 @@ pub mod catalogue;
 pub mod config;
 pub mod jobs;
 pub mod local;
+pub mod observe;
 pub mod outbound;
 pub mod protocol;
 pub mod security;
@@ -49,6 +50,7 @@ pub fn consumer_from(config: &Config) -> jobs::Consumer {
         clock: config.clock.clone(),
         step_delay: config.job_step_delay,
         budget: config.consumer_budget,
+        logger: Some(config.logger()),
     }
 }
 

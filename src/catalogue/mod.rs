@@ -15,13 +15,16 @@ use crate::{Config, McpServer};
 
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.
 pub fn jobs_from(config: &Config) -> Arc<Jobs> {
-    Arc::new(Jobs::new(
-        config.jobs.store.clone(),
-        config.jobs.publisher.clone(),
-        config.sealer.clone(),
-        config.clock.clone(),
-        config.random.clone(),
-    ))
+    Arc::new(
+        Jobs::new(
+            config.jobs.store.clone(),
+            config.jobs.publisher.clone(),
+            config.sealer.clone(),
+            config.clock.clone(),
+            config.random.clone(),
+        )
+        .with_logger(config.logger()),
+    )
 }
 
 /// The tasks extension service over a configuration's task store.

@@ -33,6 +33,8 @@ pub struct Consumer {
     /// Stop (without acknowledging, so the message is redelivered) after this long, well
     /// before the function's `maxDuration`.
     pub budget: Duration,
+    /// Lifecycle events (run, finish).
+    pub logger: Option<crate::observe::Logger>,
 }
 
 /// How a delivery ended.
@@ -114,7 +116,21 @@ impl Consumer {
         let Some(message) = JobMessage::parse(request.body()) else {
             return bad_request("the body is not a valid job message");
         };
-        match self.process(&message).await {
+        let outcome = self.process(&message).await;
+        if let Some(logger) = &self.logger {
+            let (result, state) = match &outcome {
+                Ok(Processed::Finished(state)) => ("finished", *state),
+                Ok(Processed::Skipped(reason)) => ("skipped", *reason),
+                Ok(Processed::Deferred) => ("deferred", ""),
+                Err(_) => ("store_error", ""),
+            };
+            logger.event(
+                if outcome.is_err() { "warn" } else { "info" },
+                "job.run",
+                json!({ "job": logger.digest("job", message.job_id.as_bytes()), "result": result, "state": state }),
+            );
+        }
+        match outcome {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.0 })),
             Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
             Ok(outcome) => {

@@ -20,6 +20,7 @@ pub struct Jobs {
     pub(crate) sealer: Sealer,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) random: Arc<dyn Random>,
+    pub(crate) logger: Option<crate::observe::Logger>,
 }
 
 /// The active-job cap of a principal: anonymous callers get fewer slots.
@@ -36,7 +37,27 @@ impl Jobs {
         clock: Arc<dyn Clock>,
         random: Arc<dyn Random>,
     ) -> Self {
-        Self { store, publisher, sealer, clock, random }
+        Self { store, publisher, sealer, clock, random, logger: None }
+    }
+
+    /// Logs lifecycle events (submit, retrieve, cancel) to `logger`.
+    pub fn with_logger(mut self, logger: crate::observe::Logger) -> Self {
+        self.logger = Some(logger);
+        self
+    }
+
+    /// A lifecycle event: the job appears as a keyed digest of its id, the caller as a digest of
+    /// the principal; never the handle, never the owner.
+    fn log(&self, event: &str, principal: &Principal, job_id: Option<&str>, extra: Value) {
+        let Some(logger) = &self.logger else { return };
+        let mut fields = json!({
+            "principal": logger.digest("principal", principal.id().as_bytes()),
+            "job": job_id.map(|id| logger.digest("job", id.as_bytes())),
+        });
+        if let (Value::Object(fields), Value::Object(extra)) = (&mut fields, extra) {
+            fields.extend(extra);
+        }
+        logger.event("info", event, fields);
     }
 
     /// Replaces the publisher (fault tests).
@@ -77,16 +98,19 @@ impl Jobs {
             return Err(format!("could not enqueue the job: {problem}{note}"));
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
+        self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));
         Ok(json!({ "jobId": handle, "state": record.state.as_str(), "totalSteps": record.total_steps }))
     }
 
     async fn lookup(&self, principal: &Principal, handle: &str) -> Result<JobRecord, String> {
-        let id = handle::open(&self.sealer, principal.id(), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
-        self.store
-            .get(principal.id(), &id, self.clock.now_ms())
-            .await
-            .map_err(|e| e.0)?
-            .ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
+        let Some(id) = handle::open(&self.sealer, principal.id(), handle) else {
+            self.log("job.retrieve", principal, None, json!({ "outcome": "unknown_handle" }));
+            return Err(UNKNOWN_JOB_HANDLE.to_owned());
+        };
+        let job = self.store.get(principal.id(), &id, self.clock.now_ms()).await.map_err(|e| e.0)?;
+        let outcome = job.as_ref().map_or("unknown_handle", |j| j.state.as_str());
+        self.log("job.retrieve", principal, Some(&id), json!({ "outcome": outcome }));
+        job.ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
     }
 
     /// `{jobId, state, completedSteps, totalSteps}`.
@@ -112,6 +136,7 @@ impl Jobs {
             .await
             .map_err(|e| e.0)?
             .ok_or(UNKNOWN_JOB_HANDLE)?;
+        self.log("job.cancel", principal, Some(&id), json!({ "state": job.state.as_str() }));
         Ok(progress(handle, &job))
     }
 }

@@ -661,7 +661,9 @@ pub(crate) async fn catch_unwind<F: Future>(future: F) -> std::thread::Result<F:
         fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
             // SAFETY: structural pinning of the only field, which is never moved out.
             let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::observe::in_handler(|| inner.poll(cx))
+            })) {
                 Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
                 Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
                 Err(panic) => std::task::Poll::Ready(Err(panic)),

@@ -177,6 +177,17 @@ impl Sealer {
         out
     }
 
+    /// A keyed digest (HMAC-SHA256 under the current key, 16 hex digits) for identifiers that
+    /// must be correlatable in logs but not reversible by guessing.
+    pub fn digest(&self, kind: &str, value: &[u8]) -> String {
+        let mut ctx = hmac::Context::with_key(&self.keys[0].key);
+        ctx.update(b"mcp.log-digest\n");
+        ctx.update(kind.as_bytes());
+        ctx.update(b"\n");
+        ctx.update(value);
+        hex(&ctx.sign().as_ref()[..8])
+    }
+
     /// Opens an envelope: checks shape, key, MAC (constant time), expiry and binding, in that
     /// order, and returns the sealed data.
     pub fn open(&self, purpose: Purpose, binding: &[u8], sealed: &str) -> Result<Value, SealError> {

@@ -44,6 +44,19 @@ impl Body {
         Self(Kind::Stream { events, first: Some(first), done: false, producer })
     }
 
+    /// The bytes of a buffered body (none for streams).
+    pub fn peek(&self) -> Option<&[u8]> {
+        match &self.0 {
+            Kind::Full(bytes) => bytes.as_deref(),
+            Kind::Stream { .. } => None,
+        }
+    }
+
+    /// Whether this is an SSE stream.
+    pub fn is_stream(&self) -> bool {
+        matches!(self.0, Kind::Stream { .. })
+    }
+
     /// Collects the body (tests and the in-process queue use this).
     pub async fn collect(self) -> Bytes {
         use http_body_util::BodyExt;

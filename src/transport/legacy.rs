@@ -122,6 +122,7 @@ pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
     principal: Principal,
+    request_id: Arc<str>,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
@@ -171,13 +172,13 @@ pub(super) async fn handle(
         .cloned();
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
-        let (status, body) = run(app, ctx, &method, &params).await;
+        let (status, body) = run(app, &request_id, ctx, &method, &params).await;
         return super::json_response(status, body);
     }
     let app = app.clone();
     respond_streaming(move |outbox| async move {
         ctx.outbox = Some(outbox);
-        run(&app, ctx, &method, &params).await
+        run(&app, &request_id, ctx, &method, &params).await
     })
     .await
 }
@@ -189,9 +190,15 @@ fn legacy_capabilities() -> Map<String, Value> {
     }
 }
 
-async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> (StatusCode, Vec<u8>) {
+async fn run(
+    app: &App,
+    request_id: &str,
+    ctx: RequestContext,
+    method: &str,
+    params: &Map<String, Value>,
+) -> (StatusCode, Vec<u8>) {
     let id = ctx.id.clone();
-    match fulfil(app, ctx, method, params).await {
+    match fulfil(app, request_id, ctx, method, params).await {
         Ok(mut result) => {
             result.remove("resultType");
             result.remove("ttlMs");
@@ -214,6 +221,7 @@ async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, 
 /// stream (the 2025 way) and re-running the handler with the answers.
 async fn fulfil(
     app: &App,
+    request_id: &str,
     ctx: RequestContext,
     method: &str,
     params: &Map<String, Value>,
@@ -221,7 +229,7 @@ async fn fulfil(
     let mut ctx = ctx;
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();
-        let input = match super::catch_panic(app.server.execute(ctx, method, params)).await? {
+        let input = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await? {
             Reply::Complete(result) => return Ok(result),
             Reply::InputRequired(input) => input,
         };

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
+use crate::observe::{RequestRecord, trace_id_from};
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, Principal};
 use crate::server::listen::ListenLimits;
@@ -35,6 +36,7 @@ pub struct App {
     pub(crate) listen: ListenLimits,
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
     pub(crate) auth: crate::security::Authenticator,
+    pub(crate) logger: crate::observe::Logger,
 }
 
 impl App {
@@ -42,7 +44,9 @@ impl App {
     pub fn new(mut server: McpServer, config: &Config) -> Self {
         let bus = config.bus.clone();
         server.scopes_enforced = config.auth.enforces_scopes();
+        crate::observe::install_panic_hook();
         Self {
+            logger: config.logger(),
             auth: config.auth.clone(),
             server: Arc::new(server),
             sealer: config.sealer.clone(),
@@ -75,8 +79,54 @@ impl App {
     }
 }
 
-/// Serves one request to the MCP endpoint.
+/// Serves one request to the MCP endpoint, and logs one structured line about it.
 pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
+    let mut record = RequestRecord::start(&app.logger);
+    record.trace_id = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(trace_id_from)
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let mut response = handle_request(app, request, &mut record).await;
+    if record.trace_id.is_empty() {
+        record.trace_id = app.logger.new_trace_id();
+    }
+    let (outcome, code) = classify(&response);
+    let stream = response.body().is_stream();
+    if let Ok(id) = HeaderValue::from_str(&record.request_id) {
+        response.headers_mut().insert("x-mcp-request-id", id);
+    }
+    record.finish(&app.logger, response.status().as_u16(), outcome, code, stream);
+    response
+}
+
+/// The outcome class of a response, read from its status and (for errors) its body.
+fn classify(response: &Response<Body>) -> (&'static str, Option<i64>) {
+    let status = response.status();
+    if (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN)
+        && response.headers().contains_key(header::WWW_AUTHENTICATE)
+    {
+        return ("auth_failure", None);
+    }
+    let Some(body) = response.body().peek() else { return ("ok", None) };
+    let code = || serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("error")?.get("code")?.as_i64());
+    // Quotes inside JSON strings are escaped, so these byte patterns only match structure.
+    if contains(body, br#""error":{"code":"#) || !status.is_success() {
+        return ("protocol_error", code());
+    }
+    if contains(body, br#""isError":true"#) {
+        return ("tool_error", None);
+    }
+    ("ok", None)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: this endpoint accepts POST only");
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -89,6 +139,7 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
         Ok(principal) => principal,
         Err(refusal) => return app.auth.refusal_response(&refusal),
     };
+    record.principal = Some(app.logger.digest("principal", principal.id().as_bytes()));
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {
         if !is_json(content_type) {
             let error = McpError::new(
@@ -108,11 +159,37 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
         Ok(Message::Notification { .. }) => accepted(),
         Ok(Message::Response { id, outcome }) => legacy::deliver_client_response(app, &parts.headers, id, outcome),
         Ok(Message::Request { id, method, params }) => {
+            describe(app, record, &method, &params);
+            let request_id: Arc<str> = Arc::from(record.request_id.as_str());
             if legacy::is_legacy(&parts.headers, &method, &params) {
-                legacy::handle(app, &parts.headers, principal, id, method, params).await
+                record.era = Some("legacy");
+                legacy::handle(app, &parts.headers, principal, request_id, id, method, params).await
             } else {
-                modern::handle(app, &parts.headers, principal, id, method, params).await
+                record.era = Some("modern");
+                modern::handle(app, &parts.headers, principal, request_id, id, method, params).await
             }
+        }
+    }
+}
+
+/// Records what a request is about: method, the tool/prompt/resource it names, a keyed digest
+/// of its arguments, and the `_meta` trace id when no `traceparent` header came.
+fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<String, Value>) {
+    record.method = Some(crate::protocol::error::truncate_for_message(method).into_owned());
+    let name = match method {
+        "tools/call" | "prompts/get" => params.get("name"),
+        "resources/read" => params.get("uri"),
+        _ => None,
+    };
+    record.name = name.and_then(Value::as_str).map(|n| crate::protocol::error::truncate_for_message(n).into_owned());
+    if let Some(arguments) = params.get("arguments") {
+        record.arguments = Some(app.logger.digest("arguments", arguments.to_string().as_bytes()));
+    }
+    if record.trace_id.is_empty() {
+        let from_meta =
+            params.get("_meta").and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(trace_id_from);
+        if let Some(trace) = from_meta {
+            record.trace_id = trace.to_owned();
         }
     }
 }
@@ -223,12 +300,23 @@ pub(crate) fn tool_scope_refusal(
     Some(app.auth.refusal_response(&crate::security::Refusal::InsufficientScope(required)))
 }
 
-/// Runs a handler future, turning a panic into `-32603` so one faulty tool cannot take the
-/// connection (or, on the streaming path, the stream) down with it.
+/// Runs a handler future, turning a panic into `-32603` with a correlation id so one faulty
+/// tool cannot take the connection (or, on the streaming path, the stream) down with it. The
+/// log gets where it happened; the client gets only the id to quote.
 pub(crate) async fn catch_panic<T>(
+    app: &App,
+    request_id: &str,
     future: impl std::future::Future<Output = Result<T, McpError>>,
 ) -> Result<T, McpError> {
-    crate::server::catch_unwind(future).await.unwrap_or_else(|_| Err(McpError::internal("Internal error")))
+    match crate::server::catch_unwind(future).await {
+        Ok(result) => result,
+        Err(_) => {
+            let location = crate::observe::take_panic_location();
+            app.logger.event("error", "panic", serde_json::json!({ "requestId": request_id, "location": location }));
+            Err(McpError::internal(format!("Internal error (correlation id {request_id})"))
+                .with_data(serde_json::json!({ "correlationId": request_id })))
+        }
+    }
 }
 
 /// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.

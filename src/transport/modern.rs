@@ -25,6 +25,7 @@ pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
     principal: Principal,
+    request_id: Arc<str>,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
@@ -80,13 +81,13 @@ pub(super) async fn handle(
 
     let streams = ctx.progress_token.is_some() || ctx.log_level.is_some();
     if !streams {
-        let (status, body) = run(app, ctx, &method, &params).await;
+        let (status, body) = run(app, &request_id, ctx, &method, &params).await;
         return json(status, body);
     }
     let app = app.clone();
     respond_streaming(move |outbox| async move {
         ctx.outbox = Some(outbox);
-        run(&app, ctx, &method, &params).await
+        run(&app, &request_id, ctx, &method, &params).await
     })
     .await
 }
@@ -96,11 +97,17 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 }
 
 /// Executes the request and serialises its response.
-async fn run(app: &App, ctx: RequestContext, method: &str, params: &Map<String, Value>) -> (StatusCode, Vec<u8>) {
+async fn run(
+    app: &App,
+    request_id: &str,
+    ctx: RequestContext,
+    method: &str,
+    params: &Map<String, Value>,
+) -> (StatusCode, Vec<u8>) {
     let id = ctx.id.clone();
     let principal = ctx.principal.clone();
     let capabilities = ctx.client_capabilities.clone();
-    let outcome = match super::catch_panic(app.server.execute(ctx, method, params)).await {
+    let outcome = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await {
         Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
         Ok(Reply::InputRequired(input)) => {
             mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(

@@ -1,0 +1,246 @@
+//! Observability: one structured JSON line per request, job lifecycle events, and panic
+//! containment, all redacted by construction.
+//!
+//! A log line is built from a fixed set of fields, never from free text supplied by a client:
+//! identifiers are hashed with a key derived from the sealing key (so they are stable across
+//! instances but not reversible by guessing), arguments appear only as a keyed digest, and
+//! tokens, secrets, `requestState` and handles have no field to go into. Panics are caught by
+//! the transport; the hook installed here records where they happened and withholds their
+//! message unless it is a literal (a formatted message may carry request data).
+
+use serde_json::{Value, json};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Instant;
+
+use crate::state::{Random, Sealer};
+use crate::tasks::iso8601;
+
+/// Where log lines go. Vercel captures stdout and stderr; tests capture in memory.
+pub trait LogSink: Send + Sync + 'static {
+    /// Writes one complete line (without the newline).
+    fn emit(&self, line: String);
+}
+
+/// Lines to standard error.
+#[derive(Debug, Default)]
+pub struct StderrSink;
+
+impl LogSink for StderrSink {
+    fn emit(&self, line: String) {
+        eprintln!("{line}");
+    }
+}
+
+/// Lines kept in memory (tests).
+#[derive(Debug, Default)]
+pub struct MemorySink(Mutex<Vec<String>>);
+
+impl MemorySink {
+    /// Every line so far, parsed.
+    pub fn lines(&self) -> Vec<Value> {
+        self.0.lock().expect("log lock").iter().map(|l| serde_json::from_str(l).expect("log lines are JSON")).collect()
+    }
+
+    /// Every line so far, raw.
+    pub fn raw(&self) -> Vec<String> {
+        self.0.lock().expect("log lock").clone()
+    }
+}
+
+impl LogSink for MemorySink {
+    fn emit(&self, line: String) {
+        self.0.lock().expect("log lock").push(line);
+    }
+}
+
+/// Keyed digests and ids for log lines.
+#[derive(Clone)]
+pub struct Logger {
+    sink: Arc<dyn LogSink>,
+    sealer: Sealer,
+    random: Arc<dyn Random>,
+}
+
+impl std::fmt::Debug for Logger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Logger")
+    }
+}
+
+impl Logger {
+    /// A logger writing to `sink`, hashing with `sealer`'s current key.
+    pub fn new(sink: Arc<dyn LogSink>, sealer: Sealer, random: Arc<dyn Random>) -> Self {
+        Self { sink, sealer, random }
+    }
+
+    /// A stable, non-reversible digest of an identifier (`kind` separates namespaces).
+    pub fn digest(&self, kind: &str, value: &[u8]) -> String {
+        self.sealer.digest(kind, value)
+    }
+
+    /// A fresh random id (16 hex digits).
+    pub fn new_id(&self) -> String {
+        let mut bytes = [0u8; 8];
+        self.random.fill(&mut bytes);
+        crate::state::seal::hex(&bytes)
+    }
+
+    /// A fresh W3C trace id (32 hex digits).
+    pub fn new_trace_id(&self) -> String {
+        let mut bytes = [0u8; 16];
+        self.random.fill(&mut bytes);
+        crate::state::seal::hex(&bytes)
+    }
+
+    /// Emits an event line: `fields` must hold only ids, digests, counts and fixed words.
+    pub fn event(&self, level: &str, event: &str, fields: Value) {
+        let mut line = json!({ "ts": iso8601(now_ms()), "level": level, "event": event });
+        if let (Value::Object(line), Value::Object(fields)) = (&mut line, fields) {
+            line.extend(fields);
+        }
+        self.sink.emit(line.to_string());
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
+pub fn trace_id_from(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let (Some(version), Some(trace), Some(span), Some(flags), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2) && trace.bytes().any(|b| b != b'0'))
+        .then_some(trace)
+}
+
+/// What one request did, filled in as the pipeline learns it.
+#[derive(Debug)]
+pub struct RequestRecord {
+    started: Instant,
+    /// Server-assigned id, also sent back as `x-mcp-request-id`.
+    pub request_id: String,
+    /// W3C trace id.
+    pub trace_id: String,
+    /// `modern` or `legacy`.
+    pub era: Option<&'static str>,
+    /// The JSON-RPC method.
+    pub method: Option<String>,
+    /// Tool or prompt name, or resource URI.
+    pub name: Option<String>,
+    /// Keyed digest of the principal id.
+    pub principal: Option<String>,
+    /// Keyed digest of the arguments.
+    pub arguments: Option<String>,
+    /// Set when a panic was contained.
+    pub panic_location: Option<String>,
+}
+
+impl RequestRecord {
+    /// Starts a record.
+    pub fn start(logger: &Logger) -> Self {
+        Self {
+            started: Instant::now(),
+            request_id: logger.new_id(),
+            trace_id: String::new(),
+            era: None,
+            method: None,
+            name: None,
+            principal: None,
+            arguments: None,
+            panic_location: None,
+        }
+    }
+
+    /// Emits the request line. `outcome` is a fixed word; `code` a JSON-RPC code.
+    pub fn finish(self, logger: &Logger, status: u16, outcome: &str, code: Option<i64>, stream: bool) {
+        let level = if self.panic_location.is_some() || status >= 500 { "error" } else { "info" };
+        logger.event(
+            level,
+            "request",
+            json!({
+                "requestId": self.request_id,
+                "traceId": self.trace_id,
+                "era": self.era,
+                "method": self.method,
+                "name": self.name,
+                "principal": self.principal,
+                "arguments": self.arguments,
+                "outcome": outcome,
+                "status": status,
+                "code": code,
+                "stream": stream,
+                "panicLocation": self.panic_location,
+                "latencyMs": (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            }),
+        );
+    }
+}
+
+thread_local! {
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `poll` marked as handler code: a panic inside it is recorded quietly for the transport
+/// to log (the default hook would print its message, which may carry request data).
+pub fn in_handler<T>(poll: impl FnOnce() -> T) -> T {
+    let outer = IN_HANDLER.with(|flag| flag.replace(true));
+    let result = poll();
+    IN_HANDLER.with(|flag| flag.set(outer));
+    result
+}
+
+/// Installs the panic hook: panics in handler code are recorded (location, and a literal
+/// message only); every other panic goes to the previous hook unchanged.
+pub fn install_panic_hook() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_HANDLER.with(|flag| flag.get()) {
+                return previous(info);
+            }
+            IN_HANDLER.with(|flag| flag.set(false));
+            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+            let message = match info.payload().downcast_ref::<&'static str>() {
+                Some(literal) => (*literal).to_owned(),
+                None => "<formatted message withheld>".to_owned(),
+            };
+            LAST_PANIC.with(|last| *last.borrow_mut() = Some(format!("{location}: {message}")));
+        }));
+    });
+}
+
+/// The location of the last panic on this thread, taken.
+pub fn take_panic_location() -> Option<String> {
+    LAST_PANIC.with(|last| last.borrow_mut().take())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace_id_from;
+
+    #[test]
+    fn parses_traceparent() {
+        assert_eq!(
+            trace_id_from("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-x-y-z",
+        ] {
+            assert_eq!(trace_id_from(bad), None, "{bad}");
+        }
+    }
+}
