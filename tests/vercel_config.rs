@@ -25,8 +25,36 @@ fn api_entrypoints() -> Vec<String> {
 }
 
 #[test]
-fn declares_the_schema() {
-    assert_eq!(vercel_json()["$schema"], "https://openapi.vercel.sh/vercel.json");
+fn declares_the_schema_and_fluid_compute() {
+    let config = vercel_json();
+    assert_eq!(config["$schema"], "https://openapi.vercel.sh/vercel.json");
+    assert_eq!(config["fluid"], true);
+}
+
+#[test]
+fn the_mcp_route_sets_exactly_its_max_duration() {
+    let config = vercel_json();
+    let keys: Vec<&String> = config["functions"]["api/mcp.rs"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["maxDuration"]);
+}
+
+#[test]
+fn the_metadata_paths_are_rewritten_to_their_function() {
+    let config = vercel_json();
+    let rewrites = config["rewrites"].as_array().expect("rewrites");
+    for source in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/api/mcp"] {
+        let rule = rewrites.iter().find(|r| r["source"] == source).unwrap_or_else(|| panic!("no rewrite for {source}"));
+        assert_eq!(rule["destination"], "/api/oauth-protected-resource");
+    }
+    assert!(config["functions"]["api/oauth-protected-resource.rs"].is_object());
+}
+
+#[test]
+fn streams_are_not_buffered_and_no_secret_is_configured_here() {
+    let config = vercel_json();
+    let mcp_headers = config["headers"].as_array().unwrap().iter().find(|h| h["source"] == "/api/mcp").expect("headers for /api/mcp");
+    assert!(mcp_headers["headers"].as_array().unwrap().iter().any(|h| h["key"] == "X-Accel-Buffering" && h["value"] == "no"));
+    assert!(config.get("env").is_none() && config.get("build").is_none(), "secrets belong in project environment variables");
 }
 
 #[test]
