@@ -22,6 +22,7 @@ struct Env {
     server: TestServer,
     logs: Arc<MemorySink>,
     logger: vercel_mcp::observe::Logger,
+    queue: vercel_mcp::jobs::LocalQueue,
 }
 
 async fn env() -> Env {
@@ -53,7 +54,9 @@ async fn env() -> Env {
     });
     let _ = NoArguments {};
     let logger = config.logger();
-    Env { server: TestServer::start(Arc::new(App::new(server, &config))).await, logs, logger }
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, &config))).with_jobs(&config);
+    Env { server: TestServer::start_routes(routes).await, logs, logger, queue }
 }
 
 fn request_line<'a>(lines: &'a [Value], request_id: &str) -> &'a Value {
@@ -208,6 +211,11 @@ async fn no_secret_reaches_any_log_line() {
         .header("Authorization", &auth)
         .send()
         .await;
+    env.queue.drain().await;
+    s.modern(json!(10), "tools/call", json!({"name": "cancel_job", "arguments": {"jobId": handle}}))
+        .header("Authorization", &auth)
+        .send()
+        .await;
 
     let raw = env.logs.raw().join("\n");
     for secret in canaries.iter().copied().chain([valid_token.as_str(), state.as_str(), handle.as_str(), "alice"]) {
@@ -215,7 +223,9 @@ async fn no_secret_reaches_any_log_line() {
     }
     let lines = env.logs.lines();
     let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
-    for expected in ["request", "panic", "job.submit", "job.retrieve"] {
+    for expected in
+        ["request", "panic", "job.submit", "job.retrieve", "job.progress", "job.finish", "job.run", "job.cancel"]
+    {
         assert!(events.contains(&expected), "missing {expected} event");
     }
     let submit = lines.iter().find(|l| l["event"] == "job.submit").unwrap();

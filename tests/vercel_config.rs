@@ -52,9 +52,19 @@ fn the_metadata_paths_are_rewritten_to_their_function() {
 #[test]
 fn streams_are_not_buffered_and_no_secret_is_configured_here() {
     let config = vercel_json();
-    let mcp_headers = config["headers"].as_array().unwrap().iter().find(|h| h["source"] == "/api/mcp").expect("headers for /api/mcp");
-    assert!(mcp_headers["headers"].as_array().unwrap().iter().any(|h| h["key"] == "X-Accel-Buffering" && h["value"] == "no"));
-    assert!(config.get("env").is_none() && config.get("build").is_none(), "secrets belong in project environment variables");
+    let mcp_headers =
+        config["headers"].as_array().unwrap().iter().find(|h| h["source"] == "/api/mcp").expect("headers for /api/mcp");
+    assert!(
+        mcp_headers["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["key"] == "X-Accel-Buffering" && h["value"] == "no")
+    );
+    assert!(
+        config.get("env").is_none() && config.get("build").is_none(),
+        "secrets belong in project environment variables"
+    );
 }
 
 #[test]

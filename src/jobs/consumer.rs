@@ -173,6 +173,19 @@ impl Consumer {
                 Some(job) => job,
                 None => return Ok(Processed::Skipped("not_found")),
             };
+            if let Some(logger) = &self.logger {
+                let event = if job.state.is_active() { "job.progress" } else { "job.finish" };
+                logger.event(
+                    "info",
+                    event,
+                    json!({
+                        "job": logger.digest("job", id.as_bytes()),
+                        "state": job.state.as_str(),
+                        "completedSteps": job.completed_steps,
+                        "totalSteps": job.total_steps,
+                    }),
+                );
+            }
             if !job.state.is_active() {
                 return Ok(Processed::Finished(job.state.as_str()));
             }
