@@ -8,6 +8,7 @@
 //! the two edges that put it on a socket.
 
 pub mod catalogue;
+pub mod client;
 pub mod config;
 pub mod jobs;
 pub mod local;

@@ -57,3 +57,18 @@ pub async fn send(request: Request<Full<Bytes>>, timeout: Duration) -> Result<Ou
     };
     tokio::time::timeout(timeout, work).await.map_err(|_| "timed out".to_owned())?
 }
+
+/// Sends `request` and returns the response as soon as its head arrives, with the body left to
+/// stream (SSE). The `timeout` bounds the wait for the head only.
+pub async fn open(
+    request: Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let pending = client().request(request);
+    match tokio::time::timeout(timeout, pending).await {
+        Err(_) => Err("timed out".to_owned()),
+        Ok(Err(e)) if e.is_connect() => Err("connection failed".to_owned()),
+        Ok(Err(_)) => Err("request failed".to_owned()),
+        Ok(Ok(response)) => Ok(response),
+    }
+}

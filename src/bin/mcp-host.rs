@@ -1,0 +1,103 @@
+//! `mcp-host`: list and call the tools of several MCP servers through one namespace, with
+//! consent asked for every call that is not read-only.
+//!
+//! ```text
+//! mcp-host --server docs=https://a.example/api/mcp --server jobs=http://127.0.0.1:3000/api/mcp list
+//! mcp-host --server jobs=http://127.0.0.1:3000/api/mcp call jobs.submit_job '{"steps":3}' [--yes]
+//!          [--header "Authorization: Bearer …"]
+//! ```
+//! Without `--yes`, consent is asked on the terminal; no answer (or no terminal) means no.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+
+use vercel_mcp::client::ClientOptions;
+use vercel_mcp::client::host::{ConsentFn, Host};
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: mcp-host --server ID=URL [--server ID=URL ...] [--header 'Name: value' ...] (list | call SERVER.TOOL [JSON-ARGS] [--yes])"
+    );
+    std::process::exit(2);
+}
+
+#[tokio::main]
+async fn main() {
+    let mut servers = Vec::new();
+    let mut options = ClientOptions { name: "mcp-host".into(), ..ClientOptions::default() };
+    let mut positional = Vec::new();
+    let mut yes = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--server" => {
+                let spec = args.next().unwrap_or_else(|| usage());
+                let (id, url) = spec.split_once('=').unwrap_or_else(|| usage());
+                servers.push((id.to_owned(), url.to_owned()));
+            }
+            "--header" => {
+                let header = args.next().unwrap_or_else(|| usage());
+                let (name, value) = header.split_once(':').unwrap_or_else(|| usage());
+                options = options.header(name.trim(), value.trim());
+            }
+            "--yes" => yes = true,
+            "--help" | "-h" => usage(),
+            _ => positional.push(arg),
+        }
+    }
+    if servers.is_empty() || positional.is_empty() {
+        usage();
+    }
+    let host = match Host::connect(&servers, options).await {
+        Ok(host) => host,
+        Err(error) => {
+            eprintln!("mcp-host: {error}");
+            std::process::exit(1);
+        }
+    };
+    match positional[0].as_str() {
+        "list" => {
+            let tools: Vec<Value> = host
+                .tools()
+                .iter()
+                .map(|t| json!({ "name": t.name, "readOnly": t.read_only, "description": t.definition.get("description") }))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
+        }
+        "call" => {
+            let name = positional.get(1).unwrap_or_else(|| usage());
+            let arguments: Value = match positional.get(2) {
+                Some(raw) => serde_json::from_str(raw).unwrap_or_else(|_| {
+                    eprintln!("mcp-host: the arguments must be a JSON object");
+                    std::process::exit(2);
+                }),
+                None => json!({}),
+            };
+            let consent: ConsentFn = Arc::new(move |name, arguments| {
+                let prompt = format!("Allow {name} with {arguments}? [y/N] ");
+                Box::pin(async move {
+                    if yes {
+                        return Ok(true);
+                    }
+                    if !std::io::stdin().is_terminal() {
+                        return Ok(false);
+                    }
+                    eprint!("{prompt}");
+                    let _ = std::io::stderr().flush();
+                    let mut answer = String::new();
+                    std::io::stdin().lock().read_line(&mut answer).map_err(|e| e.to_string())?;
+                    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+                })
+            });
+            match host.call(name, arguments, &consent).await {
+                Ok(result) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
+                Err(error) => {
+                    eprintln!("mcp-host: {error}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        _ => usage(),
+    }
+}

@@ -1,0 +1,169 @@
+//! The orchestrator host: several MCP servers behind one namespace and one consent gate.
+//!
+//! Tools are aggregated as `server.tool` (bare names never appear); a call is routed to its
+//! owner after a fail-closed consent check for anything not positively read-only; a server's
+//! `isError` result surfaces as a typed error, never as success.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::{Client, ClientError, ClientOptions};
+
+/// A tool as the host presents it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AggregatedTool {
+    /// `server.tool`.
+    pub name: String,
+    /// The tool's own name.
+    pub tool_name: String,
+    /// The server it belongs to.
+    pub server_id: String,
+    /// Whether the server marks it read-only (and so it needs no consent).
+    pub read_only: bool,
+    /// Its definition as the server listed it.
+    pub definition: Value,
+}
+
+/// Why a host call failed.
+#[derive(Debug)]
+pub enum HostError {
+    /// No server with that id.
+    UnknownServer {
+        /// The id.
+        server_id: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// The consent callback did not say yes.
+    ConsentDenied(String),
+    /// The server reported a failure (an `isError` result or a JSON-RPC error).
+    ToolCall {
+        /// The server.
+        server_id: String,
+        /// The tool.
+        tool_name: String,
+        /// What went wrong.
+        message: String,
+        /// The underlying protocol error, if it was one.
+        cause: Option<ClientError>,
+    },
+    /// Connecting or talking to a server failed.
+    Client(ClientError),
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownServer { server_id, name } => write!(f, "unknown server {server_id:?} in {name:?}"),
+            Self::ConsentDenied(name) => write!(f, "consent denied for {name}"),
+            Self::ToolCall { server_id, tool_name, message, .. } => {
+                write!(f, "{server_id}.{tool_name} failed: {message}")
+            }
+            Self::Client(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// Asks whether a call may proceed. Only `Ok(true)` approves; `false`, an error or a panic deny.
+pub type ConsentFn =
+    Arc<dyn Fn(&str, &Value) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send>> + Send + Sync>;
+
+/// One client session per server.
+pub struct Host {
+    sessions: BTreeMap<String, Client>,
+    tools: Vec<AggregatedTool>,
+}
+
+impl Host {
+    /// Connects to every `(id, url)`; ids must not contain a dot.
+    pub async fn connect(servers: &[(String, String)], options: ClientOptions) -> Result<Self, HostError> {
+        let mut sessions = BTreeMap::new();
+        for (id, url) in servers {
+            if id.is_empty() || id.contains('.') {
+                return Err(HostError::Client(ClientError::Protocol(format!(
+                    "server id {id:?} must be non-empty without dots"
+                ))));
+            }
+            sessions.insert(id.clone(), Client::connect(url, options.clone()).await.map_err(HostError::Client)?);
+        }
+        let mut host = Self { sessions, tools: Vec::new() };
+        host.refresh_tools().await?;
+        Ok(host)
+    }
+
+    /// The connected server ids.
+    pub fn server_ids(&self) -> Vec<&str> {
+        self.sessions.keys().map(String::as_str).collect()
+    }
+
+    /// Re-reads every server's tool list.
+    pub async fn refresh_tools(&mut self) -> Result<(), HostError> {
+        let mut tools = Vec::new();
+        for (id, client) in &self.sessions {
+            for definition in client.list_tools().await.map_err(HostError::Client)? {
+                let tool_name = definition.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let read_only =
+                    definition.get("annotations").and_then(|a| a.get("readOnlyHint")) == Some(&Value::Bool(true));
+                tools.push(AggregatedTool {
+                    name: format!("{id}.{tool_name}"),
+                    tool_name,
+                    server_id: id.clone(),
+                    read_only,
+                    definition,
+                });
+            }
+        }
+        self.tools = tools;
+        Ok(())
+    }
+
+    /// The aggregated tools, ordered by server then listing order.
+    pub fn tools(&self) -> &[AggregatedTool] {
+        &self.tools
+    }
+
+    /// Calls `server.tool`. Unknown servers fail before consent; anything not positively
+    /// read-only (unknown tools included) needs an explicit yes from `consent`.
+    pub async fn call(&self, name: &str, arguments: Value, consent: &ConsentFn) -> Result<Value, HostError> {
+        let (server_id, tool_name) = name.split_once('.').unwrap_or((name, ""));
+        let client = self
+            .sessions
+            .get(server_id)
+            .ok_or_else(|| HostError::UnknownServer { server_id: server_id.to_owned(), name: name.to_owned() })?;
+        let read_only = self.tools.iter().any(|t| t.name == name && t.read_only);
+        if !read_only {
+            let asked = std::panic::AssertUnwindSafe(consent(name, &arguments));
+            let approved = crate::server::catch_unwind(asked).await;
+            if !matches!(approved, Ok(Ok(true))) {
+                return Err(HostError::ConsentDenied(name.to_owned()));
+            }
+        }
+        let failure = |message: String, cause: Option<ClientError>| HostError::ToolCall {
+            server_id: server_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            message,
+            cause,
+        };
+        let result = match client.call_tool(tool_name, arguments).await {
+            Ok(result) => result,
+            Err(error @ ClientError::Rpc { .. }) => return Err(failure(error.to_string(), Some(error))),
+            Err(other) => return Err(HostError::Client(other)),
+        };
+        if result.get("isError") == Some(&Value::Bool(true)) {
+            let text = result
+                .get("content")
+                .and_then(Value::as_array)
+                .and_then(|blocks| {
+                    blocks.iter().find_map(|b| b.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()))
+                })
+                .unwrap_or("tool call failed (no error text returned)");
+            return Err(failure(text.to_owned(), None));
+        }
+        Ok(result)
+    }
+}

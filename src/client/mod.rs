@@ -1,0 +1,577 @@
+//! An MCP client speaking Streamable HTTP: 2026-07-28 by default, with `server/discover`
+//! probing and a fallback to the stateless 2025-11-25 `initialize` handshake for older servers.
+//!
+//! Every request carries the `_meta` envelope and the standard headers (names that are not
+//! plain visible ASCII go through the `=?base64?…?=` sentinel), `Mcp-Param-*` headers mirror
+//! arguments whose schema carries `x-mcp-header`, and responses may be JSON or SSE. An
+//! `input_required` result is fulfilled through the handlers the caller registered
+//! (elicitation, sampling, roots) and retried with `requestState` echoed byte for byte, for a
+//! bounded number of rounds. Every failure is a typed [`ClientError`].
+
+pub mod host;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION, meta};
+use crate::transport::headers::encode_value;
+
+/// Why a client operation failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientError {
+    /// The request could not be sent or the response not read.
+    Transport(String),
+    /// An HTTP status with no JSON-RPC body.
+    Http(u16, String),
+    /// A JSON-RPC error.
+    Rpc {
+        /// The code.
+        code: i64,
+        /// The message.
+        message: String,
+        /// The data.
+        data: Option<Value>,
+    },
+    /// The server asked for input the caller has no handler for, or kept asking.
+    InputRequired(String),
+    /// The response was not valid MCP.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Transport(m) => write!(f, "transport error: {m}"),
+            Self::Http(status, m) => write!(f, "HTTP {status}: {m}"),
+            Self::Rpc { code, message, .. } => write!(f, "{message} ({code})"),
+            Self::InputRequired(m) => write!(f, "input required: {m}"),
+            Self::Protocol(m) => write!(f, "protocol error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// A boxed future returned by input handlers.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ClientError>> + Send>>;
+/// Answers one input request (`params` in, the result object out).
+pub type InputHandler = Arc<dyn Fn(Value) -> HandlerFuture + Send + Sync>;
+
+/// Which protocol generation the client ended up speaking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Negotiated {
+    /// 2026-07-28.
+    Modern,
+    /// A 2025 revision after `initialize`.
+    Legacy(&'static str),
+}
+
+/// How to connect.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// `clientInfo`.
+    pub name: String,
+    /// `clientInfo.version`.
+    pub version: String,
+    /// Extra headers on every request (e.g. `Authorization`).
+    pub headers: Vec<(String, String)>,
+    /// Handlers by method: `elicitation/create`, `sampling/createMessage`, `roots/list`. Their
+    /// presence declares the matching capability.
+    pub handlers: HashMap<String, InputHandler>,
+    /// Most `input_required` rounds fulfilled for one call.
+    pub max_rounds: usize,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Try modern first (default) or go straight to the legacy handshake.
+    pub modern: bool,
+    /// Called with every notification a response stream carries (progress, log messages).
+    pub on_notification: Option<Arc<dyn Fn(&Value) + Send + Sync>>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            name: "vercel-mcp-client".into(),
+            version: crate::VERSION.into(),
+            headers: Vec::new(),
+            handlers: HashMap::new(),
+            max_rounds: 8,
+            timeout: Duration::from_secs(30),
+            modern: true,
+            on_notification: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Registers a handler for an input request method.
+    pub fn handler<F, Fut>(mut self, method: &str, handler: F) -> Self
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ClientError>> + Send + 'static,
+    {
+        self.handlers.insert(method.to_owned(), Arc::new(move |params| Box::pin(handler(params))));
+        self
+    }
+
+    /// Adds a header sent with every request.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn capabilities(&self) -> Value {
+        let mut caps = Map::new();
+        if self.handlers.contains_key("elicitation/create") {
+            caps.insert("elicitation".into(), json!({ "form": {} }));
+        }
+        if self.handlers.contains_key("sampling/createMessage") {
+            caps.insert("sampling".into(), json!({}));
+        }
+        if self.handlers.contains_key("roots/list") {
+            caps.insert("roots".into(), json!({}));
+        }
+        Value::Object(caps)
+    }
+}
+
+/// A connection to one MCP server.
+pub struct Client {
+    url: String,
+    options: ClientOptions,
+    negotiated: Negotiated,
+    session: Option<String>,
+    next_id: AtomicU64,
+    /// `x-mcp-header` annotations of listed tools: tool → (property, header).
+    header_params: Mutex<HashMap<String, Vec<(String, String)>>>,
+    server: Value,
+}
+
+/// The outcome of one HTTP exchange.
+struct Exchange {
+    status: StatusCode,
+    message: Option<Value>,
+    session: Option<String>,
+}
+
+impl Client {
+    /// Connects: probes `server/discover`, and falls back to `initialize` when the server does
+    /// not answer with a modern response.
+    pub async fn connect(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        let mut client = Self {
+            url: url.to_owned(),
+            options,
+            negotiated: Negotiated::Modern,
+            session: None,
+            next_id: AtomicU64::new(1),
+            header_params: Mutex::new(HashMap::new()),
+            server: Value::Null,
+        };
+        if client.options.modern {
+            match client.request("server/discover", Map::new()).await {
+                Ok(result) if result.get("supportedVersions").is_some() => {
+                    client.server = result;
+                    return Ok(client);
+                }
+                Ok(_) => {}
+                // A recognized modern rejection means the server is modern but refused us.
+                Err(ClientError::Rpc { code, message, data }) if matches!(code, -32022..=-32020) => {
+                    return Err(ClientError::Rpc { code, message, data });
+                }
+                Err(ClientError::Transport(m)) => return Err(ClientError::Transport(m)),
+                Err(_) => {}
+            }
+        }
+        client.initialize().await?;
+        Ok(client)
+    }
+
+    async fn initialize(&mut self) -> Result<(), ClientError> {
+        self.negotiated = Negotiated::Legacy(LEGACY_VERSIONS[0]);
+        let params = json!({
+            "protocolVersion": LEGACY_VERSIONS[0],
+            "capabilities": self.options.capabilities(),
+            "clientInfo": { "name": self.options.name, "version": self.options.version },
+        });
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": params });
+        let exchange = self.post(&body, "initialize", None).await?;
+        self.session = exchange.session.clone();
+        let result = Self::result_of(exchange)?;
+        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+        let Some(version) = LEGACY_VERSIONS.iter().find(|v| **v == version) else {
+            return Err(ClientError::Protocol(format!("the server chose an unsupported version {version}")));
+        };
+        self.negotiated = Negotiated::Legacy(version);
+        self.server = result;
+        let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        let ack = self.post(&initialized, "notifications/initialized", None).await?;
+        if !ack.status.is_success() {
+            return Err(ClientError::Http(ack.status.as_u16(), "notifications/initialized was refused".into()));
+        }
+        Ok(())
+    }
+
+    /// The generation negotiated.
+    pub fn negotiated(&self) -> Negotiated {
+        self.negotiated
+    }
+
+    /// The `server/discover` (or `initialize`) result.
+    pub fn server(&self) -> &Value {
+        &self.server
+    }
+
+    /// Sends one request and returns its result (fulfilling nothing).
+    pub async fn request(&self, method: &str, mut params: Map<String, Value>) -> Result<Value, ClientError> {
+        if self.negotiated == Negotiated::Modern {
+            let mut envelope = match params.remove("_meta") {
+                Some(Value::Object(meta)) => meta,
+                _ => Map::new(),
+            };
+            envelope.entry(meta::PROTOCOL_VERSION).or_insert_with(|| json!(PROTOCOL_VERSION));
+            envelope.entry(meta::CLIENT_CAPABILITIES).or_insert_with(|| self.options.capabilities());
+            envelope
+                .entry(meta::CLIENT_INFO)
+                .or_insert_with(|| json!({ "name": self.options.name, "version": self.options.version }));
+            params.insert("_meta".into(), Value::Object(envelope));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let exchange = self.post(&body, method, Some(&params)).await?;
+        Self::result_of(exchange)
+    }
+
+    fn result_of(exchange: Exchange) -> Result<Value, ClientError> {
+        match exchange.message {
+            Some(message) if message.get("jsonrpc").is_none() => {
+                let detail =
+                    message.get("error_description").or(message.get("error")).and_then(Value::as_str).unwrap_or("");
+                Err(ClientError::Http(exchange.status.as_u16(), detail.to_owned()))
+            }
+            Some(message) => {
+                if let Some(error) = message.get("error").filter(|e| e.is_object()) {
+                    return Err(ClientError::Rpc {
+                        code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                        message: error.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+                        data: error.get("data").cloned(),
+                    });
+                }
+                message
+                    .get("result")
+                    .cloned()
+                    .ok_or_else(|| ClientError::Protocol("a response without a result".into()))
+            }
+            None => Err(ClientError::Http(exchange.status.as_u16(), "no JSON-RPC response".into())),
+        }
+    }
+
+    fn headers_for(&self, method: &str, params: Option<&Map<String, Value>>) -> Vec<(String, String)> {
+        let mut headers = vec![("Content-Type".to_owned(), "application/json".to_owned())];
+        headers.push(("Accept".into(), "application/json, text/event-stream".into()));
+        match self.negotiated {
+            Negotiated::Modern => {
+                headers.push(("MCP-Protocol-Version".into(), PROTOCOL_VERSION.into()));
+                headers.push(("Mcp-Method".into(), method.into()));
+                let name_field = match method {
+                    "tools/call" | "prompts/get" => Some("name"),
+                    "resources/read" => Some("uri"),
+                    "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+                    _ => None,
+                };
+                if let Some(name) = name_field.and_then(|f| params?.get(f)?.as_str()) {
+                    headers.push(("Mcp-Name".into(), encode_value(name).into_owned()));
+                }
+                if method == "tools/call" {
+                    headers.extend(self.param_headers(params));
+                }
+            }
+            Negotiated::Legacy(version) if method != "initialize" => {
+                headers.push(("MCP-Protocol-Version".into(), version.into()));
+                if let Some(session) = &self.session {
+                    headers.push(("Mcp-Session-Id".into(), session.clone()));
+                }
+            }
+            Negotiated::Legacy(_) => {}
+        }
+        headers.extend(self.options.headers.iter().cloned());
+        headers
+    }
+
+    /// `Mcp-Param-*` for the arguments a listed tool annotates with `x-mcp-header`.
+    fn param_headers(&self, params: Option<&Map<String, Value>>) -> Vec<(String, String)> {
+        let Some(params) = params else { return Vec::new() };
+        let Some(tool) = params.get("name").and_then(Value::as_str) else { return Vec::new() };
+        let annotations = self.header_params.lock().expect("header params lock");
+        let Some(list) = annotations.get(tool) else { return Vec::new() };
+        let arguments = params.get("arguments").and_then(Value::as_object);
+        list.iter()
+            .filter_map(|(property, header)| {
+                let value = match arguments?.get(property)? {
+                    Value::String(s) => s.clone(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+                    _ => return None,
+                };
+                Some((format!("Mcp-Param-{header}"), encode_value(&value).into_owned()))
+            })
+            .collect()
+    }
+
+    async fn post(
+        &self,
+        body: &Value,
+        method: &str,
+        params: Option<&Map<String, Value>>,
+    ) -> Result<Exchange, ClientError> {
+        let mut request = Request::post(&self.url);
+        for (name, value) in self.headers_for(method, params) {
+            let value = HeaderValue::from_str(&value)
+                .map_err(|_| ClientError::Protocol(format!("invalid {name} header value")))?;
+            request = request.header(name, value);
+        }
+        let payload = Bytes::from(serde_json::to_vec(body).expect("json"));
+        let request = request.body(Full::new(payload)).map_err(|_| ClientError::Protocol("invalid request".into()))?;
+        let response = crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+        let status = response.status();
+        let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let is_sse = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.contains("text/event-stream"));
+        let id = body.get("id").cloned();
+        let mut body_stream = response.into_body();
+        if !is_sse {
+            let bytes = tokio::time::timeout(self.options.timeout, body_stream.collect())
+                .await
+                .map_err(|_| ClientError::Transport("timed out".into()))?
+                .map_err(|_| ClientError::Transport("response unreadable".into()))?
+                .to_bytes();
+            let message = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object);
+            return Ok(Exchange { status, message, session });
+        }
+        // SSE: read events until the response to our id arrives.
+        let mut buffer = String::new();
+        loop {
+            let frame = tokio::time::timeout(self.options.timeout, body_stream.frame())
+                .await
+                .map_err(|_| ClientError::Transport("timed out".into()))?;
+            let Some(frame) = frame else { break };
+            let frame = frame.map_err(|_| ClientError::Transport("stream broken".into()))?;
+            if let Some(data) = frame.data_ref() {
+                buffer.push_str(&String::from_utf8_lossy(data));
+            }
+            while let Some(end) = buffer.find("\n\n") {
+                let event: String = buffer.drain(..end + 2).collect();
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
+                match (message.get("method").and_then(Value::as_str), message.get("id")) {
+                    (Some(_), None) => {
+                        if let Some(callback) = &self.options.on_notification {
+                            callback(&message);
+                        }
+                    }
+                    // A 2025 server asking us something on the call's stream: answer by POST.
+                    (Some(method), Some(request_id)) if self.negotiated != Negotiated::Modern => {
+                        self.answer_server_request(method, request_id.clone(), message.get("params").cloned()).await?;
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(ClientError::Protocol(
+                            "a 2026-07-28 server sent a request on a response stream".into(),
+                        ));
+                    }
+                    (None, response_id) if response_id == id.as_ref() => {
+                        return Ok(Exchange { status, message: Some(message), session });
+                    }
+                    (None, _) => {}
+                }
+            }
+        }
+        Ok(Exchange { status, message: None, session })
+    }
+
+    async fn answer_server_request(&self, method: &str, id: Value, params: Option<Value>) -> Result<(), ClientError> {
+        let reply = match self.options.handlers.get(method) {
+            Some(handler) => match handler(params.unwrap_or(json!({}))).await {
+                Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                Err(error) => {
+                    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32603, "message": error.to_string() } })
+                }
+            },
+            None => {
+                json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": format!("Method not found: {method}") } })
+            }
+        };
+        let exchange = Box::pin(self.post(&reply, "", None)).await?;
+        if !exchange.status.is_success() {
+            return Err(ClientError::Http(exchange.status.as_u16(), "the server refused our answer".into()));
+        }
+        Ok(())
+    }
+
+    /// Opens `subscriptions/listen` with `notifications` (the filter) and returns the messages
+    /// of the stream as they arrive: the acknowledgement first, then notifications, and the
+    /// final result when the server closes the stream gracefully.
+    pub async fn listen(&self, notifications: Value) -> Result<tokio::sync::mpsc::Receiver<Value>, ClientError> {
+        if self.negotiated != Negotiated::Modern {
+            return Err(ClientError::Protocol("subscriptions/listen needs a 2026-07-28 server".into()));
+        }
+        let mut params = Map::new();
+        params.insert("notifications".into(), notifications);
+        params.insert(
+            "_meta".into(),
+            json!({
+                meta::PROTOCOL_VERSION: PROTOCOL_VERSION,
+                meta::CLIENT_CAPABILITIES: self.options.capabilities(),
+            }),
+        );
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params });
+        let mut request = Request::post(&self.url);
+        for (name, value) in self.headers_for("subscriptions/listen", Some(&params)) {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(serde_json::to_vec(&body).expect("json"))))
+            .map_err(|_| ClientError::Protocol("invalid request".into()))?;
+        let response = crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let bytes = response.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            return match serde_json::from_slice::<Value>(&bytes) {
+                Ok(message) => {
+                    Self::result_of(Exchange { status: StatusCode::OK, message: Some(message), session: None })
+                        .and_then(|_| Err(ClientError::Http(status, "listen refused".into())))
+                }
+                Err(_) => Err(ClientError::Http(status, "listen refused".into())),
+            };
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let mut body_stream = response.into_body();
+        tokio::spawn(async move {
+            let mut buffer = String::new();
+            while let Some(Ok(frame)) = body_stream.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    buffer.push_str(&String::from_utf8_lossy(data));
+                }
+                while let Some(end) = buffer.find("\n\n") {
+                    let event: String = buffer.drain(..end + 2).collect();
+                    let data: String =
+                        event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+                    if let Ok(message) = serde_json::from_str::<Value>(&data) {
+                        if tx.send(message).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Every tool (following `nextCursor`), remembering `x-mcp-header` annotations. A tool whose
+    /// annotations break the rules is dropped, as the spec asks of clients.
+    pub async fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = Map::new();
+            if let Some(cursor) = &cursor {
+                params.insert("cursor".into(), json!(cursor));
+            }
+            let page = self.request("tools/list", params).await?;
+            for tool in page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default() {
+                let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
+                match header_annotations(&tool) {
+                    Ok(annotations) => {
+                        self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
+                        tools.push(tool);
+                    }
+                    Err(_) => continue,
+                }
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if tools.len() < 100_000 => cursor = Some(next.to_owned()),
+                _ => return Ok(tools),
+            }
+        }
+    }
+
+    /// Calls a tool, fulfilling `input_required` rounds through the registered handlers.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
+        let mut params = Map::new();
+        params.insert("name".into(), json!(name));
+        params.insert("arguments".into(), arguments);
+        self.call_with_input("tools/call", params).await
+    }
+
+    /// Sends an MRTR-capable request (`tools/call`, `prompts/get`, `resources/read`) and
+    /// fulfils any `input_required` rounds.
+    pub async fn call_with_input(&self, method: &str, params: Map<String, Value>) -> Result<Value, ClientError> {
+        let mut retry = params.clone();
+        for _ in 0..=self.options.max_rounds {
+            let result = self.request(method, retry.clone()).await?;
+            if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+                return Ok(result);
+            }
+            let mut responses = Map::new();
+            if let Some(Value::Object(requests)) = result.get("inputRequests") {
+                for (key, request) in requests {
+                    let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+                    let handler = self
+                        .options
+                        .handlers
+                        .get(method)
+                        .ok_or_else(|| ClientError::InputRequired(format!("no handler for {method}")))?;
+                    let answer = handler(request.get("params").cloned().unwrap_or(json!({}))).await?;
+                    responses.insert(key.clone(), answer);
+                }
+            }
+            retry = params.clone();
+            retry.insert("inputResponses".into(), Value::Object(responses));
+            if let Some(state) = result.get("requestState") {
+                // Echoed exactly as received.
+                retry.insert("requestState".into(), state.clone());
+            }
+        }
+        Err(ClientError::InputRequired(format!("still asking after {} rounds", self.options.max_rounds)))
+    }
+}
+
+/// The `x-mcp-header` annotations of a tool's root properties, or an error if any breaks the
+/// rules (non-token name, duplicate, or on a property that is not string/integer/boolean).
+pub fn header_annotations(tool: &Value) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let Some(Value::Object(properties)) = tool.get("inputSchema").and_then(|s| s.get("properties")) else {
+        return Ok(out);
+    };
+    for (property, schema) in properties {
+        let Some(header) = schema.get("x-mcp-header") else { continue };
+        let header = header.as_str().ok_or("x-mcp-header must be a string")?;
+        if header.is_empty() || !header.bytes().all(crate::server::is_tchar) {
+            return Err(format!("x-mcp-header {header:?} is not an HTTP token"));
+        }
+        if !matches!(schema.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean")) {
+            return Err(format!("x-mcp-header on {property} needs a string, integer or boolean property"));
+        }
+        if out.iter().any(|(_, h)| h.eq_ignore_ascii_case(header)) {
+            return Err(format!("x-mcp-header {header:?} appears twice"));
+        }
+        out.push((property.clone(), header.to_owned()));
+    }
+    Ok(out)
+}

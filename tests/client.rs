@@ -1,0 +1,167 @@
+//! The Rust MCP client and the orchestrator host against servers of this project on loopback.
+
+mod common;
+
+use common::fixture;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vercel_mcp::client::host::{ConsentFn, Host, HostError};
+use vercel_mcp::client::{Client, ClientError, ClientOptions, Negotiated};
+
+fn url(server: &common::TestServer) -> String {
+    format!("http://{}/api/mcp", server.addr)
+}
+
+fn with_elicitation() -> ClientOptions {
+    ClientOptions::default()
+        .handler("elicitation/create", |_params| async { Ok(json!({"action": "accept", "content": {"name": "Ada"}})) })
+}
+
+#[tokio::test]
+async fn speaks_2026_07_28_by_default() {
+    let f = fixture().await;
+    let client = Client::connect(&url(&f.server), ClientOptions::default()).await.unwrap();
+    assert_eq!(client.negotiated(), Negotiated::Modern);
+    assert_eq!(client.server()["supportedVersions"], json!(["2026-07-28"]));
+    let tools = client.list_tools().await.unwrap();
+    assert_eq!(tools.len(), 10, "every page is followed");
+    let echo = client.call_tool("echo", json!({"message": "héllo"})).await.unwrap();
+    assert_eq!(echo["content"][0]["text"], "héllo");
+    assert_eq!(echo["resultType"], "complete");
+    // x-mcp-header arguments travel as Mcp-Param-* headers (the server refuses the call otherwise),
+    // base64-encoded when they are not plain ASCII.
+    for region in ["us-west1", "Zürich 1"] {
+        let result = client.call_tool("region", json!({"region": region})).await.unwrap();
+        assert_eq!(result["content"][0]["text"], region);
+    }
+}
+
+#[tokio::test]
+async fn input_required_is_fulfilled_through_handlers() {
+    let f = fixture().await;
+    let client = Client::connect(&url(&f.server), with_elicitation()).await.unwrap();
+    let result = client.call_tool("ask", json!({})).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "hi Ada");
+    let without = Client::connect(&url(&f.server), ClientOptions::default()).await.unwrap();
+    match without.call_tool("ask", json!({})).await {
+        Err(ClientError::Rpc { code: -32021, .. }) => {}
+        other => panic!("expected -32021, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn falls_back_to_the_legacy_handshake() {
+    let f = fixture().await;
+    let options = ClientOptions { modern: false, ..with_elicitation() };
+    let client = Client::connect(&url(&f.server), options).await.unwrap();
+    assert_eq!(client.negotiated(), Negotiated::Legacy("2025-11-25"));
+    assert_eq!(client.call_tool("echo", json!({"message": "old"})).await.unwrap()["content"][0]["text"], "old");
+    // The 2025 server asks on the stream; the client answers by POST and gets the result.
+    assert_eq!(client.call_tool("ask", json!({})).await.unwrap()["content"][0]["text"], "hi Ada");
+}
+
+#[tokio::test]
+async fn errors_are_typed() {
+    let f = fixture().await;
+    let client = Client::connect(&url(&f.server), ClientOptions::default()).await.unwrap();
+    match client.call_tool("nope", json!({})).await {
+        Err(ClientError::Rpc { code: -32602, message, .. }) => assert!(message.contains("not found")),
+        other => panic!("{other:?}"),
+    }
+    let failed = client.call_tool("fail", json!({})).await.unwrap();
+    assert_eq!(failed["isError"], true, "a tool error is a result, not a client error");
+    match Client::connect("http://127.0.0.1:1/api/mcp", ClientOptions::default()).await {
+        Err(ClientError::Transport(_)) => {}
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let evil = ClientOptions::default().header("Origin", "https://evil.example");
+    assert!(matches!(Client::connect(&url(&f.server), evil).await, Err(ClientError::Http(403, _))));
+}
+
+#[tokio::test]
+async fn notifications_and_listen_streams() {
+    let f = fixture().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let options = ClientOptions {
+        on_notification: Some(Arc::new(move |n: &Value| sink.lock().unwrap().push(n.clone()))),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(&url(&f.server), options).await.unwrap();
+    let mut params = serde_json::Map::new();
+    params.insert("name".into(), json!("logs"));
+    params.insert("arguments".into(), json!({}));
+    params.insert("_meta".into(), json!({"io.modelcontextprotocol/logLevel": "error"}));
+    client.request("tools/call", params).await.unwrap();
+    let levels: Vec<Value> = seen.lock().unwrap().iter().map(|n| n["params"]["level"].clone()).collect();
+    assert_eq!(levels, [json!("error")]);
+
+    let mut stream = client.listen(json!({"toolsListChanged": true})).await.unwrap();
+    let ack = stream.recv().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    client.call_tool("change", json!({})).await.unwrap();
+    assert_eq!(stream.recv().await.unwrap()["method"], "notifications/tools/list_changed");
+}
+
+fn consent(answer: Result<bool, String>, asked: Arc<AtomicUsize>) -> ConsentFn {
+    Arc::new(move |_name, _args| {
+        asked.fetch_add(1, Ordering::SeqCst);
+        let answer = answer.clone();
+        Box::pin(async move { answer })
+    })
+}
+
+#[tokio::test]
+async fn the_host_namespaces_routes_and_gates() {
+    let (a, b) = (fixture().await, fixture().await);
+    let servers = [("alpha".to_owned(), url(&a.server)), ("beta".to_owned(), url(&b.server))];
+    let host = Host::connect(&servers, ClientOptions::default()).await.unwrap();
+    assert_eq!(host.server_ids(), ["alpha", "beta"]);
+    let names: Vec<&str> = host.tools().iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"alpha.echo") && names.contains(&"beta.count"));
+    assert!(!names.contains(&"echo"), "bare names never appear");
+    let echo = host.tools().iter().find(|t| t.name == "alpha.echo").unwrap();
+    assert_eq!((echo.server_id.as_str(), echo.tool_name.as_str()), ("alpha", "echo"));
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let approve = consent(Ok(true), asked.clone());
+    assert!(
+        matches!(host.call("nope.echo", json!({}), &approve).await, Err(HostError::UnknownServer { ref server_id, .. }) if server_id == "nope")
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "unknown servers fail before consent");
+
+    for denial in [consent(Ok(false), asked.clone()), consent(Err("user closed the dialog".into()), asked.clone())] {
+        assert!(matches!(host.call("beta.count", json!({"n": 1}), &denial).await, Err(HostError::ConsentDenied(_))));
+    }
+    let panicking: ConsentFn = Arc::new(|_, _| Box::pin(async { panic!("consent UI crashed") }));
+    assert!(matches!(host.call("beta.count", json!({"n": 1}), &panicking).await, Err(HostError::ConsentDenied(_))));
+    assert_eq!(b.calls.load(Ordering::SeqCst), 0, "denied calls never reach the server");
+    host.call("beta.count", json!({"n": 2}), &approve).await.unwrap();
+    assert_eq!(b.calls.load(Ordering::SeqCst), 2);
+
+    let read_only_asked = Arc::new(AtomicUsize::new(0));
+    let deny = consent(Ok(false), read_only_asked.clone());
+    let weather = host.call("alpha.weather", json!({}), &deny).await.unwrap();
+    assert_eq!(weather["structuredContent"]["temperature"], 22.5);
+    assert_eq!(read_only_asked.load(Ordering::SeqCst), 0, "read-only tools need no consent");
+
+    match host.call("alpha.fail", json!({}), &approve).await {
+        Err(HostError::ToolCall { server_id, tool_name, message, cause: None }) => {
+            assert_eq!(
+                (server_id.as_str(), tool_name.as_str(), message.as_str()),
+                ("alpha", "fail", "backend said no: exactly this")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match host.call("alpha.nope", json!({}), &approve).await {
+        Err(HostError::ToolCall { cause: Some(ClientError::Rpc { code: -32602, .. }), .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    match host.call("alpha.count", json!({"n": "two"}), &approve).await {
+        Err(HostError::ToolCall { tool_name, cause: None, .. }) => assert_eq!(tool_name, "count"),
+        other => panic!("{other:?}"),
+    }
+}
