@@ -65,6 +65,9 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ClientError>>
 /// Answers one input request (`params` in, the result object out).
 pub type InputHandler = Arc<dyn Fn(Value) -> HandlerFuture + Send + Sync>;
 
+/// Receives notifications from response streams.
+pub type NotificationFn = Arc<dyn Fn(&Value) + Send + Sync>;
+
 /// Which protocol generation the client ended up speaking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Negotiated {
@@ -93,7 +96,7 @@ pub struct ClientOptions {
     /// Try modern first (default) or go straight to the legacy handshake.
     pub modern: bool,
     /// Called with every notification a response stream carries (progress, log messages).
-    pub on_notification: Option<Arc<dyn Fn(&Value) + Send + Sync>>,
+    pub on_notification: Option<NotificationFn>,
 }
 
 impl Default for ClientOptions {
