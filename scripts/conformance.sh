@@ -4,7 +4,8 @@
 #   scripts/conformance.sh            # build the fixture, run every set, exit non-zero on any failure
 #
 # Sets run: the 2026-07-28 and 2025-11-25 requirement sets, the three pending 2026-07-28
-# scenarios, and the tasks extension scenarios. Every run is judged against
+# scenarios, the tasks extension scenarios, and the 2026-07-28 client scenarios that apply to
+# this crate's client (examples/conformance_client.rs). Every run is judged against
 # conformance/expected-failures.yml; the suite fails on a stale entry, so that list only shrinks.
 set -euo pipefail
 export NO_COLOR=1
@@ -24,8 +25,8 @@ suite="$suite_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 "$node" --version | grep -q '^v22\.' || { echo "conformance: Node 22 is required, got $("$node" --version)" >&2; exit 1; }
 
 cd "$root"
-echo "== building the conformance fixture"
-cargo build --quiet --example conformance
+echo "== building the conformance fixture and client"
+cargo build --quiet --example conformance --example conformance_client
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port/api/mcp"
 log="$root/target/conformance-fixture.log"
@@ -65,6 +66,20 @@ for scenario in tasks-lifecycle tasks-capability-negotiation tasks-wire-fields t
   tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications \
   tasks-required-task-error tasks-mrtr-composition; do
   run --scenario "$scenario"
+done
+
+# Client scenarios: the suite starts its own servers and runs our client against them.
+client_run() {
+  echo "== conformance client: $*"
+  if ! "$node" "$suite" client --command "$root/target/debug/examples/conformance_client" \
+      --expected-failures "$baseline" -o "$results" "$@" >"$results.last" 2>&1; then
+    status=1
+  fi
+  grep -E "^Passed:|Baseline|~ |Failed Checks|Error:" "$results.last" | sed 's/^/   /'
+}
+for scenario in tools_call request-metadata sep-2322-client-request-state http-standard-headers \
+  http-custom-headers http-invalid-tool-headers json-schema-ref-no-deref; do
+  client_run --scenario "$scenario" --spec-version 2026-07-28
 done
 
 if [ "$status" -ne 0 ]; then

@@ -165,3 +165,20 @@ async fn the_host_namespaces_routes_and_gates() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_server_side_refusal_is_a_typed_error_not_success() {
+    // The combined catalogue with authentication off: issue_refund denies the anonymous caller
+    // inside its handler, which the host must surface as a failure of that tool.
+    let config = vercel_mcp::Config::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let host = Host::connect(&[("billing".to_owned(), url(&server))], ClientOptions::default()).await.unwrap();
+    let approve = consent(Ok(true), Arc::new(AtomicUsize::new(0)));
+    match host.call("billing.issue_refund", json!({"invoiceId": "inv-1", "amountCents": 100}), &approve).await {
+        Err(HostError::ToolCall { server_id, tool_name, message, cause: None }) => {
+            assert_eq!((server_id.as_str(), tool_name.as_str()), ("billing", "issue_refund"));
+            assert!(message.contains("not authorized"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

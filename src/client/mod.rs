@@ -250,7 +250,22 @@ impl Client {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let exchange = self.post(&body, method, Some(&params)).await?;
-        Self::result_of(exchange)
+        match Self::result_of(exchange) {
+            // A server that refuses the version but lists ours as supported (a version switch,
+            // a stale edge) gets one retry of the same request.
+            Err(ClientError::Rpc { code: -32022, data: Some(data), .. })
+                if self.negotiated == Negotiated::Modern
+                    && data
+                        .get("supported")
+                        .and_then(Value::as_array)
+                        .is_some_and(|s| s.iter().any(|v| v == PROTOCOL_VERSION)) =>
+            {
+                let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+                let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+                Self::result_of(self.post(&body, method, Some(&params)).await?)
+            }
+            outcome => outcome,
+        }
     }
 
     fn result_of(exchange: Exchange) -> Result<Value, ClientError> {

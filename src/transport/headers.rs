@@ -53,13 +53,15 @@ pub fn decode_value(raw: &str) -> Result<Cow<'_, str>, HeaderProblem> {
     String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderProblem::Invalid)
 }
 
-/// Encodes a value for a header: plain when it is safe, the base64 sentinel otherwise.
+/// Encodes a value for a header: plain when it is visible ASCII and spaces with no space at
+/// either end, the base64 sentinel otherwise (control characters, tabs included, always go
+/// through base64; so does a value that itself looks like the sentinel).
 pub fn encode_value(value: &str) -> Cow<'_, str> {
     let looks_like_sentinel = value.starts_with("=?base64?") && value.ends_with("?=");
     let safe = !value.is_empty()
-        && value.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
+        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !value.starts_with(' ')
+        && !value.ends_with(' ')
         && !looks_like_sentinel;
     if safe { Cow::Borrowed(value) } else { Cow::Owned(format!("=?base64?{}?=", STANDARD.encode(value))) }
 }
@@ -103,6 +105,9 @@ mod tests {
             assert_eq!(decode_value(&encode_value(v)).unwrap(), v);
         }
         assert_eq!(encode_value("us-west1"), "us-west1");
+        assert_eq!(encode_value("us west 1"), "us west 1");
+        assert_eq!(encode_value("\tindented"), "=?base64?CWluZGVudGVk?=");
+        assert_eq!(encode_value("line1\r\nline2"), "=?base64?bGluZTENCmxpbmUy?=");
     }
 
     #[test]
