@@ -124,7 +124,7 @@ async fn run(scenario: &str, url: &str) -> Result<(), ClientError> {
 
 #[tokio::main]
 async fn main() {
-    let url = std::env::args().last().filter(|a| a.starts_with("http")).unwrap_or_else(|| {
+    let url = std::env::args().next_back().filter(|a| a.starts_with("http")).unwrap_or_else(|| {
         eprintln!("usage: MCP_CONFORMANCE_SCENARIO=<name> conformance_client <server-url>");
         std::process::exit(2);
     });
