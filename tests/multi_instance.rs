@@ -92,20 +92,28 @@ fn free_port() -> u16 {
 }
 
 fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAddr) -> Process {
-    let mut child = Command::new(binary)
-        .env_remove("VERCEL")
-        .env("PORT", port.to_string())
-        .env("VERCEL_DEV_PORT", port.to_string())
-        .env("REDIS_URL", redis_url)
-        .env("MCP_REDIS_PREFIX", prefix)
-        .env("MCP_STATE_SECRET", SECRET)
-        .env("MCP_QUEUE_BASE_URL", format!("http://{queue}"))
-        .env("VERCEL_OIDC_TOKEN", OIDC)
-        .env("MCP_JOB_STEP_MS", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
+    let queue = format!("http://{queue}");
+    spawn_with(
+        binary,
+        port,
+        &[
+            ("REDIS_URL", redis_url),
+            ("MCP_REDIS_PREFIX", prefix),
+            ("MCP_STATE_SECRET", SECRET),
+            ("MCP_QUEUE_BASE_URL", &queue),
+            ("VERCEL_OIDC_TOKEN", OIDC),
+            ("MCP_JOB_STEP_MS", "0"),
+        ],
+    )
+}
+
+fn spawn_with(binary: &str, port: u16, vars: &[(&str, &str)]) -> Process {
+    let mut command = Command::new(binary);
+    command.env_remove("VERCEL").env("PORT", port.to_string()).env("VERCEL_DEV_PORT", port.to_string());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("the binary starts");
     // Both binaries announce readiness on stdout once their socket is bound.
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -135,6 +143,28 @@ async fn deliver(port: u16, body: &Bytes, receipt: &str) -> (u16, Value) {
         .send()
         .await;
     (reply.status, reply.json())
+}
+
+#[tokio::test]
+async fn the_mcp_function_serves_under_vercel_runtime_local_mode() {
+    let (queue_addr, _) = start_fake_queue().await;
+    let port = free_port();
+    // No REDIS_URL needed for this: the function starts, announces itself and answers MCP.
+    let _mcp = spawn_with(
+        env!("CARGO_BIN_EXE_mcp"),
+        port,
+        &[("MCP_STATE_SECRET", SECRET), ("MCP_QUEUE_BASE_URL", &format!("http://{queue_addr}"))],
+    );
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let discover = server.modern(json!(1), "server/discover", json!({})).send().await;
+    assert_eq!(discover.status, 200);
+    assert_eq!(discover.json()["result"]["supportedVersions"], json!(["2026-07-28"]));
+    let legacy = server
+        .post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#)
+        .send()
+        .await;
+    assert_eq!(legacy.json()["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(server.request("GET", "/_vercel/ping").send().await.text(), "OK", "the runtime's own health route");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
