@@ -52,6 +52,8 @@ pub struct Config {
     pub job_step_delay: Duration,
     /// `MCP_CONSUMER_BUDGET_SECONDS`: how long one delivery may work before deferring.
     pub consumer_budget: Duration,
+    /// `MCP_JOB_CAP_ANONYMOUS`, `MCP_JOB_CAP_VERIFIED`, `MCP_MAX_JOBS_TOTAL`.
+    pub job_limits: crate::jobs::service::JobLimits,
     /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
     pub auth: Authenticator,
     /// Where structured log lines go (standard error by default).
@@ -125,6 +127,12 @@ impl Config {
         let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
         let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
         let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        let defaults = crate::jobs::service::JobLimits::default();
+        let job_limits = crate::jobs::service::JobLimits {
+            anonymous: number("MCP_JOB_CAP_ANONYMOUS", defaults.anonymous.into(), 0, 1_000_000, &mut problems) as u32,
+            verified: number("MCP_JOB_CAP_VERIFIED", defaults.verified.into(), 1, 1_000_000, &mut problems) as u32,
+            total: number("MCP_MAX_JOBS_TOTAL", defaults.total.into(), 1, 10_000_000, &mut problems) as u32,
+        };
         let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let jobs = match jobs_backend(deployed, &non_empty) {
             Ok(jobs) => Some(jobs),
@@ -186,6 +194,7 @@ impl Config {
             cron_secret: non_empty("CRON_SECRET"),
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
+            job_limits,
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             log_sink: Arc::new(crate::observe::StderrSink),
         })

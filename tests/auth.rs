@@ -314,3 +314,25 @@ async fn refused_requests_never_reach_a_handler() {
         .await;
     assert_eq!(legacy.status, 401, "the legacy path is authenticated too");
 }
+
+#[tokio::test]
+async fn a_remembered_verification_still_expires_with_its_token() {
+    use std::collections::HashMap;
+    let (jwks_url, fetches) = stub_jwks().await;
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", jwks_url),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
+    let config = Config::from_lookup(|k| vars.get(k).cloned(), clock.clone()).unwrap();
+    let server = TestServer::start(mcp_app(&config)).await;
+    let auth = format!("Bearer {}", token(json!({"exp": NOW + 60})));
+    let list = || server.modern(json!(1), "tools/list", json!({})).header("Authorization", &auth).send();
+    assert_eq!(list().await.status, 200);
+    assert_eq!(list().await.status, 200, "the second use is served from the verification cache");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    clock.advance_ms(60_000);
+    assert_eq!(list().await.status, 401, "a cached token expires at its exp second");
+}

@@ -23,7 +23,8 @@ pub fn jobs_from(config: &Config) -> Arc<Jobs> {
             config.clock.clone(),
             config.random.clone(),
         )
-        .with_logger(config.logger()),
+        .with_logger(config.logger())
+        .with_limits(config.job_limits),
     )
 }
 

@@ -21,11 +21,31 @@ pub struct Jobs {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) random: Arc<dyn Random>,
     pub(crate) logger: Option<crate::observe::Logger>,
+    pub(crate) limits: JobLimits,
 }
 
-/// The active-job cap of a principal: anonymous callers get fewer slots.
-pub fn cap_for(principal: &Principal) -> u32 {
-    if principal.is_verified() { MAX_ACTIVE_JOBS_PER_PRINCIPAL } else { MAX_ACTIVE_JOBS_ANONYMOUS }
+/// Caps on concurrent work (configurable; the defaults are the reference server's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobLimits {
+    /// Active jobs of the anonymous principal.
+    pub anonymous: u32,
+    /// Active jobs of a verified principal.
+    pub verified: u32,
+    /// Jobs (active or retained) of the whole deployment.
+    pub total: u32,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        Self { anonymous: MAX_ACTIVE_JOBS_ANONYMOUS, verified: MAX_ACTIVE_JOBS_PER_PRINCIPAL, total: MAX_JOBS_TOTAL }
+    }
+}
+
+impl JobLimits {
+    /// The active-job cap of a principal: anonymous callers get fewer slots.
+    pub fn cap_for(&self, principal: &Principal) -> u32 {
+        if principal.is_verified() { self.verified } else { self.anonymous }
+    }
 }
 
 impl Jobs {
@@ -37,7 +57,13 @@ impl Jobs {
         clock: Arc<dyn Clock>,
         random: Arc<dyn Random>,
     ) -> Self {
-        Self { store, publisher, sealer, clock, random, logger: None }
+        Self { store, publisher, sealer, clock, random, logger: None, limits: JobLimits::default() }
+    }
+
+    /// Sets the caps.
+    pub fn with_limits(mut self, limits: JobLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Logs lifecycle events (submit, retrieve, cancel) to `logger`.
@@ -75,11 +101,11 @@ impl Jobs {
         let steps = steps as u32;
         let owner = principal.id();
         let now = self.clock.now_ms();
-        let cap = cap_for(principal);
+        let cap = self.limits.cap_for(principal);
         let mut attempts = 0;
         let record = loop {
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
-            match self.store.create(&record, cap, MAX_JOBS_TOTAL, now).await.map_err(|e| e.0)? {
+            match self.store.create(&record, cap, self.limits.total, now).await.map_err(|e| e.0)? {
                 Ok(()) => break record,
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(

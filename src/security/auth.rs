@@ -203,6 +203,24 @@ pub enum Refusal {
 pub struct Authenticator {
     config: AuthConfig,
     clock: Arc<dyn Clock>,
+    verified: Arc<VerifiedTokens>,
+}
+
+/// Tokens that passed every check recently, by SHA-256 of the whole token (signature
+/// included, so an altered token never hits). A hit skips the signature check only; expiry is
+/// re-checked on every use, and an entry is trusted for at most [`VERIFIED_TTL_SECS`].
+#[derive(Default)]
+struct VerifiedTokens(Mutex<HashMap<[u8; 32], (Principal, u64)>>);
+
+/// The longest a cached verification is reused.
+const VERIFIED_TTL_SECS: u64 = 300;
+/// The most tokens remembered (the map is cleared when full: a bounded cache, never a store).
+const VERIFIED_MAX: usize = 4096;
+
+impl std::fmt::Debug for VerifiedTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VerifiedTokens")
+    }
 }
 
 impl std::fmt::Debug for dyn Clock {
@@ -214,7 +232,7 @@ impl std::fmt::Debug for dyn Clock {
 impl Authenticator {
     /// An authenticator over `config`.
     pub fn new(config: AuthConfig, clock: Arc<dyn Clock>) -> Self {
-        Self { config, clock }
+        Self { config, clock, verified: Arc::default() }
     }
 
     /// The configuration.
@@ -248,7 +266,7 @@ impl Authenticator {
             .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
             .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
-        let principal = self.verify(token).await.map_err(Refusal::InvalidToken)?;
+        let principal = self.verify_cached(token).await.map_err(Refusal::InvalidToken)?;
         let missing: Vec<String> =
             self.config.route_scopes.iter().filter(|s| !principal.scopes().contains(s)).cloned().collect();
         if !missing.is_empty() {
@@ -257,8 +275,31 @@ impl Authenticator {
         Ok(principal)
     }
 
+    /// [`Authenticator::verify`], reusing a recent successful verification of the same token.
+    async fn verify_cached(&self, token: &str) -> Result<Principal, &'static str> {
+        let key: [u8; 32] =
+            ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref().try_into().expect("32 bytes");
+        let now = self.clock.now_ms() / 1000;
+        if let Some((principal, valid_until)) = self.verified.0.lock().expect("token cache").get(&key) {
+            if now < *valid_until {
+                return Ok(principal.clone());
+            }
+        }
+        let (principal, exp) = self.verify_with_expiry(token).await?;
+        let mut cache = self.verified.0.lock().expect("token cache");
+        if cache.len() >= VERIFIED_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (principal.clone(), exp.min(now + VERIFIED_TTL_SECS)));
+        Ok(principal)
+    }
+
     /// Verifies a bearer token; the error is a fixed description, never the token's content.
     pub async fn verify(&self, token: &str) -> Result<Principal, &'static str> {
+        self.verify_with_expiry(token).await.map(|(principal, _)| principal)
+    }
+
+    async fn verify_with_expiry(&self, token: &str) -> Result<(Principal, u64), &'static str> {
         const INVALID: &str = "the access token is invalid or expired";
         if token.len() > 16 * 1024 {
             return Err(INVALID);
@@ -295,7 +336,7 @@ impl Authenticator {
         self.check_claims(&claims).ok_or(INVALID)
     }
 
-    fn check_claims(&self, claims: &Value) -> Option<Principal> {
+    fn check_claims(&self, claims: &Value) -> Option<(Principal, u64)> {
         let now = self.clock.now_ms() / 1000;
         if claims.get("iss")?.as_str()? != self.config.issuer {
             return None;
@@ -333,7 +374,7 @@ impl Authenticator {
         };
         let client = text("client_id").or_else(|| text("azp"));
         let principal = Principal::verified(text("sub"), client, scopes);
-        principal.is_verified().then_some(principal)
+        principal.is_verified().then_some((principal, exp))
     }
 
     /// The `WWW-Authenticate` challenge and JSON body of a refusal. Built from configuration
