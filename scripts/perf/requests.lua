@@ -1,0 +1,22 @@
+-- Cycles through the request files named in PERF_REQUESTS (comma-separated). Each file holds
+-- header lines, a blank line, then the body: one POST per file.
+local files = {}
+for path in string.gmatch(os.getenv("PERF_REQUESTS") or "", "[^,]+") do
+  local f = assert(io.open(path, "rb"))
+  local raw = f:read("*a")
+  f:close()
+  local head, body = raw:match("^(.-)\n\n(.*)$")
+  local headers = {}
+  for line in head:gmatch("[^\n]+") do
+    local name, value = line:match("^([^:]+):%s*(.*)$")
+    headers[name] = value
+  end
+  headers["Content-Length"] = tostring(#body)
+  table.insert(files, { headers = headers, body = body })
+end
+local i = 0
+request = function()
+  i = i % #files + 1
+  local r = files[i]
+  return wrk.format("POST", "/api/mcp", r.headers, r.body)
+end

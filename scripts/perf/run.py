@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The performance harness: every figure as a ratio to a canned-response floor measured in the
+same run. Builds release binaries, then for the floor, the local run and the vercel_runtime edge
+(one server at a time): cold start (median of 5), idle and peak RSS, and per workload
+requests/s, p50/p99 latency and server CPU microseconds per request, using wrk on loopback
+(2 connections, 1 s warm-up, then PERF_SECONDS). Writes docs/performance.md's latest-run
+section and appends a history row."""
+
+import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SECONDS = int(os.environ.get("PERF_SECONDS", "5"))
+CONNECTIONS = int(os.environ.get("PERF_CONNECTIONS", "2"))
+REDIS_URL = os.environ.get("PERF_REDIS_URL", "redis://127.0.0.1:6379")
+TICK_US = 1_000_000 / os.sysconf("SC_CLK_TCK")
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+ISSUER, RESOURCE = "https://auth.example.com", "http://localhost:3000/api/mcp"
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, cwd=ROOT, **kw)
+
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close(); return port
+
+def redis_up():
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5) as s:
+            s.sendall(b"PING\r\n"); return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+def post(port, method, params, extra=None, name=None, raw=False):
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if name: headers["Mcp-Name"] = name
+    headers.update(extra or {})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/mcp", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    if raw: return text
+    lines = [l[5:].strip() for l in text.splitlines() if l.startswith("data:")] or [text]
+    return json.loads(lines[-1])
+
+def request_file(directory, label, method, params, extra=None, name=None):
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if name: headers["Mcp-Name"] = name
+    headers.update(extra or {})
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    path = os.path.join(directory, f"{label}.http")
+    with open(path, "w") as f:
+        f.write("".join(f"{k}: {v}\n" for k, v in headers.items()) + "\n" + body)
+    return path
+
+def spawn(binary, port, env):
+    full = dict(os.environ); full.update(env); full["PORT"] = str(port); full["VERCEL_DEV_PORT"] = str(port)
+    full.pop("VERCEL", None)
+    return subprocess.Popen([binary], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+def wait_ready(port, probe, deadline=10.0):
+    start = time.perf_counter()
+    while time.perf_counter() - start < deadline:
+        try:
+            probe(port); return time.perf_counter() - start
+        except Exception:
+            pass
+    raise SystemExit(f"server on {port} did not become ready")
+
+def cold_start(binary, env, probe):
+    times = []
+    for _ in range(5):
+        port = free_port(); started = time.perf_counter()
+        process = spawn(binary, port, env)
+        try:
+            wait_ready(port, probe); times.append((time.perf_counter() - started) * 1000)
+        finally:
+            process.kill(); process.wait()
+    return statistics.median(times)
+
+def rss_breakdown(pid):
+    """(file-backed, anonymous) KiB: mapped code versus heap and stacks."""
+    values = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("RssFile:", "RssAnon:")):
+                values[line.split(":")[0]] = int(line.split()[1])
+    return values.get("RssFile", 0), values.get("RssAnon", 0)
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field): return int(line.split()[1])
+    return 0
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+def wrk(port, files, seconds):
+    env = dict(os.environ); env["PERF_REQUESTS"] = ",".join(files)
+    cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", os.path.join(ROOT, "scripts/perf/requests.lua"), f"http://127.0.0.1:{port}/api/mcp"]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    if "Non-2xx" in out: raise SystemExit("non-2xx responses:\n" + out)
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    def pct(p):
+        m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
+        value, unit = float(m.group(1)), m.group(2)
+        return value * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
+    return total, rps, pct(50), pct(99)
+
+def measure(process, port, files):
+    wrk(port, files, 1)  # warm-up
+    before = cpu_ticks(process.pid)
+    total, rps, p50, p99 = wrk(port, files, SECONDS)
+    cpu_us = (cpu_ticks(process.pid) - before) * TICK_US / max(total, 1)
+    return {"rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us": cpu_us, "requests": total}
+
+def main():
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is required: apt-get install -y wrk")
+    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "perf_server", "--example", "mint_token")
+    bins = os.path.join(ROOT, "target/release/examples")
+    floor_bin, perf_bin = os.path.join(bins, "floor"), os.path.join(bins, "perf_server")
+    use_redis = redis_up()
+    base_env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "MCP_JOB_STEP_MS": "0",
+                "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000", "MCP_MAX_JOBS_TOTAL": "10000000",
+                "MCP_REDIS_PREFIX": f"perf:{os.getpid()}"}
+    if use_redis: base_env["REDIS_URL"] = REDIS_URL
+    with open(os.path.join(ROOT, "tests/fixtures/jwks.json")) as f:
+        jwks = f.read()
+    auth_env = dict(base_env, MCP_AUTH_MODE="required", MCP_JWKS=jwks, MCP_AUTH_ISSUER=ISSUER, MCP_RESOURCE_URL=RESOURCE)
+    token = subprocess.run([os.path.join(bins, "mint_token"), os.path.join(ROOT, "tests/fixtures/rsa_private.pem"), "test-rsa-1",
+                            ISSUER, RESOURCE, "perf-user", "mcp:read mcp:write", "3600"], check=True, capture_output=True, text=True).stdout.strip()
+    echo_probe = lambda port: post(port, "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": META}, name="echo")
+    results, work = {}, tempfile.mkdtemp()
+
+    echo = request_file(work, "echo", "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": META}, name="echo")
+
+    def run_floor():
+        port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
+        row = {"idle_kib": rss_kib(floor.pid, "VmRSS:"), "echo": measure(floor, port, [echo]), "size": os.path.getsize(floor_bin)}
+        row["peak_kib"] = rss_kib(floor.pid, "VmHWM:"); row["peak_split"] = rss_breakdown(floor.pid); floor.kill(); floor.wait()
+        row["cold_ms"] = cold_start(floor_bin, {}, echo_probe)
+        return row
+
+    # The floor is measured before and after the servers; the better of the two counts, so a noisy
+    # moment on the machine does not flatter the ratios.
+    first_floor = run_floor()
+
+    for edge in ["local", "vercel"]:
+        env = dict(base_env, PERF_EDGE=edge)
+        port = free_port(); server = spawn(perf_bin, port, env); wait_ready(port, echo_probe)
+        row = {"idle_kib": rss_kib(server.pid, "VmRSS:"), "size": os.path.getsize(perf_bin)}
+        listed = post(port, "tools/list", {"_meta": META})["result"]["tools"]
+        assert len(listed) == 50, len(listed)
+        first = post(port, "tools/call", {"name": "confirm", "arguments": {}, "_meta": META}, name="confirm")["result"]
+        retry = {"name": "confirm", "arguments": {}, "_meta": META, "inputResponses": {"ok": {"action": "accept", "content": {"ok": True}}}, "requestState": first["requestState"]}
+        assert post(port, "tools/call", retry, name="confirm")["result"]["content"][0]["text"] == "confirmed"
+        progress = {"name": "progress10", "arguments": {}, "_meta": dict(META, progressToken="p")}
+        assert post(port, "tools/call", progress, name="progress10", raw=True).count("notifications/progress") == 10
+        workloads = {
+            "echo": [echo],
+            "list50": [request_file(work, "list", "tools/list", {"_meta": META})],
+            "progress10": [request_file(work, "progress", "tools/call", progress, name="progress10")],
+            "mrtr": [request_file(work, "mrtr1", "tools/call", {"name": "confirm", "arguments": {}, "_meta": META}, name="confirm"),
+                     request_file(work, "mrtr2", "tools/call", retry, name="confirm")],
+        }
+        if use_redis:
+            submitted = post(port, "tools/call", {"name": "submit_job", "arguments": {"steps": 1}, "_meta": META}, name="submit_job")
+            handle = json.loads(submitted["result"]["content"][0]["text"])["jobId"]
+            workloads["submit+poll"] = [
+                request_file(work, "submit", "tools/call", {"name": "submit_job", "arguments": {"steps": 1}, "_meta": META}, name="submit_job"),
+                request_file(work, "poll", "tools/call", {"name": "get_job_status", "arguments": {"jobId": handle}, "_meta": META}, name="get_job_status")]
+        for name, files in workloads.items():
+            row[name] = measure(server, port, files)
+        row["peak_kib"] = rss_kib(server.pid, "VmHWM:"); row["peak_split"] = rss_breakdown(server.pid); server.kill(); server.wait()
+        row["cold_ms"] = cold_start(perf_bin, env, echo_probe)
+        # tools/list with authentication: a separate instance with JWT verification on.
+        port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
+        bearer = {"Authorization": f"Bearer {token}"}
+        wait_ready(port, lambda p: post(p, "tools/list", {"_meta": META}, extra=bearer))
+        row["list50+jwt"] = measure(authed, port, [request_file(work, "authlist", "tools/list", {"_meta": META}, extra=bearer)])
+        authed.kill(); authed.wait()
+        results[edge] = row
+    second_floor = run_floor()
+    results["floor"] = max(first_floor, second_floor, key=lambda r: r["echo"]["rps"])
+    results["floor"]["peak_kib"] = min(first_floor["peak_kib"], second_floor["peak_kib"])
+    results["floor"]["cold_ms"] = min(first_floor["cold_ms"], second_floor["cold_ms"])
+    report(results, use_redis)
+
+def report(results, use_redis):
+    floor = results["floor"]; f = floor["echo"]
+    machine = f"{os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30, 1)} GiB, {os.uname().sysname} {os.uname().release}"
+    date = datetime.date.today().isoformat()
+    lines = [f"Run {date} on {machine}; `scripts/perf.sh` (wrk -t1 -c{CONNECTIONS}, 1 s warm-up, {SECONDS} s per workload)."
+             + ("" if use_redis else " Redis was not reachable: no job workload."), "",
+             f"Floor (canned hyper server): {f['rps']:.0f} req/s, p50 {f['p50_us']:.0f} µs, p99 {f['p99_us']:.0f} µs, "
+             f"{f['cpu_us']:.1f} µs CPU/request, cold start {floor['cold_ms']:.1f} ms, idle {floor['idle_kib']} KiB, peak {floor['peak_kib']} KiB.", "",
+             "| edge | workload | req/s | × floor | p50 µs | p99 µs | CPU µs/req | × floor CPU |", "|---|---|---|---|---|---|---|---|"]
+    for edge in ["local", "vercel"]:
+        row = results[edge]
+        for name in ["echo", "list50", "progress10", "mrtr", "submit+poll", "list50+jwt"]:
+            if name not in row: continue
+            w = row[name]
+            lines.append(f"| {edge} | {name} | {w['rps']:.0f} | {w['rps']/f['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['cpu_us']:.1f} | {w['cpu_us']/f['cpu_us']:.2f} |")
+    lines.append("")
+    lines.append("| edge | cold start ms | × floor | idle KiB | peak KiB (code / heap) | × floor peak | binary bytes | JWT CPU µs/req (list50+jwt − list50) |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for edge in ["floor", "local", "vercel"]:
+        row = results[edge]
+        jwt = row["list50+jwt"]["cpu_us"] - row["list50"]["cpu_us"] if "list50+jwt" in row else float("nan")
+        split = row.get("peak_split", (0, 0))
+        lines.append(f"| {edge} | {row['cold_ms']:.1f} | {row['cold_ms']/floor['cold_ms']:.2f} | {row['idle_kib']} | {row['peak_kib']} ({split[0]} / {split[1]}) | {row['peak_kib']/floor['peak_kib']:.2f} | {row['size']} | {jwt:.1f} |")
+    section = "\n".join(lines)
+    print(section)
+    path = os.path.join(ROOT, "docs/performance.md")
+    text = open(path).read()
+    start, end = "<!-- harness:start -->", "<!-- harness:end -->"
+    if start in text:
+        text = text[:text.index(start) + len(start)] + "\n" + section + "\n" + text[text.index(end):]
+    local = results["local"]
+    history = (f"| {date} | harness run | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
+               f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}× |")
+    text = text.rstrip("\n") + "\n" + history + "\n"
+    open(path, "w").write(text)
+    json.dump(results, open(os.path.join(ROOT, "target/perf-results.json"), "w"), indent=1)
+
+if __name__ == "__main__":
+    main()
