@@ -22,10 +22,15 @@ async fn main() -> std::io::Result<()> {
                 // Read the body, as a real server must, then answer.
                 let _ = request.into_body().collect().await;
                 let mut response = http::Response::new(Full::new(Bytes::from_static(BODY)));
-                response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                response
+                    .headers_mut()
+                    .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
                 Ok::<_, std::convert::Infallible>(response)
             });
-            let _ = hyper::server::conn::http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }

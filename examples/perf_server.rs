@@ -12,19 +12,28 @@ use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef
 use vercel_mcp::{App, local};
 
 fn register_workload_tools(server: &mut McpServer) {
-    server.tool(ToolDef::new("progress10").description("Reports ten progress steps, then answers"), |ctx, _: NoArguments| async move {
-        for step in 1..=10 {
-            ctx.progress(f64::from(step), Some(10.0), None).await;
-        }
-        Ok::<_, ToolError>(CallToolResult::text("done"))
-    });
-    server.tool(ToolDef::new("confirm").description("One MRTR round: asks, then answers"), |ctx, _: NoArguments| async move {
-        if ctx.request_state().is_some() && ctx.input_response("ok").is_some() {
-            return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text("confirmed")));
-        }
-        let request = InputRequest::ElicitForm { message: "OK?".into(), requested_schema: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}) };
-        Ok(Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({"step": 1}))))
-    });
+    server.tool(
+        ToolDef::new("progress10").description("Reports ten progress steps, then answers"),
+        |ctx, _: NoArguments| async move {
+            for step in 1..=10 {
+                ctx.progress(f64::from(step), Some(10.0), None).await;
+            }
+            Ok::<_, ToolError>(CallToolResult::text("done"))
+        },
+    );
+    server.tool(
+        ToolDef::new("confirm").description("One MRTR round: asks, then answers"),
+        |ctx, _: NoArguments| async move {
+            if ctx.request_state().is_some() && ctx.input_response("ok").is_some() {
+                return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text("confirmed")));
+            }
+            let request = InputRequest::ElicitForm {
+                message: "OK?".into(),
+                requested_schema: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+            };
+            Ok(Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({"step": 1}))))
+        },
+    );
     let mut n = 0;
     while server.tool_names().count() < 50 {
         n += 1;

@@ -27,8 +27,11 @@ pub trait LogSink: Send + Sync + 'static {
 pub struct StderrSink;
 
 impl LogSink for StderrSink {
-    fn emit(&self, line: String) {
-        eprintln!("{line}");
+    fn emit(&self, mut line: String) {
+        use std::io::Write;
+        // One write per line (eprintln! would issue the newline separately).
+        line.push('\n');
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 }
 

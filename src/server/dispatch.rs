@@ -22,6 +22,16 @@ use crate::tasks::{self, NewTask, TaskSupport};
 pub enum Reply {
     /// The result object, without `resultType` or `serverInfo`.
     Complete(Map<String, Value>),
+    /// A list result whose items are already serialised (`tools/list`): `items` is a JSON array
+    /// to be placed under `key` next to the fields of `result`.
+    Listing {
+        /// The other fields (`nextCursor`, cache hints).
+        result: Map<String, Value>,
+        /// The name of the items field.
+        key: &'static str,
+        /// The items, as a JSON array.
+        items: String,
+    },
     /// The handler needs input from the client.
     InputRequired(InputRequired),
 }
@@ -42,13 +52,32 @@ impl McpServer {
             "server/discover" if ctx.era == Era::Modern => complete(self.discover()),
             "tools/list" if !self.tools.is_empty() => {
                 // Each principal sees only the tools it may call; the list is then per caller.
-                let listing: Vec<&Value> =
-                    self.tools.iter().filter(|t| self.may_use(&ctx.principal, t)).map(|t| &t.listing).collect();
-                let mut page = self.page(params, "tools", listing.into_iter(), CacheableMethod::ToolsList)?;
-                if self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty()) {
-                    page["cacheScope"] = json!("private");
+                let visible: Vec<&str> = self
+                    .tools
+                    .iter()
+                    .filter(|t| self.may_use(&ctx.principal, t))
+                    .map(|t| t.listing_json.as_str())
+                    .collect();
+                let (start, end) = self.page_bounds(params, visible.len())?;
+                let mut items =
+                    String::with_capacity(visible[start..end].iter().map(|t| t.len() + 1).sum::<usize>() + 2);
+                items.push('[');
+                for (i, tool) in visible[start..end].iter().enumerate() {
+                    if i > 0 {
+                        items.push(',');
+                    }
+                    items.push_str(tool);
                 }
-                complete(page)
+                items.push(']');
+                let mut result = json!({});
+                if end < visible.len() {
+                    result["nextCursor"] = json!(encode_cursor(end));
+                }
+                self.attach_cache_hint(&mut result, CacheableMethod::ToolsList, None);
+                if self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty()) {
+                    result["cacheScope"] = json!("private");
+                }
+                Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
             "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, params).await,
             "resources/list" if self.has_resources() => {
@@ -129,12 +158,7 @@ impl McpServer {
         method: CacheableMethod,
     ) -> Result<Value, McpError> {
         let total = items.len();
-        let start = match params.get("cursor") {
-            None | Some(Value::Null) => 0,
-            Some(Value::String(cursor)) => decode_cursor(cursor).filter(|s| *s <= total).ok_or_else(invalid_cursor)?,
-            Some(_) => return Err(invalid_cursor()),
-        };
-        let end = (start + self.page_size).min(total);
+        let (start, end) = self.page_bounds(params, total)?;
         let page: Vec<Value> = items.skip(start).take(end - start).cloned().collect();
         let mut result = json!({ key: page });
         if end < total {
@@ -142,6 +166,16 @@ impl McpServer {
         }
         self.attach_cache_hint(&mut result, method, None);
         Ok(result)
+    }
+
+    /// The `[start, end)` slice of a list of `total` entries that `params.cursor` asks for.
+    fn page_bounds(&self, params: &Map<String, Value>, total: usize) -> Result<(usize, usize), McpError> {
+        let start = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => decode_cursor(cursor).filter(|s| *s <= total).ok_or_else(invalid_cursor)?,
+            Some(_) => return Err(invalid_cursor()),
+        };
+        Ok((start, (start + self.page_size).min(total)))
     }
 
     async fn call_tool(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {

@@ -335,7 +335,8 @@ pub(crate) struct HeaderParam {
 
 pub(crate) struct ToolEntry {
     pub name: String,
-    pub listing: Value,
+    /// The tool's definition serialised once at registration: `tools/list` splices it in as is.
+    pub listing_json: String,
     pub input_schema: Value,
     pub output_schema: Option<Value>,
     pub header_params: Vec<HeaderParam>,
@@ -400,6 +401,8 @@ pub struct McpServer {
     pub(crate) page_size: usize,
     pub(crate) tasks: Option<Arc<TaskService>>,
     pub(crate) scopes_enforced: bool,
+    /// `{"io.modelcontextprotocol/serverInfo":{...}}`, serialised once: every result carries it.
+    pub(crate) meta_json: String,
 }
 
 impl McpServer {
@@ -420,7 +423,14 @@ impl McpServer {
             page_size: 100,
             tasks: None,
             scopes_enforced: false,
+            meta_json: String::new(),
         }
+        .with_meta_json()
+    }
+
+    fn with_meta_json(mut self) -> Self {
+        self.meta_json = json!({ crate::protocol::meta::SERVER_INFO: self.info }).to_string();
+        self
     }
 
     /// The scopes `principal` lacks for tool `name`, when scopes are enforced and some are
@@ -545,9 +555,10 @@ impl McpServer {
         let output_schema = def.output_schema.clone();
         self.tool_index.insert(name.clone(), self.tools.len());
         let (task_support, input_before_task, scopes) = (def.task_support, def.input_before_task, def.scopes.clone());
+        let listing_json = listing.to_string();
         self.tools.push(ToolEntry {
             name,
-            listing,
+            listing_json,
             input_schema,
             output_schema,
             header_params,

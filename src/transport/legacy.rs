@@ -231,6 +231,12 @@ async fn fulfil(
         let next = ctx.fork();
         let input = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await? {
             Reply::Complete(result) => return Ok(result),
+            Reply::Listing { mut result, key, items } => {
+                let items: Value =
+                    serde_json::from_str(&items).map_err(|_| McpError::internal("Internal error: listing"))?;
+                result.insert(key.into(), items);
+                return Ok(result);
+            }
             Reply::InputRequired(input) => input,
         };
         let Some(outbox) = next.outbox.clone() else {

@@ -11,7 +11,7 @@
 //! 8. for MRTR retries, `requestState` verifies, else `-32602` before the handler runs.
 
 use http::{HeaderMap, Response, StatusCode};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 use super::headers::{self, HeaderProblem};
@@ -109,6 +109,9 @@ async fn run(
     let capabilities = ctx.client_capabilities.clone();
     let outcome = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await {
         Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
+        Ok(Reply::Listing { mut result, key, items }) => {
+            Ok(finish_with(&app.server, &id, &mut result, Some((key, &items))))
+        }
         Ok(Reply::InputRequired(input)) => {
             mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(
                 |mut result| {
@@ -127,11 +130,49 @@ async fn run(
 
 /// Stamps `resultType` and `serverInfo` and serialises a complete result.
 fn finish(server: &McpServer, id: &RequestId, result: &mut Map<String, Value>) -> Vec<u8> {
-    result.entry("resultType").or_insert_with(|| json!("complete"));
-    attach_server_info(result, server);
-    // Take the map out only to serialise it by reference.
-    let value = Value::Object(std::mem::take(result));
-    jsonrpc::result_response(id, &value)
+    finish_with(server, id, result, None)
+}
+
+/// Serialises a complete result, splicing in the parts that never change (`resultType`,
+/// the pre-serialised `serverInfo`) and pre-serialised list items instead of rebuilding them.
+fn finish_with(
+    server: &McpServer,
+    id: &RequestId,
+    result: &mut Map<String, Value>,
+    items: Option<(&str, &str)>,
+) -> Vec<u8> {
+    let has_meta = result.contains_key("_meta");
+    if has_meta {
+        attach_server_info(result, server);
+    }
+    let fields = serde_json::to_vec(result).expect("values serialise");
+    let mut out = Vec::with_capacity(fields.len() + server.meta_json.len() + items.map_or(0, |(_, i)| i.len()) + 64);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
+    out.extend_from_slice(b",\"result\":{");
+    let mut first = true;
+    let mut field = |out: &mut Vec<u8>, bytes: &[&[u8]]| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        bytes.iter().for_each(|b| out.extend_from_slice(b));
+    };
+    if !result.contains_key("resultType") {
+        field(&mut out, &[b"\"resultType\":\"complete\""]);
+    }
+    if !has_meta {
+        field(&mut out, &[b"\"_meta\":", server.meta_json.as_bytes()]);
+    }
+    if let Some((key, items)) = items {
+        field(&mut out, &[b"\"", key.as_bytes(), b"\":", items.as_bytes()]);
+    }
+    // `fields` is `{...}`: append its members, if any.
+    if fields.len() > 2 {
+        field(&mut out, &[&fields[1..fields.len() - 1]]);
+    }
+    out.extend_from_slice(b"}}");
+    out
 }
 
 /// What the envelope told us about the request.
@@ -277,6 +318,7 @@ mod tests {
     use crate::config::Config;
     use crate::state::SystemClock;
     use http::HeaderValue;
+    use serde_json::json;
 
     fn app() -> App {
         let mut server = McpServer::new("t", "1");
