@@ -62,7 +62,8 @@ impl LogSink for MemorySink {
 pub struct Logger {
     sink: Arc<dyn LogSink>,
     sealer: Sealer,
-    random: Arc<dyn Random>,
+    id_prefix: Arc<str>,
+    sequence: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Logger {
@@ -74,7 +75,14 @@ impl std::fmt::Debug for Logger {
 impl Logger {
     /// A logger writing to `sink`, hashing with `sealer`'s current key.
     pub fn new(sink: Arc<dyn LogSink>, sealer: Sealer, random: Arc<dyn Random>) -> Self {
-        Self { sink, sealer, random }
+        let mut bytes = [0u8; 8];
+        random.fill(&mut bytes);
+        Self {
+            sink,
+            sealer,
+            id_prefix: Arc::from(crate::state::seal::hex(&bytes).as_str()),
+            sequence: Arc::new(std::sync::atomic::AtomicU64::new(u64::from(bytes[0]) << 32)),
+        }
     }
 
     /// A stable, non-reversible digest of an identifier (`kind` separates namespaces).
@@ -84,16 +92,22 @@ impl Logger {
 
     /// A fresh random id (16 hex digits).
     pub fn new_id(&self) -> String {
-        let mut bytes = [0u8; 8];
-        self.random.fill(&mut bytes);
-        crate::state::seal::hex(&bytes)
+        // Unique, not secret: a random per-process prefix and a counter, so the request path
+        // makes no system call for it.
+        format!(
+            "{}{:08x}",
+            &self.id_prefix[..8],
+            self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32
+        )
     }
 
-    /// A fresh W3C trace id (32 hex digits).
+    /// A fresh W3C trace id (32 hex digits, never all zero).
     pub fn new_trace_id(&self) -> String {
-        let mut bytes = [0u8; 16];
-        self.random.fill(&mut bytes);
-        crate::state::seal::hex(&bytes)
+        format!(
+            "{}{:016x}",
+            &self.id_prefix[..16],
+            self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1
+        )
     }
 
     /// Emits an event line: `fields` must hold only ids, digests, counts and fixed words.

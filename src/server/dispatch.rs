@@ -191,14 +191,17 @@ impl McpServer {
                 tool.scopes.join(" ")
             )));
         }
-        let mut arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(arguments)) => arguments.clone(),
+        let empty = Value::Object(Map::new());
+        let given = match params.get("arguments") {
+            None | Some(Value::Null) => &empty,
+            Some(arguments @ Value::Object(_)) => arguments,
             Some(_) => return Err(McpError::invalid_params("tools/call arguments must be an object")),
         };
-        if let Err(problem) = schema::validate(&tool.input_schema, &Value::Object(arguments.clone())) {
+        // Validate the arguments where they are; copy them only once they are known good.
+        if let Err(problem) = schema::validate(&tool.input_schema, given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
+        let mut arguments = given.as_object().cloned().unwrap_or_default();
         schema::strip_unknown_keys(&tool.input_schema, &mut arguments);
         let as_task = match tool.task_support {
             TaskSupport::Forbidden => false,
