@@ -233,7 +233,8 @@ def report(results, use_redis):
     if start in text:
         text = text[:text.index(start) + len(start)] + "\n" + section + "\n" + text[text.index(end):]
     local = results["local"]
-    history = (f"| {date} | harness run | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
+    label = os.environ.get("PERF_LABEL", "harness run")
+    history = (f"| {date} | {label} | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
                f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}× |")
     text = text.rstrip("\n") + "\n" + history + "\n"
     open(path, "w").write(text)

@@ -177,15 +177,13 @@ impl Sealer {
         out
     }
 
-    /// A keyed digest (HMAC-SHA256 under the current key, 16 hex digits) for identifiers that
-    /// must be correlatable in logs but not reversible by guessing.
-    pub fn digest(&self, kind: &str, value: &[u8]) -> String {
+    /// A key derived from the current sealing key for another purpose (`label`), so the sealing
+    /// key itself is used only for sealing.
+    pub fn derive_key(&self, label: &str) -> [u8; 32] {
         let mut ctx = hmac::Context::with_key(&self.keys[0].key);
-        ctx.update(b"mcp.log-digest\n");
-        ctx.update(kind.as_bytes());
-        ctx.update(b"\n");
-        ctx.update(value);
-        hex(&ctx.sign().as_ref()[..8])
+        ctx.update(b"mcp.derived-key\n");
+        ctx.update(label.as_bytes());
+        ctx.sign().as_ref().try_into().expect("HMAC-SHA256 is 32 bytes")
     }
 
     /// Opens an envelope: checks shape, key, MAC (constant time), expiry and binding, in that
