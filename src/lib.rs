@@ -43,6 +43,14 @@ pub fn mcp_app(config: &Config) -> Arc<App> {
     Arc::new(App::new(server, config))
 }
 
+/// Builds the app of one example route (`/api/examples/<name>`), or `None` for an unknown name.
+pub fn example_app(name: &str, config: &Config) -> Option<Arc<App>> {
+    let example = catalogue::example(name)?;
+    let mut server = McpServer::new(example.server_name, VERSION);
+    (example.register)(&mut server, config);
+    Some(Arc::new(App::new(server, config)))
+}
+
 /// The queue consumer of `/api/queues/process-job`.
 pub fn consumer_from(config: &Config) -> jobs::Consumer {
     jobs::Consumer {

@@ -22,6 +22,7 @@ use crate::transport::{self, App, Body};
 #[derive(Clone)]
 pub struct Routes {
     mcp: Arc<App>,
+    examples: Arc<std::collections::HashMap<&'static str, Arc<App>>>,
     consumer: Option<Arc<Consumer>>,
     sweep: Option<Arc<Sweep>>,
     local_queue: Option<LocalQueue>,
@@ -31,12 +32,22 @@ impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
     /// to the consumer route.
     pub fn new(config: &Config) -> Self {
-        Self::with_mcp(crate::mcp_app(config)).with_jobs(config)
+        Self::with_mcp(crate::mcp_app(config)).with_jobs(config).with_examples(config)
+    }
+
+    /// Adds `/api/examples/<name>` for every example served on its own.
+    pub fn with_examples(mut self, config: &Config) -> Self {
+        let examples = crate::catalogue::EXAMPLES
+            .iter()
+            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app)))
+            .collect();
+        self.examples = Arc::new(examples);
+        self
     }
 
     /// Only the MCP route, with an explicit app (tests and the conformance fixture).
     pub fn with_mcp(mcp: Arc<App>) -> Self {
-        Self { mcp, consumer: None, sweep: None, local_queue: None }
+        Self { mcp, examples: Arc::default(), consumer: None, sweep: None, local_queue: None }
     }
 
     /// Adds the consumer and sweep routes of `config`'s job backend.
@@ -70,12 +81,14 @@ impl Routes {
                 self.mcp.auth().metadata_response(request.method())
             }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
-            ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
-            _ => {
-                let mut response = Response::new(Body::full(Bytes::from_static(b"Not Found")));
-                *response.status_mut() = StatusCode::NOT_FOUND;
-                response
+            (path, _, _) if path.starts_with("/api/examples/") => {
+                match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {
+                    Some(app) => transport::handle(app, request).await,
+                    None => not_found(),
+                }
             }
+            ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
+            _ => not_found(),
         }
     }
 
@@ -86,6 +99,12 @@ impl Routes {
             Err(response) => response,
         }
     }
+}
+
+fn not_found() -> Response<Body> {
+    let mut response = Response::new(Body::full(Bytes::from_static(b"Not Found")));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
 }
 
 /// `PORT`, defaulting to 3000.

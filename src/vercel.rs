@@ -45,6 +45,40 @@ pub async fn serve_mcp(app: Arc<App>) -> Result<(), Error> {
     .await
 }
 
+/// `api/examples.rs`: every example route from one function. `vercel.json` rewrites
+/// `/api/examples/<name>` to `/api/examples?example=<name>`; the original path works too.
+pub async fn serve_examples(config: &Config) -> Result<(), Error> {
+    let apps: Arc<std::collections::HashMap<&'static str, Arc<App>>> = Arc::new(
+        crate::catalogue::EXAMPLES
+            .iter()
+            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app)))
+            .collect(),
+    );
+    let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
+    serve(max_body, move |request| {
+        let apps = apps.clone();
+        async move {
+            let name = request
+                .uri()
+                .query()
+                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")))
+                .or_else(|| request.uri().path().strip_prefix("/api/examples/"))
+                .unwrap_or("")
+                .trim_end_matches('/')
+                .to_owned();
+            match apps.get(name.as_str()) {
+                Some(app) => transport::handle(app, request).await,
+                None => {
+                    let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
+                    *response.status_mut() = http::StatusCode::NOT_FOUND;
+                    response
+                }
+            }
+        }
+    })
+    .await
+}
+
 /// `api/queues/process-job.rs`: the queue consumer.
 pub async fn serve_consumer(config: &Config) -> Result<(), Error> {
     let consumer = Arc::new(crate::consumer_from(config));

@@ -47,6 +47,9 @@ fn the_metadata_paths_are_rewritten_to_their_function() {
         assert_eq!(rule["destination"], "/api/oauth-protected-resource");
     }
     assert!(config["functions"]["api/oauth-protected-resource.rs"].is_object());
+    let examples =
+        rewrites.iter().find(|r| r["source"] == "/api/examples/:name").expect("a rewrite for the example routes");
+    assert_eq!(examples["destination"], "/api/examples?example=:name");
 }
 
 #[test]

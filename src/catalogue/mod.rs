@@ -1,7 +1,7 @@
 //! The tool catalogue: one module per reference example, each registering into a server.
 //!
 //! `/api/mcp` serves the combined catalogue; every module exposes `register` so a route that
-//! serves one example alone composes the same code.
+//! serves one example alone (`/api/examples/<name>`, see [`EXAMPLES`]) composes the same code.
 
 pub mod async_jobs;
 pub mod auth_server;
@@ -36,6 +36,37 @@ pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
         config.random.clone(),
         config.bus.clone(),
     ))
+}
+
+/// One reference example served alone at `/api/examples/<name>`.
+pub struct Example {
+    /// The route segment, e.g. `minimal`.
+    pub name: &'static str,
+    /// The `serverInfo.name` the example reports.
+    pub server_name: &'static str,
+    /// Registers its tools.
+    pub register: fn(&mut McpServer, &Config),
+}
+
+/// The examples that are served on their own routes (the others of the seed are not built yet).
+pub const EXAMPLES: &[Example] = &[
+    Example { name: "minimal", server_name: "minimal-server", register: |server, _| minimal::register(server) },
+    Example {
+        name: "async-jobs",
+        server_name: "async-jobs-server",
+        register: |server, config| async_jobs::register(server, jobs_from(config)),
+    },
+    Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
+    Example {
+        name: "least-privilege",
+        server_name: "least-privilege-server",
+        register: |server, _| least_privilege::register(server, Arc::new(least_privilege::DiscardLedger)),
+    },
+];
+
+/// The example named `name`, if it is served.
+pub fn example(name: &str) -> Option<&'static Example> {
+    EXAMPLES.iter().find(|e| e.name == name)
 }
 
 /// Registers the combined catalogue of `/api/mcp`.
