@@ -265,8 +265,12 @@ fn auth_config(
             }
         },
         (None, Some(url), None) => {
-            let loopback = url.starts_with("http://127.0.0.1") || url.starts_with("http://localhost");
-            if !url.starts_with("https://") && !loopback {
+            // Plain http only for a loopback test double; decided on the parsed host, not a prefix.
+            let parsed = url::Url::parse(&url).ok();
+            let loopback = parsed.as_ref().is_some_and(|u| {
+                u.scheme() == "http" && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"))
+            });
+            if !(parsed.as_ref().is_some_and(|u| u.scheme() == "https") || loopback) {
                 problems.push("MCP_JWKS_URL must be an https URL".to_owned());
             }
             let ttl = var("MCP_JWKS_CACHE_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(300);
@@ -309,7 +313,16 @@ fn auth_config(
             );
         }
     }
-    let max_lifetime_secs = var("MCP_AUTH_MAX_LIFETIME_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(3600);
+    let max_lifetime_secs = match var("MCP_AUTH_MAX_LIFETIME_SECONDS") {
+        None => 3600,
+        Some(raw) => match raw.trim().parse::<u64>() {
+            Ok(secs) if (60..=86_400).contains(&secs) => secs,
+            _ => {
+                problems.push("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400".to_owned());
+                3600
+            }
+        },
+    };
     let authorization_servers = {
         let listed = list("MCP_AUTH_SERVERS");
         if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }

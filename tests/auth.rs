@@ -273,6 +273,19 @@ fn configuration_refuses_unsafe_setups() {
         .0;
     assert!(problems.iter().any(|p| p.contains("MCP_AUTH_ALGORITHMS")));
     assert!(load(&[secret, ("MCP_JWKS", JWKS), ("MCP_AUTH_ISSUER", ISSUER)]).is_ok(), "local with inline JWKS");
+    for url in ["http://localhost.evil.example/jwks.json", "http://auth.example.com/jwks.json", "not a url"] {
+        let problems = load(&[secret, ("MCP_JWKS_URL", url), ("MCP_AUTH_ISSUER", ISSUER)]).unwrap_err().0;
+        assert!(problems.iter().any(|p| p.contains("https")), "{url}: {problems:?}");
+    }
+    assert!(
+        load(&[secret, ("MCP_JWKS_URL", "http://127.0.0.1:9/jwks.json"), ("MCP_AUTH_ISSUER", ISSUER)]).is_ok(),
+        "loopback test doubles"
+    );
+    let problems =
+        load(&[secret, ("MCP_JWKS", JWKS), ("MCP_AUTH_ISSUER", ISSUER), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "999999")])
+            .unwrap_err()
+            .0;
+    assert!(problems.iter().any(|p| p.contains("MCP_AUTH_MAX_LIFETIME_SECONDS")));
     assert!(load(&[("VERCEL", "1"), secret, ("MCP_AUTH_MODE", "off")]).is_ok(), "auth explicitly off");
 }
 

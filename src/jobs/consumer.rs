@@ -63,8 +63,12 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
 }
 
+/// A queue name, message id or receipt handle: unreserved URL characters only, and never a
+/// dot-segment (these values become path segments of the acknowledgement URL).
 fn is_name(value: &str) -> bool {
-    value.len() <= 256 && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
+    value.len() <= 256
+        && !value.bytes().all(|b| b == b'.')
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'~'))
 }
 
 fn is_region(value: &str) -> bool {
@@ -204,5 +208,6 @@ mod tests {
             assert!(!is_region(bad), "{bad}");
         }
         assert!(is_name("abc-1_2.x") && !is_name("a/b") && !is_name(&"a".repeat(257)));
+        assert!(!is_name("..") && !is_name(".") && !is_name(""), "dot-segments never reach a URL path");
     }
 }
