@@ -51,3 +51,22 @@ async fn every_example_route_serves_its_own_catalogue() {
         .header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", "tools/call").header("Mcp-Name", "echo").send().await;
     assert_eq!(echo.json()["result"]["content"], json!([{"type":"text","text":"ping"}]));
 }
+
+#[tokio::test]
+async fn whoami_fails_closed_without_a_verified_token() {
+    // Authentication off: every caller is anonymous, and whoami refuses rather than inventing
+    // an identity; the token-bearing cases are in tests/auth.rs.
+    let config = Config::for_tests(Arc::new(SystemClock));
+    let server = TestServer::start_routes(Routes::new(&config)).await;
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": common::with_meta(json!({"name":"whoami","arguments":{"principal":"sub:admin"}}))});
+    let reply = server
+        .post_to("/api/examples/auth-server", call.to_string())
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "whoami")
+        .send()
+        .await;
+    let text = common::error_text(&reply.json()["result"]);
+    assert!(text.contains("unauthenticated"), "{text}");
+    assert!(!text.contains("admin"), "a principal argument is never an identity");
+}
