@@ -18,6 +18,7 @@ async fn every_example_route_serves_its_own_catalogue() {
     let expected = [
         ("minimal", "minimal-server", vec!["echo"]),
         ("async-jobs", "async-jobs-server", vec!["submit_job", "get_job_status", "get_job_result", "cancel_job"]),
+        ("resources", "resources-server", vec![]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
     ];
@@ -69,4 +70,78 @@ async fn whoami_fails_closed_without_a_verified_token() {
     let text = common::error_text(&reply.json()["result"]);
     assert!(text.contains("unauthenticated"), "{text}");
     assert!(!text.contains("admin"), "a principal argument is never an identity");
+}
+
+/// One 2026-07-28 request to an example route; `name` goes in `Mcp-Name` when the method needs it.
+async fn call_example(
+    server: &TestServer,
+    route: &str,
+    method: &str,
+    name: Option<&str>,
+    params: serde_json::Value,
+) -> common::Reply {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params": common::with_meta(params)}).to_string();
+    let mut call = server
+        .post_to(&format!("/api/examples/{route}"), body)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method);
+    if let Some(name) = name {
+        call = call.header("Mcp-Name", name);
+    }
+    call.send().await
+}
+
+#[tokio::test]
+async fn resources_example_reads_exact_uris_before_templates() {
+    let config = Config::for_tests(Arc::new(SystemClock));
+    let server = TestServer::start_routes(Routes::new(&config)).await;
+    let read = |uri: &'static str| {
+        let server = &server;
+        async move { call_example(server, "resources", "resources/read", Some(uri), json!({"uri": uri})).await }
+    };
+    // B1, B2: exactly one resource and one template.
+    let (resources, templates) = listed_notes(&server).await;
+    assert_eq!(
+        resources,
+        json!([{"uri":"notes://welcome","name":"welcome-note","mimeType":"text/plain",
+                "description":"Static direct resource: same content for every read."}])
+    );
+    assert_eq!(
+        templates,
+        json!([{"uriTemplate":"notes://{topic}","name":"topic-note","mimeType":"text/plain",
+                "description":"Resource template: the {topic} segment is bound per read request."}])
+    );
+    // B3, B5: the exact registration wins over the template that also matches it.
+    let welcome = read("notes://welcome").await.json();
+    assert_eq!(
+        welcome["result"]["contents"],
+        json!([{"uri":"notes://welcome","mimeType":"text/plain","text":"Welcome to the resources-server example."}])
+    );
+    // B4: the template binds its variable per read.
+    for (uri, text) in [("notes://mcp", "You asked about: mcp"), ("notes://lifecycle", "You asked about: lifecycle")] {
+        let reply = call_example(&server, "resources", "resources/read", Some(uri), json!({"uri": uri})).await.json();
+        assert_eq!(reply["result"]["contents"], json!([{"uri": uri, "mimeType": "text/plain", "text": text}]));
+    }
+    // N6: an unknown scheme is a protocol error naming the URI, not an isError result.
+    let missing = read("other://nope").await;
+    let error = &missing.json()["error"];
+    assert_eq!(error["code"], -32602);
+    assert!(error.to_string().contains("other://nope"), "{error}");
+    assert!(missing.json().get("result").is_none());
+    // N7: no tools capability, yet tools/list answers with an empty list.
+    let discover = call_example(&server, "resources", "server/discover", None, json!({})).await.json();
+    let capabilities = &discover["result"]["capabilities"];
+    assert!(capabilities.get("tools").is_none() && capabilities.get("resources").is_some(), "{capabilities}");
+    let tools = call_example(&server, "resources", "tools/list", None, json!({})).await.json();
+    assert_eq!(tools["result"]["tools"], json!([]), "{tools}");
+    // N8: reading a templated URI leaves the listings as they were.
+    read("notes://ephemeral").await;
+    assert_eq!(listed_notes(&server).await, (resources, templates));
+}
+
+/// The resources example's `resources/list` and `resources/templates/list` results.
+async fn listed_notes(server: &TestServer) -> (serde_json::Value, serde_json::Value) {
+    let resources = call_example(server, "resources", "resources/list", None, json!({})).await.json();
+    let templates = call_example(server, "resources", "resources/templates/list", None, json!({})).await.json();
+    (resources["result"]["resources"].clone(), templates["result"]["resourceTemplates"].clone())
 }

@@ -7,6 +7,7 @@ pub mod async_jobs;
 pub mod auth_server;
 pub mod least_privilege;
 pub mod minimal;
+pub mod resources;
 
 use std::sync::Arc;
 
@@ -56,6 +57,7 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "async-jobs-server",
         register: |server, config| async_jobs::register(server, jobs_from(config)),
     },
+    Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -73,6 +75,7 @@ pub fn example(name: &str) -> Option<&'static Example> {
 pub fn register_all(server: &mut McpServer, config: &Config) {
     server.enable_tasks(tasks_from(config));
     minimal::register(server);
+    resources::register(server);
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));

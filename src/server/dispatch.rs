@@ -50,7 +50,9 @@ impl McpServer {
         };
         match method {
             "server/discover" if ctx.era == Era::Modern => complete(self.discover()),
-            "tools/list" if !self.tools.is_empty() => {
+            // Answered even with no tools (an empty list), as the reference SDK does: generic
+            // clients list tools unconditionally, and an empty list is the honest answer.
+            "tools/list" => {
                 // Each principal sees only the tools it may call; the list is then per caller.
                 let visible: Vec<&str> = self
                     .tools

@@ -1,0 +1,47 @@
+//! resources-server: one fixed resource and one template, no tools and no prompts.
+//!
+//! It shows the read path on its own: an exact URI is looked up before any template, so
+//! `notes://welcome` is the welcome note even though `notes://{topic}` also matches it. Reads
+//! keep no state; reading a templated URI never adds it to `resources/list`.
+
+use std::collections::HashMap;
+
+use crate::protocol::types::{Resource, ResourceContents, ResourceTemplate};
+use crate::server::McpServer;
+
+/// The fixed resource's URI.
+pub const WELCOME_URI: &str = "notes://welcome";
+/// The fixed resource's text.
+pub const WELCOME_TEXT: &str = "Welcome to the resources-server example.";
+/// The template whose `{topic}` is bound per read.
+pub const TOPIC_TEMPLATE: &str = "notes://{topic}";
+
+const TEXT: &str = "text/plain";
+
+/// Registers `welcome-note` and `topic-note`.
+pub fn register(server: &mut McpServer) {
+    server.resource(
+        Resource {
+            uri: WELCOME_URI.into(),
+            name: "welcome-note".into(),
+            title: None,
+            description: Some("Static direct resource: same content for every read.".into()),
+            mime_type: Some(TEXT.into()),
+        },
+        None,
+        |_, uri| async move { Ok(vec![ResourceContents::text(uri, TEXT, WELCOME_TEXT)]) },
+    );
+    server.resource_template(
+        ResourceTemplate {
+            uri_template: TOPIC_TEMPLATE.into(),
+            name: "topic-note".into(),
+            title: None,
+            description: Some("Resource template: the {topic} segment is bound per read request.".into()),
+            mime_type: Some(TEXT.into()),
+        },
+        |_, uri, vars: HashMap<String, String>| async move {
+            let text = format!("You asked about: {}", vars.get("topic").map_or("", String::as_str));
+            Ok(vec![ResourceContents::text(uri, TEXT, text)])
+        },
+    );
+}
