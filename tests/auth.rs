@@ -165,7 +165,13 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
         .send()
         .await
         .json();
-    assert_eq!(list["result"]["tools"].as_array().unwrap().len(), 6);
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["echo", "book_meeting", "whoami", "submit_job", "get_job_status", "get_job_result", "cancel_job"],
+        "read and write scopes see every tool"
+    );
 }
 
 #[tokio::test]

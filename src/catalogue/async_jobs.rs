@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 
+use super::{READ_SCOPE as READ, WRITE_SCOPE as WRITE};
 use crate::jobs::Jobs;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
@@ -38,11 +39,6 @@ fn annotations(read_only: bool, idempotent: bool) -> ToolAnnotations {
 fn reply(outcome: Result<Value, String>) -> Result<CallToolResult, ToolError> {
     outcome.map(|payload| CallToolResult::text(payload.to_string())).map_err(ToolError::Execution)
 }
-
-/// Scope for reading jobs (when authentication is on).
-pub const READ: &str = "mcp:read";
-/// Scope for starting and cancelling jobs.
-pub const WRITE: &str = "mcp:write";
 
 const IDENTITY: &str = "The caller is identified by the access token; principal-like arguments are ignored.";
 

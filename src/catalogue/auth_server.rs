@@ -7,7 +7,7 @@ use crate::protocol::types::CallToolResult;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
 
 /// The scope `whoami` needs.
-pub const WHOAMI_SCOPE: &str = "mcp:read";
+pub const WHOAMI_SCOPE: &str = super::READ_SCOPE;
 
 /// Registers `whoami`.
 pub fn register(server: &mut McpServer) {

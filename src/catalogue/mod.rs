@@ -5,6 +5,7 @@
 
 pub mod async_jobs;
 pub mod auth_server;
+pub mod elicitation;
 pub mod least_privilege;
 pub mod minimal;
 pub mod resources;
@@ -13,6 +14,11 @@ use std::sync::Arc;
 
 use crate::jobs::Jobs;
 use crate::{Config, McpServer};
+
+/// The scope the catalogue's read tools require when authentication is on.
+pub const READ_SCOPE: &str = "mcp:read";
+/// The scope the catalogue's write tools require when authentication is on.
+pub const WRITE_SCOPE: &str = "mcp:write";
 
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.
 pub fn jobs_from(config: &Config) -> Arc<Jobs> {
@@ -58,6 +64,11 @@ pub const EXAMPLES: &[Example] = &[
         register: |server, config| async_jobs::register(server, jobs_from(config)),
     },
     Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
+    Example {
+        name: "elicitation",
+        server_name: "elicitation-server",
+        register: |server, _| elicitation::register(server, Arc::new(elicitation::NoCalendar)),
+    },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -76,6 +87,7 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     server.enable_tasks(tasks_from(config));
     minimal::register(server);
     resources::register(server);
+    elicitation::register(server, Arc::new(elicitation::NoCalendar));
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));

@@ -1,0 +1,146 @@
+//! elicitation-server: `book_meeting` pauses mid-call for the user's confirmation and a start
+//! time, through form-mode elicitation.
+//!
+//! On 2026-07-28 the pause is a multi round-trip request: the first call answers
+//! `input_required` with the form and a sealed `requestState`; the retry carries the user's
+//! `ElicitResult`. A response is honoured only next to state this server sealed for the same
+//! caller and arguments, so a client cannot skip the question by sending an answer up front.
+//! Accept, decline and cancel stay distinct, and only an approved accept whose confirmed
+//! topic passes the same rule as the argument books anything.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use crate::protocol::types::{CallToolResult, InputRequest, ToolAnnotations};
+use crate::server::{InputRequired, McpServer, Outcome, RequestContext, ToolDef, ToolError};
+
+/// The longest topic, in characters.
+pub const TOPIC_MAX_LENGTH: usize = 120;
+
+/// The fixed question: it never carries model-provided text, so a topic cannot speak to the
+/// user in the server's voice.
+pub const CONFIRM_MESSAGE: &str = "The book_meeting tool wants to add a meeting to your calendar. Review the topic it was given, choose a start time, and approve or reject.";
+
+/// The start time used when the user gives none.
+pub const DEFAULT_TIME: &str = "09:00";
+
+/// The `inputRequests` key of the confirmation form.
+const CONFIRM_KEY: &str = "confirm";
+
+/// The topic rule as a JSON Schema pattern: no C0 or C1 control characters, no DEL, no quotes.
+/// [`topic_is_allowed`] applies the same rule to the topic the user confirms.
+pub const TOPIC_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F\"'`]*$";
+
+/// Where confirmed meetings go.
+pub trait Calendar: Send + Sync + 'static {
+    /// Books one meeting.
+    fn book(&self, topic: &str, time: &str);
+}
+
+/// The default calendar: the example has no upstream, so a booking is only reported back.
+#[derive(Debug, Default)]
+pub struct NoCalendar;
+
+impl Calendar for NoCalendar {
+    fn book(&self, _: &str, _: &str) {}
+}
+
+/// Arguments of `book_meeting`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BookMeetingArgs {
+    /// What the meeting is about.
+    #[schemars(length(min = 1, max = 120), regex(pattern = TOPIC_PATTERN))]
+    pub topic: String,
+}
+
+/// Whether a topic is 1 to 120 characters with no control or quote characters.
+pub fn topic_is_allowed(topic: &str) -> bool {
+    let length = topic.chars().count();
+    (1..=TOPIC_MAX_LENGTH).contains(&length)
+        && !topic.chars().any(|c| matches!(c, '\u{0}'..='\u{1F}' | '\u{7F}'..='\u{9F}' | '"' | '\'' | '`'))
+}
+
+/// The confirmation form, pre-filled with the topic the model gave.
+pub fn confirm_form(topic: &str) -> InputRequest {
+    InputRequest::ElicitForm {
+        message: CONFIRM_MESSAGE.into(),
+        requested_schema: json!({
+            "type": "object",
+            "properties": {
+                "topic": {
+                    "type": "string",
+                    "title": "Meeting topic",
+                    "description": "Topic requested by the model. Edit it if it is wrong.",
+                    "minLength": 1,
+                    "maxLength": TOPIC_MAX_LENGTH,
+                    "default": topic,
+                },
+                "approved": { "type": "boolean", "title": "Approve", "description": "Approve booking this meeting?" },
+                "time": {
+                    "type": "string",
+                    "title": "Start time",
+                    "description": "Preferred start time, e.g. 14:30",
+                    "default": DEFAULT_TIME,
+                },
+            },
+            "required": ["approved"],
+        }),
+    }
+}
+
+/// Registers `book_meeting`, booking into `calendar`.
+pub fn register(server: &mut McpServer, calendar: Arc<dyn Calendar>) {
+    server.tool(
+        ToolDef::new("book_meeting")
+            .description(
+                "Book a meeting on the user's calendar. The user confirms the topic and picks a start time \
+                 through a form before anything is booked.",
+            )
+            .annotations(ToolAnnotations {
+                read_only_hint: Some(false),
+                destructive_hint: Some(false),
+                idempotent_hint: Some(false),
+                ..Default::default()
+            })
+            .scopes(&[super::WRITE_SCOPE]),
+        move |ctx: RequestContext, args: BookMeetingArgs| {
+            let calendar = calendar.clone();
+            async move { Ok::<_, ToolError>(book_meeting(&ctx, &args.topic, calendar.as_ref())) }
+        },
+    );
+}
+
+fn book_meeting(ctx: &RequestContext, topic: &str, calendar: &dyn Calendar) -> Outcome<CallToolResult> {
+    let asked = ctx.request_state().and_then(|s| s.get("asked")).and_then(Value::as_str) == Some(CONFIRM_KEY);
+    let response = ctx.input_response(CONFIRM_KEY).filter(|_| asked);
+    let Some(response) = response else {
+        return Outcome::InputRequired(
+            InputRequired::new().request(CONFIRM_KEY, confirm_form(topic)).state(json!({ "asked": CONFIRM_KEY })),
+        );
+    };
+    let content = response.get("content");
+    let field = |name: &str| content.and_then(|c| c.get(name));
+    let text = match response.get("action").and_then(Value::as_str) {
+        Some("accept") if field("approved") == Some(&Value::Bool(true)) => {
+            let confirmed = match field("topic") {
+                Some(Value::String(edited)) => edited.as_str(),
+                Some(_) => "",
+                None => topic,
+            };
+            if !topic_is_allowed(confirmed) {
+                return Outcome::Complete(CallToolResult::text(
+                    "Not booked: the confirmed topic is empty, too long, or contains characters that are not allowed.",
+                ));
+            }
+            let time = field("time").and_then(Value::as_str).unwrap_or(DEFAULT_TIME);
+            calendar.book(confirmed, time);
+            format!("Booked: meeting about '{confirmed}' at {time}.")
+        }
+        Some("accept") => format!("Not booked: user did not approve the meeting about '{topic}'."),
+        Some("decline") => format!("Not booked: user declined the meeting about '{topic}'."),
+        _ => format!("Not booked: user cancelled the request to book '{topic}'."),
+    };
+    Outcome::Complete(CallToolResult::text(text))
+}
