@@ -20,6 +20,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("async-jobs", "async-jobs-server", vec!["submit_job", "get_job_status", "get_job_result", "cancel_job"]),
         ("resources", "resources-server", vec![]),
         ("elicitation", "elicitation-server", vec!["book_meeting"]),
+        ("sampling", "sampling-server", vec!["summarize"]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
     ];

@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
+use super::{ask, solicited_answer};
 use crate::protocol::types::{CallToolResult, InputRequest, ToolAnnotations};
-use crate::server::{InputRequired, McpServer, Outcome, RequestContext, ToolDef, ToolError};
+use crate::server::{McpServer, Outcome, RequestContext, ToolDef, ToolError};
 
 /// The longest topic, in characters.
 pub const TOPIC_MAX_LENGTH: usize = 120;
@@ -113,12 +114,8 @@ pub fn register(server: &mut McpServer, calendar: Arc<dyn Calendar>) {
 }
 
 fn book_meeting(ctx: &RequestContext, topic: &str, calendar: &dyn Calendar) -> Outcome<CallToolResult> {
-    let asked = ctx.request_state().and_then(|s| s.get("asked")).and_then(Value::as_str) == Some(CONFIRM_KEY);
-    let response = ctx.input_response(CONFIRM_KEY).filter(|_| asked);
-    let Some(response) = response else {
-        return Outcome::InputRequired(
-            InputRequired::new().request(CONFIRM_KEY, confirm_form(topic)).state(json!({ "asked": CONFIRM_KEY })),
-        );
+    let Some(response) = solicited_answer(ctx, CONFIRM_KEY) else {
+        return ask(CONFIRM_KEY, confirm_form(topic));
     };
     let content = response.get("content");
     let field = |name: &str| content.and_then(|c| c.get(name));

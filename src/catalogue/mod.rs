@@ -9,16 +9,35 @@ pub mod elicitation;
 pub mod least_privilege;
 pub mod minimal;
 pub mod resources;
+pub mod sampling;
 
 use std::sync::Arc;
 
+use serde_json::{Value, json};
+
 use crate::jobs::Jobs;
+use crate::protocol::types::InputRequest;
+use crate::server::{InputRequired, Outcome, RequestContext};
 use crate::{Config, McpServer};
 
 /// The scope the catalogue's read tools require when authentication is on.
 pub const READ_SCOPE: &str = "mcp:read";
 /// The scope the catalogue's write tools require when authentication is on.
 pub const WRITE_SCOPE: &str = "mcp:write";
+
+/// The answer to the question asked under `key`, if this retry carries both the answer and
+/// the sealed state of [`ask`]. An answer without that state was never asked for, so it is
+/// ignored and the handler asks again.
+pub fn solicited_answer<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Value> {
+    let asked = ctx.request_state().and_then(|state| state.get("asked")).and_then(Value::as_str) == Some(key);
+    ctx.input_response(key).filter(|_| asked)
+}
+
+/// Asks the client one question under `key`; the retry's answer is read with
+/// [`solicited_answer`].
+pub fn ask<T>(key: &str, request: InputRequest) -> Outcome<T> {
+    Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key })))
+}
 
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.
 pub fn jobs_from(config: &Config) -> Arc<Jobs> {
@@ -69,6 +88,7 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "elicitation-server",
         register: |server, _| elicitation::register(server, Arc::new(elicitation::NoCalendar)),
     },
+    Example { name: "sampling", server_name: "sampling-server", register: |server, _| sampling::register(server) },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -88,6 +108,7 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     minimal::register(server);
     resources::register(server);
     elicitation::register(server, Arc::new(elicitation::NoCalendar));
+    sampling::register(server);
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));
