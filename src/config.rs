@@ -363,6 +363,7 @@ fn jobs_backend(
             let redis = RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?;
             bus = Some(RedisBus::new(&url, &prefix, redis.connection()).map_err(|e| format!("REDIS_URL: {e}"))?);
             backend.task_store = Arc::new(crate::tasks::RedisTaskStore::new(redis.clone()));
+            backend.item_store = Arc::new(crate::catalogue::query_command::RedisItemStore::new(redis.clone()));
             backend.store = Arc::new(redis);
             parts.push(format!("Redis store (prefix {prefix})"));
         }
@@ -371,6 +372,7 @@ fn jobs_backend(
                 "REDIS_URL is not set: async jobs need a shared store (Redis) when deployed",
             ));
             backend.task_store = Arc::new(crate::tasks::UnconfiguredTaskStore);
+            backend.item_store = Arc::new(crate::catalogue::query_command::UnconfiguredItemStore);
             parts.push("no store (REDIS_URL unset)".into());
         }
         None => parts.push("in-memory store".into()),

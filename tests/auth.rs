@@ -148,7 +148,7 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["echo", "summarize", "whoami", "get_job_status", "get_job_result"],
+        ["echo", "summarize", "list_items", "get_item", "whoami", "get_job_status", "get_job_result"],
         "a read-only caller sees no write tools"
     );
     assert_eq!(list["result"]["cacheScope"], "private");
@@ -173,7 +173,19 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["echo", "book_meeting", "summarize", "whoami", "submit_job", "get_job_status", "get_job_result", "cancel_job"],
+        [
+            "echo",
+            "book_meeting",
+            "summarize",
+            "list_items",
+            "get_item",
+            "create_item",
+            "whoami",
+            "submit_job",
+            "get_job_status",
+            "get_job_result",
+            "cancel_job"
+        ],
         "read and write scopes see every tool"
     );
 }

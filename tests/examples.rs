@@ -21,6 +21,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("resources", "resources-server", vec![]),
         ("elicitation", "elicitation-server", vec!["book_meeting"]),
         ("sampling", "sampling-server", vec!["summarize"]),
+        ("query-command", "query-command-server", vec!["list_items", "get_item", "create_item"]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
     ];

@@ -8,6 +8,7 @@ pub mod auth_server;
 pub mod elicitation;
 pub mod least_privilege;
 pub mod minimal;
+pub mod query_command;
 pub mod resources;
 pub mod sampling;
 
@@ -89,6 +90,11 @@ pub const EXAMPLES: &[Example] = &[
         register: |server, _| elicitation::register(server, Arc::new(elicitation::NoCalendar)),
     },
     Example { name: "sampling", server_name: "sampling-server", register: |server, _| sampling::register(server) },
+    Example {
+        name: "query-command",
+        server_name: "query-command-server",
+        register: |server, config| query_command::register(server, config.jobs.item_store.clone()),
+    },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -109,6 +115,7 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     resources::register(server);
     elicitation::register(server, Arc::new(elicitation::NoCalendar));
     sampling::register(server);
+    query_command::register(server, config.jobs.item_store.clone());
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));

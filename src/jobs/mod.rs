@@ -30,6 +30,8 @@ pub struct JobsBackend {
     pub store: Arc<dyn JobStore>,
     /// Where task records (the tasks extension) live.
     pub task_store: Arc<dyn crate::tasks::TaskStore>,
+    /// Where the query-command example keeps its items (the same shared store).
+    pub item_store: Arc<dyn crate::catalogue::query_command::ItemStore>,
     /// Where submits go.
     pub publisher: Arc<dyn Publisher>,
     /// Where leases are acknowledged.
@@ -53,6 +55,7 @@ impl JobsBackend {
         Self {
             store: Arc::new(MemoryJobStore::new()),
             task_store: Arc::new(crate::tasks::MemoryTaskStore::default()),
+            item_store: Arc::new(crate::catalogue::query_command::MemoryItemStore::default()),
             publisher: Arc::new(queue.clone()),
             queue_api: Arc::new(queue.clone()),
             local_queue: Some(queue),

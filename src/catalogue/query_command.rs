@@ -1,0 +1,306 @@
+//! query-command-server: two read-only queries and one idempotency-keyed command.
+//!
+//! The annotations let a host give reads light consent and the write strong consent. A replay
+//! of `create_item` with the same key returns the original item and changes nothing; keys are
+//! scoped to the caller, so two principals never share a replay slot. Arguments are validated
+//! before the store is touched, so a refused call never consumes its key. Items live in an
+//! [`ItemStore`]: Redis when `REDIS_URL` is set, memory in the local run, and a store that
+//! refuses every call when deployed without Redis.
+
+use redis::Script;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use super::{READ_SCOPE, WRITE_SCOPE};
+use crate::jobs::redis_store::RedisJobStore;
+use crate::jobs::store::{StoreError, StoreFuture};
+use crate::protocol::types::{CallToolResult, ToolAnnotations};
+use crate::security::Principal;
+use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
+
+/// The longest item name, in characters.
+pub const MAX_NAME_LENGTH: usize = 64;
+/// The longest idempotency key, in characters.
+pub const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 128;
+/// How many items the store holds at most, so `list_items` stays bounded.
+pub const MAX_ITEMS: usize = 1000;
+
+/// One item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Item {
+    /// `item-<n>`, from a counter that never reuses a number.
+    pub id: String,
+    /// The name it was created with.
+    pub name: String,
+}
+
+/// The replay key of `idempotency_key` for `principal`: a JSON pair, so no choice of
+/// characters in either part can collide with another pair.
+pub fn scoped_key(principal: &Principal, idempotency_key: &str) -> String {
+    serde_json::to_string(&[principal.id(), idempotency_key]).expect("strings serialise")
+}
+
+/// Where items and replay keys live.
+pub trait ItemStore: Send + Sync + 'static {
+    /// Creates `name` under `scoped_key`, or returns the item that key already created.
+    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item>;
+    /// The item with `id`.
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>>;
+    /// Every item, in creation order.
+    fn list(&self) -> StoreFuture<'_, Vec<Item>>;
+}
+
+fn full() -> StoreError {
+    StoreError(format!("the item store is full ({MAX_ITEMS} items)"))
+}
+
+/// Items in one process's memory: the local run and tests.
+#[derive(Debug, Default)]
+pub struct MemoryItemStore {
+    inner: Mutex<MemoryItems>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryItems {
+    items: Vec<Item>,
+    by_id: HashMap<String, usize>,
+    applied: HashMap<String, usize>,
+    next_id: u64,
+}
+
+impl ItemStore for MemoryItemStore {
+    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
+        let mut inner = self.inner.lock().expect("item store");
+        let result = if let Some(&index) = inner.applied.get(scoped_key) {
+            Ok(inner.items[index].clone())
+        } else if inner.items.len() >= MAX_ITEMS {
+            Err(full())
+        } else {
+            inner.next_id += 1;
+            let item = Item { id: format!("item-{}", inner.next_id), name: name.to_owned() };
+            let index = inner.items.len();
+            inner.by_id.insert(item.id.clone(), index);
+            inner.applied.insert(scoped_key.to_owned(), index);
+            inner.items.push(item.clone());
+            Ok(item)
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>> {
+        let inner = self.inner.lock().expect("item store");
+        let item = inner.by_id.get(id).map(|&index| inner.items[index].clone());
+        Box::pin(std::future::ready(Ok(item)))
+    }
+
+    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
+        let items = self.inner.lock().expect("item store").items.clone();
+        Box::pin(std::future::ready(Ok(items)))
+    }
+}
+
+/// First write wins, atomically: the replay check, the cap, the counter, the item and the key
+/// change together or not at all.
+const CREATE: &str = r#"
+local existing = redis.call('HGET', KEYS[1], ARGV[1])
+if existing then return {existing, redis.call('HGET', KEYS[2], existing)} end
+if redis.call('LLEN', KEYS[3]) >= tonumber(ARGV[3]) then return redis.error_reply('full') end
+local id = 'item-' .. redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[2], id, ARGV[2])
+redis.call('RPUSH', KEYS[3], id)
+redis.call('HSET', KEYS[1], ARGV[1], id)
+return {id, ARGV[2]}
+"#;
+
+static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
+
+/// Items in Redis under `{prefix}:items:*`: a hash of names by id, a list for creation order,
+/// a hash of replay keys and a counter.
+#[derive(Clone, Debug)]
+pub struct RedisItemStore {
+    redis: RedisJobStore,
+}
+
+impl RedisItemStore {
+    /// Shares the job store's connection and prefix.
+    pub fn new(redis: RedisJobStore) -> Self {
+        Self { redis }
+    }
+
+    fn key(&self, part: &str) -> String {
+        format!("{}:items:{part}", self.redis.prefix())
+    }
+}
+
+fn redis_error(error: redis::RedisError) -> StoreError {
+    if error.to_string().contains("full") {
+        full()
+    } else {
+        StoreError(format!("item store unavailable: {:?}", error.kind()))
+    }
+}
+
+impl ItemStore for RedisItemStore {
+    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
+        Box::pin(async move {
+            let (id, name): (String, String) = CREATE_SCRIPT
+                .key(self.key("applied"))
+                .key(self.key("names"))
+                .key(self.key("order"))
+                .key(self.key("counter"))
+                .arg(scoped_key)
+                .arg(name)
+                .arg(MAX_ITEMS)
+                .invoke_async(&mut self.redis.connection())
+                .await
+                .map_err(redis_error)?;
+            Ok(Item { id, name })
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>> {
+        Box::pin(async move {
+            let name: Option<String> = redis::cmd("HGET")
+                .arg(self.key("names"))
+                .arg(id)
+                .query_async(&mut self.redis.connection())
+                .await
+                .map_err(redis_error)?;
+            Ok(name.map(|name| Item { id: id.to_owned(), name }))
+        })
+    }
+
+    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
+        Box::pin(async move {
+            let mut connection = self.redis.connection();
+            let ids: Vec<String> = redis::cmd("LRANGE")
+                .arg(self.key("order"))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut connection)
+                .await
+                .map_err(redis_error)?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let names: Vec<Option<String>> = redis::cmd("HMGET")
+                .arg(self.key("names"))
+                .arg(&ids)
+                .query_async(&mut connection)
+                .await
+                .map_err(redis_error)?;
+            Ok(ids.into_iter().zip(names).filter_map(|(id, name)| name.map(|name| Item { id, name })).collect())
+        })
+    }
+}
+
+/// The deployed store when `REDIS_URL` is unset: every call fails naming the variable, so
+/// items never land in one instance's memory.
+#[derive(Debug, Default)]
+pub struct UnconfiguredItemStore;
+
+impl UnconfiguredItemStore {
+    fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
+        Box::pin(async {
+            Err(StoreError("REDIS_URL is not set: items need a shared store (Redis) when deployed".into()))
+        })
+    }
+}
+
+impl ItemStore for UnconfiguredItemStore {
+    fn create_if_absent<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Item> {
+        self.fail()
+    }
+    fn get<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Option<Item>> {
+        self.fail()
+    }
+    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
+        self.fail()
+    }
+}
+
+/// Arguments of `get_item`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetItemArgs {
+    /// The item's id, `item-<n>`.
+    pub item_id: String,
+}
+
+/// Arguments of `create_item`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CreateItemArgs {
+    /// The new item's name: 1 to 64 characters, no control characters.
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[^\u0000-\u001F\u007F]*$"))]
+    pub name: String,
+    /// A key of the caller's choosing; the same key replays the first result.
+    #[schemars(length(min = 1, max = 128))]
+    pub idempotency_key: String,
+}
+
+const QUERY: ToolAnnotations = ToolAnnotations {
+    title: None,
+    read_only_hint: Some(true),
+    destructive_hint: Some(false),
+    idempotent_hint: Some(true),
+    open_world_hint: None,
+};
+
+fn store_error(error: StoreError) -> ToolError {
+    ToolError::Execution(error.0)
+}
+
+fn json_text<T: Serialize>(value: &T) -> CallToolResult {
+    CallToolResult::text(serde_json::to_string(value).expect("items serialise"))
+}
+
+/// Registers `list_items`, `get_item` and `create_item` over `store`.
+pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>) {
+    let list_store = store.clone();
+    server.tool(
+        ToolDef::new("list_items").description("List every item (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
+        move |_: RequestContext, _: NoArguments| {
+            let store = list_store.clone();
+            async move { Ok::<_, ToolError>(json_text(&store.list().await.map_err(store_error)?)) }
+        },
+    );
+    let get_store = store.clone();
+    server.tool(
+        ToolDef::new("get_item").description("Read one item by id (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
+        move |_: RequestContext, args: GetItemArgs| {
+            let store = get_store.clone();
+            async move {
+                match store.get(&args.item_id).await.map_err(store_error)? {
+                    Some(item) => Ok(json_text(&item)),
+                    None => Err(ToolError::Execution(format!(
+                        "no item with id {}",
+                        crate::protocol::error::truncate_for_message(&args.item_id)
+                    ))),
+                }
+            }
+        },
+    );
+    server.tool(
+        ToolDef::new("create_item")
+            .description(
+                "Create an item (a command: get the user's consent first). idempotentHint reflects the key-replay \
+                 guarantee, not an absence of side effects: the same idempotency_key returns the original item and \
+                 changes nothing. Keys are scoped to the calling principal.",
+            )
+            .annotations(ToolAnnotations {
+                read_only_hint: Some(false),
+                destructive_hint: Some(true),
+                idempotent_hint: Some(true),
+                ..Default::default()
+            })
+            .scopes(&[WRITE_SCOPE]),
+        move |ctx: RequestContext, args: CreateItemArgs| {
+            let store = store.clone();
+            async move {
+                let key = scoped_key(ctx.principal(), &args.idempotency_key);
+                Ok::<_, ToolError>(json_text(&store.create_if_absent(&key, &args.name).await.map_err(store_error)?))
+            }
+        },
+    );
+}
