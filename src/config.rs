@@ -364,6 +364,7 @@ fn jobs_backend(
             bus = Some(RedisBus::new(&url, &prefix, redis.connection()).map_err(|e| format!("REDIS_URL: {e}"))?);
             backend.task_store = Arc::new(crate::tasks::RedisTaskStore::new(redis.clone()));
             backend.item_store = Arc::new(crate::catalogue::query_command::RedisItemStore::new(redis.clone()));
+            backend.name_list = Arc::new(crate::catalogue::secure_tools::RedisNameList::new(redis.clone()));
             backend.store = Arc::new(redis);
             parts.push(format!("Redis store (prefix {prefix})"));
         }
@@ -373,6 +374,7 @@ fn jobs_backend(
             ));
             backend.task_store = Arc::new(crate::tasks::UnconfiguredTaskStore);
             backend.item_store = Arc::new(crate::catalogue::query_command::UnconfiguredItemStore);
+            backend.name_list = Arc::new(crate::catalogue::secure_tools::UnconfiguredNameList);
             parts.push("no store (REDIS_URL unset)".into());
         }
         None => parts.push("in-memory store".into()),

@@ -22,6 +22,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("elicitation", "elicitation-server", vec!["book_meeting"]),
         ("sampling", "sampling-server", vec!["summarize"]),
         ("query-command", "query-command-server", vec!["list_items", "get_item", "create_item"]),
+        ("secure-tools", "secure-tools-server", vec!["add_item"]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
     ];

@@ -11,6 +11,7 @@ pub mod minimal;
 pub mod query_command;
 pub mod resources;
 pub mod sampling;
+pub mod secure_tools;
 
 use std::sync::Arc;
 
@@ -95,6 +96,11 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "query-command-server",
         register: |server, config| query_command::register(server, config.jobs.item_store.clone()),
     },
+    Example {
+        name: "secure-tools",
+        server_name: "secure-tools-server",
+        register: |server, config| secure_tools::register(server, config.jobs.name_list.clone()),
+    },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -116,6 +122,7 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     elicitation::register(server, Arc::new(elicitation::NoCalendar));
     sampling::register(server);
     query_command::register(server, config.jobs.item_store.clone());
+    secure_tools::register(server, config.jobs.name_list.clone());
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));

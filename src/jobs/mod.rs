@@ -32,6 +32,8 @@ pub struct JobsBackend {
     pub task_store: Arc<dyn crate::tasks::TaskStore>,
     /// Where the query-command example keeps its items (the same shared store).
     pub item_store: Arc<dyn crate::catalogue::query_command::ItemStore>,
+    /// Where the secure-tools example appends names (the same shared store).
+    pub name_list: Arc<dyn crate::catalogue::secure_tools::NameList>,
     /// Where submits go.
     pub publisher: Arc<dyn Publisher>,
     /// Where leases are acknowledged.
@@ -56,6 +58,7 @@ impl JobsBackend {
             store: Arc::new(MemoryJobStore::new()),
             task_store: Arc::new(crate::tasks::MemoryTaskStore::default()),
             item_store: Arc::new(crate::catalogue::query_command::MemoryItemStore::default()),
+            name_list: Arc::new(crate::catalogue::secure_tools::MemoryNameList::default()),
             publisher: Arc::new(queue.clone()),
             queue_api: Arc::new(queue.clone()),
             local_queue: Some(queue),
