@@ -148,7 +148,17 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["echo", "summarize", "list_items", "get_item", "whoami", "get_job_status", "get_job_result"],
+        [
+            "echo",
+            "summarize",
+            "list_items",
+            "get_item",
+            "weather_get",
+            "directory_lookup",
+            "whoami",
+            "get_job_status",
+            "get_job_result"
+        ],
         "a read-only caller sees no write tools"
     );
     assert_eq!(list["result"]["cacheScope"], "private");
@@ -180,6 +190,8 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
             "list_items",
             "get_item",
             "create_item",
+            "weather_get",
+            "directory_lookup",
             "whoami",
             "submit_job",
             "get_job_status",

@@ -23,6 +23,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("sampling", "sampling-server", vec!["summarize"]),
         ("query-command", "query-command-server", vec!["list_items", "get_item", "create_item"]),
         ("secure-tools", "secure-tools-server", vec!["add_item"]),
+        ("facade", "facade-server", vec!["weather_get", "directory_lookup"]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
     ];

@@ -6,6 +6,7 @@
 pub mod async_jobs;
 pub mod auth_server;
 pub mod elicitation;
+pub mod facade;
 pub mod least_privilege;
 pub mod minimal;
 pub mod query_command;
@@ -39,6 +40,12 @@ pub fn solicited_answer<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Va
 /// [`solicited_answer`].
 pub fn ask<T>(key: &str, request: InputRequest) -> Outcome<T> {
     Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key })))
+}
+
+/// The facade example over the configuration's logger and randomness.
+pub fn facade_from(config: &Config) -> Arc<facade::Facade> {
+    let lines = Arc::new(facade::LogLines(config.logger()));
+    Arc::new(facade::Facade::new(lines.clone(), lines, config.random.clone()))
 }
 
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.
@@ -101,6 +108,11 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "secure-tools-server",
         register: |server, config| secure_tools::register(server, config.jobs.name_list.clone()),
     },
+    Example {
+        name: "facade",
+        server_name: "facade-server",
+        register: |server, config| facade::register(server, facade_from(config)),
+    },
     Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
     Example {
         name: "least-privilege",
@@ -123,6 +135,7 @@ pub fn register_all(server: &mut McpServer, config: &Config) {
     sampling::register(server);
     query_command::register(server, config.jobs.item_store.clone());
     secure_tools::register(server, config.jobs.name_list.clone());
+    facade::register(server, facade_from(config));
     auth_server::register(server);
     least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
     async_jobs::register(server, jobs_from(config));
