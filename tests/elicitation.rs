@@ -190,11 +190,13 @@ async fn an_answer_is_honoured_only_with_state_sealed_for_this_call() {
     swapped["inputResponses"] = json!({ "confirm": approve });
     swapped["requestState"] = json!(state);
     assert_eq!(send(&server, swapped).await["error"]["code"], -32602);
-    // Without the elicitation capability the server may not ask at all.
+    // Without the elicitation capability the server does not ask: a tool error names it.
     let mut undeclared = params(json!("Q3 roadmap"));
-    undeclared["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    let reply = server.modern(json!(1), "tools/call", undeclared).send().await;
-    assert_eq!((reply.status, reply.code()), (400, -32021));
+    undeclared["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"sampling": {}});
+    let result = send(&server, undeclared).await["result"].clone();
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(common::error_text(&result).contains("elicitation capability"));
+    assert!(result.get("inputRequests").is_none());
     assert!(calendar.bookings().is_empty());
 }
 

@@ -97,10 +97,11 @@ async fn non_text_completions_are_reported_not_passed_through() {
 #[tokio::test]
 async fn nothing_is_sampled_without_capability_valid_arguments_or_a_known_tool() {
     let server = server().await;
-    // No `sampling` capability: -32021, and no request is sent.
-    let reply = server.modern(json!(1), "tools/call", params(json!("x"), json!({}))).send().await;
-    assert_eq!((reply.status, reply.code()), (400, -32021));
-    assert_eq!(reply.json()["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}));
+    // No `sampling` capability: a tool error naming it, and no request is sent.
+    let result = send(&server, params(json!("x"), json!({"elicitation": {}}))).await["result"].clone();
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(common::error_text(&result).contains("sampling capability"));
+    assert!(result.get("inputRequests").is_none());
     // A non-string text: an isError result before any request.
     let result = send(&server, params(json!(42), json!({"sampling": {}}))).await["result"].clone();
     assert_eq!(result["isError"], true);

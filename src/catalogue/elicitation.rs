@@ -108,14 +108,18 @@ pub fn register(server: &mut McpServer, calendar: Arc<dyn Calendar>) {
             .scopes(&[super::WRITE_SCOPE]),
         move |ctx: RequestContext, args: BookMeetingArgs| {
             let calendar = calendar.clone();
-            async move { Ok::<_, ToolError>(book_meeting(&ctx, &args.topic, calendar.as_ref())) }
+            async move { book_meeting(&ctx, &args.topic, calendar.as_ref()) }
         },
     );
 }
 
-fn book_meeting(ctx: &RequestContext, topic: &str, calendar: &dyn Calendar) -> Outcome<CallToolResult> {
+fn book_meeting(
+    ctx: &RequestContext,
+    topic: &str,
+    calendar: &dyn Calendar,
+) -> Result<Outcome<CallToolResult>, ToolError> {
     let Some(response) = solicited_answer(ctx, CONFIRM_KEY) else {
-        return ask(CONFIRM_KEY, confirm_form(topic));
+        return ask(ctx, "elicitation", CONFIRM_KEY, confirm_form(topic));
     };
     let content = response.get("content");
     let field = |name: &str| content.and_then(|c| c.get(name));
@@ -127,9 +131,9 @@ fn book_meeting(ctx: &RequestContext, topic: &str, calendar: &dyn Calendar) -> O
                 None => topic,
             };
             if !topic_is_allowed(confirmed) {
-                return Outcome::Complete(CallToolResult::text(
+                return Ok(Outcome::Complete(CallToolResult::text(
                     "Not booked: the confirmed topic is empty, too long, or contains characters that are not allowed.",
-                ));
+                )));
             }
             let time = field("time").and_then(Value::as_str).unwrap_or(DEFAULT_TIME);
             calendar.book(confirmed, time);
@@ -139,5 +143,5 @@ fn book_meeting(ctx: &RequestContext, topic: &str, calendar: &dyn Calendar) -> O
         Some("decline") => format!("Not booked: user declined the meeting about '{topic}'."),
         _ => format!("Not booked: user cancelled the request to book '{topic}'."),
     };
-    Outcome::Complete(CallToolResult::text(text))
+    Ok(Outcome::Complete(CallToolResult::text(text)))
 }

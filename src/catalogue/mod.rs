@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::jobs::Jobs;
 use crate::protocol::types::InputRequest;
-use crate::server::{InputRequired, Outcome, RequestContext};
+use crate::server::{InputRequired, Outcome, RequestContext, ToolError};
 use crate::{Config, McpServer};
 
 /// The scope the catalogue's read tools require when authentication is on.
@@ -37,9 +37,18 @@ pub fn solicited_answer<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Va
 }
 
 /// Asks the client one question under `key`; the retry's answer is read with
-/// [`solicited_answer`].
-pub fn ask<T>(key: &str, request: InputRequest) -> Outcome<T> {
-    Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key })))
+/// [`solicited_answer`]. A client that did not declare `capability` is never asked: the call
+/// ends in a tool error naming it, which is the seed examples' documented outcome.
+pub fn ask<T>(
+    ctx: &RequestContext,
+    capability: &str,
+    key: &str,
+    request: InputRequest,
+) -> Result<Outcome<T>, ToolError> {
+    if !ctx.has_capability(capability) {
+        return Err(ToolError::Execution(format!("the client did not declare the {capability} capability")));
+    }
+    Ok(Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key }))))
 }
 
 /// The facade example over the configuration's logger and randomness.

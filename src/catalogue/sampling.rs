@@ -4,8 +4,8 @@
 //! Sampling is deprecated in 2026-07-28 and kept here for the deprecation window; new servers
 //! should call a model provider directly. The request travels as a multi round-trip
 //! `input_required` answer, so no invocation waits for the client: the retry carries the
-//! completion. A client that did not declare `sampling` is never sent the request; the server
-//! answers `-32021` naming the missing capability.
+//! completion. A client that did not declare `sampling` is never sent the request; the call
+//! ends in a tool error naming the capability.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -49,13 +49,13 @@ pub fn register(server: &mut McpServer) {
         ToolDef::new("summarize")
             .description("Summarize text by asking the host's model for a completion via sampling.")
             .scopes(&[super::READ_SCOPE]),
-        |ctx: RequestContext, args: SummarizeArgs| async move { Ok::<_, ToolError>(summarize(&ctx, &args.text)) },
+        |ctx: RequestContext, args: SummarizeArgs| async move { summarize(&ctx, &args.text) },
     );
 }
 
-fn summarize(ctx: &RequestContext, text: &str) -> Outcome<CallToolResult> {
+fn summarize(ctx: &RequestContext, text: &str) -> Result<Outcome<CallToolResult>, ToolError> {
     let Some(completion) = solicited_answer(ctx, SAMPLE_KEY) else {
-        return ask(SAMPLE_KEY, summary_request(text));
+        return ask(ctx, "sampling", SAMPLE_KEY, summary_request(text));
     };
     // `content` is one block, or (since 2025-11-25) an array of blocks.
     let block = match completion.get("content") {
@@ -71,5 +71,5 @@ fn summarize(ctx: &RequestContext, text: &str) -> Outcome<CallToolResult> {
         }
         _ => "Host returned sampling content that is not a single content block.".to_owned(),
     };
-    Outcome::Complete(CallToolResult::text(summary))
+    Ok(Outcome::Complete(CallToolResult::text(summary)))
 }
