@@ -33,6 +33,19 @@ impl Env {
         }
         call.send().await
     }
+
+    /// The `tools/list` result for a caller with `token` (anonymous without one).
+    async fn list_tools(&self, token: Option<&str>) -> Value {
+        let mut call = self.server.modern(json!(1), "tools/list", json!({}));
+        if let Some(token) = token {
+            call = call.header("Authorization", &format!("Bearer {token}"));
+        }
+        call.send().await.json()["result"].clone()
+    }
+}
+
+fn tool_names(list: &Value) -> Vec<&str> {
+    list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect()
 }
 
 /// Parses `Bearer k="v", k="v"`.
@@ -137,17 +150,9 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
     assert_eq!(challenge(&reply)["scope"], "mcp:read");
 
     let read = token(json!({}));
-    let list = env
-        .server
-        .modern(json!(1), "tools/list", json!({}))
-        .header("Authorization", &format!("Bearer {read}"))
-        .send()
-        .await
-        .json();
-    let names: Vec<&str> =
-        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let list = env.list_tools(Some(&read)).await;
     assert_eq!(
-        names,
+        tool_names(&list),
         [
             "echo",
             "summarize",
@@ -161,7 +166,7 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
         ],
         "a read-only caller sees no write tools"
     );
-    assert_eq!(list["result"]["cacheScope"], "private");
+    assert_eq!(list["cacheScope"], "private");
     let submit = env
         .server
         .modern(json!(1), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}}))
@@ -172,17 +177,8 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
     assert_eq!(challenge(&submit)["scope"], "mcp:read mcp:write", "the challenge names what the tool needs");
 
     let full = token(json!({"scope": "mcp:read mcp:write"}));
-    let list = env
-        .server
-        .modern(json!(1), "tools/list", json!({}))
-        .header("Authorization", &format!("Bearer {full}"))
-        .send()
-        .await
-        .json();
-    let names: Vec<&str> =
-        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
-        names,
+        tool_names(&env.list_tools(Some(&full)).await),
         [
             "echo",
             "book_meeting",
@@ -243,10 +239,7 @@ async fn origin_is_checked_before_authentication() {
 #[tokio::test]
 async fn optional_mode_admits_anonymous_callers_but_not_bad_tokens() {
     let env = env("optional", "").await;
-    let anonymous = env.server.modern(json!(1), "tools/list", json!({})).send().await.json();
-    let names: Vec<&str> =
-        anonymous["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["echo"], "anonymous callers hold no scopes");
+    assert_eq!(tool_names(&env.list_tools(None).await), ["echo"], "anonymous callers hold no scopes");
     let bad = env.server.modern(json!(1), "tools/list", json!({})).header("Authorization", "Bearer nope").send().await;
     assert_eq!(bad.status, 401, "an invalid token is refused, never downgraded to anonymous");
 }

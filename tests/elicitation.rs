@@ -220,3 +220,31 @@ fn the_schema_pattern_and_the_confirmation_check_agree() {
         assert_eq!(by_schema, elicitation::topic_is_allowed(topic), "{topic:?}");
     }
 }
+
+#[tokio::test]
+async fn state_sealed_for_one_caller_is_refused_for_another() {
+    let (jwks, _) = common::tokens::stub_jwks().await;
+    let config = common::tokens::auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    let calendar = Arc::new(Recorded::default());
+    let mut server = McpServer::new("elicitation-server", "0.1.0");
+    elicitation::register(&mut server, calendar.clone());
+    let server = TestServer::start(Arc::new(App::new(server, &config))).await;
+    let (alice, mallory) =
+        (common::tokens::bearer("user:alice", "mcp:write"), common::tokens::bearer("user:mallory", "mcp:write"));
+    let send_as = |who: String, params: Value| {
+        let call = server.modern(json!(1), "tools/call", params).header("Authorization", &who);
+        async move { call.send().await.json() }
+    };
+    let first = send_as(alice.clone(), params(json!("Q3 roadmap"))).await["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let mut replay = params(json!("Q3 roadmap"));
+    replay["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"approved": true}}});
+    replay["requestState"] = first["requestState"].clone();
+    let refused = send_as(mallory, replay.clone()).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(calendar.bookings().is_empty());
+    // The caller it was sealed for completes the booking with the same retry.
+    let booked = send_as(alice, replay).await["result"].clone();
+    assert_eq!(booked["content"][0]["text"], "Booked: meeting about 'Q3 roadmap' at 09:00.");
+    assert_eq!(calendar.bookings().len(), 1);
+}

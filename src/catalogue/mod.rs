@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::jobs::Jobs;
+use crate::jobs::store::StoreError;
 use crate::protocol::types::InputRequest;
 use crate::server::{InputRequired, Outcome, RequestContext, ToolError};
 use crate::{Config, McpServer};
@@ -57,6 +58,24 @@ pub fn facade_from(config: &Config) -> Arc<facade::Facade> {
     Arc::new(facade::Facade::new(lines.clone(), lines, config.random.clone()))
 }
 
+/// The error code the capped example stores' Lua scripts raise when the cap is reached.
+pub(crate) const STORE_FULL_CODE: &str = "STORE_FULL";
+
+/// Maps a capped example store's Redis error: the cap's own error code becomes `full`, anything
+/// else an outage naming `what` (never the server's message, which may carry key names).
+pub(crate) fn capped_store_error(error: &redis::RedisError, full: fn() -> StoreError, what: &str) -> StoreError {
+    if error.code() == Some(STORE_FULL_CODE) {
+        full()
+    } else {
+        StoreError(format!("{what} unavailable: {:?}", error.kind()))
+    }
+}
+
+/// The store error of an example store deployed without `REDIS_URL`.
+pub(crate) fn redis_url_unset(what: &str) -> StoreError {
+    StoreError(format!("REDIS_URL is not set: {what} need a shared store (Redis) when deployed"))
+}
+
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.
 pub fn jobs_from(config: &Config) -> Arc<Jobs> {
     Arc::new(
@@ -92,14 +111,10 @@ pub struct Example {
     pub register: fn(&mut McpServer, &Config),
 }
 
-/// The examples that are served on their own routes (the others of the seed are not built yet).
+/// Every example built so far, in the order `/api/mcp` lists their tools; each is also served
+/// alone at `/api/examples/<name>` (db-adapter and sandbox-isolation are not built yet).
 pub const EXAMPLES: &[Example] = &[
     Example { name: "minimal", server_name: "minimal-server", register: |server, _| minimal::register(server) },
-    Example {
-        name: "async-jobs",
-        server_name: "async-jobs-server",
-        register: |server, config| async_jobs::register(server, jobs_from(config)),
-    },
     Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
     Example {
         name: "elicitation",
@@ -128,6 +143,11 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "least-privilege-server",
         register: |server, _| least_privilege::register(server, Arc::new(least_privilege::DiscardLedger)),
     },
+    Example {
+        name: "async-jobs",
+        server_name: "async-jobs-server",
+        register: |server, config| async_jobs::register(server, jobs_from(config)),
+    },
 ];
 
 /// The example named `name`, if it is served.
@@ -135,17 +155,10 @@ pub fn example(name: &str) -> Option<&'static Example> {
     EXAMPLES.iter().find(|e| e.name == name)
 }
 
-/// Registers the combined catalogue of `/api/mcp`.
+/// Registers the combined catalogue of `/api/mcp`: every example, plus the tasks extension.
 pub fn register_all(server: &mut McpServer, config: &Config) {
     server.enable_tasks(tasks_from(config));
-    minimal::register(server);
-    resources::register(server);
-    elicitation::register(server, Arc::new(elicitation::NoCalendar));
-    sampling::register(server);
-    query_command::register(server, config.jobs.item_store.clone());
-    secure_tools::register(server, config.jobs.name_list.clone());
-    facade::register(server, facade_from(config));
-    auth_server::register(server);
-    least_privilege::register(server, Arc::new(least_privilege::DiscardLedger));
-    async_jobs::register(server, jobs_from(config));
+    for example in EXAMPLES {
+        (example.register)(server, config);
+    }
 }

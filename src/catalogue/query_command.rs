@@ -106,7 +106,7 @@ impl ItemStore for MemoryItemStore {
 const CREATE: &str = r#"
 local existing = redis.call('HGET', KEYS[1], ARGV[1])
 if existing then return {existing, redis.call('HGET', KEYS[2], existing)} end
-if redis.call('LLEN', KEYS[3]) >= tonumber(ARGV[3]) then return redis.error_reply('full') end
+if redis.call('LLEN', KEYS[3]) >= tonumber(ARGV[3]) then return redis.error_reply('STORE_FULL items') end
 local id = 'item-' .. redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('RPUSH', KEYS[3], id)
@@ -135,11 +135,7 @@ impl RedisItemStore {
 }
 
 fn redis_error(error: redis::RedisError) -> StoreError {
-    if error.to_string().contains("full") {
-        full()
-    } else {
-        StoreError(format!("item store unavailable: {:?}", error.kind()))
-    }
+    super::capped_store_error(&error, full, "item store")
 }
 
 impl ItemStore for RedisItemStore {
@@ -203,9 +199,7 @@ pub struct UnconfiguredItemStore;
 
 impl UnconfiguredItemStore {
     fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
-        Box::pin(async {
-            Err(StoreError("REDIS_URL is not set: items need a shared store (Redis) when deployed".into()))
-        })
+        Box::pin(async { Err(super::redis_url_unset("items")) })
     }
 }
 

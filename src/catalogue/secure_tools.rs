@@ -65,7 +65,7 @@ impl NameList for MemoryNameList {
 }
 
 const APPEND: &str = r#"
-if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return redis.error_reply('full') end
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return redis.error_reply('STORE_FULL names') end
 return redis.call('RPUSH', KEYS[1], ARGV[1])
 "#;
 
@@ -93,13 +93,7 @@ impl NameList for RedisNameList {
                 .arg(MAX_NAMES)
                 .invoke_async(&mut self.redis.connection())
                 .await
-                .map_err(|e| {
-                    if e.to_string().contains("full") {
-                        full()
-                    } else {
-                        StoreError(format!("item list unavailable: {:?}", e.kind()))
-                    }
-                })
+                .map_err(|e| super::capped_store_error(&e, full, "item list"))
         })
     }
 }
@@ -110,9 +104,7 @@ pub struct UnconfiguredNameList;
 
 impl NameList for UnconfiguredNameList {
     fn append<'a>(&'a self, _: &'a str) -> StoreFuture<'a, usize> {
-        Box::pin(async {
-            Err(StoreError("REDIS_URL is not set: items need a shared store (Redis) when deployed".into()))
-        })
+        Box::pin(async { Err(super::redis_url_unset("items")) })
     }
 }
 
