@@ -58,6 +58,9 @@ pub struct Config {
     pub auth: Authenticator,
     /// Where structured log lines go (standard error by default).
     pub log_sink: Arc<dyn crate::observe::LogSink>,
+    /// The db-adapter example's data: PostgreSQL with `DATABASE_URL`, else the read-only
+    /// fixture compiled into the binary (immutable, so safe on any instance).
+    pub products: Arc<dyn crate::catalogue::db_adapter::ProductBackend>,
 }
 
 impl Config {
@@ -141,6 +144,16 @@ impl Config {
                 None
             }
         };
+        let products: Arc<dyn crate::catalogue::db_adapter::ProductBackend> = match non_empty("DATABASE_URL") {
+            Some(url) => match crate::catalogue::db_adapter::postgres::PostgresProducts::new(&url) {
+                Ok(products) => Arc::new(products),
+                Err(problem) => {
+                    problems.push(problem);
+                    Arc::new(crate::catalogue::db_adapter::fixture::ReadOnlyStore)
+                }
+            },
+            None => Arc::new(crate::catalogue::db_adapter::fixture::ReadOnlyStore),
+        };
         let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {
             Some(raw) => match Sealer::from_env_value(&raw, clock.clone()) {
                 Ok(sealer) => (Some(sealer), false),
@@ -197,6 +210,7 @@ impl Config {
             job_limits,
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             log_sink: Arc::new(crate::observe::StderrSink),
+            products,
         })
     }
 

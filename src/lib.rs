@@ -73,6 +73,7 @@ pub fn config_or_exit() -> Config {
     match Config::from_env() {
         Ok(config) => {
             eprintln!("{:?}", config.jobs);
+            eprintln!("db-adapter: {}", config.products.describe());
             if config.ephemeral_secret {
                 eprintln!(
                     "warning: MCP_STATE_SECRET is not set; using an ephemeral sealing key. requestState and session ids \

@@ -162,7 +162,9 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
             "directory_lookup",
             "whoami",
             "get_job_status",
-            "get_job_result"
+            "get_job_result",
+            "list_categories",
+            "get_products_by_category"
         ],
         "a read-only caller sees no write tools"
     );
@@ -192,7 +194,9 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
             "submit_job",
             "get_job_status",
             "get_job_result",
-            "cancel_job"
+            "cancel_job",
+            "list_categories",
+            "get_products_by_category"
         ],
         "read and write scopes see every tool"
     );

@@ -26,6 +26,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("facade", "facade-server", vec!["weather_get", "directory_lookup"]),
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
+        ("db-adapter", "db-adapter-server", vec!["list_categories", "get_products_by_category"]),
     ];
     for (route, server_name, tools) in expected {
         let path = format!("/api/examples/{route}");

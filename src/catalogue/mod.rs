@@ -5,6 +5,7 @@
 
 pub mod async_jobs;
 pub mod auth_server;
+pub mod db_adapter;
 pub mod elicitation;
 pub mod facade;
 pub mod least_privilege;
@@ -56,6 +57,11 @@ pub fn ask<T>(
 pub fn facade_from(config: &Config) -> Arc<facade::Facade> {
     let lines = Arc::new(facade::LogLines(config.logger()));
     Arc::new(facade::Facade::new(lines.clone(), lines, config.random.clone()))
+}
+
+/// The db-adapter example over the configuration's product backend, logging reads as log lines.
+pub fn db_adapter_from(config: &Config) -> Arc<db_adapter::DbAdapter> {
+    Arc::new(db_adapter::DbAdapter::new(config.products.clone(), Arc::new(db_adapter::LoggedQueries(config.logger()))))
 }
 
 /// The error code the capped example stores' Lua scripts raise when the cap is reached.
@@ -112,7 +118,7 @@ pub struct Example {
 }
 
 /// Every example built so far, in the order `/api/mcp` lists their tools; each is also served
-/// alone at `/api/examples/<name>` (db-adapter and sandbox-isolation are not built yet).
+/// alone at `/api/examples/<name>` (sandbox-isolation is not built yet).
 pub const EXAMPLES: &[Example] = &[
     Example { name: "minimal", server_name: "minimal-server", register: |server, _| minimal::register(server) },
     Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
@@ -147,6 +153,11 @@ pub const EXAMPLES: &[Example] = &[
         name: "async-jobs",
         server_name: "async-jobs-server",
         register: |server, config| async_jobs::register(server, jobs_from(config)),
+    },
+    Example {
+        name: "db-adapter",
+        server_name: db_adapter::SERVER_NAME,
+        register: |server, config| db_adapter::register(server, db_adapter_from(config)),
     },
 ];
 
