@@ -196,7 +196,8 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
             "get_job_result",
             "cancel_job",
             "list_categories",
-            "get_products_by_category"
+            "get_products_by_category",
+            "run_in_sandbox"
         ],
         "read and write scopes see every tool"
     );

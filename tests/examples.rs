@@ -27,6 +27,7 @@ async fn every_example_route_serves_its_own_catalogue() {
         ("auth-server", "auth-server", vec!["whoami"]),
         ("least-privilege", "least-privilege-server", vec!["read_invoice", "issue_refund"]),
         ("db-adapter", "db-adapter-server", vec!["list_categories", "get_products_by_category"]),
+        ("sandbox-isolation", "sandbox-isolation-server", vec!["run_in_sandbox"]),
     ];
     for (route, server_name, tools) in expected {
         let path = format!("/api/examples/{route}");
@@ -150,4 +151,54 @@ async fn listed_notes(server: &TestServer) -> (serde_json::Value, serde_json::Va
     let resources = call_example(server, "resources", "resources/list", None, json!({})).await.json();
     let templates = call_example(server, "resources", "resources/templates/list", None, json!({})).await.json();
     (resources["result"]["resources"].clone(), templates["result"]["resourceTemplates"].clone())
+}
+
+/// The Origin check (O-1 … O-7, O-12 over HTTP) guards every example route, not only `/api/mcp`:
+/// a refusal is a 403 that names the origin problem without echoing the allowlist, and the
+/// request never reaches the example (a refused `tools/call` of `echo` returns no result).
+#[tokio::test]
+async fn every_example_route_checks_the_origin() {
+    let config = Config::from_lookup(
+        |name| match name {
+            "MCP_STATE_SECRET" => Some("test=0123456789abcdef0123456789abcdef".into()),
+            "MCP_ALLOWED_ORIGINS" => Some("https://app.example/, null".into()),
+            _ => None,
+        },
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let server = TestServer::start_routes(Routes::new(&config)).await;
+    let mut routes: Vec<String> =
+        vercel_mcp::catalogue::EXAMPLES.iter().map(|e| format!("/api/examples/{}", e.name)).collect();
+    routes.push("/api/mcp".into());
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params": common::with_meta(json!({}))}).to_string();
+    for route in &routes {
+        let send = |origin: Option<&'static str>| {
+            let mut call = server
+                .post_to(route, body.clone())
+                .header("MCP-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "tools/list");
+            if let Some(origin) = origin {
+                call = call.header("Origin", origin);
+            }
+            call.send()
+        };
+        for refused in ["https://evil.example", "null", "not a url", "http://app.example", "https://app.example.evil"] {
+            let reply = send(Some(refused)).await;
+            assert_eq!(reply.status, 403, "{route} {refused}");
+            assert!(reply.text().to_lowercase().contains("origin"), "{route}: {}", reply.text());
+            assert!(!reply.text().contains("app.example"), "the allowlist is never echoed: {}", reply.text());
+        }
+        for allowed in [None, Some("https://app.example"), Some("HTTPS://APP.example")] {
+            let reply = send(allowed).await;
+            assert_eq!(reply.status, 200, "{route} {allowed:?}: {}", reply.text());
+            assert!(reply.json()["result"]["tools"].is_array());
+        }
+    }
+    let refused_call = server
+        .post_to("/api/examples/minimal", json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": common::with_meta(json!({"name":"echo","arguments":{"message":"ping"}}))}).to_string())
+        .header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", "tools/call").header("Mcp-Name", "echo")
+        .header("Origin", "https://evil.example").send().await;
+    assert_eq!(refused_call.status, 403);
+    assert!(!refused_call.text().contains("ping"), "the handler never ran");
 }

@@ -8,14 +8,11 @@ mod common;
 
 use bytes::Bytes;
 use common::redis::{redis, unique_prefix};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use tokio::net::TcpListener;
 
 const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
 const OIDC: &str = "test-oidc-token";
@@ -28,52 +25,28 @@ struct FakeQueue {
 }
 
 async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let state = Arc::new(Mutex::new(FakeQueue::default()));
     let shared = state.clone();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let state = shared.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let state = state.clone();
-                    async move {
-                        let auth =
-                            request.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-                        let key = request
-                            .headers()
-                            .get("vqs-idempotency-key")
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
-                        let method = request.method().clone();
-                        let path = request.uri().path().to_owned();
-                        let body = request.into_body().collect().await.unwrap().to_bytes();
-                        let mut state = state.lock().unwrap();
-                        let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
-                            401
-                        } else if method == http::Method::POST && path == "/api/v3/topic/jobs" {
-                            state.published.push((auth, key, body));
-                            201
-                        } else if method == http::Method::DELETE && path.contains("/lease/") {
-                            state.acked.push(path.rsplit('/').next().unwrap().to_owned());
-                            204
-                        } else {
-                            404
-                        };
-                        let response = http::Response::builder()
-                            .status(status)
-                            .body(Full::new(Bytes::from_static(b"{}")))
-                            .unwrap();
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
-                });
-                let _ =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
+    let addr = common::upstream::serve(move |request| {
+        let state = shared.clone();
+        async move {
+            let auth = request.header("authorization");
+            let mut state = state.lock().unwrap();
+            let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
+                401
+            } else if request.method == http::Method::POST && request.path() == "/api/v3/topic/jobs" {
+                state.published.push((auth, request.header("vqs-idempotency-key"), request.body));
+                201
+            } else if request.method == http::Method::DELETE && request.path().contains("/lease/") {
+                state.acked.push(request.path().rsplit('/').next().unwrap().to_owned());
+                204
+            } else {
+                404
+            };
+            (status, Bytes::from_static(b"{}"))
         }
-    });
+    })
+    .await;
     (addr, state)
 }
 

@@ -13,6 +13,7 @@ pub mod minimal;
 pub mod query_command;
 pub mod resources;
 pub mod sampling;
+pub mod sandbox_isolation;
 pub mod secure_tools;
 
 use std::sync::Arc;
@@ -118,7 +119,7 @@ pub struct Example {
 }
 
 /// Every example built so far, in the order `/api/mcp` lists their tools; each is also served
-/// alone at `/api/examples/<name>` (sandbox-isolation is not built yet).
+/// alone at `/api/examples/<name>`.
 pub const EXAMPLES: &[Example] = &[
     Example { name: "minimal", server_name: "minimal-server", register: |server, _| minimal::register(server) },
     Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
@@ -158,6 +159,11 @@ pub const EXAMPLES: &[Example] = &[
         name: "db-adapter",
         server_name: db_adapter::SERVER_NAME,
         register: |server, config| db_adapter::register(server, db_adapter_from(config)),
+    },
+    Example {
+        name: "sandbox-isolation",
+        server_name: sandbox_isolation::SERVER_NAME,
+        register: |server, config| sandbox_isolation::register(server, config.sandbox.clone(), config.logger()),
     },
 ];
 

@@ -5,6 +5,7 @@
 
 pub mod redis;
 pub mod tokens;
+pub mod upstream;
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -3,14 +3,11 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::net::TcpListener;
 
 use vercel_mcp::Config;
 use vercel_mcp::state::ManualClock;
@@ -24,28 +21,13 @@ pub const JWKS: &str = include_str!("../fixtures/jwks.json");
 
 /// Serves the test JWKS on a free port; returns its URL and a fetch counter.
 pub async fn stub_jwks() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let fetches = Arc::new(AtomicUsize::new(0));
     let counter = fetches.clone();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_request: http::Request<hyper::body::Incoming>| {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
-                            JWKS.as_bytes(),
-                        ))))
-                    }
-                });
-                let _ =
-                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
-        }
-    });
+    let addr = super::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { (200, Bytes::from_static(JWKS.as_bytes())) }
+    })
+    .await;
     (format!("http://{addr}/jwks.json"), fetches)
 }
 

@@ -1,0 +1,220 @@
+//! The Vercel Sandbox REST API, as far as one run needs it: create, run and wait, read the
+//! logs, stop.
+//!
+//! There is no Rust SDK; this follows the contract the official JavaScript SDK speaks. The
+//! token is the deployment's OIDC token: the request's `x-vercel-oidc-token` when deployed,
+//! `VERCEL_OIDC_TOKEN` (from `vercel env pull`) locally. Its unverified claims only address the
+//! call (`owner_id` is the team, `project_id` the project); the API verifies the token itself.
+//! The sandbox is always stopped, whatever happened after it was created.
+//!
+//! Wire mapping of [`SandboxCreateOptions`]: the pinned image `vercel/sandbox/node:22` is the
+//! API's `runtime: "node22"`, and the allowlist is `networkPolicy: {mode: "custom",
+//! allowedDomains}`, which denies every other destination. No `env` is ever sent.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::Full;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+use super::{SandboxClient, SandboxCreateOptions, SandboxError, SandboxFuture, SandboxRunRequest, SandboxRunResult};
+
+/// Where the API lives unless configured otherwise.
+pub const DEFAULT_BASE_URL: &str = "https://vercel.com/api";
+
+/// How long creating, stopping or reading logs may take; a run may take the sandbox's timeout
+/// plus this.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Vercel Sandbox API client.
+#[derive(Clone)]
+pub struct VercelSandbox {
+    base_url: String,
+    env_token: Option<String>,
+}
+
+impl std::fmt::Debug for VercelSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VercelSandbox").field("base_url", &self.base_url).finish_non_exhaustive()
+    }
+}
+
+/// Who the token says is calling.
+struct Claims {
+    team_id: String,
+    project_id: String,
+}
+
+/// Reads `owner_id` and `project_id` from the token's payload without verifying it.
+fn claims(token: &str) -> Option<Claims> {
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
+    let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?).ok()?;
+    Some(Claims {
+        team_id: payload.get("owner_id")?.as_str()?.to_owned(),
+        project_id: payload.get("project_id")?.as_str()?.to_owned(),
+    })
+}
+
+fn failed(detail: impl Into<String>) -> SandboxError {
+    SandboxError::Failed { detail: detail.into() }
+}
+
+/// The create body for `options` in `project_id`.
+pub fn create_body(options: &SandboxCreateOptions, project_id: &str) -> Value {
+    let runtime = options.image().rsplit('/').next().unwrap_or_default().replace(':', "");
+    json!({
+        "projectId": project_id,
+        "runtime": runtime,
+        "timeout": options.timeout_ms(),
+        "resources": { "vcpus": options.vcpus() },
+        "networkPolicy": { "mode": "custom", "allowedDomains": options.allowed_hosts() },
+        "persistent": options.persistent(),
+    })
+}
+
+/// The JSON values of a newline-delimited JSON body.
+fn ndjson(body: &[u8]) -> Result<Vec<Value>, SandboxError> {
+    body.split(|&b| b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .map(|line| serde_json::from_slice(line).map_err(|_| failed("malformed NDJSON line from the sandbox API")))
+        .collect()
+}
+
+impl VercelSandbox {
+    /// A client of `base_url` (default [`DEFAULT_BASE_URL`]) with `env_token` as the fallback
+    /// credential for the local run.
+    pub fn new(base_url: Option<String>, env_token: Option<String>) -> Self {
+        Self {
+            base_url: base_url.unwrap_or_else(|| DEFAULT_BASE_URL.into()).trim_end_matches('/').to_owned(),
+            env_token,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        team_id: &str,
+        body: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Bytes, SandboxError> {
+        let team: String = url::form_urlencoded::byte_serialize(team_id.as_bytes()).collect();
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}?teamId={team}", self.base_url))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Full::new(body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()))))
+            .map_err(|_| failed("invalid sandbox API request"))?;
+        let response = crate::outbound::send(request, timeout).await.map_err(|e| failed(format!("{path}: {e}")))?;
+        if !response.status.is_success() {
+            return Err(failed(format!("{path}: HTTP {}", response.status.as_u16())));
+        }
+        Ok(response.body)
+    }
+
+    async fn run_in(
+        &self,
+        sandbox_id: &str,
+        request: &SandboxRunRequest,
+        token: &str,
+        team_id: &str,
+    ) -> Result<SandboxRunResult, SandboxError> {
+        let command =
+            json!({ "command": "sh", "args": ["-c", request.command], "env": {}, "sudo": false, "wait": true });
+        let run_timeout = Duration::from_millis(request.options.timeout_ms()) + CALL_TIMEOUT;
+        let path = format!("/v1/sandboxes/{sandbox_id}/cmd");
+        let lines = ndjson(&self.call(Method::POST, &path, token, team_id, Some(command), run_timeout).await?)?;
+        let finished = lines.last().and_then(|line| line.get("command")).ok_or_else(|| failed("no command status"))?;
+        let command_id = finished.get("id").and_then(Value::as_str).ok_or_else(|| failed("no command id"))?;
+        let exit_code = finished
+            .get("exitCode")
+            .and_then(Value::as_i64)
+            .and_then(|code| i32::try_from(code).ok())
+            .ok_or_else(|| failed("the command did not finish"))?;
+        let path = format!("/v1/sandboxes/{sandbox_id}/cmd/{command_id}/logs");
+        let mut result = SandboxRunResult { exit_code, ..SandboxRunResult::default() };
+        for line in ndjson(&self.call(Method::GET, &path, token, team_id, None, CALL_TIMEOUT).await?)? {
+            let data = line.get("data");
+            match line.get("stream").and_then(Value::as_str) {
+                Some("stdout") => result.stdout.push_str(data.and_then(Value::as_str).unwrap_or_default()),
+                Some("stderr") => result.stderr.push_str(data.and_then(Value::as_str).unwrap_or_default()),
+                _ => return Err(failed("the log stream reported an error")),
+            }
+        }
+        Ok(result)
+    }
+}
+
+impl SandboxClient for VercelSandbox {
+    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a> {
+        Box::pin(async move {
+            let token = oidc_token.or(self.env_token.as_deref()).ok_or(SandboxError::NoCredential)?;
+            let Claims { team_id, project_id } =
+                claims(token).ok_or_else(|| failed("the OIDC token carries no owner_id/project_id claims"))?;
+            let body = create_body(&request.options, &project_id);
+            let created = self.call(Method::POST, "/v1/sandboxes", token, &team_id, Some(body), CALL_TIMEOUT).await?;
+            let created: Value = serde_json::from_slice(&created).map_err(|_| failed("malformed create response"))?;
+            let sandbox_id = created
+                .pointer("/sandbox/id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+                .ok_or_else(|| failed("no usable sandbox id in the create response"))?
+                .to_owned();
+            let outcome = self.run_in(&sandbox_id, request, token, &team_id).await;
+            let stop = format!("/v1/sandboxes/{sandbox_id}/stop");
+            let stopped = self.call(Method::POST, &stop, token, &team_id, None, CALL_TIMEOUT).await;
+            match (outcome, stopped) {
+                (Err(error), _) => Err(error),
+                (Ok(_), Err(error)) => Err(error),
+                (Ok(result), Ok(_)) => Ok(result),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(payload: &Value) -> String {
+        format!("eyJhbGciOiJSUzI1NiJ9.{}.c2ln", URL_SAFE_NO_PAD.encode(payload.to_string()))
+    }
+
+    #[test]
+    fn claims_address_the_call() {
+        let claims = claims(&token(&json!({"owner_id": "team_1", "project_id": "prj_2"}))).unwrap();
+        assert_eq!((claims.team_id.as_str(), claims.project_id.as_str()), ("team_1", "prj_2"));
+        assert!(super::claims(&token(&json!({"owner_id": "team_1"}))).is_none());
+        assert!(super::claims("not-a-jwt").is_none());
+        assert!(super::claims("a.b.c.d").is_none());
+    }
+
+    #[test]
+    fn the_wire_body_pins_runtime_and_denies_other_egress() {
+        let body = create_body(&super::super::build_sandbox_create_options(), "prj_2");
+        assert_eq!(
+            body,
+            json!({
+                "projectId": "prj_2",
+                "runtime": "node22",
+                "timeout": 30000,
+                "resources": {"vcpus": 1},
+                "networkPolicy": {"mode": "custom", "allowedDomains": ["registry.npmjs.org", "api.example.com"]},
+                "persistent": false,
+            })
+        );
+    }
+
+    #[test]
+    fn ndjson_lines_parse_and_garbage_is_refused() {
+        assert_eq!(ndjson(b"{\"a\":1}\n\n{\"b\":2}\n").unwrap().len(), 2);
+        assert!(ndjson(b"{\"a\":1}\nnot json\n").is_err());
+    }
+}
