@@ -12,20 +12,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use vercel_mcp::local::Routes;
+use vercel_mcp::observe::MemorySink;
 use vercel_mcp::{Config, mcp_app};
 
 struct Env {
     server: TestServer,
     fetches: Arc<AtomicUsize>,
+    logs: Arc<MemorySink>,
 }
 
 async fn env(mode: &str, route_scopes: &str) -> Env {
     let (jwks_url, fetches) = stub_jwks().await;
-    let config = auth_config(jwks_url, &[("MCP_AUTH_MODE", mode), ("MCP_AUTH_SCOPES", route_scopes)]);
-    Env { server: TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await, fetches }
+    let mut config = auth_config(jwks_url, &[("MCP_AUTH_MODE", mode), ("MCP_AUTH_SCOPES", route_scopes)]);
+    let logs = Arc::new(MemorySink::default());
+    config.log_sink = logs.clone();
+    Env { server: TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await, fetches, logs }
 }
 
 impl Env {
+    /// The `whoami` audit entries so far.
+    fn audit(&self) -> Vec<Value> {
+        self.logs.lines().into_iter().filter(|line| line["event"] == "tool_audit").collect()
+    }
+
     async fn whoami(&self, authorization: Option<&str>) -> common::Reply {
         let mut call = self.server.modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}));
         if let Some(value) = authorization {
@@ -79,8 +88,12 @@ async fn the_token_matrix() {
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert!(ok.header("www-authenticate").is_none());
     let who: Value = serde_json::from_str(ok.json()["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
-    assert_eq!(who, json!({"principal": "sub:alice", "clientId": "client-read", "scopes": ["mcp:read"]}));
+    assert_eq!(who, json!({"clientId": "client-read", "scopes": ["mcp:read"]}));
     assert!(!ok.text().contains(&valid));
+    let audit = env.audit();
+    assert_eq!(audit.len(), 1, "one audit entry per successful call: {audit:?}");
+    assert_eq!((audit[0]["clientId"].clone(), audit[0]["tool"].clone()), (json!("client-read"), json!("whoami")));
+    assert!(!env.logs.raw().iter().any(|line| line.contains(&valid)), "the token is never logged");
     assert_eq!(env.whoami(Some(&format!("bearer {valid}"))).await.status, 200, "the scheme is case-insensitive");
 
     let hs256_with_public_key = {
@@ -126,6 +139,7 @@ async fn the_token_matrix() {
     }
     let missing = env.whoami(None).await;
     assert_refused(&missing, 401, "invalid_token", "");
+    assert_eq!(env.audit().len(), 2, "only the two accepted calls above were audited");
     let doubled = env
         .server
         .modern(json!(1), "tools/list", json!({}))
@@ -147,6 +161,7 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
     let none = token(json!({"scope": ""}));
     let reply = env.whoami(Some(&format!("Bearer {none}"))).await;
     assert_refused(&reply, 403, "insufficient_scope", &none);
+    assert!(env.audit().is_empty(), "a denial leaves no audit entry");
     assert_eq!(challenge(&reply)["scope"], "mcp:read");
 
     let read = token(json!({}));
@@ -239,6 +254,7 @@ async fn origin_is_checked_before_authentication() {
         .await;
     assert_eq!(reply.status, 403);
     assert!(reply.header("www-authenticate").is_none());
+    assert!(env.audit().is_empty(), "a refused origin leaves no audit entry");
 }
 
 #[tokio::test]

@@ -102,6 +102,11 @@ async fn an_approved_accept_books_with_the_elicited_time() {
     assert_eq!(schema["required"], json!(["approved"]));
     assert_eq!(schema["properties"]["topic"]["default"], "Q3 roadmap");
     assert_eq!(schema["properties"]["topic"]["maxLength"], 120);
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"]["topic"]["type"], "string");
+    assert_eq!(schema["properties"]["topic"]["title"], "Meeting topic");
+    assert_eq!(schema["properties"]["time"]["type"], "string");
+    assert_eq!(schema["properties"].as_object().unwrap().len(), 3, "flat, three primitives: {schema}");
     assert_eq!(schema["properties"]["approved"]["type"], "boolean");
     assert_eq!(schema["properties"]["time"]["default"], "09:00");
     assert!(calendar.bookings().is_empty(), "asking books nothing");

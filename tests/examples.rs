@@ -58,6 +58,22 @@ async fn every_example_route_serves_its_own_catalogue() {
         .post_to("/api/examples/minimal", json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": common::with_meta(json!({"name":"echo","arguments":{"message":"ping"}}))}).to_string())
         .header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", "tools/call").header("Mcp-Name", "echo").send().await;
     assert_eq!(echo.json()["result"]["content"], json!([{"type":"text","text":"ping"}]));
+    let bad = server
+        .post_to("/api/examples/minimal", json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params": common::with_meta(json!({"name":"echo","arguments":{"message":42}}))}).to_string())
+        .header("MCP-Protocol-Version", "2026-07-28").header("Mcp-Method", "tools/call").header("Mcp-Name", "echo").send().await;
+    assert_eq!(bad.json()["result"]["isError"], true, "a non-string message is a tool error: {}", bad.text());
+    let list = server
+        .post_to(
+            "/api/examples/minimal",
+            json!({"jsonrpc":"2.0","id":4,"method":"tools/list","params": common::with_meta(json!({}))}).to_string(),
+        )
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/list")
+        .send()
+        .await;
+    let schema = &list.json()["result"]["tools"][0]["inputSchema"];
+    assert_eq!(schema["properties"]["message"]["type"], "string");
+    assert_eq!(schema["required"], json!(["message"]));
 }
 
 #[tokio::test]

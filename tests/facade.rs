@@ -145,7 +145,8 @@ async fn faults_are_contained_behind_a_correlation_id() {
 fn dispatch_refuses_unknown_backends_before_auditing() {
     let (facade, recorder) = facade();
     let error = facade.dispatch("nonexistent", "anything").unwrap_err();
-    assert!(error.message.contains("unknown backend") && error.correlation_id.is_none());
+    assert_eq!(error.message, "unknown backend: \"nonexistent\"");
+    assert!(error.correlation_id.is_none());
     assert!(recorder.audit().is_empty() && recorder.faults().is_empty());
     let error = facade.dispatch("weather", "atlantis").unwrap_err();
     assert!(error.message.contains("unknown city") && error.correlation_id.is_none());
@@ -153,5 +154,7 @@ fn dispatch_refuses_unknown_backends_before_auditing() {
     let contained = facade.dispatch("directory", "__boom__").unwrap_err();
     let id = contained.correlation_id.clone().unwrap();
     assert_eq!(contained.message, contained_fault_message("directory", &id));
+    // The chosen wording of the reconstructed template, pinned literally.
+    assert_eq!(contained.message, format!("backend \"directory\" failed; see server logs for correlation id {id}"));
     assert!(is_uuid(&id));
 }

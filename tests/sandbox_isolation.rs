@@ -143,6 +143,26 @@ async fn a_run_sends_exactly_the_command_and_the_fixed_options() {
     assert_eq!(lines.get(1), Some(&UNTRUSTED_OUTPUT_BEGIN));
     assert_eq!(lines.last(), Some(&UNTRUSTED_OUTPUT_END));
     assert!(text.contains("stdout:\nout text") && text.contains("stderr:\nerr text"), "{text}");
+    let raw = result.to_string();
+    for forbidden in [CANARY, "****", "SANDBOX_API_TOKEN"] {
+        assert!(!raw.contains(forbidden), "{forbidden} in {raw}");
+    }
+    let recorded = format!("{:?} {}", runs[0].0, serde_json::to_string(&runs[0].0.options).unwrap());
+    assert!(!recorded.contains(CANARY) && !recorded.contains("env"), "{recorded}");
+}
+
+/// The sandbox module reads no environment variable at all (the canary can only stay out of
+/// requests if nothing reads it); its credential comes from the request or the configuration.
+#[test]
+fn the_sandbox_code_reads_no_environment() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/catalogue/sandbox_isolation");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let source = std::fs::read_to_string(&path).unwrap();
+        for needle in ["std::env", "env::var", "SANDBOX_API_TOKEN", "std::process", "Command::new"] {
+            assert!(!source.contains(needle), "{} uses {needle}", path.display());
+        }
+    }
 }
 
 #[tokio::test]
@@ -224,7 +244,7 @@ fn the_function_may_outlive_the_sandbox() {
 }
 
 /// A stand-in for the Vercel Sandbox API on loopback: records every request and answers the
-/// create / run / logs / stop sequence; `fail_run` makes the run fail with HTTP 500.
+/// create / run (with logs) / stop sequence; `fail_run` makes the run fail with HTTP 500.
 #[derive(Default)]
 struct FakeSandboxApi {
     requests: Vec<(String, String, Option<String>, Value)>,
@@ -248,26 +268,23 @@ async fn start_fake_api(fail_run: bool) -> (String, Arc<Mutex<FakeSandboxApi>>) 
             ));
             let ndjson = |lines: &[Value]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
             let (status, text) = match path.as_str() {
-                "/v1/sandboxes" => (200, json!({"sandbox": {"id": "sbx_1", "status": "running"}}).to_string()),
-                "/v1/sandboxes/sbx_1/cmd" if state.fail_run => (500, "{}".to_owned()),
-                "/v1/sandboxes/sbx_1/cmd" => (
+                "/v2/sandboxes" => (
+                    200,
+                    json!({"sandbox": {"name": "sbx", "currentSessionId": "ses_1"}, "session": {"id": "ses_1"}})
+                        .to_string(),
+                ),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.fail_run => (500, "{}".to_owned()),
+                "/v2/sandboxes/sessions/ses_1/cmd" => (
                     200,
                     ndjson(&[
                         json!({"command": {"id": "cmd_1", "exitCode": null}}),
-                        json!({"command": {"id": "cmd_1", "exitCode": 3}}),
-                    ]),
-                ),
-                "/v1/sandboxes/sbx_1/cmd/cmd_1/logs" => (
-                    200,
-                    ndjson(&[
                         json!({"stream": "stdout", "data": "hello "}),
                         json!({"stream": "stderr", "data": "warn"}),
                         json!({"stream": "stdout", "data": "world"}),
+                        json!({"command": {"id": "cmd_1", "exitCode": 3}}),
                     ]),
                 ),
-                "/v1/sandboxes/sbx_1/stop" => {
-                    (200, json!({"sandbox": {"id": "sbx_1", "status": "stopped"}}).to_string())
-                }
+                "/v2/sandboxes/sessions/ses_1/stop" => (200, json!({"session": {"id": "ses_1"}}).to_string()),
                 _ => (404, "{}".to_owned()),
             };
             (status, bytes::Bytes::from(text))
@@ -323,10 +340,9 @@ async fn the_vercel_client_creates_runs_reads_and_always_stops() {
     assert_eq!(
         calls,
         [
-            ("POST", "/v1/sandboxes?teamId=team_1"),
-            ("POST", "/v1/sandboxes/sbx_1/cmd?teamId=team_1"),
-            ("GET", "/v1/sandboxes/sbx_1/cmd/cmd_1/logs?teamId=team_1"),
-            ("POST", "/v1/sandboxes/sbx_1/stop?teamId=team_1"),
+            ("POST", "/v2/sandboxes?teamId=team_1"),
+            ("POST", "/v2/sandboxes/sessions/ses_1/cmd?teamId=team_1"),
+            ("POST", "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1"),
         ]
     );
     let bearer = format!("Bearer {token}");
@@ -335,13 +351,13 @@ async fn the_vercel_client_creates_runs_reads_and_always_stops() {
         requests[0].3,
         json!({
             "projectId": "prj_2", "runtime": "node22", "timeout": 30000, "resources": {"vcpus": 1},
-            "networkPolicy": {"mode": "custom", "allowedDomains": ["registry.npmjs.org", "api.example.com"]},
-            "persistent": false,
+            "networkPolicy": {"allow": ["registry.npmjs.org", "api.example.com"]},
+            "persistent": false, "ports": [],
         })
     );
     assert_eq!(
         requests[1].3,
-        json!({"command": "sh", "args": ["-c", "echo hello"], "env": {}, "sudo": false, "wait": true})
+        json!({"command": "sh", "args": ["-c", "echo hello"], "env": {}, "sudo": false, "wait": true, "logs": true})
     );
 }
 
@@ -351,11 +367,11 @@ async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
     let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
     let (result, raw) = run(&server, json!({"command": "ls"})).await;
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
-    assert!(!raw.contains("sbx_1") && !raw.contains("team_1"), "{raw}");
+    assert!(!raw.contains("ses_1") && !raw.contains("team_1"), "{raw}");
     let requests = api.lock().unwrap().requests.clone();
     assert_eq!(
         requests.last().unwrap().1,
-        "/v1/sandboxes/sbx_1/stop?teamId=team_1",
+        "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1",
         "the local token was used and the sandbox stopped"
     );
 }

@@ -1,25 +1,33 @@
 //! auth-server: `whoami`, the scope-gated tool that shows who the verified token says the caller
 //! is. Identity is never caller-supplied: the tool takes no arguments.
+//!
+//! Each successful call leaves one audit entry, `{clientId, tool}`, as a `tool_audit` log line
+//! (a log drain ships it off the instance; instance memory is not an audit store). Denials, at
+//! the route or in the handler, leave none.
 
 use serde_json::json;
 
+use crate::observe::Logger;
 use crate::protocol::types::CallToolResult;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
 
 /// The scope `whoami` needs.
 pub const WHOAMI_SCOPE: &str = super::READ_SCOPE;
 
-/// Registers `whoami`.
-pub fn register(server: &mut McpServer) {
+/// Registers `whoami`, auditing successful calls through `audit`.
+pub fn register(server: &mut McpServer, audit: Logger) {
     server.tool(
         ToolDef::new("whoami")
             .description("Report the caller's identity as established by the access token.")
             .scopes(&[WHOAMI_SCOPE]),
-        whoami,
+        move |ctx: RequestContext, _: NoArguments| {
+            let audit = audit.clone();
+            async move { whoami(&ctx, &audit) }
+        },
     );
 }
 
-async fn whoami(ctx: RequestContext, _: NoArguments) -> Result<CallToolResult, ToolError> {
+fn whoami(ctx: &RequestContext, audit: &Logger) -> Result<CallToolResult, ToolError> {
     let principal = ctx.principal();
     if !principal.is_verified() {
         return Err(ToolError::Execution("unauthenticated: whoami needs a verified access token".into()));
@@ -28,7 +36,6 @@ async fn whoami(ctx: RequestContext, _: NoArguments) -> Result<CallToolResult, T
     if !principal.has_scopes(&[WHOAMI_SCOPE]) {
         return Err(ToolError::Execution(format!("insufficient scope: whoami requires {WHOAMI_SCOPE}")));
     }
-    let payload =
-        json!({ "principal": principal.id(), "clientId": principal.client_id(), "scopes": principal.scopes() });
-    Ok(CallToolResult::text(payload.to_string()))
+    audit.event("info", "tool_audit", json!({ "clientId": principal.client_id(), "tool": "whoami" }));
+    Ok(CallToolResult::text(json!({ "clientId": principal.client_id(), "scopes": principal.scopes() }).to_string()))
 }

@@ -144,7 +144,11 @@ pub const EXAMPLES: &[Example] = &[
         server_name: "facade-server",
         register: |server, config| facade::register(server, facade_from(config)),
     },
-    Example { name: "auth-server", server_name: "auth-server", register: |server, _| auth_server::register(server) },
+    Example {
+        name: "auth-server",
+        server_name: "auth-server",
+        register: |server, config| auth_server::register(server, config.logger()),
+    },
     Example {
         name: "least-privilege",
         server_name: "least-privilege-server",

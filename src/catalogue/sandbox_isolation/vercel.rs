@@ -1,15 +1,18 @@
-//! The Vercel Sandbox REST API, as far as one run needs it: create, run and wait, read the
-//! logs, stop.
+//! The Vercel Sandbox REST API, as far as one run needs it: create a sandbox session, run one
+//! command with its logs streamed back, stop the session.
 //!
-//! There is no Rust SDK; this follows the contract the official JavaScript SDK speaks. The
+//! There is no Rust SDK; this follows the contract the official JavaScript SDK (3.x) speaks:
+//! `POST /v2/sandboxes`, `POST /v2/sandboxes/sessions/{id}/cmd` with `wait` and `logs` (one
+//! NDJSON stream: the command, its log lines, the command again with its exit code), and
+//! `POST /v2/sandboxes/sessions/{id}/stop`, each with `?teamId=`. The
 //! token is the deployment's OIDC token: the request's `x-vercel-oidc-token` when deployed,
 //! `VERCEL_OIDC_TOKEN` (from `vercel env pull`) locally. Its unverified claims only address the
 //! call (`owner_id` is the team, `project_id` the project); the API verifies the token itself.
 //! The sandbox is always stopped, whatever happened after it was created.
 //!
 //! Wire mapping of [`SandboxCreateOptions`]: the pinned image `vercel/sandbox/node:22` is the
-//! API's `runtime: "node22"`, and the allowlist is `networkPolicy: {mode: "custom",
-//! allowedDomains}`, which denies every other destination. No `env` is ever sent.
+//! API's `runtime: "node22"`; the allowlist is `networkPolicy: {allow: [...]}`, which denies
+//! every other destination; `persistent: false`; no `env` is ever sent.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -72,8 +75,9 @@ pub fn create_body(options: &SandboxCreateOptions, project_id: &str) -> Value {
         "runtime": runtime,
         "timeout": options.timeout_ms(),
         "resources": { "vcpus": options.vcpus() },
-        "networkPolicy": { "mode": "custom", "allowedDomains": options.allowed_hosts() },
+        "networkPolicy": { "allow": options.allowed_hosts() },
         "persistent": options.persistent(),
+        "ports": [],
     })
 }
 
@@ -121,33 +125,32 @@ impl VercelSandbox {
 
     async fn run_in(
         &self,
-        sandbox_id: &str,
+        session_id: &str,
         request: &SandboxRunRequest,
         token: &str,
         team_id: &str,
     ) -> Result<SandboxRunResult, SandboxError> {
-        let command =
-            json!({ "command": "sh", "args": ["-c", request.command], "env": {}, "sudo": false, "wait": true });
+        let command = json!({
+            "command": "sh", "args": ["-c", request.command], "env": {}, "sudo": false, "wait": true, "logs": true,
+        });
         let run_timeout = Duration::from_millis(request.options.timeout_ms()) + CALL_TIMEOUT;
-        let path = format!("/v1/sandboxes/{sandbox_id}/cmd");
+        let path = format!("/v2/sandboxes/sessions/{session_id}/cmd");
         let lines = ndjson(&self.call(Method::POST, &path, token, team_id, Some(command), run_timeout).await?)?;
-        let finished = lines.last().and_then(|line| line.get("command")).ok_or_else(|| failed("no command status"))?;
-        let command_id = finished.get("id").and_then(Value::as_str).ok_or_else(|| failed("no command id"))?;
-        let exit_code = finished
-            .get("exitCode")
-            .and_then(Value::as_i64)
-            .and_then(|code| i32::try_from(code).ok())
-            .ok_or_else(|| failed("the command did not finish"))?;
-        let path = format!("/v1/sandboxes/{sandbox_id}/cmd/{command_id}/logs");
-        let mut result = SandboxRunResult { exit_code, ..SandboxRunResult::default() };
-        for line in ndjson(&self.call(Method::GET, &path, token, team_id, None, CALL_TIMEOUT).await?)? {
-            let data = line.get("data");
+        let mut result = SandboxRunResult::default();
+        let mut exit_code = None;
+        for line in &lines {
+            if let Some(command) = line.get("command") {
+                exit_code = command.get("exitCode").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok());
+                continue;
+            }
+            let data = line.get("data").and_then(Value::as_str).unwrap_or_default();
             match line.get("stream").and_then(Value::as_str) {
-                Some("stdout") => result.stdout.push_str(data.and_then(Value::as_str).unwrap_or_default()),
-                Some("stderr") => result.stderr.push_str(data.and_then(Value::as_str).unwrap_or_default()),
-                _ => return Err(failed("the log stream reported an error")),
+                Some("stdout") => result.stdout.push_str(data),
+                Some("stderr") => result.stderr.push_str(data),
+                _ => return Err(failed("the command stream reported an error")),
             }
         }
+        result.exit_code = exit_code.ok_or_else(|| failed("the command did not finish"))?;
         Ok(result)
     }
 }
@@ -159,16 +162,16 @@ impl SandboxClient for VercelSandbox {
             let Claims { team_id, project_id } =
                 claims(token).ok_or_else(|| failed("the OIDC token carries no owner_id/project_id claims"))?;
             let body = create_body(&request.options, &project_id);
-            let created = self.call(Method::POST, "/v1/sandboxes", token, &team_id, Some(body), CALL_TIMEOUT).await?;
+            let created = self.call(Method::POST, "/v2/sandboxes", token, &team_id, Some(body), CALL_TIMEOUT).await?;
             let created: Value = serde_json::from_slice(&created).map_err(|_| failed("malformed create response"))?;
-            let sandbox_id = created
-                .pointer("/sandbox/id")
+            let session_id = created
+                .pointer("/session/id")
                 .and_then(Value::as_str)
                 .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-                .ok_or_else(|| failed("no usable sandbox id in the create response"))?
+                .ok_or_else(|| failed("no usable session id in the create response"))?
                 .to_owned();
-            let outcome = self.run_in(&sandbox_id, request, token, &team_id).await;
-            let stop = format!("/v1/sandboxes/{sandbox_id}/stop");
+            let outcome = self.run_in(&session_id, request, token, &team_id).await;
+            let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
             let stopped = self.call(Method::POST, &stop, token, &team_id, None, CALL_TIMEOUT).await;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),
@@ -206,8 +209,9 @@ mod tests {
                 "runtime": "node22",
                 "timeout": 30000,
                 "resources": {"vcpus": 1},
-                "networkPolicy": {"mode": "custom", "allowedDomains": ["registry.npmjs.org", "api.example.com"]},
+                "networkPolicy": {"allow": ["registry.npmjs.org", "api.example.com"]},
                 "persistent": false,
+                "ports": [],
             })
         );
     }

@@ -1,0 +1,7 @@
+#![no_main]
+
+#[path = "../harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::meta(data));
