@@ -4,8 +4,12 @@
 //! cold start (spawn to first successful `tools/call`, median of 5 starts), then drives each
 //! workload over keep-alive connections and prints requests/s, p50/p99 latency and resident memory.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+#[path = "support/loopback.rs"]
+mod loopback;
+
+use loopback::{free_port, percentile, proc_kib as rss_kib, read_response};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,35 +45,6 @@ fn request(w: &Workload, addr: SocketAddr) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Reads one response with a Content-Length body; returns its status.
-fn read_response(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> u16 {
-    buffer.clear();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .expect("benchmarked responses carry Content-Length");
-            while buffer.len() < end + 4 + length {
-                let n = stream.read(&mut chunk).unwrap();
-                assert!(n > 0, "connection closed");
-                buffer.extend_from_slice(&chunk[..n]);
-            }
-            return head[9..12].parse().unwrap();
-        }
-        let n = stream.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed");
-        buffer.extend_from_slice(&chunk[..n]);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn spawn(binary: &str, port: u16) -> Child {
     Command::new(binary)
         .env("PORT", port.to_string())
@@ -92,7 +67,7 @@ fn cold_start(binary: &str) -> Duration {
     let elapsed = loop {
         if let Ok(mut stream) = TcpStream::connect(addr) {
             stream.write_all(&request(echo, addr)).unwrap();
-            if read_response(&mut stream, &mut buffer) == 200 {
+            if read_response(&mut stream, &mut buffer).0 == 200 {
                 break started.elapsed();
             }
         }
@@ -102,19 +77,6 @@ fn cold_start(binary: &str) -> Duration {
     child.kill().unwrap();
     child.wait().unwrap();
     elapsed
-}
-
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn main() {
@@ -150,7 +112,7 @@ fn main() {
                         while Instant::now() < deadline {
                             let t = Instant::now();
                             stream.write_all(&payload).unwrap();
-                            assert_eq!(read_response(&mut stream, &mut buffer), 200);
+                            assert_eq!(read_response(&mut stream, &mut buffer).0, 200);
                             latencies.push(t.elapsed());
                         }
                         latencies
