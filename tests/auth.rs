@@ -229,6 +229,7 @@ async fn job_handles_belong_to_the_verified_subject() {
     };
     let submitted = call(bearer("alice"), "submit_job", json!({"steps": 2})).send().await.json();
     let handle = common::payload(&submitted["result"])["jobId"].as_str().unwrap().to_owned();
+    let before = call(bearer("alice"), "get_job_status", json!({"jobId": handle})).send().await.json();
     for tool in ["get_job_status", "get_job_result", "cancel_job"] {
         let foreign =
             call(bearer("bob"), tool, json!({"jobId": handle, "principal": "sub:alice", "ownerId": "sub:alice"}))
@@ -240,6 +241,17 @@ async fn job_handles_belong_to_the_verified_subject() {
     }
     let own = call(bearer("alice"), "get_job_status", json!({"jobId": handle})).send().await.json();
     assert_eq!(common::payload(&own["result"])["state"], "pending");
+    assert_eq!(
+        common::payload(&own["result"]),
+        common::payload(&before["result"]),
+        "the foreign attempts changed nothing (state, steps, cancellation)"
+    );
+    let anonymous = env
+        .server
+        .modern(json!(1), "tools/call", json!({"name": "get_job_status", "arguments": {"jobId": handle}}))
+        .send()
+        .await;
+    assert_eq!(anonymous.status, 401, "an anonymous caller cannot reach the job at all");
 }
 
 #[tokio::test]
@@ -396,4 +408,24 @@ async fn a_remembered_verification_still_expires_with_its_token() {
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
     clock.advance_ms(60_000);
     assert_eq!(list().await.status, 401, "a cached token expires at its exp second");
+}
+
+#[tokio::test]
+async fn a_read_token_discovers_the_server_and_whoami_takes_no_arguments() {
+    let env = env("required", "mcp:read").await;
+    let read = token(json!({}));
+    let discover = env
+        .server
+        .modern(json!(1), "server/discover", json!({}))
+        .header("Authorization", &format!("Bearer {read}"))
+        .send()
+        .await;
+    assert_eq!(discover.status, 200, "{}", discover.text());
+    assert!(discover.json()["result"].is_object(), "{}", discover.text());
+    assert!(!discover.text().contains(&read));
+    let list = env.list_tools(Some(&read)).await;
+    let whoami = list["tools"].as_array().unwrap().iter().find(|t| t["name"] == "whoami").unwrap().clone();
+    let properties = whoami["inputSchema"]["properties"].as_object().map_or(0, |p| p.len());
+    assert_eq!(properties, 0, "identity is never caller-supplied: {whoami}");
+    assert!(env.audit().is_empty(), "listing and discovery are not audited calls");
 }

@@ -117,6 +117,11 @@ async fn anonymous_callers_get_two_slots_and_finishing_frees_one() {
     payload(&env.call("cancel_job", &a).await);
     payload(&env.submit(json!(3)).await);
     assert_eq!(env.store.len(), 3);
+    assert!(error_text(&env.submit(json!(3)).await).contains("at most 2 active jobs"));
+    // Completion frees slots as cancellation does.
+    env.queue.drain().await;
+    payload(&env.submit(json!(1)).await);
+    payload(&env.submit(json!(1)).await);
 }
 
 #[tokio::test]

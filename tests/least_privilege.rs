@@ -87,6 +87,26 @@ async fn listings_are_per_principal_and_never_shared() {
     assert!(props.get("principal").is_none());
     assert_eq!(refund["annotations"], json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false}));
     assert_eq!(schema["result"]["cacheScope"], "private");
+    let tools = schema["result"]["tools"].as_array().unwrap();
+    let read = tools.iter().find(|t| t["name"] == "read_invoice").unwrap();
+    assert_eq!(read["annotations"], json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true}));
+    assert_eq!(read["inputSchema"]["properties"]["invoiceId"]["pattern"], "^inv-[0-9]+$");
+    assert_eq!(read["inputSchema"]["required"], json!(["invoiceId"]));
+    let listed: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        vercel_mcp::catalogue::least_privilege::registered_tool_names(),
+        listed,
+        "the declared tool list is the registered one"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_not_found_and_changes_nothing() {
+    let (server, ledger) = env().await;
+    let reply = call(&server, TREASURY, "delete_invoice", json!({"invoiceId": "inv-1"})).await.json();
+    let message = reply["error"]["message"].as_str().unwrap_or_default().to_lowercase();
+    assert!(message.contains("not found"), "{reply}");
+    assert!(ledger.entries().is_empty());
 }
 
 #[tokio::test]

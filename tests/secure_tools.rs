@@ -141,7 +141,7 @@ fn authorization_and_validation_rules() {
         assert!(authorize(&principal).is_err(), "{principal:?}");
     }
     assert!(name_is_valid("alpha") && name_is_valid(&"x".repeat(64)) && name_is_valid("naïve"));
-    for name in ["", "a\nb", "a\u{0}b", "a\u{7f}b", &"x".repeat(65)] {
+    for name in ["", "a\nb", "a\tb", "a\u{1b}[31mb", "a\u{0}b", "a\u{7f}b", &"x".repeat(65)] {
         assert!(!name_is_valid(name), "{name:?}");
     }
 }

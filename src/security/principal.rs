@@ -72,6 +72,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_empty_requirement_passes_and_an_empty_grant_fails() {
+        let granted = Principal::verified(Some("a"), None, vec!["mcp:read".into()]);
+        assert!(granted.has_scopes(&[]));
+        assert!(granted.has_scopes(&["mcp:read"]) && !granted.has_scopes(&["mcp:read", "mcp:write"]));
+        assert!(!Principal::verified(Some("a"), None, vec![]).has_scopes(&["mcp:read"]));
+        assert!(Principal::verified(Some("a"), None, vec![]).has_scopes(&[]));
+    }
+
+    #[test]
     fn subject_then_client_then_anonymous() {
         assert_eq!(Principal::verified(Some("u1"), Some("c1"), vec![]).id(), "sub:u1");
         assert_eq!(Principal::verified(None, Some("c1"), vec![]).id(), "client:c1");
