@@ -43,6 +43,18 @@ impl Env {
         call.send().await
     }
 
+    /// `whoami` with `authorization` and extra headers.
+    async fn whoami_with(&self, authorization: &str, headers: &[(&str, &str)]) -> common::Reply {
+        let mut call = self
+            .server
+            .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+            .header("Authorization", authorization);
+        for (name, value) in headers {
+            call = call.header(name, value);
+        }
+        call.send().await
+    }
+
     /// The `tools/list` result for a caller with `token` (anonymous without one).
     async fn list_tools(&self, token: Option<&str>) -> Value {
         let mut call = self.server.modern(json!(1), "tools/list", json!({}));
@@ -306,6 +318,27 @@ async fn protected_resource_metadata_is_pinned_and_public() {
         url.starts_with("https://mcp.example.com/")
             && !unauthenticated.header("www-authenticate").unwrap().contains("evil")
     );
+    // Every forged host header at once, with a token minted for another resource: still the
+    // pinned challenge.
+    let foreign = token(json!({"aud": "https://evil.example/api/mcp"}));
+    let forged = env
+        .whoami_with(
+            &format!("Bearer {foreign}"),
+            &[
+                ("X-Forwarded-Host", "evil.example"),
+                ("X-Forwarded-Proto", "http"),
+                ("Forwarded", "host=\"evil.example\";proto=http"),
+                ("Host", "evil.example"),
+            ],
+        )
+        .await;
+    assert_refused(&forged, 401, "invalid_token", &foreign);
+    assert!(!forged.header("www-authenticate").unwrap().contains("evil"));
+    // The challenge's metadata URL resolves, on this server, to the pinned document.
+    let path = url.strip_prefix("https://mcp.example.com").unwrap();
+    let document = env.server.request("GET", path).send().await;
+    assert_eq!(document.status, 200, "{path}");
+    assert_eq!(document.json()["resource"], RESOURCE);
 }
 
 #[test]

@@ -171,6 +171,13 @@ async fn finished_jobs_are_retained_for_five_minutes_and_reads_do_not_extend_it(
     env.clock.advance_ms(1);
     assert_eq!(error_text(&env.call("get_job_result", &done).await), "unknown job handle");
     assert_eq!(payload(&env.call("get_job_status", &active).await)["state"], "pending", "active jobs are not evicted");
+    // A cancelled job is kept for the same window, counted from its cancellation.
+    env.clock.advance_ms(1000);
+    payload(&env.call("cancel_job", &active).await);
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    assert_eq!(payload(&env.call("get_job_status", &active).await)["state"], "cancelled");
+    env.clock.advance_ms(1);
+    assert_eq!(error_text(&env.call("get_job_status", &active).await), "unknown job handle");
 }
 
 #[tokio::test]
