@@ -302,3 +302,20 @@ async fn database_url_selects_postgres_and_a_bad_one_is_a_startup_error() {
     assert!(error.contains("DATABASE_URL") && !error.contains("hunter2"), "{error}");
     assert_eq!(Config::for_tests(Arc::new(SystemClock)).products.describe(), "in-process read-only fixture");
 }
+
+#[tokio::test]
+async fn tls_is_verified_and_never_downgraded() {
+    schema().await;
+    // The local server offers TLS with a self-signed certificate (or no TLS at all): either way
+    // `sslmode=require` must refuse rather than fall back to plain text or trust the certificate.
+    let url = format!("{}?sslmode=require", reader_url());
+    let env = Env::over(Arc::new(PostgresProducts::new(&url).unwrap())).await;
+    let result = env.call("list_categories", json!({})).await;
+    assert_eq!(common::error_text(&result), "product database unavailable", "{result}");
+    // The same role in plain text on loopback (the default there) works, so the refusal was TLS.
+    let plain = Env::postgres().await;
+    assert_eq!(
+        common::payload(&plain.call("list_categories", json!({})).await),
+        json!(["gadgets", "gizmos", "widgets"])
+    );
+}
