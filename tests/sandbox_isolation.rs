@@ -240,6 +240,9 @@ fn the_function_may_outlive_the_sandbox() {
     let config: Value = serde_json::from_str(include_str!("../vercel.json")).unwrap();
     let max_duration = config["functions"]["api/examples.rs"]["maxDuration"].as_u64().expect("a positive integer");
     assert!(max_duration * 1000 > SANDBOX_TIMEOUT_MS, "{max_duration} s must exceed the sandbox timeout");
+    // Create, run (the sandbox's timeout plus slack) and stop, each at its limit, still fit.
+    let worst = SANDBOX_TIMEOUT_MS + 3 * sandbox_isolation::vercel::CALL_TIMEOUT.as_millis() as u64;
+    assert!(max_duration * 1000 >= worst, "{max_duration} s < worst case {worst} ms");
 }
 
 /// A stand-in for the Vercel Sandbox API on loopback: records every request and answers the

@@ -27,9 +27,9 @@ use super::{SandboxClient, SandboxCreateOptions, SandboxError, SandboxFuture, Sa
 /// Where the API lives unless configured otherwise.
 pub const DEFAULT_BASE_URL: &str = "https://vercel.com/api";
 
-/// How long creating, stopping or reading logs may take; a run may take the sandbox's timeout
-/// plus this.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long creating or stopping may take; a run may take the sandbox's timeout plus this. The
+/// worst case (5 + 35 + 5 s) stays inside the examples function's 60 s `maxDuration`.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The Vercel Sandbox API client.
 #[derive(Clone)]
