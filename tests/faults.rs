@@ -13,6 +13,7 @@ use vercel_mcp::jobs::consumer::Processed;
 use vercel_mcp::jobs::model::JOB_RETENTION_MS;
 use vercel_mcp::jobs::redis_store::RedisJobStore;
 use vercel_mcp::jobs::{Consumer, JobMessage, JobStore, Jobs, MemoryJobStore};
+use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, SeededRandom};
 use vercel_mcp::{Config, consumer_from};
@@ -27,8 +28,13 @@ struct Env {
 }
 
 fn env_over(store: Arc<dyn JobStore>) -> Env {
+    env_logging_to(store, Arc::new(MemorySink::default()))
+}
+
+fn env_logging_to(store: Arc<dyn JobStore>, logs: Arc<MemorySink>) -> Env {
     let clock = Arc::new(ManualClock::new(NOW));
     let mut config = Config::for_tests(clock.clone());
+    config.log_sink = logs;
     config.random = Arc::new(SeededRandom::new(11));
     config.jobs.store = store;
     config.job_step_delay = std::time::Duration::ZERO;
@@ -131,9 +137,14 @@ async fn black_hole() -> String {
 #[tokio::test]
 async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
     let store = Arc::new(RedisJobStore::new(&black_hole().await, &unique_prefix("slow")).unwrap());
-    let env = env_over(store);
+    let logs = Arc::new(MemorySink::default());
+    let env = env_logging_to(store, logs.clone());
     let error = env.jobs.submit(&alice(), 2, None).await.unwrap_err();
     assert!(error.starts_with("job store unavailable"), "{error}");
+    // The caller gets a correlation id; the server's log line with the same id says what failed.
+    let id = error.rsplit_once("(correlation id ").map(|(_, rest)| rest.trim_end_matches(')')).expect("an id");
+    let line = logs.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
+    assert_eq!((line["correlationId"].as_str(), line["operation"].as_str()), (Some(id), Some("create")));
     let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: alice().id().into(), steps: 2 };
     assert!(env.consumer.process(&message).await.is_err(), "the consumer reports it, so the queue redelivers");
 }

@@ -86,6 +86,20 @@ impl Jobs {
         logger.event("info", event, fields);
     }
 
+    /// A store or queue fault as the caller sees it: the short description (already free of
+    /// URLs and keys) plus a correlation id that the `job.fault` log line carries too, so an
+    /// operator can find the one behind a user's report.
+    fn fault(&self, operation: &str, description: &str) -> String {
+        let Some(logger) = &self.logger else { return description.to_owned() };
+        let id = logger.new_id();
+        logger.event(
+            "warn",
+            "job.fault",
+            json!({ "correlationId": id, "operation": operation, "detail": description }),
+        );
+        format!("{description} (correlation id {id})")
+    }
+
     /// Replaces the publisher (fault tests).
     pub fn set_publisher(&mut self, publisher: Arc<dyn Publisher>) {
         self.publisher = publisher;
@@ -105,7 +119,12 @@ impl Jobs {
         let mut attempts = 0;
         let record = loop {
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
-            match self.store.create(&record, cap, self.limits.total, now).await.map_err(|e| e.0)? {
+            match self
+                .store
+                .create(&record, cap, self.limits.total, now)
+                .await
+                .map_err(|e| self.fault("create", &e.0))?
+            {
                 Ok(()) => break record,
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(
@@ -121,7 +140,7 @@ impl Jobs {
         if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
             let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
             let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
-            return Err(format!("could not enqueue the job: {problem}{note}"));
+            return Err(self.fault("enqueue", &format!("could not enqueue the job: {problem}{note}")));
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));
@@ -133,7 +152,8 @@ impl Jobs {
             self.log("job.retrieve", principal, None, json!({ "outcome": "unknown_handle" }));
             return Err(UNKNOWN_JOB_HANDLE.to_owned());
         };
-        let job = self.store.get(principal.id(), &id, self.clock.now_ms()).await.map_err(|e| e.0)?;
+        let job =
+            self.store.get(principal.id(), &id, self.clock.now_ms()).await.map_err(|e| self.fault("get", &e.0))?;
         let outcome = job.as_ref().map_or("unknown_handle", |j| j.state.as_str());
         self.log("job.retrieve", principal, Some(&id), json!({ "outcome": outcome }));
         job.ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
@@ -160,7 +180,7 @@ impl Jobs {
             .store
             .cancel(principal.id(), &id, self.clock.now_ms())
             .await
-            .map_err(|e| e.0)?
+            .map_err(|e| self.fault("cancel", &e.0))?
             .ok_or(UNKNOWN_JOB_HANDLE)?;
         self.log("job.cancel", principal, Some(&id), json!({ "state": job.state.as_str() }));
         Ok(progress(handle, &job))
