@@ -37,10 +37,12 @@ fn sealer() -> Sealer {
     Sealer::new(vec![("k1".into(), vec![7; 32])], Arc::new(ManualClock::new(NOW))).expect("a valid key")
 }
 
-/// Sends one request through the whole pipeline; a 5xx for client input is a defect.
-fn send(request: http::Request<Bytes>) {
+/// Sends one request through the whole pipeline; a 5xx for client input is a defect. The body
+/// is left unread (a listen stream would never end).
+fn send(request: http::Request<Bytes>) -> http::Response<vercel_mcp::transport::Body> {
     let response = RUNTIME.block_on(vercel_mcp::transport::handle(&APP, request));
     assert!(response.status().as_u16() < 500, "server error {} for client input", response.status());
+    response
 }
 
 /// Headers (`name: value` lines up to a blank line) and a body, POSTed to `/api/mcp`.
@@ -59,7 +61,7 @@ pub fn request_pipeline(data: &[u8]) {
         }
     }
     if let Ok(request) = builder.body(Bytes::copy_from_slice(body)) {
-        send(request);
+        let _ = send(request);
     }
 }
 
@@ -73,41 +75,52 @@ pub fn header_value(data: &[u8]) {
     assert_eq!(decode_value(&encoded).expect("own encoding decodes"), text);
 }
 
+/// A 2026-07-28 POST of `method` with `params`, every header set as a conforming client would.
+fn modern_request(method: &str, name: Option<&str>, params: Value) -> http::Request<Bytes> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut builder = http::Request::post("/api/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = name {
+        builder = builder.header("mcp-name", name);
+    }
+    builder.body(Bytes::from(body.to_string())).expect("a request")
+}
+
 /// A `tools/list` whose `_meta` is the input (as JSON when it parses, else as a string).
 pub fn meta(data: &[u8]) {
     let meta: Value =
         serde_json::from_slice(data).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(data).into()));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}});
-    let request = http::Request::post("/api/mcp")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/list")
-        .body(Bytes::from(body.to_string()))
-        .expect("a request");
-    send(request);
+    send(modern_request("tools/list", None, json!({"_meta": meta})));
 }
 
-/// No input opens as sealed state (that would be a forgery), and the retry path refuses it.
+/// `book_meeting` with an approving answer and `request_state` (none: the first round); returns
+/// the response body. Only a genuine sealed state from the first round may lead to a booking.
+pub fn book_meeting(request_state: Option<&str>) -> String {
+    let mut params = json!({
+        "name": "book_meeting", "arguments": {"topic": "Q3 roadmap"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    if let Some(state) = request_state {
+        params["requestState"] = json!(state);
+        params["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"approved": true}}});
+    }
+    let response = send(modern_request("tools/call", Some("book_meeting"), params));
+    let body = RUNTIME.block_on(http_body_util::BodyExt::collect(response.into_body())).expect("a body");
+    String::from_utf8_lossy(&body.to_bytes()).into_owned()
+}
+
+/// No input opens as sealed state (that would be a forgery), and the retry path never books
+/// with it.
 pub fn request_state(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     for purpose in [Purpose::RequestState, Purpose::JobHandle, Purpose::Cursor, Purpose::LegacySession] {
         assert!(sealer().open(purpose, b"caller", &text).is_err(), "forged envelope opened: {text:?}");
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "book_meeting", "arguments": {"title": "t", "duration_minutes": 30},
-        "requestState": text, "inputResponses": {"confirm": {"action": "accept", "content": {"approved": true}}},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}}});
-    let request = http::Request::post("/api/mcp")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "book_meeting")
-        .body(Bytes::from(body.to_string()))
-        .expect("a request");
-    send(request);
+    let reply = book_meeting(Some(&text));
+    assert!(!reply.contains("Booked:"), "a forged requestState booked a meeting: {reply}");
 }
 
 /// No input opens as a job handle.

@@ -172,7 +172,9 @@ async fn caller_text_is_escaped_in_not_found_payloads(env: Env) {
     let forged = env.adapter.resolve_product("not-a-number\nforged").await.unwrap();
     assert_eq!(forged["product_id"], "not-a-number\\x0aforged");
     assert!(!has_raw_control(&forged.to_string()));
-    assert!(env.log.lines().is_empty(), "a non-numeric id is never queried");
+    let huge = env.adapter.resolve_product("99999999999999999999").await.unwrap();
+    assert_eq!(huge, json!({"found": false, "product_id": "99999999999999999999"}));
+    assert!(env.log.lines().is_empty(), "a non-numeric or out-of-range id is never queried");
     for uri in ["product://9999%1Bforged".to_owned(), format!("product://9999{ESC}forged")] {
         let (payload, text) = env.read(&uri).await;
         assert_eq!(payload["found"], false);

@@ -48,3 +48,16 @@ fn job_handle() {
 fn queue_message() {
     replay("queue_message", harness::queue_message);
 }
+
+/// The `requestState` target's call is well-formed: without state it reaches the handler and is
+/// asked for confirmation, so fuzzed states exercise the retry path rather than a schema error.
+#[test]
+fn the_request_state_target_reaches_the_mrtr_retry() {
+    let first = harness::book_meeting(None);
+    assert!(first.contains("input_required") && first.contains("requestState"), "{first}");
+    // The positive control for the target's oracle: the genuine state does book.
+    let reply: serde_json::Value = serde_json::from_str(&first).expect("a JSON reply");
+    let state = reply["result"]["requestState"].as_str().expect("a sealed state");
+    assert!(harness::book_meeting(Some(state)).contains("Booked:"));
+    harness::request_state(state.as_bytes().get(..state.len() - 1).unwrap());
+}

@@ -245,16 +245,27 @@ fn the_function_may_outlive_the_sandbox() {
     assert!(max_duration * 1000 >= worst, "{max_duration} s < worst case {worst} ms");
 }
 
-/// A stand-in for the Vercel Sandbox API on loopback: records every request and answers the
-/// create / run (with logs) / stop sequence; `fail_run` makes the run fail with HTTP 500.
-#[derive(Default)]
-struct FakeSandboxApi {
-    requests: Vec<(String, String, Option<String>, Value)>,
-    fail_run: bool,
+/// How the stand-in Sandbox API behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// Create, run (exit 3, with logs), stop.
+    Healthy,
+    /// The run answers HTTP 500.
+    RunFails,
+    /// The run's stream reports an error line instead of finishing.
+    ErrorLine,
+    /// The create answers a session id that would steer later paths elsewhere.
+    HostileSessionId,
 }
 
-async fn start_fake_api(fail_run: bool) -> (String, Arc<Mutex<FakeSandboxApi>>) {
-    let state = Arc::new(Mutex::new(FakeSandboxApi { fail_run, ..FakeSandboxApi::default() }));
+/// A stand-in for the Vercel Sandbox API on loopback that records every request.
+struct FakeSandboxApi {
+    requests: Vec<(String, String, Option<String>, Value)>,
+    upstream: Upstream,
+}
+
+async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi>>) {
+    let state = Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream }));
     let shared = state.clone();
     let addr = common::upstream::serve(move |request| {
         let state = shared.clone();
@@ -270,12 +281,22 @@ async fn start_fake_api(fail_run: bool) -> (String, Arc<Mutex<FakeSandboxApi>>) 
             ));
             let ndjson = |lines: &[Value]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
             let (status, text) = match path.as_str() {
+                "/v2/sandboxes" if state.upstream == Upstream::HostileSessionId => {
+                    (200, json!({"session": {"id": "../../v1/projects"}}).to_string())
+                }
                 "/v2/sandboxes" => (
                     200,
                     json!({"sandbox": {"name": "sbx", "currentSessionId": "ses_1"}, "session": {"id": "ses_1"}})
                         .to_string(),
                 ),
-                "/v2/sandboxes/sessions/ses_1/cmd" if state.fail_run => (500, "{}".to_owned()),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::RunFails => (500, "{}".to_owned()),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::ErrorLine => (
+                    200,
+                    ndjson(&[
+                        json!({"command": {"id": "cmd_1", "exitCode": null}}),
+                        json!({"stream": "error", "data": {"code": "sandbox_stopped", "message": "gone"}}),
+                    ]),
+                ),
                 "/v2/sandboxes/sessions/ses_1/cmd" => (
                     200,
                     ndjson(&[
@@ -324,7 +345,7 @@ async fn serve(config: Config) -> TestServer {
 
 #[tokio::test]
 async fn the_vercel_client_creates_runs_reads_and_always_stops() {
-    let (base, api) = start_fake_api(false).await;
+    let (base, api) = start_fake_api(Upstream::Healthy).await;
     let server = serve(sandbox_env(&base, None)).await;
     let token = oidc_token();
     let reply = server
@@ -365,7 +386,7 @@ async fn the_vercel_client_creates_runs_reads_and_always_stops() {
 
 #[tokio::test]
 async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
-    let (base, api) = start_fake_api(true).await;
+    let (base, api) = start_fake_api(Upstream::RunFails).await;
     let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
     let (result, raw) = run(&server, json!({"command": "ls"})).await;
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
@@ -380,18 +401,37 @@ async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
 
 #[tokio::test]
 async fn no_token_anywhere_is_a_clear_error_and_no_call() {
-    let (base, api) = start_fake_api(false).await;
+    let (base, api) = start_fake_api(Upstream::Healthy).await;
     let server = serve(sandbox_env(&base, None)).await;
     let (result, _) = run(&server, json!({"command": "ls"})).await;
     assert!(common::error_text(&result).contains("no Vercel OIDC token"));
-    let (claimless, _) = {
-        let reply = server
-            .modern(json!(2), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "ls"}}))
-            .header("x-vercel-oidc-token", "opaque-token")
-            .send()
-            .await;
-        (reply.json()["result"].clone(), ())
-    };
-    assert_eq!(common::error_text(&claimless), "sandbox run failed; see server logs");
+    let claimless = server
+        .modern(json!(2), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "ls"}}))
+        .header("x-vercel-oidc-token", "opaque-token")
+        .send()
+        .await
+        .json();
+    assert_eq!(common::error_text(&claimless["result"]), "sandbox run failed; see server logs");
     assert!(api.lock().unwrap().requests.is_empty(), "nothing reaches the API without a usable token");
+}
+
+#[tokio::test]
+async fn an_error_in_the_command_stream_fails_the_run_and_still_stops() {
+    let (base, api) = start_fake_api(Upstream::ErrorLine).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, raw) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    assert!(!raw.contains("sandbox_stopped") && !raw.contains("gone"), "upstream text stays in the log: {raw}");
+    let requests = api.lock().unwrap().requests.clone();
+    assert_eq!(requests.last().unwrap().1, "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1");
+}
+
+#[tokio::test]
+async fn a_hostile_session_id_is_refused_before_any_further_call() {
+    let (base, api) = start_fake_api(Upstream::HostileSessionId).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, _) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    let paths: Vec<String> = api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect();
+    assert_eq!(paths, ["/v2/sandboxes?teamId=team_1"], "no path is built from the untrusted id");
 }

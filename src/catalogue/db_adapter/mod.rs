@@ -16,7 +16,7 @@ pub mod fixture;
 pub mod postgres;
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 use std::future::Future;
@@ -258,8 +258,9 @@ pub struct CategoryArgs {
     /// The category to list, compared as a value.
     #[schemars(length(max = 64))]
     pub category: String,
-    /// How many rows at most.
-    #[serde(default = "default_limit", deserialize_with = "json_number")]
+    /// How many rows at most: any JSON number here, because the schema (an integer from 1 to 50)
+    /// has already been enforced, and `5.0` is an integer there.
+    #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 50), default = "advertised_default_limit", with = "u32")]
     pub limit: f64,
 }
@@ -271,11 +272,6 @@ fn default_limit() -> f64 {
 /// The same default as the schema shows it (an integer, not `10.0`).
 fn advertised_default_limit() -> u32 {
     DEFAULT_LIMIT
-}
-
-/// Any JSON number (the schema has already required an integral one).
-fn json_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    f64::deserialize(deserializer)
 }
 
 fn tool_result(result: Result<impl Serialize, DbError>) -> Result<CallToolResult, ToolError> {
