@@ -2,6 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), vercel_runtime::Error> {
-    let config = vercel_mcp::config_or_exit();
-    vercel_mcp::vercel::serve_mcp(vercel_mcp::mcp_app(&config)).await
+    vercel_mcp::vercel::serve_mcp(&vercel_mcp::config_or_exit()).await
 }

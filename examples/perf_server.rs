@@ -52,7 +52,7 @@ async fn main() -> Result<(), vercel_runtime::Error> {
     register_workload_tools(&mut server);
     let app = Arc::new(App::new(server, &config));
     if std::env::var("PERF_EDGE").as_deref() == Ok("vercel") {
-        return vercel_mcp::vercel::serve_mcp(app).await;
+        return vercel_mcp::vercel::serve_app(&config, app).await;
     }
     let routes = local::Routes::with_mcp(app).with_jobs(&config);
     routes.start_background_work();

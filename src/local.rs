@@ -54,11 +54,7 @@ impl Routes {
     pub fn with_jobs(mut self, config: &Config) -> Self {
         let consumer = Arc::new(crate::consumer_from(config));
         if let Some(queue) = &config.jobs.local_queue {
-            let target = consumer.clone();
-            queue.connect(Arc::new(move |request| {
-                let target = target.clone();
-                Box::pin(async move { target.handle(request).await })
-            }));
+            queue.connect_consumer(consumer.clone());
             self.local_queue = Some(queue.clone());
         }
         self.consumer = Some(consumer);

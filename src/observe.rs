@@ -10,11 +10,12 @@
 
 use serde_json::{Value, json};
 use std::cell::RefCell;
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;
 
 use crate::state::{Random, Sealer};
-use crate::tasks::iso8601;
+use crate::tasks::{iso8601, write_iso8601};
 
 /// Where log lines go. Vercel captures stdout and stderr; tests capture in memory.
 pub trait LogSink: Send + Sync + 'static {
@@ -93,33 +94,53 @@ impl Logger {
     /// of a deployment while nobody without the key can confirm a guess. It runs on every request,
     /// where HMAC-SHA256 cost several times more for no benefit here.
     pub fn digest(&self, kind: &str, value: &[u8]) -> String {
-        use std::hash::Hasher;
+        self.digest_with(kind, |hasher| hasher.write(value))
+    }
+
+    /// [`Logger::digest`] of `value`'s compact JSON text, hashed as it is serialised (no copy).
+    pub fn digest_json(&self, kind: &str, value: &Value) -> String {
+        struct Feed<'a>(&'a mut dyn Hasher);
+        impl std::io::Write for Feed<'_> {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.write(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        // SipHash is streaming: the chunks hash exactly as the whole text would.
+        self.digest_with(kind, |hasher| serde_json::to_writer(Feed(hasher), value).expect("values serialise"))
+    }
+
+    fn digest_with(&self, kind: &str, feed: impl FnOnce(&mut dyn Hasher)) -> String {
         #[allow(deprecated)]
         let mut hasher = std::hash::SipHasher::new_with_keys(self.digest_key.0, self.digest_key.1);
         hasher.write(kind.as_bytes());
         hasher.write_u8(0xff);
-        hasher.write(value);
-        format!("{:016x}", hasher.finish())
+        feed(&mut hasher);
+        crate::state::seal::hex(&hasher.finish().to_be_bytes())
     }
 
     /// A fresh random id (16 hex digits).
     pub fn new_id(&self) -> String {
         // Unique, not secret: a random per-process prefix and a counter, so the request path
         // makes no system call for it.
-        format!(
-            "{}{:08x}",
-            &self.id_prefix[..8],
-            self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32
-        )
+        let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32;
+        self.prefixed_id(8, &sequence.to_be_bytes())
     }
 
     /// A fresh W3C trace id (32 hex digits, never all zero).
     pub fn new_trace_id(&self) -> String {
-        format!(
-            "{}{:016x}",
-            &self.id_prefix[..16],
-            self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1
-        )
+        let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1;
+        self.prefixed_id(16, &sequence.to_be_bytes())
+    }
+
+    fn prefixed_id(&self, prefix_len: usize, suffix: &[u8]) -> String {
+        let mut id = String::with_capacity(prefix_len + 2 * suffix.len());
+        id.push_str(&self.id_prefix[..prefix_len]);
+        crate::state::seal::push_hex(&mut id, suffix);
+        id
     }
 
     /// Emits an event line: `fields` must hold only ids, digests, counts and fixed words.
@@ -196,7 +217,7 @@ impl RequestRecord {
         // JSON escaping.
         let mut line: Vec<u8> = Vec::with_capacity(384);
         line.extend_from_slice(b"{\"ts\":\"");
-        line.extend_from_slice(iso8601(now_ms()).as_bytes());
+        write_iso8601(&mut line, now_ms());
         line.extend_from_slice(b"\",\"level\":\"");
         line.extend_from_slice(level.as_bytes());
         line.extend_from_slice(b"\",\"event\":\"request\"");
@@ -223,10 +244,15 @@ impl RequestRecord {
         field(&mut line, "arguments", self.arguments.as_deref(), false);
         field(&mut line, "outcome", Some(outcome), false);
         field(&mut line, "panicLocation", self.panic_location.as_deref(), true);
-        let code = code.map_or_else(|| "null".to_owned(), |c| c.to_string());
-        line.extend_from_slice(
-            format!(",\"status\":{status},\"code\":{code},\"stream\":{stream},\"latencyMs\":{latency_ms}}}").as_bytes(),
-        );
+        // Numbers go through serde_json's integer and float writers, not the formatting machinery.
+        line.extend_from_slice(b",\"status\":");
+        serde_json::to_writer(&mut line, &status).expect("numbers serialise");
+        line.extend_from_slice(b",\"code\":");
+        serde_json::to_writer(&mut line, &code).expect("numbers serialise");
+        line.extend_from_slice(if stream { b",\"stream\":true" } else { b",\"stream\":false" });
+        line.extend_from_slice(b",\"latencyMs\":");
+        serde_json::to_writer(&mut line, &latency_ms).expect("numbers serialise");
+        line.push(b'}');
         let line = String::from_utf8(line).expect("the line is UTF-8");
         logger.sink.emit(line);
     }
@@ -274,7 +300,36 @@ pub fn take_panic_location() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::trace_id_from;
+    use super::*;
+    use crate::state::{ManualClock, SeededRandom};
+
+    fn logger() -> Logger {
+        let clock = Arc::new(ManualClock::new(0));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        Logger::new(Arc::new(StderrSink), sealer, Arc::new(SeededRandom::new(1)))
+    }
+
+    #[test]
+    fn a_json_digest_equals_the_digest_of_its_text() {
+        let logger = logger();
+        let value = json!({"message": "héllo \"there\"", "n": [1, 2.5, null], "nested": {"a": true}});
+        assert_eq!(logger.digest_json("arguments", &value), logger.digest("arguments", value.to_string().as_bytes()));
+        assert_ne!(logger.digest_json("arguments", &value), logger.digest_json("other", &value), "kinds separate");
+        assert_eq!(logger.digest("principal", b"sub:a").len(), 16);
+    }
+
+    #[test]
+    fn ids_are_hex_of_the_expected_length_and_distinct() {
+        let logger = logger();
+        let (a, b) = (logger.new_id(), logger.new_id());
+        assert_ne!(a, b);
+        let trace = logger.new_trace_id();
+        for (id, len) in [(&a, 16), (&b, 16), (&trace, 32)] {
+            assert_eq!(id.len(), len, "{id}");
+            assert!(id.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{id}");
+        }
+        assert_eq!(trace_id_from(&format!("00-{trace}-00f067aa0ba902b7-01")), Some(trace.as_str()), "a valid trace id");
+    }
 
     #[test]
     fn parses_traceparent() {

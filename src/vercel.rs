@@ -36,7 +36,13 @@ where
 }
 
 /// `api/mcp.rs`: the MCP endpoint.
-pub async fn serve_mcp(app: Arc<App>) -> Result<(), Error> {
+pub async fn serve_mcp(config: &Config) -> Result<(), Error> {
+    serve_app(config, crate::mcp_app(config)).await
+}
+
+/// Serves `app` as the MCP endpoint (the performance fixture brings its own catalogue).
+pub async fn serve_app(config: &Config, app: Arc<App>) -> Result<(), Error> {
+    run_jobs_in_process(config);
     let max_body = app.max_body_bytes();
     serve(max_body, move |request| {
         let app = app.clone();
@@ -48,6 +54,7 @@ pub async fn serve_mcp(app: Arc<App>) -> Result<(), Error> {
 /// `api/examples.rs`: every example route from one function. `vercel.json` rewrites
 /// `/api/examples/<name>` to `/api/examples?example=<name>`; the original path works too.
 pub async fn serve_examples(config: &Config) -> Result<(), Error> {
+    run_jobs_in_process(config);
     let apps: Arc<std::collections::HashMap<&'static str, Arc<App>>> = Arc::new(
         crate::catalogue::EXAMPLES
             .iter()
@@ -108,4 +115,15 @@ pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
         async move { auth.metadata_response(request.method()) }
     })
     .await
+}
+
+/// Without Vercel Queues (the local posture), a function process runs the jobs it submits: its
+/// in-process queue delivers to a consumer built from the same configuration, as the local run
+/// does. Otherwise each message would wait for a consumer that never comes, every job would stay
+/// pending, and the queue would grow with every submit.
+fn run_jobs_in_process(config: &Config) {
+    if let Some(queue) = &config.jobs.local_queue {
+        queue.connect_consumer(Arc::new(crate::consumer_from(config)));
+        queue.spawn_worker();
+    }
 }

@@ -140,6 +140,41 @@ async fn the_mcp_function_serves_under_vercel_runtime_local_mode() {
     assert_eq!(server.request("GET", "/_vercel/ping").send().await.text(), "OK", "the runtime's own health route");
 }
 
+/// Calls `tool` on the MCP route at `path` and returns the job payload.
+async fn call_at(port: u16, path: &str, tool: &str, arguments: Value) -> Value {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let reply =
+        server.modern(json!(1), "tools/call", json!({"name": tool, "arguments": arguments})).at(path).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    common::payload(&reply.json()["result"])
+}
+
+/// Without Vercel Queues (no `MCP_QUEUE_BASE_URL`, not deployed), each function process runs
+/// the jobs it submits through its in-process queue, as the local run does. Before this, the
+/// messages waited for a consumer that was never connected: jobs stayed pending and the queue
+/// grew with every submit.
+#[tokio::test]
+async fn a_function_alone_runs_its_own_jobs_in_local_mode() {
+    for (binary, path) in
+        [(env!("CARGO_BIN_EXE_mcp"), "/api/mcp"), (env!("CARGO_BIN_EXE_example-routes"), "/api/examples/async-jobs")]
+    {
+        let port = free_port();
+        let _function = spawn_with(binary, port, &[("MCP_STATE_SECRET", SECRET), ("MCP_JOB_STEP_MS", "0")]);
+        let handle = call_at(port, path, "submit_job", json!({"steps": 3})).await["jobId"].as_str().unwrap().to_owned();
+        let mut status = Value::Null;
+        for _ in 0..2000 {
+            status = call_at(port, path, "get_job_status", json!({"jobId": handle})).await;
+            if status["state"] == "done" {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(3)), "{binary}");
+        let result = call_at(port, path, "get_job_result", json!({"jobId": handle})).await;
+        assert_eq!(result["result"], json!({"sum": 3, "stepsRun": 3}), "{binary}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_crosses_instances_and_finishes_exactly_once() {
     let Some((redis_url, _guard)) = redis() else { return };

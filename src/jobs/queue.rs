@@ -217,6 +217,15 @@ impl LocalQueue {
         let _ = self.consumer.set(consumer);
     }
 
+    /// Connects `consumer` as the delivery target, exactly as Vercel Queues delivers to
+    /// `api/queues/process-job.rs`.
+    pub fn connect_consumer(&self, consumer: Arc<crate::jobs::Consumer>) {
+        self.connect(Arc::new(move |request| {
+            let consumer = consumer.clone();
+            Box::pin(async move { consumer.handle(request).await })
+        }));
+    }
+
     /// Messages waiting for delivery.
     pub fn pending_len(&self) -> usize {
         self.state.lock().expect("queue lock").pending.len()

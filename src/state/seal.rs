@@ -233,13 +233,18 @@ pub fn derived_key_id(secret: &[u8]) -> String {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Appends `bytes` as lowercase hex (ids and digests on the request path, without `format!`).
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[(b >> 4) as usize] as char);
         out.push(DIGITS[(b & 15) as usize] as char);
     }
-    out
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ fn classify(response: &Response<Body>) -> (&'static str, Option<i64>) {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
@@ -183,7 +183,7 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<St
     };
     record.name = name.and_then(Value::as_str).map(|n| crate::protocol::error::truncate_for_message(n).into_owned());
     if let Some(arguments) = params.get("arguments") {
-        record.arguments = Some(app.logger.digest("arguments", arguments.to_string().as_bytes()));
+        record.arguments = Some(app.logger.digest_json("arguments", arguments));
     }
     if record.trace_id.is_empty() {
         let from_meta =

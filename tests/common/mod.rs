@@ -165,6 +165,13 @@ impl Call {
         self.without(name).header(name, value)
     }
 
+    /// Sends the same request to another route.
+    #[allow(dead_code)]
+    pub fn at(mut self, path: &str) -> Self {
+        self.path = path.into();
+        self
+    }
+
     fn head(&self) -> String {
         let mut head =
             format!("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.method, self.path, self.addr);
