@@ -319,8 +319,14 @@ fn pattern_matches(pattern: &str, text: &str) -> bool {
     use std::sync::{Mutex, OnceLock};
     static CACHE: OnceLock<Mutex<HashMap<String, Option<regex_lite::Regex>>>> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Mutex::default).lock().expect("pattern cache");
-    let compiled = cache.entry(pattern.to_owned()).or_insert_with(|| regex_lite::Regex::new(pattern).ok());
-    compiled.as_ref().is_some_and(|re| re.is_match(text))
+    // Looked up by reference first: the key is copied only the first time a pattern is seen.
+    if let Some(compiled) = cache.get(pattern) {
+        return compiled.as_ref().is_some_and(|re| re.is_match(text));
+    }
+    let compiled = regex_lite::Regex::new(pattern).ok();
+    let matches = compiled.as_ref().is_some_and(|re| re.is_match(text));
+    cache.insert(pattern.to_owned(), compiled);
+    matches
 }
 
 /// JSON equality where `1` and `1.0` are equal.
