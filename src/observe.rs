@@ -143,6 +143,15 @@ impl Logger {
         id
     }
 
+    /// A store or queue fault as the caller sees it: `description` (already free of URLs and
+    /// keys) plus a fresh correlation id, which a warn line `event` carries too with the
+    /// operation, so an operator can find the one behind a user's report.
+    pub fn fault(&self, event: &str, operation: &str, description: &str) -> String {
+        let id = self.new_id();
+        self.event("warn", event, json!({ "correlationId": id, "operation": operation, "detail": description }));
+        format!("{description} (correlation id {id})")
+    }
+
     /// Emits an event line: `fields` must hold only ids, digests, counts and fixed words.
     pub fn event(&self, level: &str, event: &str, fields: Value) {
         let mut line = json!({ "ts": iso8601(now_ms()), "level": level, "event": event });

@@ -13,13 +13,14 @@ use vercel_mcp::catalogue::query_command::{
     self, ItemStore, MAX_ITEMS, MemoryItemStore, RedisItemStore, UnconfiguredItemStore, scoped_key,
 };
 use vercel_mcp::jobs::redis_store::RedisJobStore;
+use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::SystemClock;
 use vercel_mcp::{App, Config, McpServer};
 
 async fn server_with(store: Arc<dyn ItemStore>, config: &Config) -> TestServer {
     let mut server = McpServer::new("query-command-server", "0.1.0");
-    query_command::register(&mut server, store);
+    query_command::register(&mut server, store, config.logger());
     TestServer::start(Arc::new(App::new(server, config))).await
 }
 
@@ -208,11 +209,17 @@ async fn store_outages_are_tool_errors_and_deployed_without_redis_nothing_is_kep
     // Redis that is not there: a port nothing listens on.
     let unreachable = RedisItemStore::new(RedisJobStore::new("redis://127.0.0.1:1", "down").unwrap());
     for store in [Arc::new(unreachable) as Arc<dyn ItemStore>, Arc::new(UnconfiguredItemStore)] {
-        let server = server_with(store, &Config::for_tests(Arc::new(SystemClock))).await;
+        let logs = Arc::new(MemorySink::default());
+        let mut config = Config::for_tests(Arc::new(SystemClock));
+        config.log_sink = logs.clone();
+        let server = server_with(store, &config).await;
         let result = create(&server, json!("x"), json!("k")).await;
         assert_eq!(result["isError"], true, "{result}");
         let message = common::error_text(&result);
         assert!(message.contains("unavailable") || message.contains("REDIS_URL"), "{message}");
-        assert_eq!(call(&server, "list_items", json!({}), None).await["isError"], true);
+        assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
+        common::assert_fault_logged(&message, &logs, "store.fault", "items.create");
+        let listed = call(&server, "list_items", json!({}), None).await;
+        common::assert_fault_logged(&common::error_text(&listed), &logs, "store.fault", "items.list");
     }
 }

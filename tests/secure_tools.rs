@@ -13,14 +13,20 @@ use vercel_mcp::catalogue::secure_tools::{
     self, MemoryNameList, NameList, RedisNameList, UnconfiguredNameList, authorize, name_is_valid,
 };
 use vercel_mcp::jobs::redis_store::RedisJobStore;
+use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
 use vercel_mcp::{App, McpServer};
 
 async fn env_with(list: Arc<dyn NameList>, mode: &str) -> TestServer {
+    env_logging_to(list, mode, Arc::new(MemorySink::default())).await
+}
+
+async fn env_logging_to(list: Arc<dyn NameList>, mode: &str, logs: Arc<MemorySink>) -> TestServer {
     let (jwks, _) = stub_jwks().await;
-    let config = auth_config(jwks, &[("MCP_AUTH_MODE", mode)]);
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", mode)]);
+    config.log_sink = logs;
     let mut server = McpServer::new("secure-tools-server", "0.1.0");
-    secure_tools::register(&mut server, list);
+    secure_tools::register(&mut server, list, config.logger());
     TestServer::start(Arc::new(App::new(server, &config))).await
 }
 
@@ -163,10 +169,13 @@ async fn redis_list_counts_atomically_and_outages_are_tool_errors() {
     }
     let unreachable = RedisNameList::new(RedisJobStore::new("redis://127.0.0.1:1", "down").unwrap());
     for list in [Arc::new(unreachable) as Arc<dyn NameList>, Arc::new(UnconfiguredNameList)] {
-        let server = env_with(list, "required").await;
+        let logs = Arc::new(MemorySink::default());
+        let server = env_logging_to(list, "required", logs.clone()).await;
         let result = add(&server, json!({"name": "x"}), Some(&demo())).await.json()["result"].clone();
         assert_eq!(result["isError"], true);
         let message = common::error_text(&result);
         assert!(message.contains("unavailable") || message.contains("REDIS_URL"), "{message}");
+        assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
+        common::assert_fault_logged(&message, &logs, "store.fault", "names.append");
     }
 }

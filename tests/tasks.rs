@@ -172,3 +172,24 @@ async fn undeclared_clients_unknown_ids_and_removed_methods() {
     assert_eq!(discover["result"]["capabilities"]["extensions"], json!({"io.modelcontextprotocol/tasks": {}}));
     assert!(discover["result"]["capabilities"].get("tasks").is_none());
 }
+
+/// A task store that cannot be reached: creating a task is a `-32603` whose correlation id a
+/// `task.fault` log line carries with the detail, and nothing is left behind.
+#[tokio::test]
+async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = Config::for_tests(Arc::new(SystemClock));
+    config.log_sink = logs.clone();
+    config.jobs.task_store = Arc::new(RedisTaskStore::new(RedisJobStore::new("redis://127.0.0.1:1", "down").unwrap()));
+    let server = TestServer::start(Arc::new(App::new(registry(&config), &config))).await;
+    for (method, params, operation) in [
+        ("tools/call", json!({"name": "ask_twice", "arguments": {}}), "create"),
+        ("tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}), "get"),
+    ] {
+        let reply = task_call(&server, method, params).await.json();
+        assert_eq!(reply["error"]["code"], -32603, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
+        common::assert_fault_logged(message, &logs, "task.fault", operation);
+    }
+}

@@ -100,12 +100,15 @@ pub fn jobs_from(config: &Config) -> Arc<Jobs> {
 
 /// The tasks extension service over a configuration's task store.
 pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
-    Arc::new(crate::tasks::TaskService::new(
-        config.jobs.task_store.clone(),
-        config.clock.clone(),
-        config.random.clone(),
-        config.bus.clone(),
-    ))
+    Arc::new(
+        crate::tasks::TaskService::new(
+            config.jobs.task_store.clone(),
+            config.clock.clone(),
+            config.random.clone(),
+            config.bus.clone(),
+        )
+        .with_logger(config.logger()),
+    )
 }
 
 /// One reference example served alone at `/api/examples/<name>`.
@@ -132,12 +135,12 @@ pub const EXAMPLES: &[Example] = &[
     Example {
         name: "query-command",
         server_name: "query-command-server",
-        register: |server, config| query_command::register(server, config.jobs.item_store.clone()),
+        register: |server, config| query_command::register(server, config.jobs.item_store.clone(), config.logger()),
     },
     Example {
         name: "secure-tools",
         server_name: "secure-tools-server",
-        register: |server, config| secure_tools::register(server, config.jobs.name_list.clone()),
+        register: |server, config| secure_tools::register(server, config.jobs.name_list.clone(), config.logger()),
     },
     Example {
         name: "facade",

@@ -16,6 +16,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use super::{READ_SCOPE, WRITE_SCOPE};
 use crate::jobs::redis_store::RedisJobStore;
 use crate::jobs::store::{StoreError, StoreFuture};
+use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
@@ -241,8 +242,9 @@ const QUERY: ToolAnnotations = ToolAnnotations {
     open_world_hint: None,
 };
 
-fn store_error(error: StoreError) -> ToolError {
-    ToolError::Execution(error.0)
+/// A store fault as a tool error with a correlation id its `store.fault` log line shares.
+fn store_fault(logger: &Logger, operation: &str) -> impl FnOnce(StoreError) -> ToolError {
+    move |error| ToolError::Execution(logger.fault("store.fault", operation, &error.0))
 }
 
 fn json_text<T: Serialize>(value: &T) -> CallToolResult {
@@ -250,22 +252,22 @@ fn json_text<T: Serialize>(value: &T) -> CallToolResult {
 }
 
 /// Registers `list_items`, `get_item` and `create_item` over `store`.
-pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>) {
-    let list_store = store.clone();
+pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>, logger: Logger) {
+    let (list_store, list_logger) = (store.clone(), logger.clone());
     server.tool(
         ToolDef::new("list_items").description("List every item (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
         move |_: RequestContext, _: NoArguments| {
-            let store = list_store.clone();
-            async move { Ok::<_, ToolError>(json_text(&store.list().await.map_err(store_error)?)) }
+            let (store, logger) = (list_store.clone(), list_logger.clone());
+            async move { Ok::<_, ToolError>(json_text(&store.list().await.map_err(store_fault(&logger, "items.list"))?)) }
         },
     );
-    let get_store = store.clone();
+    let (get_store, get_logger) = (store.clone(), logger.clone());
     server.tool(
         ToolDef::new("get_item").description("Read one item by id (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
         move |_: RequestContext, args: GetItemArgs| {
-            let store = get_store.clone();
+            let (store, logger) = (get_store.clone(), get_logger.clone());
             async move {
-                match store.get(&args.item_id).await.map_err(store_error)? {
+                match store.get(&args.item_id).await.map_err(store_fault(&logger, "items.get"))? {
                     Some(item) => Ok(json_text(&item)),
                     None => Err(ToolError::Execution(format!(
                         "no item with id {}",
@@ -290,10 +292,12 @@ pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>) {
             })
             .scopes(&[WRITE_SCOPE]),
         move |ctx: RequestContext, args: CreateItemArgs| {
-            let store = store.clone();
+            let (store, logger) = (store.clone(), logger.clone());
             async move {
                 let key = scoped_key(ctx.principal(), &args.idempotency_key);
-                Ok::<_, ToolError>(json_text(&store.create_if_absent(&key, &args.name).await.map_err(store_error)?))
+                let created =
+                    store.create_if_absent(&key, &args.name).await.map_err(store_fault(&logger, "items.create"))?;
+                Ok::<_, ToolError>(json_text(&created))
             }
         },
     );

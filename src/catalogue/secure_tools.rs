@@ -15,6 +15,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::jobs::redis_store::RedisJobStore;
 use crate::jobs::store::{StoreError, StoreFuture};
+use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
@@ -129,7 +130,7 @@ pub fn name_is_valid(name: &str) -> bool {
 }
 
 /// Registers `add_item`, appending to `list`.
-pub fn register(server: &mut McpServer, list: Arc<dyn NameList>) {
+pub fn register(server: &mut McpServer, list: Arc<dyn NameList>, logger: Logger) {
     server.tool(
         ToolDef::new("add_item")
             .description(
@@ -145,7 +146,7 @@ pub fn register(server: &mut McpServer, list: Arc<dyn NameList>) {
             })
             .scopes(&[REQUIRED_SCOPE]),
         move |ctx: RequestContext, args: AddItemArgs| {
-            let list = list.clone();
+            let (list, logger) = (list.clone(), logger.clone());
             async move {
                 authorize(ctx.principal())?;
                 if !name_is_valid(&args.name) {
@@ -153,7 +154,10 @@ pub fn register(server: &mut McpServer, list: Arc<dyn NameList>) {
                         "name must be 1 to 64 characters without control characters".into(),
                     ));
                 }
-                let count = list.append(&args.name).await.map_err(|e| ToolError::Execution(e.0))?;
+                let count = list
+                    .append(&args.name)
+                    .await
+                    .map_err(|e| ToolError::Execution(logger.fault("store.fault", "names.append", &e.0)))?;
                 Ok(CallToolResult::text(format!("ok: {count} items")))
             }
         },

@@ -90,14 +90,10 @@ impl Jobs {
     /// URLs and keys) plus a correlation id that the `job.fault` log line carries too, so an
     /// operator can find the one behind a user's report.
     fn fault(&self, operation: &str, description: &str) -> String {
-        let Some(logger) = &self.logger else { return description.to_owned() };
-        let id = logger.new_id();
-        logger.event(
-            "warn",
-            "job.fault",
-            json!({ "correlationId": id, "operation": operation, "detail": description }),
-        );
-        format!("{description} (correlation id {id})")
+        match &self.logger {
+            Some(logger) => logger.fault("job.fault", operation, description),
+            None => description.to_owned(),
+        }
     }
 
     /// Replaces the publisher (fault tests).

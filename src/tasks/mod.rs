@@ -53,16 +53,13 @@ fn not_found() -> McpError {
     McpError::invalid_params("Failed to retrieve task: Task not found")
 }
 
-fn store_error(error: StoreError) -> McpError {
-    McpError::internal(error.0)
-}
-
 /// Task creation, lookup, updates, cancellation and execution.
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
     bus: Arc<dyn ChangeBus>,
+    logger: Option<crate::observe::Logger>,
 }
 
 /// What a new task starts from.
@@ -85,7 +82,21 @@ impl TaskService {
         random: Arc<dyn Random>,
         bus: Arc<dyn ChangeBus>,
     ) -> Self {
-        Self { store, clock, random, bus }
+        Self { store, clock, random, bus, logger: None }
+    }
+
+    /// Logs store faults as `task.fault` lines whose correlation id the caller's error carries.
+    pub fn with_logger(mut self, logger: crate::observe::Logger) -> Self {
+        self.logger = Some(logger);
+        self
+    }
+
+    /// A store fault as the caller's `-32603`, with a correlation id when there is a log.
+    fn store_fault(&self, operation: &'static str) -> impl FnOnce(StoreError) -> McpError + '_ {
+        move |error| match &self.logger {
+            Some(logger) => McpError::internal(logger.fault("task.fault", operation, &error.0)),
+            None => McpError::internal(error.0),
+        }
     }
 
     fn announce(&self, record: &TaskRecord) {
@@ -123,7 +134,7 @@ impl TaskService {
     /// `CreateTaskResult` body.
     pub async fn start(self: &Arc<Self>, task: NewTask<'_>, handler: ToolFn) -> Result<Map<String, Value>, McpError> {
         let record = self.new_record(task, TaskStatus::Working);
-        self.store.create(&record).await.map_err(store_error)?;
+        self.store.create(&record).await.map_err(self.store_fault("create"))?;
         self.spawn(record.clone(), handler);
         Ok(self.create_result(&record))
     }
@@ -133,7 +144,7 @@ impl TaskService {
     pub async fn finished(&self, task: NewTask<'_>, result: Value) -> Result<Map<String, Value>, McpError> {
         let mut record = self.new_record(task, TaskStatus::Completed);
         record.result = Some(result);
-        self.store.create(&record).await.map_err(store_error)?;
+        self.store.create(&record).await.map_err(self.store_fault("create"))?;
         Ok(self.create_result(&record))
     }
 
@@ -252,7 +263,8 @@ impl TaskService {
 
     /// `tasks/get`.
     pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
-        let record = self.store.get(principal.id(), task_id).await.map_err(store_error)?.ok_or_else(not_found)?;
+        let record =
+            self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         Ok(self.detailed(&record))
     }
 
@@ -289,7 +301,7 @@ impl TaskService {
                 changed
             })
             .await
-            .map_err(store_error)?
+            .map_err(self.store_fault("answer"))?
             .ok_or_else(not_found)?;
         Ok((updated.status == TaskStatus::Working
             && updated.input_requests.is_empty()
@@ -316,7 +328,7 @@ impl TaskService {
             true
         })
         .await
-        .map_err(store_error)?
+        .map_err(self.store_fault("cancel"))?
         .ok_or_else(not_found)
         .map(|_| ())
     }

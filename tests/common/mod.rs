@@ -400,3 +400,16 @@ pub async fn fixture() -> Fixture {
     let app = Arc::new(App::new(server, &config));
     Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
 }
+
+/// Asserts that `message` ends with a correlation id and that exactly one `event` log line
+/// carries that id with `operation` and the same description, so an operator can find it.
+#[allow(dead_code)]
+pub fn assert_fault_logged(message: &str, logs: &vercel_mcp::observe::MemorySink, event: &str, operation: &str) {
+    let (description, rest) = message.rsplit_once(" (correlation id ").expect("a correlation id in the message");
+    let id = rest.strip_suffix(')').expect("the id closes the message");
+    let lines: Vec<Value> =
+        logs.lines().into_iter().filter(|l| l["event"] == event && l["correlationId"] == id).collect();
+    assert_eq!(lines.len(), 1, "one {event} line for {id}: {:?}", logs.raw());
+    assert_eq!((lines[0]["operation"].as_str(), lines[0]["detail"].as_str()), (Some(operation), Some(description)));
+    assert_eq!(lines[0]["level"], "warn");
+}
