@@ -176,6 +176,10 @@ struct Delivery {
 #[derive(Default)]
 struct LocalState {
     pending: VecDeque<Delivery>,
+    /// Receipts of deliveries handed to the consumer and not yet settled.
+    in_flight: HashSet<String>,
+    /// Receipts acknowledged while in flight. Only those count, so an acknowledgement for a
+    /// delivery this queue never made (a hand-made request to the consumer route) leaves nothing.
     acked: HashSet<String>,
     published: u64,
 }
@@ -247,6 +251,7 @@ impl LocalQueue {
         let mut delivery = self.state.lock().expect("queue lock").pending.pop_front()?;
         delivery.attempts += 1;
         let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
+        self.state.lock().expect("queue lock").in_flight.insert(receipt.clone());
         let request = Request::post("/api/queues/process-job")
             .header("content-type", "application/json")
             .header("ce-type", "com.vercel.queue.v2beta")
@@ -260,6 +265,7 @@ impl LocalQueue {
             .expect("a valid delivery request");
         let status = consumer(request).await.status();
         let mut state = self.state.lock().expect("queue lock");
+        state.in_flight.remove(&receipt);
         if !state.acked.remove(&receipt) && delivery.attempts < self.max_attempts {
             state.pending.push_back(delivery);
         }
@@ -304,7 +310,10 @@ impl Publisher for LocalQueue {
 
 impl QueueApi for LocalQueue {
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
-        self.state.lock().expect("queue lock").acked.insert(lease.receipt.clone());
+        let mut state = self.state.lock().expect("queue lock");
+        if state.in_flight.contains(&lease.receipt) {
+            state.acked.insert(lease.receipt.clone());
+        }
         Box::pin(async { Ok(()) })
     }
 }
@@ -323,6 +332,46 @@ impl Publisher for FailingPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease(receipt: &str) -> Lease {
+        Lease {
+            region: None,
+            topic: JOBS_TOPIC.into(),
+            group: "local".into(),
+            receipt: receipt.into(),
+            oidc_token: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_acknowledged_deliveries_leave_the_queue_and_foreign_receipts_leave_nothing() {
+        let queue = LocalQueue::new();
+        queue.ack(&lease("foreign-1")).await.unwrap();
+        assert!(queue.state.lock().unwrap().acked.is_empty(), "a receipt this queue never issued is ignored");
+
+        // The consumer acknowledges one-step jobs only.
+        let acking = queue.clone();
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let queue = acking.clone();
+            Box::pin(async move {
+                let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
+                if JobMessage::parse(request.body()).unwrap().steps == 1 {
+                    queue.ack(&lease(&receipt)).await.unwrap();
+                }
+                Response::new(Body::empty())
+            })
+        }));
+        let id = "AAAAAAAAAAAAAAAAAAAAAA";
+        for steps in [1, 2] {
+            let message = JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps };
+            queue.publish(&message, None).await.unwrap();
+        }
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
+        assert_eq!(queue.pending_len(), 1, "the unacknowledged delivery goes back on the queue");
+        let state = queue.state.lock().unwrap();
+        assert!(state.acked.is_empty() && state.in_flight.is_empty(), "settled deliveries leave no receipts");
+    }
 
     #[test]
     fn parses_only_well_formed_messages() {
