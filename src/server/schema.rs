@@ -133,6 +133,79 @@ fn at(path: &str) -> &str {
     if path.is_empty() { "arguments" } else { path }
 }
 
+/// The enforced keywords of one schema object, gathered in a single pass over its keys: every
+/// call visits each node of its tool's schema, and looking each keyword up separately walked the
+/// map a dozen times per node.
+#[derive(Default)]
+struct Keywords<'a> {
+    reference: Option<&'a Value>,
+    types: Option<&'a Value>,
+    enumeration: Option<&'a Value>,
+    constant: Option<&'a Value>,
+    min_length: Option<&'a Value>,
+    max_length: Option<&'a Value>,
+    pattern: Option<&'a Value>,
+    minimum: Option<&'a Value>,
+    maximum: Option<&'a Value>,
+    exclusive_minimum: Option<&'a Value>,
+    exclusive_maximum: Option<&'a Value>,
+    multiple_of: Option<&'a Value>,
+    min_items: Option<&'a Value>,
+    max_items: Option<&'a Value>,
+    unique_items: Option<&'a Value>,
+    items: Option<&'a Value>,
+    required: Option<&'a Value>,
+    min_properties: Option<&'a Value>,
+    max_properties: Option<&'a Value>,
+    properties: Option<&'a Value>,
+    all_of: Option<&'a Value>,
+    any_of: Option<&'a Value>,
+    one_of: Option<&'a Value>,
+    not: Option<&'a Value>,
+}
+
+impl<'a> Keywords<'a> {
+    fn of(map: &'a Map<String, Value>) -> Self {
+        let mut keywords = Self::default();
+        for (key, value) in map {
+            let slot = match key.as_str() {
+                "$ref" => &mut keywords.reference,
+                "type" => &mut keywords.types,
+                "enum" => &mut keywords.enumeration,
+                "const" => &mut keywords.constant,
+                "minLength" => &mut keywords.min_length,
+                "maxLength" => &mut keywords.max_length,
+                "pattern" => &mut keywords.pattern,
+                "minimum" => &mut keywords.minimum,
+                "maximum" => &mut keywords.maximum,
+                "exclusiveMinimum" => &mut keywords.exclusive_minimum,
+                "exclusiveMaximum" => &mut keywords.exclusive_maximum,
+                "multipleOf" => &mut keywords.multiple_of,
+                "minItems" => &mut keywords.min_items,
+                "maxItems" => &mut keywords.max_items,
+                "uniqueItems" => &mut keywords.unique_items,
+                "items" => &mut keywords.items,
+                "required" => &mut keywords.required,
+                "minProperties" => &mut keywords.min_properties,
+                "maxProperties" => &mut keywords.max_properties,
+                "properties" => &mut keywords.properties,
+                "allOf" => &mut keywords.all_of,
+                "anyOf" => &mut keywords.any_of,
+                "oneOf" => &mut keywords.one_of,
+                "not" => &mut keywords.not,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        keywords
+    }
+}
+
+/// A bound keyword's value with the limit it sets, when it is a number of the right kind.
+fn limit<T>(keyword: Option<&Value>, read: impl Fn(&Value) -> Option<T>) -> Option<(T, &Value)> {
+    keyword.and_then(|value| read(value).map(|limit| (limit, value)))
+}
+
 impl<'a> Validator<'a> {
     fn resolve(&self, reference: &str) -> Option<&'a Value> {
         let pointer = reference.strip_prefix('#')?;
@@ -149,11 +222,12 @@ impl<'a> Validator<'a> {
             Value::Object(map) => map,
             _ => return Ok(()),
         };
-        if let Some(Value::String(reference)) = map.get("$ref") {
+        let keywords = Keywords::of(map);
+        if let Some(Value::String(reference)) = keywords.reference {
             let target = self.resolve(reference).ok_or_else(|| format!("{}: unresolvable $ref", at(path)))?;
             self.check(target, value, path, depth + 1)?;
         }
-        match map.get("type") {
+        match keywords.types {
             Some(Value::String(t)) if !type_matches(t, value) => {
                 return Err(format!("{}: expected {t}, got {}", at(path), type_name(value)));
             }
@@ -163,53 +237,53 @@ impl<'a> Validator<'a> {
             }
             _ => {}
         }
-        if let Some(Value::Array(options)) = map.get("enum") {
+        if let Some(Value::Array(options)) = keywords.enumeration {
             if !options.iter().any(|o| json_eq(o, value)) {
                 return Err(format!("{}: must be one of {}", at(path), Value::Array(options.clone())));
             }
         }
-        if let Some(expected) = map.get("const") {
+        if let Some(expected) = keywords.constant {
             if !json_eq(expected, value) {
                 return Err(format!("{}: must equal {expected}", at(path)));
             }
         }
         match value {
-            Value::Number(n) => self.check_number(map, n.as_f64().unwrap_or(f64::NAN), path)?,
+            Value::Number(n) => Self::check_number(&keywords, n.as_f64().unwrap_or(f64::NAN), path)?,
             Value::String(s) => {
                 let len = s.chars().count() as u64;
-                if map.get("minLength").and_then(Value::as_u64).is_some_and(|min| len < min) {
-                    return Err(format!("{}: shorter than {} characters", at(path), map["minLength"]));
+                if let Some((_, shown)) = limit(keywords.min_length, Value::as_u64).filter(|(min, _)| len < *min) {
+                    return Err(format!("{}: shorter than {shown} characters", at(path)));
                 }
-                if map.get("maxLength").and_then(Value::as_u64).is_some_and(|max| len > max) {
-                    return Err(format!("{}: longer than {} characters", at(path), map["maxLength"]));
+                if let Some((_, shown)) = limit(keywords.max_length, Value::as_u64).filter(|(max, _)| len > *max) {
+                    return Err(format!("{}: longer than {shown} characters", at(path)));
                 }
-                if let Some(Value::String(pattern)) = map.get("pattern") {
+                if let Some(Value::String(pattern)) = keywords.pattern {
                     if !pattern_matches(pattern, s) {
                         return Err(format!("{}: does not match the pattern {pattern}", at(path)));
                     }
                 }
             }
-            Value::Array(items) => self.check_array(map, items, path, depth)?,
-            Value::Object(object) => self.check_object(map, object, path, depth)?,
+            Value::Array(items) => self.check_array(&keywords, items, path, depth)?,
+            Value::Object(object) => self.check_object(&keywords, object, path, depth)?,
             _ => {}
         }
-        if let Some(Value::Array(all)) = map.get("allOf") {
+        if let Some(Value::Array(all)) = keywords.all_of {
             for sub in all {
                 self.check(sub, value, path, depth + 1)?;
             }
         }
-        if let Some(Value::Array(any)) = map.get("anyOf") {
+        if let Some(Value::Array(any)) = keywords.any_of {
             if !any.iter().any(|sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()) {
                 return Err(format!("{}: does not match any allowed shape", at(path)));
             }
         }
-        if let Some(Value::Array(one)) = map.get("oneOf") {
+        if let Some(Value::Array(one)) = keywords.one_of {
             let matches = one.iter().filter(|sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).count();
             if matches != 1 {
                 return Err(format!("{}: must match exactly one allowed shape", at(path)));
             }
         }
-        if let Some(not) = map.get("not") {
+        if let Some(not) = keywords.not {
             if self.check(not, value, &mut path.clone(), depth + 1).is_ok() {
                 return Err(format!("{}: matches a forbidden shape", at(path)));
             }
@@ -217,24 +291,24 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
-    fn check_number(&self, map: &Map<String, Value>, n: f64, path: &str) -> Result<(), String> {
-        let bound = |key: &str| map.get(key).and_then(Value::as_f64);
-        if bound("minimum").is_some_and(|min| n < min) {
-            return Err(format!("{}: must be >= {}", at(path), map["minimum"]));
+    fn check_number(keywords: &Keywords<'_>, n: f64, path: &str) -> Result<(), String> {
+        let bound = |keyword| limit(keyword, Value::as_f64);
+        if let Some((_, shown)) = bound(keywords.minimum).filter(|(min, _)| n < *min) {
+            return Err(format!("{}: must be >= {shown}", at(path)));
         }
-        if bound("maximum").is_some_and(|max| n > max) {
-            return Err(format!("{}: must be <= {}", at(path), map["maximum"]));
+        if let Some((_, shown)) = bound(keywords.maximum).filter(|(max, _)| n > *max) {
+            return Err(format!("{}: must be <= {shown}", at(path)));
         }
-        if bound("exclusiveMinimum").is_some_and(|min| n <= min) {
-            return Err(format!("{}: must be > {}", at(path), map["exclusiveMinimum"]));
+        if let Some((_, shown)) = bound(keywords.exclusive_minimum).filter(|(min, _)| n <= *min) {
+            return Err(format!("{}: must be > {shown}", at(path)));
         }
-        if bound("exclusiveMaximum").is_some_and(|max| n >= max) {
-            return Err(format!("{}: must be < {}", at(path), map["exclusiveMaximum"]));
+        if let Some((_, shown)) = bound(keywords.exclusive_maximum).filter(|(max, _)| n >= *max) {
+            return Err(format!("{}: must be < {shown}", at(path)));
         }
-        if let Some(step) = bound("multipleOf").filter(|s| *s > 0.0) {
+        if let Some((step, shown)) = bound(keywords.multiple_of).filter(|(step, _)| *step > 0.0) {
             let ratio = n / step;
             if (ratio - ratio.round()).abs() > 1e-9 {
-                return Err(format!("{}: must be a multiple of {}", at(path), map["multipleOf"]));
+                return Err(format!("{}: must be a multiple of {shown}", at(path)));
             }
         }
         Ok(())
@@ -242,26 +316,26 @@ impl<'a> Validator<'a> {
 
     fn check_array(
         &self,
-        map: &'a Map<String, Value>,
+        keywords: &Keywords<'a>,
         items: &[Value],
         path: &mut String,
         depth: usize,
     ) -> Result<(), String> {
         let len = items.len() as u64;
-        if map.get("minItems").and_then(Value::as_u64).is_some_and(|min| len < min) {
-            return Err(format!("{}: fewer than {} items", at(path), map["minItems"]));
+        if let Some((_, shown)) = limit(keywords.min_items, Value::as_u64).filter(|(min, _)| len < *min) {
+            return Err(format!("{}: fewer than {shown} items", at(path)));
         }
-        if map.get("maxItems").and_then(Value::as_u64).is_some_and(|max| len > max) {
-            return Err(format!("{}: more than {} items", at(path), map["maxItems"]));
+        if let Some((_, shown)) = limit(keywords.max_items, Value::as_u64).filter(|(max, _)| len > *max) {
+            return Err(format!("{}: more than {shown} items", at(path)));
         }
-        if map.get("uniqueItems") == Some(&Value::Bool(true)) {
+        if keywords.unique_items == Some(&Value::Bool(true)) {
             for (i, a) in items.iter().enumerate() {
                 if items[..i].iter().any(|b| json_eq(a, b)) {
                     return Err(format!("{}: items must be unique", at(path)));
                 }
             }
         }
-        if let Some(item_schema) = map.get("items") {
+        if let Some(item_schema) = keywords.items {
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{i}]"));
@@ -274,12 +348,12 @@ impl<'a> Validator<'a> {
 
     fn check_object(
         &self,
-        map: &'a Map<String, Value>,
+        keywords: &Keywords<'a>,
         object: &Map<String, Value>,
         path: &mut String,
         depth: usize,
     ) -> Result<(), String> {
-        if let Some(Value::Array(required)) = map.get("required") {
+        if let Some(Value::Array(required)) = keywords.required {
             for name in required.iter().filter_map(Value::as_str) {
                 if !object.contains_key(name) {
                     let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
@@ -288,13 +362,13 @@ impl<'a> Validator<'a> {
             }
         }
         let count = object.len() as u64;
-        if map.get("minProperties").and_then(Value::as_u64).is_some_and(|min| count < min) {
-            return Err(format!("{}: fewer than {} properties", at(path), map["minProperties"]));
+        if let Some((_, shown)) = limit(keywords.min_properties, Value::as_u64).filter(|(min, _)| count < *min) {
+            return Err(format!("{}: fewer than {shown} properties", at(path)));
         }
-        if map.get("maxProperties").and_then(Value::as_u64).is_some_and(|max| count > max) {
-            return Err(format!("{}: more than {} properties", at(path), map["maxProperties"]));
+        if let Some((_, shown)) = limit(keywords.max_properties, Value::as_u64).filter(|(max, _)| count > *max) {
+            return Err(format!("{}: more than {shown} properties", at(path)));
         }
-        if let Some(Value::Object(properties)) = map.get("properties") {
+        if let Some(Value::Object(properties)) = keywords.properties {
             for (name, sub) in properties {
                 if let Some(child) = object.get(name) {
                     let len = path.len();
