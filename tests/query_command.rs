@@ -223,3 +223,18 @@ async fn store_outages_are_tool_errors_and_deployed_without_redis_nothing_is_kep
         common::assert_fault_logged(&common::error_text(&listed), &logs, "store.fault", "items.list");
     }
 }
+
+#[tokio::test]
+async fn a_full_store_is_an_answer_not_a_fault() {
+    let store = Arc::new(MemoryItemStore::default());
+    for n in 0..MAX_ITEMS {
+        store.create_if_absent(&format!("fill{n}"), "f").await.unwrap();
+    }
+    let logs = Arc::new(MemorySink::default());
+    let mut config = Config::for_tests(Arc::new(SystemClock));
+    config.log_sink = logs.clone();
+    let server = server_with(store, &config).await;
+    let result = create(&server, json!("x"), json!("one-more")).await;
+    assert_eq!(common::error_text(&result), format!("the item store is full ({MAX_ITEMS} items)"));
+    assert!(logs.lines().iter().all(|l| l["event"] != "store.fault"), "no fault line for an expected limit");
+}

@@ -242,9 +242,15 @@ const QUERY: ToolAnnotations = ToolAnnotations {
     open_world_hint: None,
 };
 
-/// A store fault as a tool error with a correlation id its `store.fault` log line shares.
+/// A store error as a tool error. An outage gets a correlation id its `store.fault` log line
+/// shares; the capacity limit is an expected answer and is reported as it is, with no fault line.
 fn store_fault(logger: &Logger, operation: &str) -> impl FnOnce(StoreError) -> ToolError {
-    move |error| ToolError::Execution(logger.fault("store.fault", operation, &error.0))
+    move |error| {
+        if error == full() {
+            return ToolError::Execution(error.0);
+        }
+        ToolError::Execution(logger.fault("store.fault", operation, &error.0))
+    }
 }
 
 fn json_text<T: Serialize>(value: &T) -> CallToolResult {

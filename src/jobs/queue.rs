@@ -248,10 +248,14 @@ impl LocalQueue {
     /// attempts run out), which is at-least-once delivery.
     pub async fn deliver_next(&self) -> Option<StatusCode> {
         let consumer = self.consumer.get()?.clone();
-        let mut delivery = self.state.lock().expect("queue lock").pending.pop_front()?;
-        delivery.attempts += 1;
-        let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
-        self.state.lock().expect("queue lock").in_flight.insert(receipt.clone());
+        let (delivery, receipt) = {
+            let mut state = self.state.lock().expect("queue lock");
+            let mut delivery = state.pending.pop_front()?;
+            delivery.attempts += 1;
+            let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
+            state.in_flight.insert(receipt.clone());
+            (delivery, receipt)
+        };
         let request = Request::post("/api/queues/process-job")
             .header("content-type", "application/json")
             .header("ce-type", "com.vercel.queue.v2beta")

@@ -53,6 +53,11 @@ fn not_found() -> McpError {
     McpError::invalid_params("Failed to retrieve task: Task not found")
 }
 
+/// A task updated by others faster than a compare-and-set could land: retryable, not a fault.
+fn contention() -> StoreError {
+    StoreError("the task is changing too fast; try again".into())
+}
+
 /// Task creation, lookup, updates, cancellation and execution.
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
@@ -91,11 +96,14 @@ impl TaskService {
         self
     }
 
-    /// A store fault as the caller's `-32603`, with a correlation id when there is a log.
-    fn store_fault(&self, operation: &'static str) -> impl FnOnce(StoreError) -> McpError + '_ {
+    /// A store error as the caller's `-32603`: an outage carries a correlation id (when there is
+    /// a log) that its `task.fault` line shares; contention is expected and reported as it is.
+    fn store_fault(&self, operation: &'static str) -> impl FnOnce(StoreError) -> McpError {
         move |error| match &self.logger {
-            Some(logger) => McpError::internal(logger.fault("task.fault", operation, &error.0)),
-            None => McpError::internal(error.0),
+            Some(logger) if error != contention() => {
+                McpError::internal(logger.fault("task.fault", operation, &error.0))
+            }
+            _ => McpError::internal(error.0),
         }
     }
 
@@ -258,7 +266,7 @@ impl TaskService {
                 return Ok(Some(record));
             }
         }
-        Err(StoreError("the task is changing too fast; try again".into()))
+        Err(contention())
     }
 
     /// `tasks/get`.
