@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use vercel_mcp::catalogue::secure_tools::{
-    self, MemoryNameList, NameList, RedisNameList, UnconfiguredNameList, authorize, name_is_valid,
+    self, MAX_NAMES, MemoryNameList, NameList, RedisNameList, UnconfiguredNameList, authorize, name_is_valid,
 };
 use vercel_mcp::jobs::redis_store::RedisJobStore;
 use vercel_mcp::observe::MemorySink;
@@ -178,4 +178,18 @@ async fn redis_list_counts_atomically_and_outages_are_tool_errors() {
         assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
         common::assert_fault_logged(&message, &logs, "store.fault", "names.append");
     }
+}
+
+#[tokio::test]
+async fn a_full_list_is_an_answer_not_a_fault() {
+    let list = Arc::new(MemoryNameList::default());
+    for n in 0..MAX_NAMES {
+        list.append(&format!("n{n}")).await.unwrap();
+    }
+    let logs = Arc::new(MemorySink::default());
+    let server = env_logging_to(list.clone(), "required", logs.clone()).await;
+    let result = add(&server, json!({"name": "x"}), Some(&demo())).await.json()["result"].clone();
+    assert_eq!(common::error_text(&result), format!("the item list is full ({MAX_NAMES} items)"));
+    assert!(logs.lines().iter().all(|l| l["event"] != "store.fault"), "no fault line for an expected limit");
+    assert_eq!(list.append("probe").await.unwrap_err().0, format!("the item list is full ({MAX_NAMES} items)"));
 }

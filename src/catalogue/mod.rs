@@ -78,6 +78,22 @@ pub(crate) fn capped_store_error(error: &redis::RedisError, full: fn() -> StoreE
     }
 }
 
+/// How a capped example store's error reaches the caller: the cap (`full`) is an expected answer
+/// and goes out as it is; anything else is an outage, reported with a correlation id that its
+/// `store.fault` line shares (operation and detail stay in the log).
+pub(crate) fn store_tool_error<'a>(
+    logger: &'a crate::observe::Logger,
+    operation: &'a str,
+    full: fn() -> StoreError,
+) -> impl FnOnce(StoreError) -> ToolError + 'a {
+    move |error| {
+        if error == full() {
+            return ToolError::Execution(error.0);
+        }
+        ToolError::Execution(logger.fault("store.fault", operation, &error.0))
+    }
+}
+
 /// The store error of an example store deployed without `REDIS_URL`.
 pub(crate) fn redis_url_unset(what: &str) -> StoreError {
     StoreError(format!("REDIS_URL is not set: {what} need a shared store (Redis) when deployed"))

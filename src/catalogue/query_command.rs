@@ -242,15 +242,8 @@ const QUERY: ToolAnnotations = ToolAnnotations {
     open_world_hint: None,
 };
 
-/// A store error as a tool error. An outage gets a correlation id its `store.fault` log line
-/// shares; the capacity limit is an expected answer and is reported as it is, with no fault line.
-fn store_fault(logger: &Logger, operation: &str) -> impl FnOnce(StoreError) -> ToolError {
-    move |error| {
-        if error == full() {
-            return ToolError::Execution(error.0);
-        }
-        ToolError::Execution(logger.fault("store.fault", operation, &error.0))
-    }
+fn store_fault<'a>(logger: &'a Logger, operation: &'a str) -> impl FnOnce(StoreError) -> ToolError + 'a {
+    super::store_tool_error(logger, operation, full)
 }
 
 fn json_text<T: Serialize>(value: &T) -> CallToolResult {

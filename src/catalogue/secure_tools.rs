@@ -154,11 +154,8 @@ pub fn register(server: &mut McpServer, list: Arc<dyn NameList>, logger: Logger)
                         "name must be 1 to 64 characters without control characters".into(),
                     ));
                 }
-                let count = list.append(&args.name).await.map_err(|e| match e == full() {
-                    // The capacity limit is an expected answer, not an outage.
-                    true => ToolError::Execution(e.0),
-                    false => ToolError::Execution(logger.fault("store.fault", "names.append", &e.0)),
-                })?;
+                let count =
+                    list.append(&args.name).await.map_err(super::store_tool_error(&logger, "names.append", full))?;
                 Ok(CallToolResult::text(format!("ok: {count} items")))
             }
         },
