@@ -665,23 +665,28 @@ impl McpServer {
 
 /// Runs a future, catching a panic inside it so one faulty handler cannot take down the
 /// connection or task it runs on.
-pub(crate) async fn catch_unwind<F: Future>(future: F) -> std::thread::Result<F::Output> {
-    struct CatchUnwind<F>(F);
-    impl<F: Future> Future for CatchUnwind<F> {
-        type Output = std::thread::Result<F::Output>;
-        fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-            // SAFETY: structural pinning of the only field, which is never moved out.
-            let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                crate::observe::in_handler(|| inner.poll(cx))
-            })) {
-                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-                Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
-                Err(panic) => std::task::Poll::Ready(Err(panic)),
-            }
+///
+/// A plain function returning the wrapper, not an `async fn`: an `async fn` awaiting its future
+/// argument stores that future twice (as the argument and as the awaited value), and the request
+/// path nests several such wrappers.
+pub(crate) fn catch_unwind<F: Future>(future: F) -> CatchUnwind<F> {
+    CatchUnwind(future)
+}
+
+/// The future [`catch_unwind`] returns.
+pub(crate) struct CatchUnwind<F>(F);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        // SAFETY: structural pinning of the only field, which is never moved out.
+        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::observe::in_handler(|| inner.poll(cx)))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
         }
     }
-    CatchUnwind(future).await
 }
 
 fn valid_tool_name(name: &str) -> bool {

@@ -229,7 +229,7 @@ async fn fulfil(
     let mut ctx = ctx;
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();
-        let input = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await? {
+        let input = match super::execute(app, request_id, ctx, method, params).await? {
             Reply::Complete(result) => return Ok(result),
             Reply::Listing { mut result, key, items } => {
                 let items: Value =

@@ -302,13 +302,15 @@ pub(crate) fn tool_scope_refusal(
 
 /// Runs a handler future, turning a panic into `-32603` with a correlation id so one faulty
 /// tool cannot take the connection (or, on the streaming path, the stream) down with it. The
-/// log gets where it happened; the client gets only the id to quote.
-pub(crate) async fn catch_panic<T>(
-    app: &App,
-    request_id: &str,
-    future: impl std::future::Future<Output = Result<T, McpError>>,
-) -> Result<T, McpError> {
-    match crate::server::catch_unwind(future).await {
+/// log gets where it happened; the client gets only the id to quote. A combinator rather than an
+/// `async fn`, so the handler's future is stored once (see [`crate::server::catch_unwind`]).
+pub(crate) fn catch_panic<'a, T>(
+    app: &'a App,
+    request_id: &'a str,
+    future: impl std::future::Future<Output = Result<T, McpError>> + 'a,
+) -> impl std::future::Future<Output = Result<T, McpError>> + 'a {
+    use futures_util::FutureExt;
+    crate::server::catch_unwind(future).map(move |outcome| match outcome {
         Ok(result) => result,
         Err(_) => {
             let location = crate::observe::take_panic_location();
@@ -316,7 +318,21 @@ pub(crate) async fn catch_panic<T>(
             Err(McpError::internal(format!("Internal error (correlation id {request_id})"))
                 .with_data(serde_json::json!({ "correlationId": request_id })))
         }
-    }
+    })
+}
+
+/// Executes a request on the server with panics contained ([`catch_panic`]). The future is boxed
+/// behind `dyn`: it is the union of every method's state, and polling it through a pointer keeps
+/// the method handlers out of the transport's poll functions, whose stack frames would otherwise
+/// grow to tens of KiB per worker thread (measured in `docs/performance.md`).
+fn execute<'a>(
+    app: &'a App,
+    request_id: &'a str,
+    ctx: crate::server::RequestContext,
+    method: &'a str,
+    params: &'a Map<String, Value>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<crate::server::Reply, McpError>> + Send + 'a>> {
+    Box::pin(catch_panic(app, request_id, app.server.execute(ctx, method, params)))
 }
 
 /// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.

@@ -107,7 +107,7 @@ async fn run(
     let id = ctx.id.clone();
     let principal = ctx.principal.clone();
     let capabilities = ctx.client_capabilities.clone();
-    let outcome = match super::catch_panic(app, request_id, app.server.execute(ctx, method, params)).await {
+    let outcome = match super::execute(app, request_id, ctx, method, params).await {
         Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
         Ok(Reply::Listing { mut result, key, items }) => {
             Ok(finish_with(&app.server, &id, &mut result, Some((key, &items))))
@@ -339,6 +339,23 @@ mod tests {
 
     fn code(meta: Value) -> Option<(i32, StatusCode)> {
         check(&app(), &headers("tools/list"), "tools/list", &params(meta)).err().map(|e| (e.code.0, e.status))
+    }
+
+    #[tokio::test]
+    async fn panic_containment_holds_the_handler_future_once() {
+        // An `async fn` wrapper awaiting its future argument would hold the argument and the
+        // awaited value side by side, doubling every handler future on the request path.
+        let app = app();
+        let handler = async {
+            let block = [7u8; 4096];
+            tokio::task::yield_now().await;
+            Ok::<_, McpError>(block.iter().map(|&b| usize::from(b)).sum::<usize>())
+        };
+        let alone = std::mem::size_of_val(&handler);
+        let guarded = super::super::catch_panic(&app, "r-1", handler);
+        let size = std::mem::size_of_val(&guarded);
+        assert!(size < alone + 256, "guarded {size} bytes for a {alone}-byte handler future");
+        assert_eq!(guarded.await.unwrap(), 7 * 4096);
     }
 
     #[test]
