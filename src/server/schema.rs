@@ -387,20 +387,31 @@ impl<'a> Validator<'a> {
 
 /// Whether `text` matches `pattern` (JSON Schema patterns are unanchored ECMA-262 regular
 /// expressions; `regex-lite` covers the syntax tool schemas use). Compiled patterns are cached;
-/// a pattern that does not compile matches nothing, so validation fails closed.
+/// a pattern that does not compile matches nothing, so validation fails closed. The lock is held
+/// only to look up or insert: compiling and matching run outside it, so one long input does not
+/// stall every other validation in the process. The cache is bounded (schemas are the server's
+/// own, but a bound costs nothing); past it, patterns are compiled per use.
 fn pattern_matches(pattern: &str, text: &str) -> bool {
     use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<String, Option<regex_lite::Regex>>>> = OnceLock::new();
-    let mut cache = CACHE.get_or_init(Mutex::default).lock().expect("pattern cache");
+    use std::sync::{Arc, Mutex, OnceLock};
+    const MAX_CACHED_PATTERNS: usize = 512;
+    type Cache = HashMap<String, Option<Arc<regex_lite::Regex>>>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
     // Looked up by reference first: the key is copied only the first time a pattern is seen.
-    if let Some(compiled) = cache.get(pattern) {
-        return compiled.as_ref().is_some_and(|re| re.is_match(text));
-    }
-    let compiled = regex_lite::Regex::new(pattern).ok();
-    let matches = compiled.as_ref().is_some_and(|re| re.is_match(text));
-    cache.insert(pattern.to_owned(), compiled);
-    matches
+    let cached = cache.lock().expect("pattern cache").get(pattern).cloned();
+    let compiled = match cached {
+        Some(compiled) => compiled,
+        None => {
+            let compiled = regex_lite::Regex::new(pattern).ok().map(Arc::new);
+            let mut cache = cache.lock().expect("pattern cache");
+            if cache.len() < MAX_CACHED_PATTERNS {
+                cache.insert(pattern.to_owned(), compiled.clone());
+            }
+            compiled
+        }
+    };
+    compiled.is_some_and(|re| re.is_match(text))
 }
 
 /// JSON equality where `1` and `1.0` are equal.
@@ -443,6 +454,19 @@ mod tests {
         let schema = json!({"type":"object","properties":{"p":{"$ref":"#/$defs/P"}},"$defs":{"P":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}}});
         assert!(validate(&schema, &json!({"p":{"x":1}})).is_ok());
         assert_eq!(validate(&schema, &json!({"p":{}})).unwrap_err(), "p.x: required");
+    }
+
+    #[test]
+    fn patterns_past_the_cache_bound_still_decide_correctly_and_bad_ones_fail_closed() {
+        for n in 0..600 {
+            let pattern = format!("^p{n}$");
+            assert!(pattern_matches(&pattern, &format!("p{n}")), "{pattern}");
+            assert!(!pattern_matches(&pattern, &format!("p{}", n + 1)), "{pattern}");
+        }
+        // Cached or not, an uncompilable pattern matches nothing.
+        for _ in 0..2 {
+            assert!(!pattern_matches("(unclosed", "(unclosed"));
+        }
     }
 
     #[test]
