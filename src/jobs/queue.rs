@@ -163,6 +163,12 @@ impl QueueApi for VercelQueue {
     }
 }
 
+/// How many deliveries the local run's worker makes at once.
+pub const CONCURRENT_DELIVERIES: usize = 4;
+
+/// The pause before a delivery that was not acknowledged is offered again.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
 /// The consumer handler a [`LocalQueue`] delivers to.
 pub type DeliverFn = Arc<dyn Fn(Request<Bytes>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
 
@@ -247,15 +253,38 @@ impl LocalQueue {
     /// is pending. A delivery that is not acknowledged goes back on the queue (until its
     /// attempts run out), which is at-least-once delivery.
     pub async fn deliver_next(&self) -> Option<StatusCode> {
+        let (consumer, delivery, receipt) = self.take_next()?;
+        let (status, retry) = self.deliver(&consumer, delivery, receipt).await;
+        if let Some(delivery) = retry {
+            self.requeue(delivery);
+        }
+        Some(status)
+    }
+
+    /// Takes the next pending message and marks it in flight.
+    fn take_next(&self) -> Option<(DeliverFn, Delivery, String)> {
         let consumer = self.consumer.get()?.clone();
-        let (delivery, receipt) = {
-            let mut state = self.state.lock().expect("queue lock");
-            let mut delivery = state.pending.pop_front()?;
-            delivery.attempts += 1;
-            let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
-            state.in_flight.insert(receipt.clone());
-            (delivery, receipt)
-        };
+        let mut state = self.state.lock().expect("queue lock");
+        let mut delivery = state.pending.pop_front()?;
+        delivery.attempts += 1;
+        let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
+        state.in_flight.insert(receipt.clone());
+        Some((consumer, delivery, receipt))
+    }
+
+    fn requeue(&self, delivery: Delivery) {
+        self.state.lock().expect("queue lock").pending.push_back(delivery);
+        self.wake.notify_one();
+    }
+
+    /// Hands one delivery to the consumer and settles it: the status, and the delivery again if
+    /// it was not acknowledged and has attempts left.
+    async fn deliver(
+        &self,
+        consumer: &DeliverFn,
+        delivery: Delivery,
+        receipt: String,
+    ) -> (StatusCode, Option<Delivery>) {
         let request = Request::post("/api/queues/process-job")
             .header("content-type", "application/json")
             .header("ce-type", "com.vercel.queue.v2beta")
@@ -270,10 +299,8 @@ impl LocalQueue {
         let status = consumer(request).await.status();
         let mut state = self.state.lock().expect("queue lock");
         state.in_flight.remove(&receipt);
-        if !state.acked.remove(&receipt) && delivery.attempts < self.max_attempts {
-            state.pending.push_back(delivery);
-        }
-        Some(status)
+        let retry = (!state.acked.remove(&receipt) && delivery.attempts < self.max_attempts).then_some(delivery);
+        (status, retry)
     }
 
     /// Delivers until nothing is pending or every pending message has failed `rounds` times.
@@ -281,17 +308,29 @@ impl LocalQueue {
         while self.deliver_next().await.is_some() {}
     }
 
-    /// Runs deliveries in the background for the life of the process (the local run), with a
-    /// short pause before retrying a message that was not acknowledged.
+    /// Runs deliveries in the background for the life of the process (the local run). Up to
+    /// [`CONCURRENT_DELIVERIES`] run at once, as Vercel Queues invokes its consumer concurrently:
+    /// one long job does not hold up everyone else's, and under load the backlog stays short. A
+    /// message that was not acknowledged goes back on the queue after a short pause, so a failing
+    /// consumer (a store outage) is retried without spinning.
     pub fn spawn_worker(&self) {
         let queue = self.clone();
         tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_DELIVERIES));
             loop {
                 queue.wake.notified().await;
-                while let Some(status) = queue.deliver_next().await {
-                    if !status.is_success() {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
+                loop {
+                    let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                    let Some((consumer, delivery, receipt)) = queue.take_next() else { break };
+                    let queue = queue.clone();
+                    tokio::spawn(async move {
+                        let (_, retry) = queue.deliver(&consumer, delivery, receipt).await;
+                        drop(slot);
+                        if let Some(delivery) = retry {
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                            queue.requeue(delivery);
+                        }
+                    });
                 }
             }
         });
@@ -375,6 +414,42 @@ mod tests {
         assert_eq!(queue.pending_len(), 1, "the unacknowledged delivery goes back on the queue");
         let state = queue.state.lock().unwrap();
         assert!(state.acked.is_empty() && state.in_flight.is_empty(), "settled deliveries leave no receipts");
+    }
+
+    #[tokio::test]
+    async fn the_worker_starts_a_job_while_an_earlier_one_is_still_running() {
+        let queue = LocalQueue::new();
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        let release = Arc::new(Notify::new());
+        let (acking, gate) = (queue.clone(), release.clone());
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let (queue, started, gate) = (acking.clone(), started_tx.clone(), gate.clone());
+            Box::pin(async move {
+                let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
+                let steps = JobMessage::parse(request.body()).unwrap().steps;
+                started.send(steps).unwrap();
+                if steps == 1 {
+                    gate.notified().await; // the first job runs until the test lets it finish
+                }
+                queue.ack(&lease(&receipt)).await.unwrap();
+                Response::new(Body::empty())
+            })
+        }));
+        queue.spawn_worker();
+        for steps in [1, 2] {
+            let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps };
+            queue.publish(&message, None).await.unwrap();
+        }
+        assert_eq!(started.recv().await, Some(1));
+        // A deadlock guard, not a timing assertion: a one-at-a-time worker would wait forever here.
+        let second = tokio::time::timeout(Duration::from_secs(30), started.recv()).await;
+        assert_eq!(second.ok().flatten(), Some(2), "the second job starts while the first still runs");
+        release.notify_one();
+        while !queue.state.lock().unwrap().in_flight.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let state = queue.state.lock().unwrap();
+        assert!(state.pending.is_empty() && state.acked.is_empty(), "both deliveries were acknowledged once");
     }
 
     #[test]
