@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Instructions per request under callgrind, for the floor and the local run: the one CPU figure
+# that does not move with the machine's load (the harness's CPU microseconds drift by ±30% on
+# shared cores, and these VMs expose no hardware counters to `perf stat`). Needs valgrind and wrk.
+#   scripts/perf/instructions.sh [workload...]   (echo, list50; default: both)
+# Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
+# profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+for tool in valgrind callgrind_control wrk; do
+  command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk)" >&2; exit 1; }
+done
+export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+cargo build --release --quiet --example perf_server --example floor
+workloads=("$@")
+[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50)
+work=$(mktemp -d)
+trap 'rm -rf "$work"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null; true' EXIT
+
+request_file() { # name method params-json [mcp-name]
+  {
+    printf 'Content-Type: application/json\nAccept: application/json, text/event-stream\n'
+    printf 'MCP-Protocol-Version: 2026-07-28\nMcp-Method: %s\n' "$2"
+    [ -n "${4:-}" ] && printf 'Mcp-Name: %s\n' "$4"
+    printf '\n{"jsonrpc":"2.0","id":1,"method":"%s","params":%s}' "$2" "$3"
+  } > "$work/$1.http"
+}
+meta='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
+request_file echo tools/call "{\"name\":\"echo\",\"arguments\":{\"message\":\"hello\"},$meta}" echo
+request_file list50 tools/list "{$meta}"
+
+count() { # binary workload -> instructions per request
+  local port=$((20000 + RANDOM % 20000))
+  PORT=$port MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" "$1" >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 300); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d2s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp" >/dev/null
+  callgrind_control -i on "$server" >/dev/null 2>&1
+  local requests
+  requests=$(PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d8s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp" \
+    | awk '/requests in/ {print $1}')
+  callgrind_control -i off "$server" >/dev/null 2>&1
+  callgrind_control -d "$server" >/dev/null 2>&1
+  kill "$server"; wait "$server" 2>/dev/null || true; server=
+  local total
+  total=$(cat "$work"/cg.out* | awk '/^(summary|totals):/ {s += $2} END {print s}')
+  cp "$(ls "$work"/cg.out* | tail -1)" target/callgrind/last.out
+  rm -f "$work"/cg.out*
+  echo $((total / requests))
+}
+
+printf '| workload | floor instructions/request | local run instructions/request | × floor |\n|---|---|---|---|\n'
+for workload in "${workloads[@]}"; do
+  floor=$(count target/callgrind/release/examples/floor "$workload")
+  ours=$(count target/callgrind/release/examples/perf_server "$workload")
+  printf '| %s | %d | %d | %s |\n' "$workload" "$floor" "$ours" "$(awk "BEGIN {printf \"%.2f\", $ours / $floor}")"
+done
