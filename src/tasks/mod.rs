@@ -157,8 +157,7 @@ impl TaskService {
     }
 
     fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn) {
-        let service = self.clone();
-        tokio::spawn(async move { service.run(record, handler).await });
+        tokio::spawn(self.clone().run(record, handler));
     }
 
     /// Runs one round of a task's work, racing it against cancellation.

@@ -254,12 +254,13 @@ pub(crate) async fn respond_streaming<F>(work: impl FnOnce(mpsc::Sender<StreamEv
 where
     F: std::future::Future<Output = (StatusCode, Vec<u8>)> + Send + 'static,
 {
+    use futures_util::FutureExt;
     let (tx, mut rx) = mpsc::channel(64);
-    let future = work(tx.clone());
-    let task = tokio::spawn(async move {
-        let (status, body) = future.await;
+    // A combinator, not an `async` block awaiting `work`'s future: that would hold the future
+    // twice (captured, and being awaited).
+    let task = tokio::spawn(work(tx.clone()).then(move |(status, body)| async move {
         let _ = tx.send(StreamEvent::Response { status, body }).await;
-    });
+    }));
     let producer = task.abort_handle();
     match rx.recv().await {
         Some(StreamEvent::Response { status, body }) => json_response(status, body),
