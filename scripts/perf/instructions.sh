@@ -6,6 +6,7 @@
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/../.."
 for tool in valgrind callgrind_control wrk; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk)" >&2; exit 1; }
@@ -29,12 +30,23 @@ meta='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelc
 request_file echo tools/call "{\"name\":\"echo\",\"arguments\":{\"message\":\"hello\"},$meta}" echo
 request_file list50 tools/list "{$meta}"
 
-count() { # binary workload -> instructions per request
-  local port=$((20000 + RANDOM % 20000))
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+count() { # binary workload: sets $instructions to the instructions per request
+  local port
+  port=$(free_port)
   PORT=$port MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" "$1" >/dev/null 2>&1 &
   server=$!
-  for _ in $(seq 300); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  local ready=
+  for _ in $(seq 300); do
+    kill -0 "$server" 2>/dev/null || { echo "$1 exited before listening" >&2; exit 1; }
+    if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ready=1; break; fi
+    sleep 0.1
+  done
+  [ -n "$ready" ] || { echo "$1 did not listen on $port" >&2; exit 1; }
   PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d2s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp" >/dev/null
   callgrind_control -i on "$server" >/dev/null 2>&1
   local requests
@@ -44,15 +56,16 @@ count() { # binary workload -> instructions per request
   callgrind_control -d "$server" >/dev/null 2>&1
   kill "$server"; wait "$server" 2>/dev/null || true; server=
   local total
-  total=$(cat "$work"/cg.out* | awk '/^(summary|totals):/ {s += $2} END {print s}')
+  total=$(cat "$work"/cg.out* | awk '/^totals:/ {s += $2} END {print s + 0}')
+  [ "${requests:-0}" -gt 0 ] && [ "$total" -gt 0 ] || { echo "no requests or no profile for $1" >&2; exit 1; }
   cp "$(ls "$work"/cg.out* | tail -1)" target/callgrind/last.out
   rm -f "$work"/cg.out*
-  echo $((total / requests))
+  instructions=$((total / requests))
 }
 
 printf '| workload | floor instructions/request | local run instructions/request | × floor |\n|---|---|---|---|\n'
 for workload in "${workloads[@]}"; do
-  floor=$(count target/callgrind/release/examples/floor "$workload")
-  ours=$(count target/callgrind/release/examples/perf_server "$workload")
+  count target/callgrind/release/examples/floor "$workload"; floor=$instructions
+  count target/callgrind/release/examples/perf_server "$workload"; ours=$instructions
   printf '| %s | %d | %d | %s |\n' "$workload" "$floor" "$ours" "$(awk "BEGIN {printf \"%.2f\", $ours / $floor}")"
 done

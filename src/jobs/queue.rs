@@ -188,6 +188,11 @@ struct LocalState {
     /// delivery this queue never made (a hand-made request to the consumer route) leaves nothing.
     acked: HashSet<String>,
     published: u64,
+    /// Deliveries handed out so far; numbers every receipt, so even two copies of one message
+    /// in flight at once (a duplicate delivery) settle separately.
+    delivered: u64,
+    /// Unacknowledged deliveries waiting out the pause before they are offered again.
+    retrying: usize,
 }
 
 /// The in-process queue of the local run (and of tests, in manual mode).
@@ -236,9 +241,10 @@ impl LocalQueue {
         }));
     }
 
-    /// Messages waiting for delivery.
+    /// Messages waiting for delivery, including those pausing before a retry.
     pub fn pending_len(&self) -> usize {
-        self.state.lock().expect("queue lock").pending.len()
+        let state = self.state.lock().expect("queue lock");
+        state.pending.len() + state.retrying
     }
 
     /// Re-enqueues a copy of the most recently published message (tests: duplicate delivery).
@@ -267,13 +273,26 @@ impl LocalQueue {
         let mut state = self.state.lock().expect("queue lock");
         let mut delivery = state.pending.pop_front()?;
         delivery.attempts += 1;
-        let receipt = format!("{}-{}", delivery.message_id, delivery.attempts);
+        state.delivered += 1;
+        let receipt = format!("{}-{}-{}", delivery.message_id, delivery.attempts, state.delivered);
         state.in_flight.insert(receipt.clone());
         Some((consumer, delivery, receipt))
     }
 
     fn requeue(&self, delivery: Delivery) {
         self.state.lock().expect("queue lock").pending.push_back(delivery);
+        self.wake.notify_one();
+    }
+
+    /// Offers an unacknowledged delivery again after [`RETRY_PAUSE`], counting it as pending
+    /// meanwhile.
+    async fn requeue_after_pause(&self, delivery: Delivery) {
+        self.state.lock().expect("queue lock").retrying += 1;
+        tokio::time::sleep(RETRY_PAUSE).await;
+        let mut state = self.state.lock().expect("queue lock");
+        state.retrying -= 1;
+        state.pending.push_back(delivery);
+        drop(state);
         self.wake.notify_one();
     }
 
@@ -296,7 +315,12 @@ impl LocalQueue {
             .header("ce-vqsdeliverycount", delivery.attempts.to_string())
             .body(delivery.payload.clone())
             .expect("a valid delivery request");
-        let status = consumer(request).await.status();
+        // A panicking consumer is a failed delivery: it settles and is retried like any other,
+        // rather than leaving its receipt in flight and the message nowhere.
+        let status = match crate::server::catch_unwind(consumer(request)).await {
+            Ok(response) => response.status(),
+            Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
         let mut state = self.state.lock().expect("queue lock");
         state.in_flight.remove(&receipt);
         let retry = (!state.acked.remove(&receipt) && delivery.attempts < self.max_attempts).then_some(delivery);
@@ -311,8 +335,9 @@ impl LocalQueue {
     /// Runs deliveries in the background for the life of the process (the local run). Up to
     /// [`CONCURRENT_DELIVERIES`] run at once, as Vercel Queues invokes its consumer concurrently:
     /// one long job does not hold up everyone else's, and under load the backlog stays short. A
-    /// message that was not acknowledged goes back on the queue after a short pause, so a failing
-    /// consumer (a store outage) is retried without spinning.
+    /// message that failed goes back on the queue after a short pause, so a failing consumer (a
+    /// store outage) is retried without spinning; one that succeeded without an acknowledgement
+    /// (deferred work) goes back at once.
     pub fn spawn_worker(&self) {
         let queue = self.clone();
         tokio::spawn(async move {
@@ -324,11 +349,14 @@ impl LocalQueue {
                     let Some((consumer, delivery, receipt)) = queue.take_next() else { break };
                     let queue = queue.clone();
                     tokio::spawn(async move {
-                        let (_, retry) = queue.deliver(&consumer, delivery, receipt).await;
+                        let (status, retry) = queue.deliver(&consumer, delivery, receipt).await;
                         drop(slot);
-                        if let Some(delivery) = retry {
-                            tokio::time::sleep(RETRY_PAUSE).await;
-                            queue.requeue(delivery);
+                        match retry {
+                            // A failure pauses; a success without an acknowledgement (a job
+                            // deferring the rest of its work) is offered again at once.
+                            Some(delivery) if !status.is_success() => queue.requeue_after_pause(delivery).await,
+                            Some(delivery) => queue.requeue(delivery),
+                            None => {}
                         }
                     });
                 }
@@ -375,6 +403,7 @@ impl Publisher for FailingPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn lease(receipt: &str) -> Lease {
         Lease {
@@ -421,9 +450,11 @@ mod tests {
         let queue = LocalQueue::new();
         let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<u32>();
         let release = Arc::new(Notify::new());
-        let (acking, gate) = (queue.clone(), release.clone());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (acking, gate, counter) = (queue.clone(), release.clone(), calls.clone());
         queue.connect(Arc::new(move |request: Request<Bytes>| {
             let (queue, started, gate) = (acking.clone(), started_tx.clone(), gate.clone());
+            counter.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
                 let steps = JobMessage::parse(request.body()).unwrap().steps;
@@ -448,8 +479,34 @@ mod tests {
         while !queue.state.lock().unwrap().in_flight.is_empty() {
             tokio::task::yield_now().await;
         }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "each message was delivered once");
+        assert_eq!(queue.pending_len(), 0);
+        assert!(queue.state.lock().unwrap().acked.is_empty(), "both deliveries were settled");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_consumer_is_a_failed_delivery_and_the_message_is_retried() {
+        let queue = LocalQueue::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (acking, counter) = (queue.clone(), calls.clone());
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let (queue, counter) = (acking.clone(), counter.clone());
+            Box::pin(async move {
+                assert!(counter.fetch_add(1, Ordering::SeqCst) > 0, "the first delivery meets a consumer bug");
+                let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
+                queue.ack(&lease(&receipt)).await.unwrap();
+                Response::new(Body::empty())
+            })
+        }));
+        let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps: 1 };
+        queue.publish(&message, None).await.unwrap();
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(queue.pending_len(), 1, "the message is still there");
+        assert!(queue.state.lock().unwrap().in_flight.is_empty(), "and its receipt is not left in flight");
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
+        assert_eq!(queue.pending_len(), 0);
         let state = queue.state.lock().unwrap();
-        assert!(state.pending.is_empty() && state.acked.is_empty(), "both deliveries were acknowledged once");
+        assert!(state.in_flight.is_empty() && state.acked.is_empty());
     }
 
     #[test]

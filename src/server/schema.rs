@@ -398,7 +398,8 @@ fn pattern_matches(pattern: &str, text: &str) -> bool {
     type Cache = HashMap<String, Option<Arc<regex_lite::Regex>>>;
     static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     let cache = CACHE.get_or_init(Mutex::default);
-    // Looked up by reference first: the key is copied only the first time a pattern is seen.
+    // Looked up by reference: the key is copied only when a pattern is cached. Two threads that
+    // miss at once both compile it, which is harmless.
     let cached = cache.lock().expect("pattern cache").get(pattern).cloned();
     let compiled = match cached {
         Some(compiled) => compiled,
