@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The performance harness: every figure as a ratio to a canned-response floor measured in the
 same run. Builds release binaries, then for the floor, the local run and the vercel_runtime edge
-(one server at a time): cold start (median of 5), idle and peak RSS, and per workload
+(one server at a time): idle and peak RSS, and per workload
 requests/s, p50/p99 latency and server CPU microseconds per request, using wrk on loopback
-(2 connections, 1 s warm-up, then PERF_SECONDS). Writes docs/performance.md's latest-run
+(2 connections, 1 s warm-up, then PERF_SECONDS); then cold starts, the three taking turns
+(median of 9 each). Writes docs/performance.md's latest-run
 section and appends a history row."""
 
 import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
@@ -77,17 +78,33 @@ def raw_echo(port):
         if not s.recv(16).startswith(b"HTTP/1.1 200"):
             raise ConnectionError("not ready")
 
-def cold_start(binary, env, probe):
-    """Spawn to first successful tools/call, median of 7."""
-    times = []
-    for _ in range(7):
-        port = free_port(); started = time.perf_counter()
-        process = spawn(binary, port, env)
-        try:
-            wait_ready(port, raw_echo); times.append((time.perf_counter() - started) * 1000)
-        finally:
-            process.kill(); process.wait()
-    return statistics.median(times)
+def spawn_to_answer_ms(binary, env):
+    """One cold start: process spawn to the first successful tools/call."""
+    port = free_port(); started = time.perf_counter()
+    process = spawn(binary, port, env)
+    try:
+        wait_ready(port, raw_echo); return (time.perf_counter() - started) * 1000
+    finally:
+        process.kill(); process.wait()
+
+def cold_starts(servers, rounds=9):
+    """Median cold start per server, the servers taking turns within each round so that all of
+    them meet the same moments of the machine (measured one after another, a server that follows
+    a heavy workload starts slower for reasons of its own)."""
+    times = {name: [] for name in servers}
+    for _ in range(rounds):
+        for name, (binary, env) in servers.items():
+            times[name].append(spawn_to_answer_ms(binary, env))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+def cpu_pressure_us():
+    """Microseconds, since boot, in which some runnable task waited for a CPU (Linux PSI), or
+    None. Over a run it says how much the machine's other load got in the way."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().split("total=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 def rss_breakdown(pid):
     """(file-backed, anonymous) KiB: mapped code versus heap and stacks."""
@@ -133,6 +150,7 @@ def main():
     if not shutil.which("wrk"):
         raise SystemExit("wrk is required: apt-get install -y wrk")
     sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "perf_server", "--example", "mint_token")
+    pressure_start, wall_start = cpu_pressure_us(), time.monotonic()
     bins = os.path.join(ROOT, "target/release/examples")
     floor_bin, perf_bin = os.path.join(bins, "floor"), os.path.join(bins, "perf_server")
     use_redis = redis_up()
@@ -154,7 +172,6 @@ def main():
         port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
         row = {"idle_kib": rss_kib(floor.pid, "VmRSS:"), "echo": measure(floor, port, [echo]), "size": os.path.getsize(floor_bin)}
         row["peak_kib"] = rss_kib(floor.pid, "VmHWM:"); row["peak_split"] = rss_breakdown(floor.pid); floor.kill(); floor.wait()
-        row["cold_ms"] = cold_start(floor_bin, {}, echo_probe)
         return row
 
     # The floor is measured before and after the servers; the better of the two counts, so a noisy
@@ -188,7 +205,6 @@ def main():
         for name, files in workloads.items():
             row[name] = measure(server, port, files)
         row["peak_kib"] = rss_kib(server.pid, "VmHWM:"); row["peak_split"] = rss_breakdown(server.pid); server.kill(); server.wait()
-        row["cold_ms"] = cold_start(perf_bin, env, echo_probe)
         # tools/list with authentication: a separate instance with JWT verification on.
         port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
         bearer = {"Authorization": f"Bearer {token}"}
@@ -198,16 +214,29 @@ def main():
         results[edge] = row
     second_floor = run_floor()
     results["floor"] = max(first_floor, second_floor, key=lambda r: r["echo"]["rps"])
-    results["floor"]["peak_kib"] = min(first_floor["peak_kib"], second_floor["peak_kib"])
-    results["floor"]["cold_ms"] = min(first_floor["cold_ms"], second_floor["cold_ms"])
+    # Memory figures come together from the run with the smaller peak, so idle, peak and its split
+    # describe one process.
+    smaller = min(first_floor, second_floor, key=lambda r: r["peak_kib"])
+    for key in ["idle_kib", "peak_kib", "peak_split"]:
+        results["floor"][key] = smaller[key]
+    cold = cold_starts({"floor": (floor_bin, {}), "local": (perf_bin, dict(base_env, PERF_EDGE="local")),
+                        "vercel": (perf_bin, dict(base_env, PERF_EDGE="vercel"))})
+    for name, ms in cold.items():
+        results[name]["cold_ms"] = ms
+    pressure_end = cpu_pressure_us()
+    if pressure_start is not None and pressure_end is not None:
+        results["cpu_pressure_pct"] = (pressure_end - pressure_start) / ((time.monotonic() - wall_start) * 1e6) * 100
     report(results, use_redis)
 
 def report(results, use_redis):
     floor = results["floor"]; f = floor["echo"]
     machine = f"{os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30, 1)} GiB, {os.uname().sysname} {os.uname().release}"
     date = datetime.date.today().isoformat()
+    pressure = results.get("cpu_pressure_pct")
     lines = [f"Run {date} on {machine}; `scripts/perf.sh` (wrk -t1 -c{CONNECTIONS}, 1 s warm-up, {SECONDS} s per workload)."
-             + ("" if use_redis else " Redis was not reachable: no job workload."), "",
+             + ("" if use_redis else " Redis was not reachable: no job workload.")
+             + (f" CPU pressure over the run (PSI \"some\"): {pressure:.1f}% of the time a runnable task waited for a CPU"
+                " (wrk and the server share two cores, so it is never zero; a run well above the others had other load)." if pressure is not None else ""), "",
              f"Floor (canned hyper server): {f['rps']:.0f} req/s, p50 {f['p50_us']:.0f} µs, p99 {f['p99_us']:.0f} µs, "
              f"{f['cpu_us']:.1f} µs CPU/request, cold start {floor['cold_ms']:.1f} ms, idle {floor['idle_kib']} KiB, peak {floor['peak_kib']} KiB.", "",
              "| edge | workload | req/s | × floor | p50 µs | p99 µs | CPU µs/req | × floor CPU |", "|---|---|---|---|---|---|---|---|"]
@@ -234,6 +263,7 @@ def report(results, use_redis):
         text = text[:text.index(start) + len(start)] + "\n" + section + "\n" + text[text.index(end):]
     local = results["local"]
     label = os.environ.get("PERF_LABEL", "harness run")
+    label += f" (CPU pressure {pressure:.0f}%)" if pressure is not None else ""
     history = (f"| {date} | {label} | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
                f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}× |")
     text = text.rstrip("\n") + "\n" + history + "\n"
