@@ -242,6 +242,7 @@ const QUERY: ToolAnnotations = ToolAnnotations {
     open_world_hint: None,
 };
 
+/// A store error as a tool error: the full store as it is, an outage with a correlation id.
 fn store_fault<'a>(logger: &'a Logger, operation: &'a str) -> impl FnOnce(StoreError) -> ToolError + 'a {
     super::store_tool_error(logger, operation, full)
 }

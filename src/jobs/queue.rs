@@ -484,6 +484,55 @@ mod tests {
         assert!(queue.state.lock().unwrap().acked.is_empty(), "both deliveries were settled");
     }
 
+    /// A consumer answering with `statuses` in turn (acknowledging only 200s), reporting the
+    /// virtual time of each call.
+    fn scripted_consumer(
+        queue: &LocalQueue,
+        statuses: Vec<StatusCode>,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<tokio::time::Instant> {
+        let (calls_tx, calls) = tokio::sync::mpsc::unbounded_channel();
+        let (acking, statuses) = (queue.clone(), Arc::new(Mutex::new(VecDeque::from(statuses))));
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let (queue, statuses, calls) = (acking.clone(), statuses.clone(), calls_tx.clone());
+            Box::pin(async move {
+                calls.send(tokio::time::Instant::now()).unwrap();
+                let status = statuses.lock().unwrap().pop_front().expect("no more deliveries expected");
+                if status == StatusCode::OK {
+                    let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
+                    queue.ack(&lease(&receipt)).await.unwrap();
+                }
+                let mut response = Response::new(Body::empty());
+                *response.status_mut() = status;
+                response
+            })
+        }));
+        calls
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_worker_retries_a_failure_after_the_pause_and_deferred_work_at_once() {
+        let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps: 1 };
+        // A store outage (500) waits out the pause before the message is offered again.
+        let queue = LocalQueue::new();
+        let mut calls = scripted_consumer(&queue, vec![StatusCode::INTERNAL_SERVER_ERROR, StatusCode::OK]);
+        queue.spawn_worker();
+        queue.publish(&message, None).await.unwrap();
+        let (first, second) = (calls.recv().await.unwrap(), calls.recv().await.unwrap());
+        assert_eq!(second - first, RETRY_PAUSE);
+
+        // A job deferring the rest of its work (202, no acknowledgement) is offered again at once.
+        let queue = LocalQueue::new();
+        let mut calls = scripted_consumer(&queue, vec![StatusCode::ACCEPTED, StatusCode::OK]);
+        queue.spawn_worker();
+        queue.publish(&message, None).await.unwrap();
+        let (first, second) = (calls.recv().await.unwrap(), calls.recv().await.unwrap());
+        assert_eq!(second - first, Duration::ZERO);
+        while !queue.state.lock().unwrap().in_flight.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(queue.pending_len(), 0, "acknowledged once, gone");
+    }
+
     #[tokio::test]
     async fn a_panicking_consumer_is_a_failed_delivery_and_the_message_is_retried() {
         let queue = LocalQueue::new();
