@@ -2,7 +2,9 @@
 # Instructions per request under callgrind, for the floor and the local run: the one CPU figure
 # that does not move with the machine's load (the harness's CPU microseconds drift by ±30% on
 # shared cores, and these VMs expose no hardware counters to `perf stat`). Needs valgrind and wrk.
-#   scripts/perf/instructions.sh [workload...]   (echo, list50; default: both)
+#   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt; default: all three)
+# list50+jwt runs the server with authentication on and one RS256 token on every request, so its
+# difference from list50 is what verifying a (cached) token costs.
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
@@ -11,33 +13,42 @@ cd "$(dirname "$0")/../.."
 for tool in valgrind callgrind_control wrk; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk)" >&2; exit 1; }
 done
-export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release --quiet --example perf_server --example floor
+# MCP_CODE_LAYOUT=off: valgrind names only the functions of a section called .text (build.rs).
+export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only MCP_CODE_LAYOUT=off
+cargo build --release --quiet --example perf_server --example floor --example mint_token
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50)
+[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt)
 work=$(mktemp -d)
 trap 'rm -rf "$work"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null; true' EXIT
 
-request_file() { # name method params-json [mcp-name]
+issuer=https://auth.example.com resource=http://localhost:3000/api/mcp
+token=$(target/callgrind/release/examples/mint_token tests/fixtures/rsa_private.pem test-rsa-1 \
+  "$issuer" "$resource" perf-user "mcp:read mcp:write" 3600)
+
+request_file() { # name method params-json [mcp-name] [extra header]
   {
     printf 'Content-Type: application/json\nAccept: application/json, text/event-stream\n'
     printf 'MCP-Protocol-Version: 2026-07-28\nMcp-Method: %s\n' "$2"
     [ -n "${4:-}" ] && printf 'Mcp-Name: %s\n' "$4"
+    [ -n "${5:-}" ] && printf '%s\n' "$5"
     printf '\n{"jsonrpc":"2.0","id":1,"method":"%s","params":%s}' "$2" "$3"
   } > "$work/$1.http"
 }
 meta='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
 request_file echo tools/call "{\"name\":\"echo\",\"arguments\":{\"message\":\"hello\"},$meta}" echo
 request_file list50 tools/list "{$meta}"
+request_file list50+jwt tools/list "{$meta}" "" "Authorization: Bearer $token"
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 count() { # binary workload: sets $instructions to the instructions per request
-  local port
+  local port auth=()
   port=$(free_port)
-  PORT=$port MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
+  [[ "$2" == *+jwt ]] && auth=(MCP_AUTH_MODE=required "MCP_JWKS=$(cat tests/fixtures/jwks.json)"
+    MCP_AUTH_ISSUER="$issuer" MCP_RESOURCE_URL="$resource")
+  env "${auth[@]}" PORT="$port" MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" "$1" >/dev/null 2>&1 &
   server=$!
   local ready=
@@ -49,9 +60,10 @@ count() { # binary workload: sets $instructions to the instructions per request
   [ -n "$ready" ] || { echo "$1 did not listen on $port" >&2; exit 1; }
   PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d2s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp" >/dev/null
   callgrind_control -i on "$server" >/dev/null 2>&1
-  local requests
-  requests=$(PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d8s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp" \
-    | awk '/requests in/ {print $1}')
+  local report requests
+  report=$(PERF_REQUESTS="$work/$2.http" wrk -t1 -c1 -d8s -s scripts/perf/requests.lua "http://127.0.0.1:$port/api/mcp")
+  if grep -q "Non-2xx" <<<"$report"; then echo "$1 refused $2 requests:"$'\n'"$report" >&2; exit 1; fi
+  requests=$(awk '/requests in/ {print $1}' <<<"$report")
   callgrind_control -i off "$server" >/dev/null 2>&1
   callgrind_control -d "$server" >/dev/null 2>&1
   kill "$server"; wait "$server" 2>/dev/null || true; server=
