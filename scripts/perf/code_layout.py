@@ -20,7 +20,7 @@ function missing from the list still works, it only lives among the cold code.
     python3 scripts/perf/code_layout.py    (needs valgrind, Redis at 127.0.0.1:6379)
 """
 
-import bisect, json, os, re, signal, subprocess, sys, tempfile, urllib.error, urllib.request
+import bisect, concurrent.futures, json, os, re, signal, subprocess, sys, tempfile, urllib.error, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # the harness: its request helpers and environment
@@ -65,7 +65,7 @@ def traffic(port):
         post("tools/list", {"_meta": META})
         post("resources/list", {"_meta": META})
         post("prompts/list", {"_meta": META})
-        attempt(lambda: call(port, "echo", {"message": "hello"}))
+        call(port, "echo", {"message": "hello"})  # must answer: a profile of refusals alone is no profile
         first = attempt(lambda: call(port, "confirm", {}))
         if first:
             retry = {"ok": {"action": "accept", "content": {"ok": True}}}
@@ -87,6 +87,9 @@ def traffic(port):
         post("tools/list", {})
         post("no/such/method", {"_meta": META})
         attempt(lambda: raw_post(port, b"{not json"))
+    # Concurrent requests: contended locks and wake-ups take paths that one request at a time never does.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: attempt(lambda: call(port, "echo", {"message": "hello"})), range(64)))
 
 
 def jsonrpc(method, params):
@@ -105,7 +108,7 @@ def raw_post(port, body, version=None):
 def authed_traffic(port, token):
     bearer = {"Authorization": f"Bearer {token}"}
     for _ in range(3):
-        attempt(lambda: run.post(port, "tools/list", {"_meta": META}, extra=bearer))
+        run.post(port, "tools/list", {"_meta": META}, extra=bearer)  # must answer, as above
         attempt(lambda: call(port, "echo", {"message": "hello"}, extra=bearer))
     attempt(lambda: run.post(port, "tools/list", {"_meta": META}))
     attempt(lambda: run.post(port, "tools/list", {"_meta": META}, extra={"Authorization": "Bearer " + token[:-6] + "AAAAAA"}))
