@@ -3,8 +3,14 @@
 //!
 //! The parser is strict on purpose (hyper's school): a batch, a response posted as a request,
 //! a `null` id or a non-object `params` is refused before anything else looks at the message.
+//!
+//! Well-formed messages are read straight into their members ([`Members`]): building a `Value`
+//! map for the top level only to take it apart again cost an allocation per key on every
+//! request. Anything the typed read refuses (not an object, a duplicate or mistyped member,
+//! invalid JSON) is read again as a `Value`, so every message gets the same answer either way.
 
 use super::McpError;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
 /// A JSON-RPC request id: a string or an integer, echoed with its original type and value.
@@ -57,6 +63,9 @@ pub enum Message {
 impl Message {
     /// Parses one message from a body. Errors carry their JSON-RPC code and HTTP 400.
     pub fn parse(body: &[u8]) -> Result<Self, McpError> {
+        if let Ok(members) = serde_json::from_slice::<Members>(body) {
+            return Self::from_members(members);
+        }
         let value: Value =
             serde_json::from_slice(body).map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))?;
         Self::from_value(value)
@@ -73,22 +82,35 @@ impl Message {
             }
             _ => return Err(McpError::invalid_request("Invalid Request: expected a JSON object")),
         };
-        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+        Self::from_members(Members {
+            jsonrpc: version_ok.then_some("2.0"),
+            id: object.remove("id"),
+            method: object.remove("method"),
+            params: object.remove("params"),
+            result: object.remove("result"),
+            error: object.remove("error"),
+        })
+    }
+
+    fn from_members(members: Members<'_>) -> Result<Self, McpError> {
+        let Members { jsonrpc, id, method, params, result, error } = members;
+        if jsonrpc != Some("2.0") {
             return Err(McpError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""));
         }
-        let id = match object.remove("id") {
+        let id = match id {
             None => None,
             Some(raw) => Some(
                 RequestId::from_value(raw)
                     .ok_or_else(|| McpError::invalid_request("Invalid Request: id must be a string or an integer"))?,
             ),
         };
-        let method = match object.remove("method") {
+        let method = match method {
             Some(Value::String(method)) => method,
             Some(_) => return Err(McpError::invalid_request("Invalid Request: method must be a string")),
-            None => return Self::response(id, object),
+            None => return Self::response(id, result, error),
         };
-        let params = match object.remove("params") {
+        let params = match params {
             None => Map::new(),
             Some(Value::Object(params)) => params,
             Some(_) => {
@@ -101,8 +123,8 @@ impl Message {
         })
     }
 
-    fn response(id: Option<RequestId>, mut object: Map<String, Value>) -> Result<Self, McpError> {
-        let outcome = match (object.remove("result"), object.remove("error")) {
+    fn response(id: Option<RequestId>, result: Option<Value>, error: Option<Value>) -> Result<Self, McpError> {
+        let outcome = match (result, error) {
             (Some(result), None) => Ok(result),
             (None, Some(error)) => Err(error),
             _ => return Err(McpError::invalid_request("Invalid Request: method is required")),
@@ -110,6 +132,28 @@ impl Message {
         let id = id.ok_or_else(|| McpError::invalid_request("Invalid Request: response without id"))?;
         Ok(Message::Response { id, outcome })
     }
+}
+
+/// The members of a message object that JSON-RPC gives meaning to; others are ignored. Each
+/// `Option<Value>` is `Some` whenever the member is present, even as `null` (a `null` id or
+/// `params` is an error, not an absence).
+#[derive(Deserialize)]
+struct Members<'a> {
+    jsonrpc: Option<&'a str>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 /// Serialises a success response.
@@ -164,6 +208,35 @@ mod tests {
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":7}"#), ErrorCode::INVALID_REQUEST.0);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), ErrorCode::INVALID_REQUEST.0);
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), ErrorCode::INVALID_REQUEST.0);
+    }
+
+    #[test]
+    fn the_typed_read_and_the_value_read_agree() {
+        // Bodies on both sides of the typed read: escapes, duplicates, extra and mistyped members.
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"x"}}}"#,
+            r#"{"jsonrpc":"2\u002e0","id":"a","method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","extra":[1,{"y":null}]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":null}"#,
+            r#"{"jsonrpc":"2.0","method":"x","params":null}"#,
+            r#"{"jsonrpc":2.0,"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":null,"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{}}"#,
+            r#"{"jsonrpc":"2.0","error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"s","error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{}}  "#,
+        ];
+        for body in bodies {
+            let typed = format!("{:?}", Message::parse(body.as_bytes()));
+            let value = format!("{:?}", Message::from_value(serde_json::from_str(body).unwrap()));
+            assert_eq!(typed, value, "{body}");
+        }
+        let Message::Request { method, .. } = Message::parse(bodies[2].as_bytes()).unwrap() else { panic!() };
+        assert_eq!(method, "b", "the last of duplicate members wins, as in a Value");
+        assert!(matches!(Message::parse(bodies[1].as_bytes()), Ok(Message::Request { .. })));
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x"} x"#), ErrorCode::PARSE_ERROR.0, "trailing bytes");
     }
 
     #[test]

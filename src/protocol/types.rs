@@ -178,6 +178,14 @@ impl CallToolResult {
         Self { is_error: true, ..Self::text(message) }
     }
 
+    /// The result as a JSON object, for paths that add members to it.
+    pub fn into_object(self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(object)) => object,
+            _ => unreachable!("a struct with named fields serialises to an object"),
+        }
+    }
+
     /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
     pub fn structured(value: Value) -> Self {
         Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }

@@ -22,6 +22,9 @@ use crate::tasks::{self, NewTask, TaskSupport};
 pub enum Reply {
     /// The result object, without `resultType` or `serverInfo`.
     Complete(Map<String, Value>),
+    /// A finished tool call, kept typed so the modern path serialises it straight into the
+    /// response (it has no `_meta` or `resultType` of its own to merge).
+    Tool(CallToolResult),
     /// A list result whose items are already serialised (`tools/list`): `items` is a JSON array
     /// to be placed under `key` next to the fields of `result`.
     Listing {
@@ -387,7 +390,7 @@ impl McpServer {
 }
 
 fn tool_reply(result: CallToolResult) -> Result<Reply, McpError> {
-    Ok(Reply::Complete(into_map(json!(result))))
+    Ok(Reply::Tool(result))
 }
 
 fn into_map(value: Value) -> Map<String, Value> {

@@ -231,6 +231,7 @@ async fn fulfil(
         let next = ctx.fork();
         let input = match super::execute(app, request_id, ctx, method, params).await? {
             Reply::Complete(result) => return Ok(result),
+            Reply::Tool(result) => return Ok(result.into_object()),
             Reply::Listing { mut result, key, items } => {
                 let items: Value =
                     serde_json::from_str(&items).map_err(|_| McpError::internal("Internal error: listing"))?;

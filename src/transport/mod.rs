@@ -14,8 +14,9 @@ pub use body::Body;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use memchr::memmem::Finder;
 use serde_json::{Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
@@ -113,17 +114,16 @@ fn classify(response: &Response<Body>) -> (&'static str, Option<i64>) {
     let Some(body) = response.body().peek() else { return ("ok", None) };
     let code = || serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("error")?.get("code")?.as_i64());
     // Quotes inside JSON strings are escaped, so these byte patterns only match structure.
-    if contains(body, br#""error":{"code":"#) || !status.is_success() {
+    // The searchers are built once: building one costs more than searching a typical body.
+    static ERROR_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""error":{"code":"#));
+    static TOOL_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""isError":true"#));
+    if ERROR_MEMBER.find(body).is_some() || !status.is_success() {
         return ("protocol_error", code());
     }
-    if contains(body, br#""isError":true"#) {
+    if TOOL_ERROR.find(body).is_some() {
         return ("tool_error", None);
     }
     ("ok", None)
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    memchr::memmem::find(haystack, needle).is_some()
 }
 
 async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {

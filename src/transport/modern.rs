@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::headers::{self, HeaderProblem};
 use super::{App, Body, attach_server_info, error_response, respond_streaming};
+use crate::protocol::types::CallToolResult;
 use crate::protocol::{Era, LogLevel, McpError, RequestId, SUPPORTED_VERSIONS, jsonrpc, meta};
 use crate::security::Principal;
 use crate::server::{McpServer, Reply, RequestContext, mrtr};
@@ -109,6 +110,7 @@ async fn run(
     let capabilities = ctx.client_capabilities.clone();
     let outcome = match super::execute(app, request_id, ctx, method, params).await {
         Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
+        Ok(Reply::Tool(result)) => Ok(finish_tool(&app.server, &id, &result)),
         Ok(Reply::Listing { mut result, key, items }) => {
             Ok(finish_with(&app.server, &id, &mut result, Some((key, &items))))
         }
@@ -131,6 +133,23 @@ async fn run(
 /// Stamps `resultType` and `serverInfo` and serialises a complete result.
 fn finish(server: &McpServer, id: &RequestId, result: &mut Map<String, Value>) -> Vec<u8> {
     finish_with(server, id, result, None)
+}
+
+/// Serialises a finished tool call straight from its type (no intermediate `Value`).
+fn finish_tool(server: &McpServer, id: &RequestId, result: &CallToolResult) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + server.meta_json.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
+    out.extend_from_slice(b",\"result\":");
+    serde_json::to_writer(&mut out, result).expect("tool results serialise");
+    // The result object always has `content`, so it ends `...}`: the fixed members go before
+    // that brace rather than after its opening one, which would mean moving the whole text.
+    debug_assert_eq!(out.last(), Some(&b'}'));
+    out.pop();
+    out.extend_from_slice(b",\"resultType\":\"complete\",\"_meta\":");
+    out.extend_from_slice(server.meta_json.as_bytes());
+    out.extend_from_slice(b"}}");
+    out
 }
 
 /// Serialises a complete result, splicing in the parts that never change (`resultType`,
