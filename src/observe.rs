@@ -183,8 +183,8 @@ pub fn trace_id_from(traceparent: &str) -> Option<&str> {
 #[derive(Debug)]
 pub struct RequestRecord {
     started: Instant,
-    /// Server-assigned id, also sent back as `x-mcp-request-id`.
-    pub request_id: String,
+    /// Server-assigned id, also sent back as `x-mcp-request-id` and shared with the handler.
+    pub request_id: Arc<str>,
     /// W3C trace id.
     pub trace_id: String,
     /// `modern` or `legacy`.
@@ -206,7 +206,7 @@ impl RequestRecord {
     pub fn start(logger: &Logger) -> Self {
         Self {
             started: Instant::now(),
-            request_id: logger.new_id(),
+            request_id: Arc::from(logger.new_id()),
             trace_id: String::new(),
             era: None,
             method: None,

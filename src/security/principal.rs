@@ -4,7 +4,7 @@
 //! anonymous). It travels explicitly in each request's context; it is never read from a tool
 //! argument and never kept in module scope.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// The caller of one request, as established by authentication.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,7 +18,14 @@ pub struct Principal {
 impl Principal {
     /// The unauthenticated caller.
     pub fn anonymous() -> Self {
-        Self { id: Arc::from("anonymous"), scopes: Arc::from([]), verified: false, client_id: None }
+        // Shared: every unauthenticated request gets one, and building it allocated twice.
+        static ANONYMOUS: LazyLock<Principal> = LazyLock::new(|| Principal {
+            id: Arc::from("anonymous"),
+            scopes: Arc::from([]),
+            verified: false,
+            client_id: None,
+        });
+        ANONYMOUS.clone()
     }
 
     /// A verified caller: `subject` wins over `client_id`.

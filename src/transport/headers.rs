@@ -6,16 +6,25 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use http::HeaderMap;
+use http::header::AsHeaderName;
+use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 use std::borrow::Cow;
 
+// Names as `HeaderName` constants: a lookup by `&str` parses and validates the name first, on
+// every request.
 /// `MCP-Protocol-Version`.
-pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 /// `Mcp-Method`.
-pub const METHOD: &str = "mcp-method";
+pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
 /// `Mcp-Name`.
-pub const NAME: &str = "mcp-name";
+pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
+/// W3C `traceparent`.
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+/// The platform's per-invocation OIDC token.
+pub const VERCEL_OIDC_TOKEN: HeaderName = HeaderName::from_static("x-vercel-oidc-token");
+/// The server-assigned request id sent back on every response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-mcp-request-id");
 /// Prefix of `Mcp-Param-{Name}`.
 pub const PARAM_PREFIX: &str = "mcp-param-";
 
@@ -29,7 +38,7 @@ pub enum HeaderProblem {
 }
 
 /// Reads a header that must appear at most once, as raw text.
-pub fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, HeaderProblem> {
+pub fn single(headers: &HeaderMap, name: impl AsHeaderName) -> Result<Option<&str>, HeaderProblem> {
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else { return Ok(None) };
     if values.next().is_some() {

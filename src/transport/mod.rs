@@ -85,7 +85,7 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
     record.trace_id = request
         .headers()
-        .get("traceparent")
+        .get(headers::TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .and_then(trace_id_from)
         .map(str::to_owned)
@@ -97,7 +97,7 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let (outcome, code) = classify(&response);
     let stream = response.body().is_stream();
     if let Ok(id) = HeaderValue::from_str(&record.request_id) {
-        response.headers_mut().insert("x-mcp-request-id", id);
+        response.headers_mut().insert(headers::REQUEST_ID, id);
     }
     record.finish(&app.logger, response.status().as_u16(), outcome, code, stream);
     response
@@ -160,7 +160,7 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
         Ok(Message::Response { id, outcome }) => legacy::deliver_client_response(app, &parts.headers, id, outcome),
         Ok(Message::Request { id, method, params }) => {
             describe(app, record, &method, &params);
-            let request_id: Arc<str> = Arc::from(record.request_id.as_str());
+            let request_id = record.request_id.clone();
             if legacy::is_legacy(&parts.headers, &method, &params) {
                 record.era = Some("legacy");
                 legacy::handle(app, &parts.headers, principal, request_id, id, method, params).await
@@ -286,7 +286,7 @@ pub(crate) fn attach_server_info(result: &mut Map<String, Value>, server: &McpSe
 
 /// The platform's OIDC token for this invocation (Vercel sets `x-vercel-oidc-token`).
 pub(crate) fn platform_token(headers: &http::HeaderMap) -> Option<String> {
-    headers.get("x-vercel-oidc-token").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
+    headers.get(headers::VERCEL_OIDC_TOKEN).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
 }
 
 /// A 403 `insufficient_scope` for a `tools/call` whose tool needs scopes the caller lacks,

@@ -10,7 +10,7 @@
 //! 7. for `tools/call`, the `Mcp-Param-*` headers mirror the `x-mcp-header` arguments;
 //! 8. for MRTR retries, `requestState` verifies, else `-32602` before the handler runs.
 
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderName, Response, StatusCode};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -279,7 +279,12 @@ fn invalid_log_level() -> McpError {
 }
 
 /// Requires header `name` to be present and, after sentinel decoding, equal to `expected`.
-fn check_header_equals(headers: &HeaderMap, name: &str, display: &str, expected: Option<&str>) -> Result<(), McpError> {
+fn check_header_equals(
+    headers: &HeaderMap,
+    name: HeaderName,
+    display: &str,
+    expected: Option<&str>,
+) -> Result<(), McpError> {
     let Some(expected) = expected else { return Ok(()) };
     let raw = headers::single(headers, name)
         .map_err(|p| header_error(display, p))?
