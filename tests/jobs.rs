@@ -306,7 +306,7 @@ impl JobStore for CrashAfter {
     }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
-            return Box::pin(async { Err(StoreError("consumer crashed".into())) });
+            return Box::pin(async { Err(StoreError::fault("consumer crashed")) });
         }
         self.inner.advance(o, j, e, n)
     }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use vercel_mcp::catalogue::query_command::{
     self, ItemStore, MAX_ITEMS, MemoryItemStore, RedisItemStore, UnconfiguredItemStore, scoped_key,
 };
+use vercel_mcp::jobs::StoreErrorKind;
 use vercel_mcp::jobs::redis_store::RedisJobStore;
 use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
@@ -187,7 +188,9 @@ async fn memory_store_keeps_the_contract_and_its_cap() {
         let _ = store.create_if_absent(&format!("fill{n}"), "f").await;
     }
     assert_eq!(store.list().await.unwrap().len(), MAX_ITEMS);
-    assert!(store.create_if_absent("one-more", "x").await.unwrap_err().0.contains("full"));
+    let refused = store.create_if_absent("one-more", "x").await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full store is an answer, not a fault");
+    assert!(refused.message().contains("full"), "{refused}");
     assert_eq!(store.create_if_absent("k3", "replay").await.unwrap().id, "item-3", "replays still work when full");
 }
 
@@ -200,7 +203,9 @@ async fn redis_store_keeps_the_contract_and_its_cap() {
         let _ = store.create_if_absent(&format!("fill{n}"), "f").await;
     }
     assert_eq!(store.list().await.unwrap().len(), MAX_ITEMS);
-    assert!(store.create_if_absent("one-more", "x").await.unwrap_err().0.contains("full"));
+    let refused = store.create_if_absent("one-more", "x").await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full store is an answer, not a fault");
+    assert!(refused.message().contains("full"), "{refused}");
     assert_eq!(store.create_if_absent("k3", "replay").await.unwrap().id, "item-3");
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use vercel_mcp::catalogue::secure_tools::{
     self, MAX_NAMES, MemoryNameList, NameList, RedisNameList, UnconfiguredNameList, authorize, name_is_valid,
 };
+use vercel_mcp::jobs::StoreErrorKind;
 use vercel_mcp::jobs::redis_store::RedisJobStore;
 use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
@@ -191,5 +192,7 @@ async fn a_full_list_is_an_answer_not_a_fault() {
     let result = add(&server, json!({"name": "x"}), Some(&demo())).await.json()["result"].clone();
     assert_eq!(common::error_text(&result), format!("the item list is full ({MAX_NAMES} items)"));
     assert!(logs.lines().iter().all(|l| l["event"] != "store.fault"), "no fault line for an expected limit");
-    assert_eq!(list.append("probe").await.unwrap_err().0, format!("the item list is full ({MAX_NAMES} items)"));
+    let refused = list.append("probe").await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::Full);
+    assert_eq!(refused.message(), format!("the item list is full ({MAX_NAMES} items)"));
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::jobs::Jobs;
-use crate::jobs::store::StoreError;
+use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::types::InputRequest;
 use crate::server::{InputRequired, Outcome, RequestContext, ToolError};
 use crate::{Config, McpServer};
@@ -74,29 +74,28 @@ pub(crate) fn capped_store_error(error: &redis::RedisError, full: fn() -> StoreE
     if error.code() == Some(STORE_FULL_CODE) {
         full()
     } else {
-        StoreError(format!("{what} unavailable: {:?}", error.kind()))
+        StoreError::fault(format!("{what} unavailable: {:?}", error.kind()))
     }
 }
 
-/// How a capped example store's error reaches the caller: the cap (`full`) is an expected answer
-/// and goes out as it is; anything else is an outage, reported with a correlation id that its
+/// How a capped example store's error reaches the caller: a full store is an expected answer and
+/// goes out as it is; anything else is an outage, reported with a correlation id that its
 /// `store.fault` line shares (operation and detail stay in the log).
 pub(crate) fn store_tool_error<'a>(
     logger: &'a crate::observe::Logger,
     operation: &'a str,
-    full: fn() -> StoreError,
 ) -> impl FnOnce(StoreError) -> ToolError + 'a {
-    move |error| {
-        if error == full() {
-            return ToolError::Execution(error.0);
+    move |error| match error.kind() {
+        StoreErrorKind::Full => ToolError::Execution(error.message().to_owned()),
+        StoreErrorKind::Fault | StoreErrorKind::Contention => {
+            ToolError::Execution(logger.fault("store.fault", operation, error.message()))
         }
-        ToolError::Execution(logger.fault("store.fault", operation, &error.0))
     }
 }
 
 /// The store error of an example store deployed without `REDIS_URL`.
 pub(crate) fn redis_url_unset(what: &str) -> StoreError {
-    StoreError(format!("REDIS_URL is not set: {what} need a shared store (Redis) when deployed"))
+    StoreError::fault(format!("REDIS_URL is not set: {what} need a shared store (Redis) when deployed"))
 }
 
 /// The job service built from a configuration's store, queue, sealer, clock and randomness.

@@ -54,7 +54,7 @@ pub trait ItemStore: Send + Sync + 'static {
 }
 
 fn full() -> StoreError {
-    StoreError(format!("the item store is full ({MAX_ITEMS} items)"))
+    StoreError::full(format!("the item store is full ({MAX_ITEMS} items)"))
 }
 
 /// Items in one process's memory: the local run and tests.
@@ -244,7 +244,7 @@ const QUERY: ToolAnnotations = ToolAnnotations {
 
 /// A store error as a tool error: the full store as it is, an outage with a correlation id.
 fn store_fault<'a>(logger: &'a Logger, operation: &'a str) -> impl FnOnce(StoreError) -> ToolError + 'a {
-    super::store_tool_error(logger, operation, full)
+    super::store_tool_error(logger, operation)
 }
 
 fn json_text<T: Serialize>(value: &T) -> CallToolResult {

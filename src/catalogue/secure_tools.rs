@@ -36,7 +36,7 @@ pub trait NameList: Send + Sync + 'static {
 }
 
 fn full() -> StoreError {
-    StoreError(format!("the item list is full ({MAX_NAMES} items)"))
+    StoreError::full(format!("the item list is full ({MAX_NAMES} items)"))
 }
 
 /// Names in one process's memory: the local run and tests.
@@ -154,8 +154,7 @@ pub fn register(server: &mut McpServer, list: Arc<dyn NameList>, logger: Logger)
                         "name must be 1 to 64 characters without control characters".into(),
                     ));
                 }
-                let count =
-                    list.append(&args.name).await.map_err(super::store_tool_error(&logger, "names.append", full))?;
+                let count = list.append(&args.name).await.map_err(super::store_tool_error(&logger, "names.append"))?;
                 Ok(CallToolResult::text(format!("ok: {count} items")))
             }
         },

@@ -135,7 +135,7 @@ impl Consumer {
             );
         }
         match outcome {
-            Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.0 })),
+            Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),
             Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
             Ok(outcome) => {
                 if let Err(error) = self.queue.ack(&lease).await {

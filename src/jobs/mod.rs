@@ -18,7 +18,7 @@ pub use consumer::Consumer;
 pub use model::{JobRecord, JobResult, JobState};
 pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, VercelQueue};
 pub use service::Jobs;
-pub use store::{JobStore, MemoryJobStore, StoreError, UnconfiguredJobStore};
+pub use store::{JobStore, MemoryJobStore, StoreError, StoreErrorKind, UnconfiguredJobStore};
 pub use sweep::Sweep;
 
 use std::sync::Arc;

@@ -133,7 +133,7 @@ impl std::fmt::Debug for RedisJobStore {
 
 fn store_error(error: redis::RedisError) -> StoreError {
     // The redis error text names the failure kind, never the credentials.
-    StoreError(format!("job store unavailable: {}", error.kind_label()))
+    StoreError::fault(format!("job store unavailable: {}", error.kind_label()))
 }
 
 trait KindLabel {
@@ -223,7 +223,7 @@ impl RedisJobStore {
 }
 
 fn parse(raw: &str) -> Result<JobRecord, StoreError> {
-    serde_json::from_str(raw).map_err(|_| StoreError("job store returned an unreadable record".into()))
+    serde_json::from_str(raw).map_err(|_| StoreError::fault("job store returned an unreadable record"))
 }
 
 impl JobStore for RedisJobStore {

@@ -119,7 +119,7 @@ impl Jobs {
                 .store
                 .create(&record, cap, self.limits.total, now)
                 .await
-                .map_err(|e| self.fault("create", &e.0))?
+                .map_err(|e| self.fault("create", e.message()))?
             {
                 Ok(()) => break record,
                 Err(CreateRefused::AtCap(cap)) => {
@@ -148,8 +148,11 @@ impl Jobs {
             self.log("job.retrieve", principal, None, json!({ "outcome": "unknown_handle" }));
             return Err(UNKNOWN_JOB_HANDLE.to_owned());
         };
-        let job =
-            self.store.get(principal.id(), &id, self.clock.now_ms()).await.map_err(|e| self.fault("get", &e.0))?;
+        let job = self
+            .store
+            .get(principal.id(), &id, self.clock.now_ms())
+            .await
+            .map_err(|e| self.fault("get", e.message()))?;
         let outcome = job.as_ref().map_or("unknown_handle", |j| j.state.as_str());
         self.log("job.retrieve", principal, Some(&id), json!({ "outcome": outcome }));
         job.ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
@@ -176,7 +179,7 @@ impl Jobs {
             .store
             .cancel(principal.id(), &id, self.clock.now_ms())
             .await
-            .map_err(|e| self.fault("cancel", &e.0))?
+            .map_err(|e| self.fault("cancel", e.message()))?
             .ok_or(UNKNOWN_JOB_HANDLE)?;
         self.log("job.cancel", principal, Some(&id), json!({ "state": job.state.as_str() }));
         Ok(progress(handle, &job))

@@ -56,7 +56,7 @@ impl Sweep {
             Ok(report) => {
                 reply(StatusCode::OK, json!({ "evicted": report.evicted, "failedStuck": report.failed_stuck }))
             }
-            Err(error) => reply(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": error.0 })),
+            Err(error) => reply(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": error.message() })),
         }
     }
 }

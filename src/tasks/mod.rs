@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::jobs::store::StoreError;
+use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::Principal;
 use crate::server::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
@@ -55,7 +55,7 @@ fn not_found() -> McpError {
 
 /// A task updated by others faster than a compare-and-set could land: retryable, not a fault.
 fn contention() -> StoreError {
-    StoreError("the task is changing too fast; try again".into())
+    StoreError::contention("the task is changing too fast; try again")
 }
 
 /// Task creation, lookup, updates, cancellation and execution.
@@ -100,10 +100,10 @@ impl TaskService {
     /// a log) that its `task.fault` line shares; contention is expected and reported as it is.
     fn store_fault(&self, operation: &'static str) -> impl FnOnce(StoreError) -> McpError {
         move |error| match &self.logger {
-            Some(logger) if error != contention() => {
-                McpError::internal(logger.fault("task.fault", operation, &error.0))
+            Some(logger) if error.kind() != StoreErrorKind::Contention => {
+                McpError::internal(logger.fault("task.fault", operation, error.message()))
             }
-            _ => McpError::internal(error.0),
+            _ => McpError::internal(error.message().to_owned()),
         }
     }
 

@@ -151,7 +151,7 @@ impl RedisTaskStore {
 }
 
 fn redis_error(error: redis::RedisError) -> StoreError {
-    StoreError(format!("task store unavailable: {:?}", error.kind()))
+    StoreError::fault(format!("task store unavailable: {:?}", error.kind()))
 }
 
 impl TaskStore for RedisTaskStore {
@@ -178,7 +178,7 @@ impl TaskStore for RedisTaskStore {
                 .await
                 .map_err(redis_error)?;
             raw.map(|raw| {
-                serde_json::from_str(&raw).map_err(|_| StoreError("task store returned an unreadable record".into()))
+                serde_json::from_str(&raw).map_err(|_| StoreError::fault("task store returned an unreadable record"))
             })
             .transpose()
         })
@@ -206,7 +206,7 @@ pub struct UnconfiguredTaskStore;
 impl UnconfiguredTaskStore {
     fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
         Box::pin(async {
-            Err(StoreError("REDIS_URL is not set: tasks need a shared store (Redis) when deployed".into()))
+            Err(StoreError::fault("REDIS_URL is not set: tasks need a shared store (Redis) when deployed"))
         })
     }
 }
