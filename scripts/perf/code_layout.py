@@ -200,13 +200,13 @@ def pattern(name):
     return name + ("*" if suffixed else "")
 
 
-def profile_all(work):
+def profile_all(work, redis_prefix):
     """Builds, profiles both edges with and without authentication, and returns the sections that ran."""
     link_map = os.path.join(work, "perf_server.map")
     bins = build(link_map)
     binary = os.path.join(bins, "perf_server")
     base = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "MCP_JOB_STEP_MS": "0", "REDIS_URL": run.REDIS_URL,
-            "MCP_REDIS_PREFIX": f"layout:{os.getpid()}"}
+            "MCP_REDIS_PREFIX": redis_prefix}
     with open(os.path.join(ROOT, "tests/fixtures/jwks.json")) as f:
         jwks = f.read()
     auth = dict(base, MCP_AUTH_MODE="required", MCP_JWKS=jwks, MCP_AUTH_ISSUER=run.ISSUER, MCP_RESOURCE_URL=run.RESOURCE)
@@ -242,8 +242,12 @@ def main():
             raise SystemExit(f"{tool} is required (apt-get install -y valgrind)")
     if not run.redis_up():
         raise SystemExit("Redis at 127.0.0.1:6379 is required: the job path is part of the profile")
-    with tempfile.TemporaryDirectory() as work:
-        sections = profile_all(work)
+    prefix = f"layout:{os.getpid()}"
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            sections = profile_all(work, prefix)
+    finally:
+        run.forget_redis_keys(prefix)
     # The request path alone is well over a thousand functions: a handful means the map's format or
     # the profile broke, and writing it would silently undo the layout.
     if len(sections) < 500:

@@ -30,6 +30,20 @@ def redis_up():
     except OSError:
         return False
 
+def forget_redis_keys(prefix):
+    """Deletes the keys a run wrote under `prefix` (they would expire, but a harness run leaves tens
+    of thousands of job records). Returns how many went."""
+    script = ("local cursor, n = '0', 0 repeat local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000) "
+              "cursor = r[1] for _, k in ipairs(r[2]) do redis.call('UNLINK', k) n = n + 1 end until cursor == '0' return n")
+    args = [b"EVAL", script.encode(), b"0", f"{prefix}:*".encode()]
+    command = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+    with socket.create_connection(("127.0.0.1", 6379), timeout=30) as s:
+        s.sendall(command)
+        reply = s.makefile("rb").readline()
+    if not reply.startswith(b":"):
+        raise SystemExit(f"could not delete the run's Redis keys under {prefix}: {reply!r}")
+    return int(reply[1:])
+
 def post(port, method, params, extra=None, name=None, raw=False):
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
@@ -213,6 +227,7 @@ def main():
         authed.kill(); authed.wait()
         results[edge] = row
     second_floor = run_floor()
+    if use_redis: forget_redis_keys(base_env["MCP_REDIS_PREFIX"])
     results["floor"] = max(first_floor, second_floor, key=lambda r: r["echo"]["rps"])
     # Memory figures come together from the run with the smaller peak, so idle, peak and its split
     # describe one process.
