@@ -166,6 +166,12 @@ impl QueueApi for VercelQueue {
 /// How many deliveries the local run's worker makes at once.
 pub const CONCURRENT_DELIVERIES: usize = 4;
 
+/// How many messages the local run's queue holds before it refuses more. Vercel Queues keeps a
+/// backlog outside the function; this queue keeps it in the process, so past this point a burst
+/// of submissions gets a clear refusal (and its job record is rolled back) instead of memory that
+/// grows for as long as submissions outpace the consumer.
+pub const MAX_PENDING: usize = 10_000;
+
 /// The pause before a delivery that was not acknowledged is offered again.
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 
@@ -202,6 +208,7 @@ pub struct LocalQueue {
     consumer: Arc<OnceLock<DeliverFn>>,
     wake: Arc<Notify>,
     max_attempts: u32,
+    max_pending: usize,
 }
 
 impl std::fmt::Debug for LocalQueue {
@@ -224,7 +231,14 @@ impl LocalQueue {
             consumer: Arc::new(OnceLock::new()),
             wake: Arc::new(Notify::new()),
             max_attempts: 8,
+            max_pending: MAX_PENDING,
         }
+    }
+
+    /// The same queue holding at most `max_pending` waiting messages (tests of the bound).
+    pub fn with_max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = max_pending;
+        self
     }
 
     /// Connects the consumer handler (the local run's `/api/queues/process-job`).
@@ -370,6 +384,10 @@ impl Publisher for LocalQueue {
         let payload = Bytes::from(serde_json::to_vec(message).expect("messages serialise"));
         {
             let mut state = self.state.lock().expect("queue lock");
+            if state.pending.len() + state.retrying >= self.max_pending {
+                let refusal = format!("the local queue is full (limit {}); try again later", self.max_pending);
+                return Box::pin(async move { Err(refusal) });
+            }
             state.published += 1;
             let message_id = format!("local-{}", state.published);
             state.pending.push_back(Delivery { message_id, payload, attempts: 0 });
@@ -413,6 +431,21 @@ mod tests {
             receipt: receipt.into(),
             oidc_token: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_and_keeps_what_it_holds() {
+        let queue = LocalQueue::new().with_max_pending(2);
+        let message = |n: u32| JobMessage { job_id: format!("job-{n}"), owner_id: "o".into(), steps: 1 };
+        queue.publish(&message(1), None).await.unwrap();
+        queue.publish(&message(2), None).await.unwrap();
+        let refusal = queue.publish(&message(3), None).await.unwrap_err();
+        assert_eq!(refusal, "the local queue is full (limit 2); try again later");
+        assert_eq!(queue.pending_len(), 2);
+        let state = queue.state.lock().unwrap();
+        assert_eq!(state.published, 2, "a refused message is not numbered");
+        let held: Vec<_> = state.pending.iter().map(|d| d.message_id.as_str()).collect();
+        assert_eq!(held, ["local-1", "local-2"]);
     }
 
     #[tokio::test]
