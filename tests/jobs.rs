@@ -279,13 +279,14 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
     jobs.set_publisher(Arc::new(FailingPublisher("queue down".into())));
     let error = jobs.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
     assert!(error.contains("could not enqueue the job: queue down"), "{error}");
+    assert!(error.contains("(correlation id "), "an outage is a logged fault: {error}");
     assert!(store.is_empty());
     // The local run's queue, full (nothing consumes it here): the second submission is refused
     // and its record rolled back; the first stays queued.
     jobs.set_publisher(Arc::new(LocalQueue::new().with_max_pending(1)));
     jobs.submit(&Principal::anonymous(), 3, None).await.unwrap();
     let error = jobs.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
-    assert!(error.contains("could not enqueue the job: the local queue is full (limit 1)"), "{error}");
+    assert_eq!(error, "could not enqueue the job: the local queue is full (limit 1); try again later", "no fault");
     assert_eq!(store.len(), 1);
     let (unconfigured, _) = service(
         Arc::new(UnconfiguredJobStore("REDIS_URL is not set: async jobs need a shared store (Redis) when deployed")),

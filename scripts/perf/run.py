@@ -7,7 +7,7 @@ requests/s, p50/p99 latency and server CPU microseconds per request, using wrk o
 (median of 9 each). Writes docs/performance.md's latest-run
 section and appends a history row."""
 
-import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.parse, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECONDS = int(os.environ.get("PERF_SECONDS", "5"))
@@ -31,18 +31,28 @@ def redis_up():
         return False
 
 def forget_redis_keys(prefix):
-    """Deletes the keys a run wrote under `prefix` (they would expire, but a harness run leaves tens
-    of thousands of job records). Returns how many went."""
+    """Deletes the keys a run wrote under `prefix` in the Redis of REDIS_URL (they would expire, but
+    a harness run leaves tens of thousands of job records). A failure is reported, not raised: the
+    run's measurements matter more. Returns how many keys went, or None."""
+    url = urllib.parse.urlsplit(REDIS_URL)
     script = ("local cursor, n = '0', 0 repeat local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000) "
               "cursor = r[1] for _, k in ipairs(r[2]) do redis.call('UNLINK', k) n = n + 1 end until cursor == '0' return n")
-    args = [b"EVAL", script.encode(), b"0", f"{prefix}:*".encode()]
-    command = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-    with socket.create_connection(("127.0.0.1", 6379), timeout=30) as s:
-        s.sendall(command)
-        reply = s.makefile("rb").readline()
-    if not reply.startswith(b":"):
-        raise SystemExit(f"could not delete the run's Redis keys under {prefix}: {reply!r}")
-    return int(reply[1:])
+    commands = []
+    if url.password: commands.append([b"AUTH"] + ([url.username.encode()] if url.username else []) + [url.password.encode()])
+    if url.path.strip("/"): commands.append([b"SELECT", url.path.strip("/").encode()])
+    commands.append([b"EVAL", script.encode(), b"0", f"{prefix}:*".encode()])
+    try:
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379), timeout=30) as s:
+            replies = s.makefile("rb")
+            for args in commands:
+                s.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+                reply = replies.readline()
+                if reply.startswith(b"-"):
+                    raise OSError(reply.decode(errors="replace").strip())
+        return int(reply[1:])
+    except (OSError, ValueError) as problem:
+        print(f"warning: the Redis keys under {prefix}: were not deleted ({problem})", file=sys.stderr)
+        return None
 
 def post(port, method, params, extra=None, name=None, raw=False):
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()

@@ -24,6 +24,19 @@ use crate::transport::Body;
 /// A boxed, sendable future.
 pub type QueueFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
 
+/// A boxed publish future.
+pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send + 'a>>;
+
+/// Why a message was not published. The text is for the caller: no URLs, tokens or keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The queue is at capacity: an answer for the caller (try again later), not a fault.
+    Full(String),
+    /// The queue could not be reached or refused the message: a fault for an operator.
+    Failed(String),
+}
+
 /// What the queue carries: which job to run, for whom, and how many steps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -71,7 +84,7 @@ pub struct Lease {
 /// Publishing side.
 pub trait Publisher: Send + Sync + 'static {
     /// Enqueues `message` on the jobs topic. `oidc_token` authenticates against the platform.
-    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> QueueFuture<'a, ()>;
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a>;
 }
 
 /// Consuming side: acknowledging a lease (so the message is not redelivered).
@@ -116,25 +129,29 @@ impl VercelQueue {
 }
 
 impl Publisher for VercelQueue {
-    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> QueueFuture<'a, ()> {
-        Box::pin(async move {
-            let token = self.token(oidc_token)?;
-            let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
-                .header("authorization", format!("Bearer {token}"))
-                .header("content-type", "application/json")
-                .header("vqs-idempotency-key", &message.job_id);
-            if let Some(deployment) = &self.deployment_id {
-                request = request.header("vqs-deployment-id", deployment);
-            }
-            let body = serde_json::to_vec(message).expect("messages serialise");
-            let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
-            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
-            if response.status.is_success() {
-                Ok(())
-            } else {
-                Err(format!("the queue refused the message (HTTP {})", response.status.as_u16()))
-            }
-        })
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a> {
+        Box::pin(async move { self.send_message(message, oidc_token).await.map_err(PublishError::Failed) })
+    }
+}
+
+impl VercelQueue {
+    async fn send_message(&self, message: &JobMessage, oidc_token: Option<&str>) -> Result<(), String> {
+        let token = self.token(oidc_token)?;
+        let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .header("vqs-idempotency-key", &message.job_id);
+        if let Some(deployment) = &self.deployment_id {
+            request = request.header("vqs-deployment-id", deployment);
+        }
+        let body = serde_json::to_vec(message).expect("messages serialise");
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
+        let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+        if response.status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the queue refused the message (HTTP {})", response.status.as_u16()))
+        }
     }
 }
 
@@ -380,13 +397,13 @@ impl LocalQueue {
 }
 
 impl Publisher for LocalQueue {
-    fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> QueueFuture<'a, ()> {
+    fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> PublishFuture<'a> {
         let payload = Bytes::from(serde_json::to_vec(message).expect("messages serialise"));
         {
             let mut state = self.state.lock().expect("queue lock");
             if state.pending.len() + state.retrying >= self.max_pending {
                 let refusal = format!("the local queue is full (limit {}); try again later", self.max_pending);
-                return Box::pin(async move { Err(refusal) });
+                return Box::pin(async move { Err(PublishError::Full(refusal)) });
             }
             state.published += 1;
             let message_id = format!("local-{}", state.published);
@@ -412,9 +429,9 @@ impl QueueApi for LocalQueue {
 pub struct FailingPublisher(pub String);
 
 impl Publisher for FailingPublisher {
-    fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> QueueFuture<'a, ()> {
+    fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> PublishFuture<'a> {
         let message = self.0.clone();
-        Box::pin(async move { Err(message) })
+        Box::pin(async move { Err(PublishError::Failed(message)) })
     }
 }
 
@@ -440,7 +457,7 @@ mod tests {
         queue.publish(&message(1), None).await.unwrap();
         queue.publish(&message(2), None).await.unwrap();
         let refusal = queue.publish(&message(3), None).await.unwrap_err();
-        assert_eq!(refusal, "the local queue is full (limit 2); try again later");
+        assert_eq!(refusal, PublishError::Full("the local queue is full (limit 2); try again later".into()));
         assert_eq!(queue.pending_len(), 2);
         let state = queue.state.lock().unwrap();
         assert_eq!(state.published, 2, "a refused message is not numbered");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::handle::{self, UNKNOWN_JOB_HANDLE};
 use super::model::{JobRecord, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS};
-use super::queue::{JobMessage, Publisher};
+use super::queue::{JobMessage, PublishError, Publisher};
 use super::store::{CreateRefused, JobStore};
 use crate::security::Principal;
 use crate::state::{Clock, Random, Sealer};
@@ -136,7 +136,13 @@ impl Jobs {
         if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
             let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
             let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
-            return Err(self.fault("enqueue", &format!("could not enqueue the job: {problem}{note}")));
+            return Err(match problem {
+                // A full queue is the caller's answer, as a full store is: no fault line.
+                PublishError::Full(refusal) => format!("could not enqueue the job: {refusal}{note}"),
+                PublishError::Failed(problem) => {
+                    self.fault("enqueue", &format!("could not enqueue the job: {problem}{note}"))
+                }
+            });
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));

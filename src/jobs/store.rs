@@ -25,6 +25,7 @@ pub struct StoreError {
 /// What a [`StoreError`] means for the caller: a fault is an operator's problem (logged with a
 /// correlation id); the others are answers the caller can act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreErrorKind {
     /// Unreachable, not configured, or an unreadable answer.
     Fault,

@@ -10,8 +10,9 @@
 //! invalid JSON) is read again as a `Value`, so every message gets the same answer either way.
 
 use super::McpError;
-use serde::{Deserialize, Deserializer};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 /// A JSON-RPC request id: a string or an integer, echoed with its original type and value.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,7 +85,7 @@ impl Message {
         };
         let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
         Self::from_members(Members {
-            jsonrpc: version_ok.then_some("2.0"),
+            jsonrpc: version_ok.then_some(Cow::Borrowed("2.0")),
             id: object.remove("id"),
             method: object.remove("method"),
             params: object.remove("params"),
@@ -95,7 +96,7 @@ impl Message {
 
     fn from_members(members: Members<'_>) -> Result<Self, McpError> {
         let Members { jsonrpc, id, method, params, result, error } = members;
-        if jsonrpc != Some("2.0") {
+        if jsonrpc.as_deref() != Some("2.0") {
             return Err(McpError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""));
         }
         let id = match id {
@@ -134,26 +135,81 @@ impl Message {
     }
 }
 
-/// The members of a message object that JSON-RPC gives meaning to; others are ignored. Each
-/// `Option<Value>` is `Some` whenever the member is present, even as `null` (a `null` id or
-/// `params` is an error, not an absence).
-#[derive(Deserialize)]
+/// The members of a message object that JSON-RPC gives meaning to. Each `Option<Value>` is
+/// `Some` whenever the member is present, even as `null` (a `null` id or `params` is an error,
+/// not an absence).
+#[derive(Default)]
 struct Members<'a> {
-    jsonrpc: Option<&'a str>,
-    #[serde(default, deserialize_with = "present")]
+    jsonrpc: Option<Cow<'a, str>>,
     id: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
     method: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
     params: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
 }
 
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(deserializer).map(Some)
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // A map and nothing else: a derived struct would also read an array positionally.
+        deserializer.deserialize_map(MembersVisitor)
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+        fn set<E: de::Error, T>(slot: &mut Option<T>, value: T) -> Result<(), E> {
+            // A repeated member is left to the `Value` read, where the last one wins.
+            match slot.replace(value) {
+                None => Ok(()),
+                Some(_) => Err(E::custom("repeated member")),
+            }
+        }
+        let mut members = Members::default();
+        while let Some(Text(key)) = map.next_key()? {
+            match key.as_ref() {
+                "jsonrpc" => set(&mut members.jsonrpc, map.next_value::<Text>()?.0)?,
+                "id" => set(&mut members.id, map.next_value()?)?,
+                "method" => set(&mut members.method, map.next_value()?)?,
+                "params" => set(&mut members.params, map.next_value()?)?,
+                "result" => set(&mut members.result, map.next_value()?)?,
+                "error" => set(&mut members.error, map.next_value()?)?,
+                // Read in full, not skipped: skipping does not check what it passes over (UTF-8,
+                // escapes, number range, depth), and such a body must stay a parse error.
+                _ => drop(map.next_value::<Value>()?),
+            }
+        }
+        Ok(members)
+    }
+}
+
+/// A JSON string, borrowed from the body unless it has escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
 }
 
 /// Serialises a success response.
@@ -227,11 +283,36 @@ mod tests {
             r#"{"jsonrpc":"2.0","error":{"code":1}}"#,
             r#"{"jsonrpc":"2.0","id":"s","error":{"code":1}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{}}  "#,
+            // Arrays are never read positionally as a message.
+            r#"["2.0",1,"tools/call",{"name":"echo","arguments":{}}]"#,
+            r#"["2.0"]"#,
+            r#"["2.0",null,"x"]"#,
+            // Unknown members are checked like the rest of the body.
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","z":"\ud800"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","z":1e400}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","z":[[{"a":"\q"}]]}"#,
+            // Escaped member names and values mean what they spell.
+            r#"{"jsonrpc":"2.0","id":1,"\u006dethod":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":"\u0031","method":"m\u0065"}"#,
         ];
-        for body in bodies {
-            let typed = format!("{:?}", Message::parse(body.as_bytes()));
-            let value = format!("{:?}", Message::from_value(serde_json::from_str(body).unwrap()));
-            assert_eq!(typed, value, "{body}");
+        let deep = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","z":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
+        let mut invalid_utf8 = br#"{"jsonrpc":"2.0","id":1,"method":"x","z":""#.to_vec();
+        invalid_utf8.extend_from_slice(b"\xff\xfe\"}");
+        let old_path = |body: &[u8]| {
+            serde_json::from_slice(body)
+                .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))
+                .and_then(Message::from_value)
+        };
+        let all = bodies.iter().map(|b| b.as_bytes().to_vec()).chain([deep.into_bytes(), invalid_utf8]);
+        for body in all {
+            let shown = String::from_utf8_lossy(&body).into_owned();
+            assert_eq!(format!("{:?}", Message::parse(&body)), format!("{:?}", old_path(&body)), "{shown}");
+        }
+        for batch in [13, 14, 15] {
+            assert_eq!(code(bodies[batch]), ErrorCode::INVALID_REQUEST.0, "{}", bodies[batch]);
+        }
+        for invalid in [16, 17, 18] {
+            assert_eq!(code(bodies[invalid]), ErrorCode::PARSE_ERROR.0, "{}", bodies[invalid]);
         }
         let Message::Request { method, .. } = Message::parse(bodies[2].as_bytes()).unwrap() else { panic!() };
         assert_eq!(method, "b", "the last of duplicate members wins, as in a Value");

@@ -17,8 +17,9 @@ use crate::protocol::types::CallToolResult;
 use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
 use crate::tasks::{self, NewTask, TaskSupport};
 
-/// The outcome of executing a request.
+/// The outcome of executing a request. New kinds of reply may be added.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Reply {
     /// The result object, without `resultType` or `serverInfo`.
     Complete(Map<String, Value>),
