@@ -305,25 +305,38 @@ impl ToolDef {
         &self.name
     }
 
-    fn to_json(&self, input_schema: &Value) -> Value {
-        let mut tool = json!({ "name": self.name, "inputSchema": input_schema });
-        if let Some(title) = &self.title {
-            tool["title"] = json!(title);
-        }
-        if let Some(description) = &self.description {
-            tool["description"] = json!(description);
-        }
-        if let Some(output) = &self.output_schema {
-            tool["outputSchema"] = output.clone();
-        }
-        if let Some(annotations) = &self.annotations {
-            tool["annotations"] = serde_json::to_value(annotations).expect("annotations serialise");
-        }
-        if let Some(meta) = &self.meta {
-            tool["_meta"] = meta.clone();
-        }
-        tool
+    /// The `tools/list` entry as JSON text, written straight from the definition: building a
+    /// `Value` first copied every schema and cost most of start-up's tool registration.
+    fn listing_json(&self, input_schema: &Value) -> String {
+        let listing = ToolListing {
+            meta: self.meta.as_ref(),
+            annotations: self.annotations.as_ref(),
+            description: self.description.as_deref(),
+            input_schema,
+            name: &self.name,
+            output_schema: self.output_schema.as_ref(),
+            title: self.title.as_deref(),
+        };
+        serde_json::to_string(&listing).expect("tool definitions serialise")
     }
+}
+
+/// A tool's `tools/list` entry. Members in sorted order, as a `Value` map writes them.
+#[derive(Serialize)]
+struct ToolListing<'a> {
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a ToolAnnotations>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(rename = "inputSchema")]
+    input_schema: &'a Value,
+    name: &'a str,
+    #[serde(rename = "outputSchema", skip_serializing_if = "Option::is_none")]
+    output_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    title: Option<&'a str>,
 }
 
 /// An `x-mcp-header` annotation: `Mcp-Param-{header}` mirrors argument `property`.
@@ -540,22 +553,22 @@ impl McpServer {
         self.insert_tool(def, erased);
     }
 
-    fn insert_tool(&mut self, def: ToolDef, handler: ToolFn) {
+    fn insert_tool(&mut self, mut def: ToolDef, handler: ToolFn) {
         let name = def.name.clone();
         assert!(valid_tool_name(&name), "tool name {name:?} must be 1-128 characters of [A-Za-z0-9_.-]");
         assert!(!self.tool_index.contains_key(&name), "tool {name:?} is registered twice");
-        let input_schema = def.input_schema.clone().unwrap_or_else(|| json!({ "type": "object" }));
+        let input_schema = def.input_schema.take().unwrap_or_else(|| json!({ "type": "object" }));
         assert_eq!(
             input_schema.get("type"),
             Some(&json!("object")),
             "tool {name:?}: inputSchema root must be an object"
         );
         let header_params = header_params(&name, &input_schema);
-        let listing = def.to_json(&input_schema);
-        let output_schema = def.output_schema.clone();
+        let listing_json = def.listing_json(&input_schema);
+        let output_schema = def.output_schema.take();
         self.tool_index.insert(name.clone(), self.tools.len());
-        let (task_support, input_before_task, scopes) = (def.task_support, def.input_before_task, def.scopes.clone());
-        let listing_json = listing.to_string();
+        let (task_support, input_before_task, scopes) =
+            (def.task_support, def.input_before_task, std::mem::take(&mut def.scopes));
         self.tools.push(ToolEntry {
             name,
             listing_json,
@@ -727,4 +740,31 @@ fn header_params(tool: &str, schema: &Value) -> Vec<HeaderParam> {
         out.push(HeaderParam { header: header.to_owned(), property: property.clone() });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_entry_carries_every_part_of_the_definition_and_nothing_else() {
+        let annotations = ToolAnnotations { read_only_hint: Some(true), ..ToolAnnotations::default() };
+        let full = ToolDef::new("t")
+            .title("T")
+            .description("d")
+            .output_schema(json!({"type": "object"}))
+            .annotations(annotations)
+            .meta(json!({"k": 1}));
+        let input = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let listing: Value = serde_json::from_str(&full.listing_json(&input)).unwrap();
+        assert_eq!(
+            listing,
+            json!({
+                "name": "t", "title": "T", "description": "d", "inputSchema": input,
+                "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}, "_meta": {"k": 1},
+            })
+        );
+        let bare = ToolDef::new("b").listing_json(&json!({"type": "object"}));
+        assert_eq!(bare, r#"{"inputSchema":{"type":"object"},"name":"b"}"#, "absent parts are left out, not null");
+    }
 }
