@@ -136,13 +136,13 @@ impl Jobs {
         if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
             let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
             let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
-            return Err(match problem {
-                // A full queue is the caller's answer, as a full store is: no fault line.
-                PublishError::Full(refusal) => format!("could not enqueue the job: {refusal}{note}"),
-                PublishError::Failed(problem) => {
-                    self.fault("enqueue", &format!("could not enqueue the job: {problem}{note}"))
-                }
-            });
+            let (full, problem) = match problem {
+                PublishError::Full(refusal) => (true, refusal),
+                PublishError::Failed(problem) => (false, problem),
+            };
+            let text = format!("could not enqueue the job: {problem}{note}");
+            // A full queue is the caller's answer, as a full store is: no fault line.
+            return Err(if full { text } else { self.fault("enqueue", &text) });
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));

@@ -212,12 +212,18 @@ impl<'de> Deserialize<'de> for Text<'de> {
     }
 }
 
+/// Starts a success response in `out`: `{"jsonrpc":"2.0","id":<id>,"result":`. The caller writes
+/// the result and the closing `}` (the transport splices pre-serialised parts into results).
+pub fn begin_result(out: &mut Vec<u8>, id: &RequestId) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut *out, id.as_value()).expect("ids serialise");
+    out.extend_from_slice(b",\"result\":");
+}
+
 /// Serialises a success response.
 pub fn result_response(id: &RequestId, result: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
-    out.extend_from_slice(b",\"result\":");
+    begin_result(&mut out, id);
     serde_json::to_writer(&mut out, result).expect("values serialise");
     out.push(b'}');
     out

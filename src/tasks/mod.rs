@@ -438,7 +438,34 @@ fn push_zero_padded(out: &mut Vec<u8>, mut value: u64, width: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::iso8601;
+    use super::*;
+    use crate::observe::{Logger, MemorySink};
+    use crate::state::{LocalBus, ManualClock, Sealer, SeededRandom};
+
+    #[test]
+    fn contention_is_an_answer_and_an_outage_a_logged_fault() {
+        let (sink, clock) = (Arc::new(MemorySink::default()), Arc::new(ManualClock::new(0)));
+        let random = Arc::new(SeededRandom::new(1));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+        let service =
+            TaskService::new(Arc::new(UnconfiguredTaskStore), clock, random.clone(), Arc::new(LocalBus::default()))
+                .with_logger(Logger::new(sink.clone(), sealer, random));
+        let busy = service.store_fault("tasks.update")(contention());
+        assert_eq!(busy.message, "the task is changing too fast; try again");
+        assert!(sink.lines().is_empty(), "contention writes no fault line");
+        let down = service.store_fault("tasks.update")(StoreError::fault("task store unavailable: IoError"));
+        assert!(down.message.starts_with("task store unavailable: IoError (correlation id "), "{}", down.message);
+        let lines = sink.lines();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(
+            (lines[0]["event"].as_str(), lines[0]["operation"].as_str()),
+            (Some("task.fault"), Some("tasks.update"))
+        );
+        assert!(
+            down.message.contains(lines[0]["correlationId"].as_str().unwrap()),
+            "the caller can quote the log's id"
+        );
+    }
 
     #[test]
     fn formats_timestamps() {

@@ -138,9 +138,7 @@ fn finish(server: &McpServer, id: &RequestId, result: &mut Map<String, Value>) -
 /// Serialises a finished tool call straight from its type (no intermediate `Value`).
 fn finish_tool(server: &McpServer, id: &RequestId, result: &CallToolResult) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + server.meta_json.len());
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
-    out.extend_from_slice(b",\"result\":");
+    jsonrpc::begin_result(&mut out, id);
     serde_json::to_writer(&mut out, result).expect("tool results serialise");
     // The result object always has `content`, so it ends `...}`: the fixed members go before
     // that brace rather than after its opening one, which would mean moving the whole text.
@@ -166,9 +164,8 @@ fn finish_with(
     }
     let fields = serde_json::to_vec(result).expect("values serialise");
     let mut out = Vec::with_capacity(fields.len() + server.meta_json.len() + items.map_or(0, |(_, i)| i.len()) + 64);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    serde_json::to_writer(&mut out, id.as_value()).expect("ids serialise");
-    out.extend_from_slice(b",\"result\":{");
+    jsonrpc::begin_result(&mut out, id);
+    out.push(b'{');
     let mut first = true;
     let mut field = |out: &mut Vec<u8>, bytes: &[&[u8]]| {
         if !first {
