@@ -31,7 +31,6 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 url="http://127.0.0.1:$port/api/mcp"
 log="$root/target/conformance-fixture.log"
 PORT="$port" \
-MCP_ALLOWED_ORIGINS="http://127.0.0.1:$port,http://localhost:$port" \
 MCP_STATE_SECRET="conformance=$(python3 -c 'import secrets; print(secrets.token_hex(32))')" \
   "$root/target/debug/examples/conformance" >"$log" 2>&1 &
 fixture=$!

@@ -462,3 +462,16 @@ async fn a_read_token_discovers_the_server_and_whoami_takes_no_arguments() {
     assert_eq!(properties, 0, "identity is never caller-supplied: {whoami}");
     assert!(env.audit().is_empty(), "listing and discovery are not audited calls");
 }
+
+/// A browser client on an allowed origin can read the 401 challenge: the refusal carries the
+/// CORS headers and exposes `WWW-Authenticate`, or the page could never start the OAuth flow.
+#[tokio::test]
+async fn a_browser_can_read_the_challenge() {
+    let env = env("required", "").await;
+    let reply =
+        env.server.modern(json!(1), "tools/list", json!({})).header("Origin", "http://localhost:6274").send().await;
+    assert_eq!(reply.status, 401);
+    assert!(reply.header("www-authenticate").is_some_and(|c| c.starts_with("Bearer ")));
+    assert_eq!(reply.header("access-control-allow-origin"), Some("http://localhost:6274"));
+    assert!(reply.header("access-control-expose-headers").unwrap().to_ascii_lowercase().contains("www-authenticate"));
+}

@@ -17,7 +17,7 @@ async fn get_and_delete_are_405_with_allow() {
     for method in ["GET", "DELETE", "PUT"] {
         let reply = f.server.request(method, "/api/mcp").send().await;
         assert_eq!(reply.status, 405, "{method}");
-        assert_eq!(reply.header("allow"), Some("POST"));
+        assert_eq!(reply.header("allow"), Some("POST, OPTIONS"));
     }
 }
 
@@ -431,4 +431,107 @@ async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
     let with_tasks = json!({"notifications": {"taskIds": ["x"]}});
     let reply = f.server.modern(json!(1), "subscriptions/listen", with_tasks).send().await;
     assert_eq!((reply.status, reply.code()), (400, -32021));
+}
+
+/// A browser page on an allowed origin: the preflight is answered with the methods, headers and
+/// lifetime it needs, and the POST's answer (and its request id) is readable by that page.
+#[tokio::test]
+async fn an_allowed_origin_gets_cors_on_the_preflight_and_the_answer() {
+    let f = fixture().await;
+    let origin = "http://localhost:4012";
+    let preflight = f
+        .server
+        .request("OPTIONS", "/api/mcp")
+        .header("Origin", origin)
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type, mcp-protocol-version, mcp-method, mcp-name, mcp-param-n",
+        )
+        .send()
+        .await;
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(preflight.header("access-control-allow-methods"), Some("POST"));
+    assert_eq!(preflight.header("access-control-max-age"), Some("600"));
+    assert!(preflight.header("vary").unwrap().contains("Origin"));
+    let allowed: Vec<String> = preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    for name in [
+        "content-type",
+        "authorization",
+        "mcp-protocol-version",
+        "mcp-method",
+        "mcp-name",
+        "mcp-param-n",
+        "traceparent",
+    ] {
+        assert!(allowed.iter().any(|a| a == name), "{name} allowed: {allowed:?}");
+    }
+    assert!(preflight.body.is_empty());
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "a preflight runs nothing");
+
+    let reply =
+        f.server.modern(json!(1), "tools/call", call("count", json!({"n": 1}))).header("Origin", origin).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(reply.header("vary"), Some("Origin"));
+    let exposed = reply.header("access-control-expose-headers").unwrap().to_ascii_lowercase();
+    for name in ["www-authenticate", "mcp-session-id", "x-mcp-request-id"] {
+        assert!(exposed.contains(name), "{name} exposed: {exposed}");
+    }
+    assert!(reply.header("x-mcp-request-id").is_some_and(|id| !id.is_empty()));
+    // Errors are readable too: a browser client must see why it was refused.
+    let error =
+        f.server.modern(json!(2), "tools/list", json!({})).header("Origin", origin).without("Mcp-Method").send().await;
+    assert_eq!(error.status, 400);
+    assert_eq!(error.header("access-control-allow-origin"), Some(origin));
+    // Without an Origin there is nothing to echo.
+    let plain = f.server.modern(json!(3), "tools/list", json!({})).send().await;
+    assert_eq!(plain.status, 200);
+    assert!(plain.header("access-control-allow-origin").is_none() && plain.header("vary").is_none());
+    let options = f.server.request("OPTIONS", "/api/mcp").send().await;
+    assert_eq!((options.status, options.header("allow")), (204, Some("POST, OPTIONS")));
+    assert!(options.header("access-control-allow-origin").is_none());
+}
+
+/// A refused origin gets the 403 and no CORS header, for the preflight and the request alike;
+/// so does a request that carries two `Origin` headers, even when one of them is allowed.
+#[tokio::test]
+async fn a_refused_origin_gets_no_cors_headers() {
+    let f = fixture().await;
+    let preflight = f
+        .server
+        .request("OPTIONS", "/api/mcp")
+        .header("Origin", "https://evil.example")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await;
+    assert_eq!(preflight.status, 403);
+    let post = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://localhost.evil.example:3000")
+        .send()
+        .await;
+    assert_eq!(post.status, 403);
+    let twice = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://localhost:3000")
+        .header("Origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(twice.status, 403, "two Origin headers are refused");
+    for reply in [&preflight, &post, &twice] {
+        assert_eq!(reply.text(), "Forbidden: Origin not allowed");
+        for name in ["access-control-allow-origin", "access-control-allow-methods", "access-control-expose-headers"] {
+            assert!(reply.header(name).is_none(), "{name} on a refusal");
+        }
+    }
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "no refused request reached the tool");
 }

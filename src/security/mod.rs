@@ -7,6 +7,6 @@ pub mod principal;
 pub mod resource;
 
 pub use auth::{AuthConfig, AuthMode, Authenticator, Refusal};
-pub use origin::AllowedOrigins;
+pub use origin::{AllowedOrigins, OriginDecision};
 pub use principal::Principal;
 pub use resource::CanonicalResource;

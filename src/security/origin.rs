@@ -5,34 +5,54 @@
 //! on to authentication. Entries and the header are compared as WHATWG serialized origins, so
 //! `HTTPS://App.Example/` and `https://app.example` are the same origin and
 //! `https://app.example.evil` is not.
+//!
+//! The policy is data: [`AllowedOrigins::decide`] says whether a request's origin may proceed,
+//! and the transport renders that decision (the 403, and the CORS headers of an allowed origin).
 
+use http::{HeaderMap, HeaderValue, header};
 use url::Url;
 
 /// The environment variable holding the comma-separated allowlist.
 pub const ALLOWED_ORIGINS_ENV: &str = "MCP_ALLOWED_ORIGINS";
-/// The allowlist used when the variable is unset or blank.
-pub const DEFAULT_ALLOWED_ORIGINS: [&str; 2] = ["http://localhost:3000", "http://127.0.0.1:3000"];
 /// The body of a refusal. It never echoes the allowlist or the offending value.
 pub const FORBIDDEN_BODY: &str = "Forbidden: Origin not allowed";
 
 /// A parsed, normalised, de-duplicated allowlist.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllowedOrigins(Vec<String>);
+pub struct AllowedOrigins {
+    listed: Vec<String>,
+    /// Any `http(s)://localhost`, `127.0.0.1` or `[::1]` origin, whatever its port: the local
+    /// run's default, so a page or tool on another local port can call it.
+    any_loopback: bool,
+}
+
+/// What the Origin check decided about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OriginDecision<'h> {
+    /// No `Origin` header: not a browser's cross-origin call; authentication decides.
+    Absent,
+    /// An allowed origin; the value is the header as sent, to echo in CORS headers.
+    Allowed(&'h HeaderValue),
+    /// Not allowed, unreadable, opaque, or sent more than once.
+    Refused,
+}
 
 impl AllowedOrigins {
     /// Parses a raw allowlist: split on commas, trim, normalise each entry to its origin, drop
     /// junk and opaque origins, de-duplicate keeping the first. `None` or blank input yields the
-    /// defaults; input that is all junk yields an empty list (which refuses every Origin).
-    pub fn parse(raw: Option<&str>) -> Self {
-        let Some(raw) = raw.filter(|r| !r.trim().is_empty()) else {
-            return Self(DEFAULT_ALLOWED_ORIGINS.iter().map(|s| s.to_string()).collect());
-        };
-        Self::from_list(raw.split(',').map(str::trim).filter(|e| !e.is_empty()))
+    /// posture's default: any loopback origin locally, none when deployed. Input that is all
+    /// junk yields an empty list (which refuses every Origin).
+    pub fn parse(raw: Option<&str>, deployed: bool) -> Self {
+        match raw.filter(|r| !r.trim().is_empty()) {
+            Some(raw) => Self::from_list(raw.split(',').map(str::trim).filter(|e| !e.is_empty())),
+            None if deployed => Self::from_list::<_, &str>([]),
+            None => Self::loopback(),
+        }
     }
 
-    /// Reads [`ALLOWED_ORIGINS_ENV`].
-    pub fn from_env() -> Self {
-        Self::parse(std::env::var(ALLOWED_ORIGINS_ENV).ok().as_deref())
+    /// Every loopback origin, on any port (the local run's default).
+    pub fn loopback() -> Self {
+        Self { listed: Vec::new(), any_loopback: true }
     }
 
     /// An explicit list: each entry normalised to its origin, junk dropped, duplicates removed.
@@ -43,23 +63,54 @@ impl AllowedOrigins {
                 origins.push(origin);
             }
         }
-        Self(origins)
+        Self { listed: origins, any_loopback: false }
     }
 
     /// The normalised entries, in first-seen order.
     pub fn as_slice(&self) -> &[String] {
-        &self.0
+        &self.listed
+    }
+
+    /// Whether any loopback origin is allowed.
+    pub fn allows_any_loopback(&self) -> bool {
+        self.any_loopback
     }
 
     /// Whether a request carrying this `Origin` header value (if any) may proceed.
     pub fn permits(&self, origin: Option<&[u8]>) -> bool {
         let Some(raw) = origin else { return true };
         let Ok(raw) = std::str::from_utf8(raw) else { return false };
-        match serialize_origin(raw) {
-            Some(origin) => self.0.contains(&origin),
+        let Ok(url) = Url::parse(raw) else { return false };
+        let origin = url.origin();
+        if !origin.is_tuple() {
+            return false;
+        }
+        (self.any_loopback && is_loopback(&url)) || self.listed.contains(&origin.ascii_serialization())
+    }
+
+    /// The decision for a request's headers. Two `Origin` headers are refused rather than
+    /// guessed at: a browser sends one, and checking only the first would let the second through
+    /// to anything that reads the other.
+    pub fn decide<'h>(&self, headers: &'h HeaderMap) -> OriginDecision<'h> {
+        let mut values = headers.get_all(header::ORIGIN).iter();
+        let Some(origin) = values.next() else { return OriginDecision::Absent };
+        if values.next().is_some() || !self.permits(Some(origin.as_bytes())) {
+            return OriginDecision::Refused;
+        }
+        OriginDecision::Allowed(origin)
+    }
+}
+
+/// A loopback host over http(s): `localhost`, `127.0.0.1` or `[::1]`, any port.
+fn is_loopback(url: &Url) -> bool {
+    use url::Host;
+    matches!(url.scheme(), "http" | "https")
+        && match url.host() {
+            Some(Host::Domain(domain)) => domain == "localhost",
+            Some(Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::LOCALHOST,
+            Some(Host::Ipv6(ip)) => ip == std::net::Ipv6Addr::LOCALHOST,
             None => false,
         }
-    }
 }
 
 /// `new URL(raw).origin` in WHATWG terms, or `None` for junk and opaque (`"null"`) origins.
@@ -74,7 +125,7 @@ mod tests {
     use super::*;
 
     fn list(raw: &str) -> AllowedOrigins {
-        AllowedOrigins::parse(Some(raw))
+        AllowedOrigins::parse(Some(raw), false)
     }
 
     #[test]
@@ -114,10 +165,57 @@ mod tests {
 
     #[test]
     fn o8_defaults_only_when_unset_or_blank() {
-        let defaults: Vec<String> = DEFAULT_ALLOWED_ORIGINS.iter().map(|s| s.to_string()).collect();
-        assert_eq!(AllowedOrigins::parse(None).as_slice(), defaults.as_slice());
-        assert_eq!(AllowedOrigins::parse(Some("")).as_slice(), defaults.as_slice());
-        assert_eq!(AllowedOrigins::parse(Some("   ")).as_slice(), defaults.as_slice());
+        for blank in [None, Some(""), Some("   ")] {
+            let local = AllowedOrigins::parse(blank, false);
+            assert!(local.as_slice().is_empty() && local.allows_any_loopback());
+            for origin in [
+                "http://localhost:3000",
+                "http://localhost:4012",
+                "http://127.0.0.1:9",
+                "https://127.0.0.1",
+                "http://[::1]:8080",
+                "HTTP://LOCALHOST:5173/",
+            ] {
+                assert!(local.permits(Some(origin.as_bytes())), "local default allows {origin}");
+            }
+            for origin in [
+                "http://localhost.evil.example:3000",
+                "http://evil.localhost:3000",
+                "http://127.0.0.2:3000",
+                "http://0.0.0.0:3000",
+                "http://[::2]:3000",
+                "file://localhost/etc/passwd",
+                "ws://localhost:3000",
+                "null",
+            ] {
+                assert!(!local.permits(Some(origin.as_bytes())), "local default refuses {origin}");
+            }
+            let deployed = AllowedOrigins::parse(blank, true);
+            assert!(deployed.as_slice().is_empty() && !deployed.allows_any_loopback());
+            assert!(!deployed.permits(Some(b"http://localhost:3000")), "deployed allows only what is configured");
+            assert!(deployed.permits(None));
+        }
+        let configured = AllowedOrigins::parse(Some("https://app.example"), false);
+        assert!(!configured.allows_any_loopback(), "a configured list replaces the loopback default");
+        assert!(!configured.permits(Some(b"http://localhost:3000")));
+    }
+
+    #[test]
+    fn decide_refuses_a_repeated_origin_and_echoes_the_allowed_one() {
+        let allow = list("https://app.example");
+        let mut headers = HeaderMap::new();
+        assert_eq!(allow.decide(&headers), OriginDecision::Absent);
+        headers.insert(header::ORIGIN, HeaderValue::from_static("https://app.example"));
+        assert_eq!(allow.decide(&headers), OriginDecision::Allowed(&HeaderValue::from_static("https://app.example")));
+        headers.append(header::ORIGIN, HeaderValue::from_static("https://app.example"));
+        assert_eq!(allow.decide(&headers), OriginDecision::Refused, "two Origin headers, even equal ones");
+        let mut evil_second = HeaderMap::new();
+        evil_second.append(header::ORIGIN, HeaderValue::from_static("https://app.example"));
+        evil_second.append(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert_eq!(allow.decide(&evil_second), OriginDecision::Refused);
+        let mut evil = HeaderMap::new();
+        evil.insert(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert_eq!(allow.decide(&evil), OriginDecision::Refused);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! header/`_meta`/version checks, all of which finish before any stream opens.
 
 mod body;
+pub mod cors;
 pub mod headers;
 mod legacy;
 mod modern;
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use crate::config::Config;
 use crate::observe::{RequestRecord, trace_id_from};
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
-use crate::security::{AllowedOrigins, Principal};
+use crate::security::{AllowedOrigins, OriginDecision, Principal};
 use crate::server::listen::ListenLimits;
 use crate::server::{McpServer, StreamEvent};
 use crate::state::{ChangeBus, Sealer};
@@ -90,7 +91,22 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
         .and_then(trace_id_from)
         .map(str::to_owned)
         .unwrap_or_default();
-    let mut response = handle_request(app, request, &mut record).await;
+    // The Origin check comes first, before the method: a refused origin learns nothing else.
+    let mut response = match app.origins.decide(request.headers()) {
+        OriginDecision::Refused => plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY),
+        OriginDecision::Absent if request.method() == Method::OPTIONS => cors::preflight(None, request.headers()),
+        OriginDecision::Absent => handle_request(app, request, &mut record).await,
+        OriginDecision::Allowed(origin) => {
+            let origin = origin.clone();
+            if request.method() == Method::OPTIONS {
+                cors::preflight(Some(&origin), request.headers())
+            } else {
+                let mut response = handle_request(app, request, &mut record).await;
+                cors::expose(&mut response, &origin);
+                response
+            }
+        }
+    };
     if record.trace_id.is_empty() {
         record.trace_id = app.logger.new_trace_id();
     }
@@ -129,11 +145,8 @@ fn classify(response: &Response<Body>) -> (&'static str, Option<i64>) {
 async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: this endpoint accepts POST only");
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
         return response;
-    }
-    if !app.origins.permits(request.headers().get(header::ORIGIN).map(HeaderValue::as_bytes)) {
-        return plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY);
     }
     let principal = match app.auth.authenticate(request.headers()).await {
         Ok(principal) => principal,
