@@ -396,3 +396,43 @@ async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
     assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("cancelled"), json!(2)));
     assert_eq!(jobs.result(&owner, &handle).await.unwrap()["result"], Value::Null);
 }
+
+/// What a client sees of a stuck job does not depend on the sweep's schedule (Hobby runs it once
+/// a day): past its deadline the job reads `failed`, its slot is free, it cannot be cancelled or
+/// advanced, and it is forgotten its retention after the deadline, all with no sweep at all.
+#[tokio::test]
+async fn a_stuck_job_fails_at_its_deadline_without_the_sweep() {
+    use vercel_mcp::jobs::model::{JOB_DEADLINE_MS, JOB_RETENTION_MS, MAX_ACTIVE_JOBS_ANONYMOUS};
+    let env = env().await;
+    let mut handles = Vec::new();
+    for _ in 0..MAX_ACTIVE_JOBS_ANONYMOUS {
+        handles.push(payload(&env.submit(json!(3)).await)["jobId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(env.submit(json!(1)).await["isError"], true, "the anonymous cap is full");
+    env.clock.advance_ms(JOB_DEADLINE_MS - 1);
+    assert_eq!(payload(&env.call("get_job_status", &handles[0]).await)["state"], "pending", "not before the deadline");
+    env.clock.advance_ms(1);
+    let status = payload(&env.call("get_job_status", &handles[0]).await);
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(payload(&env.call("cancel_job", &handles[1]).await)["state"], "failed", "a cancel cannot revive it");
+    env.queue.drain().await;
+    assert_eq!(
+        payload(&env.call("get_job_status", &handles[0]).await)["completedSteps"],
+        0,
+        "a late delivery runs nothing"
+    );
+    let fresh = payload(&env.submit(json!(1)).await);
+    assert_eq!(fresh["state"], "pending", "the stuck jobs' slots are free: {fresh}");
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    assert_eq!(
+        payload(&env.call("get_job_status", &handles[0]).await)["state"],
+        "failed",
+        "retained from the deadline"
+    );
+    env.clock.advance_ms(1);
+    let gone = env.call("get_job_status", &handles[0]).await;
+    assert_eq!(gone["isError"], true, "forgotten a retention after the deadline: {gone}");
+    // Any operation sees the store as of its clock: reading the fresh job evicts the expired ones.
+    assert_eq!(payload(&env.call("get_job_status", fresh["jobId"].as_str().unwrap()).await)["state"], "pending");
+    assert_eq!(env.store.len(), 1, "only the fresh job is left, with no sweep run");
+}

@@ -106,6 +106,46 @@ async fn the_sweep_fails_stuck_jobs_and_forgets_evicted_ones() {
     assert_eq!(store.get("sub:a", &id(1), NOW).await.unwrap(), None);
 }
 
+/// With no sweep at all (Hobby runs it once a day), Redis alone gets a stuck job right: it reads
+/// `failed` from its deadline, frees its slot, refuses further steps and cancels (whichever of the
+/// two comes first stores the failure), and its key lives until its retention after the deadline.
+#[tokio::test]
+async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("stuck");
+    let store = RedisJobStore::new(&url, &prefix).unwrap();
+    for n in [1, 3] {
+        store.create(&JobRecord::new(id(n), "sub:a".into(), 3, NOW), 2, 256, NOW).await.unwrap().unwrap();
+    }
+    let key = |n| format!("{prefix}:job:{}:{}", "c3ViOmE", id(n));
+    let ttl = pttl(&url, &key(1)).await;
+    let kept = (JOB_DEADLINE_MS + JOB_RETENTION_MS) as i64;
+    assert!(ttl > kept - 60_000 && ttl <= kept, "an active record lives until its failure expires, got {ttl}");
+    let deadline = NOW + JOB_DEADLINE_MS;
+    assert_eq!(store.get("sub:a", &id(1), deadline - 1).await.unwrap().unwrap().state, JobState::Pending);
+    let read = store.get("sub:a", &id(1), deadline + 10).await.unwrap().unwrap();
+    assert_eq!((read.state, read.finished_at), (JobState::Failed, Some(deadline)), "a read sees the failure");
+    assert_eq!(
+        store.create(&JobRecord::new(id(2), "sub:a".into(), 1, deadline), 1, 256, deadline).await.unwrap(),
+        Ok(()),
+        "both slots are free at the deadline"
+    );
+    // Job 1 is first touched by a late step, job 3 by a cancel: each stores the failure.
+    let advanced = store.advance("sub:a", &id(1), 0, deadline + 20).await.unwrap().unwrap();
+    assert_eq!((advanced.state, advanced.completed_steps), (JobState::Failed, 0), "no step after the deadline");
+    let cancelled = store.cancel("sub:a", &id(3), deadline + 20).await.unwrap().unwrap();
+    assert_eq!((cancelled.state, cancelled.finished_at), (JobState::Failed, Some(deadline)), "not cancelled");
+    assert_eq!(store.cancel("sub:a", &id(1), deadline + 30).await.unwrap().unwrap().state, JobState::Failed);
+    assert_eq!(store.advance("sub:a", &id(3), 0, deadline + 30).await.unwrap().unwrap().completed_steps, 0);
+    // Stored with a TTL that ends retention after the deadline, not after the write.
+    let until = JOB_RETENTION_MS as i64 - 20;
+    for n in [1, 3] {
+        let ttl = pttl(&url, &key(n)).await;
+        assert!(ttl > until - 60_000 && ttl <= until, "job {n}: retention runs from the deadline: {ttl} <= {until}");
+    }
+    assert_eq!(store.sweep(deadline + 40).await.unwrap().failed_stuck, 0, "nothing left for the sweep to fail");
+}
+
 #[tokio::test]
 async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     let Some(mut private) = PrivateRedis::start() else {

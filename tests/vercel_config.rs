@@ -132,3 +132,25 @@ fn the_sweep_is_a_cron_on_its_own_function() {
     assert!(crons.iter().any(|c| c["path"] == "/api/cron/sweep-jobs" && c["schedule"].is_string()));
     assert!(config["functions"]["api/cron/sweep-jobs.rs"]["maxDuration"].as_u64().is_some());
 }
+
+/// The Hobby plan refuses the whole deployment over one cron that runs more than once a day, or
+/// a function whose `maxDuration` is above 300 s; `vercel.json` must deploy there as it is.
+#[test]
+fn deploys_on_the_hobby_plan() {
+    let config = vercel_json();
+    for cron in config["crons"].as_array().expect("crons") {
+        let schedule = cron["schedule"].as_str().unwrap();
+        let fields: Vec<&str> = schedule.split_whitespace().collect();
+        assert_eq!(fields.len(), 5, "{schedule}");
+        let fixed = |field: &str, max: u32| field.parse::<u32>().is_ok_and(|n| n <= max);
+        assert!(
+            fixed(fields[0], 59) && fixed(fields[1], 23) && fields[2..] == ["*", "*", "*"],
+            "{schedule} runs more than once a day (Hobby allows daily crons only)"
+        );
+    }
+    assert!(config["crons"].as_array().unwrap().len() <= 2, "Hobby allows two cron jobs");
+    for (name, function) in config["functions"].as_object().unwrap() {
+        let max = function["maxDuration"].as_u64().unwrap();
+        assert!((1..=300).contains(&max), "{name}: maxDuration {max} is above Hobby's 300 s");
+    }
+}

@@ -12,7 +12,8 @@ pub const MAX_JOBS_TOTAL: u32 = 256;
 pub const MAX_STEPS: u32 = 100;
 /// How long a finished or cancelled job stays retrievable.
 pub const JOB_RETENTION_MS: u64 = 5 * 60 * 1000;
-/// How long an active job may take before the sweep flags it as stuck.
+/// How long an active job may take: past it, the job reads as `failed` (whether or not the
+/// sweep has run since) and its slot is free.
 pub const JOB_DEADLINE_MS: u64 = 30 * 60 * 1000;
 /// The Vercel Queues topic jobs are published to.
 pub const JOBS_TOPIC: &str = "jobs";
@@ -31,7 +32,7 @@ pub enum JobState {
     Done,
     /// Cancelled before finishing.
     Cancelled,
-    /// Flagged by the sweep: stuck past its deadline.
+    /// Stuck past its deadline (decided on every read and write, not only by the sweep).
     Failed,
 }
 
@@ -159,14 +160,24 @@ impl JobRecord {
     }
 
     /// Marks an active job past its deadline as failed. Returns whether it changed.
+    ///
+    /// It failed *at* its deadline, whenever this is noticed: its retention runs from the
+    /// deadline, so how often the sweep runs (every ten minutes, or once a day on Hobby) changes
+    /// nothing a client can see.
     pub fn fail_if_stuck(&mut self, now: u64) -> bool {
         if !self.state.is_active() || now < self.deadline {
             return false;
         }
         self.state = JobState::Failed;
-        self.finished_at = Some(now);
+        self.finished_at = Some(self.deadline);
         self.updated_at = now;
         true
+    }
+
+    /// When the record may be forgotten: retention after it finished, or after its deadline
+    /// while it is active (by then it reads as failed and has been retained for as long).
+    pub fn forget_at(&self) -> u64 {
+        self.finished_at.unwrap_or(self.deadline) + JOB_RETENTION_MS
     }
 }
 
@@ -190,5 +201,21 @@ mod tests {
         );
         assert!(!job.cancel(13), "a done job stays done");
         assert_eq!(job.finished_at, Some(12));
+    }
+
+    #[test]
+    fn a_stuck_job_failed_at_its_deadline_whenever_it_is_noticed() {
+        let mut early = JobRecord::new("j".into(), "o".into(), 2, 0);
+        assert!(!early.fail_if_stuck(JOB_DEADLINE_MS - 1), "not before the deadline");
+        assert_eq!(early.forget_at(), JOB_DEADLINE_MS + JOB_RETENTION_MS, "active: kept until the failure expires");
+        let mut late = early.clone();
+        assert!(early.fail_if_stuck(JOB_DEADLINE_MS));
+        assert!(late.fail_if_stuck(JOB_DEADLINE_MS + 4 * 60 * 1000), "noticed four minutes late");
+        for job in [&early, &late] {
+            assert_eq!((job.state, job.finished_at), (JobState::Failed, Some(JOB_DEADLINE_MS)));
+            assert_eq!(job.evict_at(), Some(JOB_DEADLINE_MS + JOB_RETENTION_MS), "retention runs from the deadline");
+        }
+        assert!(!late.fail_if_stuck(JOB_DEADLINE_MS * 2), "failed once");
+        assert!(!late.advance(0, JOB_DEADLINE_MS * 2) && !late.cancel(JOB_DEADLINE_MS * 2), "and stays failed");
     }
 }

@@ -4,10 +4,16 @@
 //! a subject cannot collide with another key):
 //!
 //! ```text
-//! {prefix}:job:{b64(owner)}:{jobId}   JSON record; TTL = deadline while active, retention once finished
+//! {prefix}:job:{b64(owner)}:{jobId}   JSON record; expires when it may be forgotten (below)
 //! {prefix}:active:{b64(owner)}        ZSET of the owner's active job ids, scored by deadline
 //! {prefix}:index                      ZSET of every job, scored by when it may be forgotten
 //! ```
+//!
+//! A job may be forgotten its retention after it finished, or, while active, its retention after
+//! its deadline: past the deadline it reads as failed (every script and read decides that from
+//! the clock), so a stuck job stays readable as `failed` for the same five minutes as any other.
+//! Expiry is Redis's: record TTLs, and entries trimmed by score on every create. The sweep only
+//! stores the failures early and trims the index, so a daily cron is as correct as a frequent one.
 //!
 //! Each operation is one Lua script, so it is atomic and costs one round trip: two instances
 //! racing on one principal can neither exceed a cap nor lose an update. Scripts run on a
@@ -32,27 +38,38 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 'cap' end
 if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'full' end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-local ttl = tonumber(ARGV[5]) - now
+local forget = tonumber(ARGV[8])
+local ttl = forget - now
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
+redis.call('ZADD', KEYS[3], forget, ARGV[7])
 if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
 if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
 return 'ok'
 "#;
 
-/// Shared tail of the mutating scripts: store `job`, moving it out of the active set (with the
-/// retention TTL) once it is finished.
+/// Shared head of the mutating scripts: `settle` fails an active job past its deadline (as
+/// `JobRecord::fail_if_stuck` does), and `store` writes `job`, moving it out of the active set
+/// with a TTL that ends its retention once it is finished.
 const STORE_JOB: &str = r#"
+local function settle(job, now)
+  if (job.state == 'pending' or job.state == 'running') and now >= job.deadline then
+    job.state = 'failed'
+    job.finishedAt = job.deadline
+    return true
+  end
+  return false
+end
 local function store(job, now, retention)
   job.updatedAt = now
   local out = cjson.encode(job)
   if job.state == 'pending' or job.state == 'running' then
     redis.call('SET', KEYS[1], out, 'KEEPTTL')
   else
-    redis.call('SET', KEYS[1], out, 'PX', retention)
+    local forget = job.finishedAt + retention
+    redis.call('SET', KEYS[1], out, 'PX', math.max(forget - now, 1))
     redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('ZADD', KEYS[3], now + retention, ARGV[2])
+    redis.call('ZADD', KEYS[3], forget, ARGV[2])
   end
   return out
 end
@@ -62,8 +79,9 @@ const CANCEL: &str = r#"
 local raw = redis.call('GET', KEYS[1])
 if not raw then return false end
 local job = cjson.decode(raw)
-if job.state ~= 'pending' and job.state ~= 'running' then return raw end
 local now = tonumber(ARGV[3])
+if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
+if job.state ~= 'pending' and job.state ~= 'running' then return raw end
 job.state = 'cancelled'
 job.cancelRequested = true
 job.finishedAt = now
@@ -74,9 +92,10 @@ const ADVANCE: &str = r#"
 local raw = redis.call('GET', KEYS[1])
 if not raw then return false end
 local job = cjson.decode(raw)
+local now = tonumber(ARGV[3])
+if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
 if job.state ~= 'pending' and job.state ~= 'running' then return raw end
 if job.completedSteps ~= tonumber(ARGV[5]) then return raw end
-local now = tonumber(ARGV[3])
 if job.cancelRequested then
   job.state = 'cancelled'
   job.finishedAt = now
@@ -97,9 +116,7 @@ local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local job = cjson.decode(raw)
 local now = tonumber(ARGV[3])
-if (job.state ~= 'pending' and job.state ~= 'running') or now < job.deadline then return 0 end
-job.state = 'failed'
-job.finishedAt = now
+if not settle(job, now) then return 0 end
 store(job, now, tonumber(ARGV[4]))
 return 1
 "#;
@@ -247,6 +264,7 @@ impl JobStore for RedisJobStore {
                 .arg(record.deadline)
                 .arg(&record.job_id)
                 .arg(Self::index_member(&record.owner_id, &record.job_id))
+                .arg(record.forget_at())
                 .invoke_async(&mut self.connection.clone())
                 .await
                 .map_err(store_error)?;
@@ -259,14 +277,20 @@ impl JobStore for RedisJobStore {
         })
     }
 
-    fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, _now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
         Box::pin(async move {
             let raw: Option<String> = redis::cmd("GET")
                 .arg(self.job_key(owner, job_id))
                 .query_async(&mut self.connection.clone())
                 .await
                 .map_err(store_error)?;
-            raw.map(|raw| parse(&raw)).transpose()
+            // A read stays one GET: a stuck job is failed in the copy returned, and stored as
+            // failed by the next write or sweep (both reach the same record).
+            let mut record = raw.map(|raw| parse(&raw)).transpose()?;
+            if let Some(record) = &mut record {
+                record.fail_if_stuck(now);
+            }
+            Ok(record)
         })
     }
 
@@ -302,12 +326,13 @@ impl JobStore for RedisJobStore {
     fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {
         Box::pin(async move {
             let mut connection = self.connection.clone();
-            // Index scores are deadlines for active jobs and eviction times for finished ones:
-            // everything due now is either stuck (fail it) or gone by TTL (forget it).
+            // Index scores are when a job may be forgotten: retention after it finished, or after
+            // the deadline while it is active. So every job that may be stuck scores at most
+            // `now + retention`, and so does every finished one (at most 256 in all).
             let due: Vec<String> = redis::cmd("ZRANGE")
                 .arg(self.index_key())
                 .arg("-inf")
-                .arg(now)
+                .arg(now + JOB_RETENTION_MS)
                 .arg("BYSCORE")
                 .query_async(&mut connection)
                 .await

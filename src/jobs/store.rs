@@ -101,7 +101,8 @@ pub trait JobStore: Send + Sync + 'static {
         total_cap: u32,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>>;
-    /// The owner's job, if it exists and has not been evicted.
+    /// The owner's job as of `now`, if it exists and has not been evicted (an active job past
+    /// its deadline reads as failed).
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
     /// Cancels the owner's job if active; returns the record as it now is.
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
@@ -115,7 +116,9 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Option<JobRecord>>;
     /// Removes a job (rolling back a submit whose publish failed).
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()>;
-    /// Evicts finished jobs past retention and fails active jobs past their deadline.
+    /// Fails active jobs past their deadline and evicts finished jobs past retention. Every
+    /// other operation already sees the jobs as of its `now`, so this is housekeeping: nothing a
+    /// client can observe depends on when (or whether) it runs.
     fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport>;
 }
 
@@ -142,9 +145,11 @@ impl MemoryJobStore {
         self.len() == 0
     }
 
+    /// Runs `f` on the jobs as of `now`: expired ones evicted, stuck ones failed. Every
+    /// operation starts here, so the store is a function of the clock with no timers.
     fn with<T>(&self, now: u64, f: impl FnOnce(&mut HashMap<(String, String), JobRecord>) -> T) -> T {
         let mut jobs = self.jobs.lock().expect("jobs lock");
-        jobs.retain(|_, job| job.evict_at().is_none_or(|at| now < at));
+        settle(&mut jobs, now);
         f(&mut jobs)
     }
 }
@@ -214,14 +219,18 @@ impl JobStore for MemoryJobStore {
     }
 
     fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {
-        let mut jobs = self.jobs.lock().expect("jobs lock");
-        let before = jobs.len();
-        jobs.retain(|_, job| job.evict_at().is_none_or(|at| now < at));
-        let evicted = (before - jobs.len()) as u32;
-        let failed_stuck = jobs.values_mut().map(|job| job.fail_if_stuck(now)).filter(|failed| *failed).count() as u32;
-        drop(jobs);
-        Box::pin(async move { Ok(SweepReport { evicted, failed_stuck }) })
+        let report = settle(&mut self.jobs.lock().expect("jobs lock"), now);
+        Box::pin(async move { Ok(report) })
     }
+}
+
+/// Fails the stuck jobs, then evicts what is past its retention (a job stuck long enough is
+/// failed and evicted in one go).
+fn settle(jobs: &mut HashMap<(String, String), JobRecord>, now: u64) -> SweepReport {
+    let failed_stuck = jobs.values_mut().map(|job| job.fail_if_stuck(now)).filter(|failed| *failed).count() as u32;
+    let before = jobs.len();
+    jobs.retain(|_, job| job.evict_at().is_none_or(|at| now < at));
+    SweepReport { evicted: (before - jobs.len()) as u32, failed_stuck }
 }
 
 /// A store that is not configured: every operation fails with a message naming what is missing.
