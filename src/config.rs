@@ -166,10 +166,10 @@ impl Config {
                 }
             },
             None if deployed => {
-                problems.push(
-                    "MCP_STATE_SECRET is required when deployed (at least 32 random bytes; e.g. `openssl rand -base64 48`)"
-                        .into(),
-                );
+                problems.push(format!(
+                    "MCP_STATE_SECRET is required when deployed (at least 32 random bytes). Fix: {}",
+                    set_with("MCP_STATE_SECRET", "the output of `openssl rand -hex 32`")
+                ));
                 (None, false)
             }
             None => (Some(ephemeral_sealer(clock.clone())), true),
@@ -196,7 +196,10 @@ impl Config {
         }
         Ok(Self {
             deployed,
-            allowed_origins: AllowedOrigins::parse(lookup(crate::security::origin::ALLOWED_ORIGINS_ENV).as_deref()),
+            allowed_origins: AllowedOrigins::parse(
+                lookup(crate::security::origin::ALLOWED_ORIGINS_ENV).as_deref(),
+                deployed,
+            ),
             sealer: sealer.expect("sealer is set when there are no problems"),
             ephemeral_secret,
             max_body_bytes,
@@ -254,7 +257,8 @@ fn auth_config(
     let resource_raw = var(RESOURCE_URL_ENV);
     if deployed && mode != AuthMode::Off && resource_raw.is_none() {
         problems.push(format!(
-            "{RESOURCE_URL_ENV} is required when deployed with authentication (e.g. https://<host>/api/mcp)"
+            "{RESOURCE_URL_ENV} is required when deployed with authentication. Fix: {}",
+            set_with(RESOURCE_URL_ENV, "the URL clients call, e.g. https://<project>.vercel.app/api/mcp")
         ));
     }
     let resource = CanonicalResource::resolve(resource_raw.as_deref()).unwrap_or_else(|problem| {
@@ -321,17 +325,19 @@ fn auth_config(
         }
     };
     if mode != AuthMode::Off {
-        if keys.is_none() && problems.is_empty() {
-            problems.push(
-                "authentication is on but no keys are configured: set MCP_JWKS or MCP_JWKS_URL (or MCP_AUTH_MODE=off)"
-                    .to_owned(),
-            );
+        if keys.is_none() && !has_keys {
+            problems.push(format!(
+                "authentication is on but no keys are configured: MCP_JWKS_URL (or MCP_JWKS) is missing. Fix: {}; \
+                 or, for a private demo behind Deployment Protection only, {}",
+                set_with("MCP_JWKS_URL", "your authorization server's JWKS URL"),
+                set_with("MCP_AUTH_MODE", "off")
+            ));
         }
         if issuer.is_empty() {
-            problems.push(
-                "MCP_AUTH_ISSUER is required when authentication is on (the exact iss of your authorization server)"
-                    .to_owned(),
-            );
+            problems.push(format!(
+                "MCP_AUTH_ISSUER is required when authentication is on. Fix: {}",
+                set_with("MCP_AUTH_ISSUER", "the exact `iss` of your authorization server")
+            ));
         }
     }
     let max_lifetime_secs = match var("MCP_AUTH_MAX_LIFETIME_SECONDS") {
@@ -419,6 +425,12 @@ fn jobs_backend(
     Ok((backend, bus))
 }
 
+/// How to set a missing variable on Vercel: the command, the value it wants, and the redeploy
+/// that picks it up (a variable changes nothing in deployments made before it).
+fn set_with(name: &str, value: &str) -> String {
+    format!("run `vercel env add {name}` with {value}, then redeploy (`vercel deploy`)")
+}
+
 fn ephemeral_sealer(clock: Arc<dyn Clock>) -> Sealer {
     use ring::rand::SecureRandom;
     let mut secret = [0u8; 32];
@@ -448,6 +460,19 @@ mod tests {
     fn deployed_without_a_secret_refuses_to_start() {
         let error = load(&[("VERCEL", "1")]).unwrap_err();
         assert!(error.0.iter().any(|p| p.contains("MCP_STATE_SECRET")));
+    }
+
+    #[test]
+    fn a_bare_deployment_names_each_variable_and_the_command_that_sets_it() {
+        let error = load(&[("VERCEL", "1")]).unwrap_err().to_string();
+        for variable in ["MCP_STATE_SECRET", "MCP_RESOURCE_URL", "MCP_JWKS_URL", "MCP_AUTH_ISSUER"] {
+            assert!(error.contains(&format!("`vercel env add {variable}`")), "{variable} in {error}");
+        }
+        assert!(error.contains("`vercel env add MCP_AUTH_MODE` with off"), "{error}");
+        assert!(error.contains("openssl rand -hex 32"), "{error}");
+        // The private-demo posture needs only the secret.
+        let demo = load(&[("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))]);
+        assert!(demo.is_ok(), "{demo:?}");
     }
 
     #[test]
