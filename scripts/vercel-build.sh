@@ -36,7 +36,8 @@ echo "== staging what a source deploy uploads"
 node "$root/scripts/vercel/upload-files.mjs" "$root" source >"$stage.files"
 count=0
 while IFS= read -r file; do
-  [[ "$file" == target/* ]] && continue # the staging target/ is this checkout's (below)
+  [[ "$file" == target || "$file" == target/* ]] && continue # the staging target/ is this checkout's (below)
+  [[ -f "$root/$file" ]] || continue                            # files only: the tree lists empty folders too
   mkdir -p "$stage/$(dirname "$file")"
   cp -p "$root/$file" "$stage/$file"
   count=$((count + 1))

@@ -209,6 +209,26 @@ def check(results: Results) -> None:
     results.check("the static output is public/, nothing more", static == public,
                   f"extra {sorted(set(static) - set(public))[:10]}, missing {sorted(set(public) - set(static))[:10]}")
 
+    # What `vercel deploy` uploads, as the pinned CLI decides it (.vercelignore applied).
+    def upload(mode: str) -> list[str]:
+        listing = subprocess.run(["node", os.path.join(ROOT, "scripts", "vercel", "upload-files.mjs"), ROOT, mode],
+                                 capture_output=True, text=True, check=True)
+        return [line for line in listing.stdout.splitlines() if os.path.isfile(os.path.join(ROOT, line))]
+
+    executables = sorted(config["filePathMap"][config["handler"]] for config in router.functions.values())
+    source = upload("source")
+    allowed = ("api/", "src/", "public/", "link/")
+    stray = [f for f in source if not f.startswith(allowed) and f not in ("Cargo.toml", "Cargo.lock", "build.rs",
+                                                                           "vercel.json") and f not in executables]
+    results.check("a source deploy uploads only what the build needs", not stray, f"also uploads {stray[:10]}")
+    for needed in ("Cargo.toml", "Cargo.lock", "vercel.json", "api/mcp.rs", "src/lib.rs", "public/index.html"):
+        results.check(f"a source deploy uploads {needed}", needed in source)
+    prebuilt = upload("prebuilt")
+    outside = [f for f in prebuilt if not f.startswith(".vercel/output/") and f not in executables]
+    results.check("a prebuilt deploy uploads .vercel/output and the five executables, nothing else",
+                  not outside and all(e in prebuilt for e in executables),
+                  f"extra {outside[:10]}, missing {[e for e in executables if e not in prebuilt]}")
+
 
 # --- smoke -------------------------------------------------------------------------------------
 
