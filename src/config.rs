@@ -354,9 +354,18 @@ fn auth_config(
         let listed = list("MCP_AUTH_SERVERS");
         if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }
     };
+    let client_credentials = match var("MCP_AUTH_CLIENT_CREDENTIALS").as_deref().map(str::trim) {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(_) => {
+            problems.push("MCP_AUTH_CLIENT_CREDENTIALS must be on or off".to_owned());
+            false
+        }
+    };
     let route_scopes = list("MCP_AUTH_SCOPES");
     let mut scopes_supported = list("MCP_AUTH_SCOPES_SUPPORTED");
-    if scopes_supported.is_empty() {
+    let scopes_supported_configured = !scopes_supported.is_empty();
+    if !scopes_supported_configured {
         scopes_supported = route_scopes.clone();
     }
     if !problems.is_empty() {
@@ -372,6 +381,8 @@ fn auth_config(
         route_scopes,
         authorization_servers,
         scopes_supported,
+        scopes_supported_configured,
+        client_credentials,
     })
 }
 

@@ -475,3 +475,97 @@ async fn a_browser_can_read_the_challenge() {
     assert_eq!(reply.header("access-control-allow-origin"), Some("http://localhost:6274"));
     assert!(reply.header("access-control-expose-headers").unwrap().to_ascii_lowercase().contains("www-authenticate"));
 }
+
+/// A token whose subject is missing, empty or holds a control character is refused, rather than
+/// becoming `client:<client_id>` and so sharing one identity among every user of that client.
+/// An integer subject is the user's id as text. A deployment that takes client-credentials
+/// tokens says so (`MCP_AUTH_CLIENT_CREDENTIALS=on`), and only then is the client the caller.
+#[tokio::test]
+async fn a_token_without_a_usable_subject_is_refused_unless_client_credentials_are_configured() {
+    let env = env("required", "").await;
+    for (case, sub) in
+        [("missing", Value::Null), ("empty", json!("")), ("control", json!("ali\u{7}ce")), ("float", json!(1.5))]
+    {
+        let bad = token(json!({"sub": sub, "client_id": "shared-client"}));
+        let reply = env.whoami(Some(&format!("Bearer {bad}"))).await;
+        assert_refused(&reply, 401, "invalid_token", &bad);
+        assert!(env.audit().is_empty(), "{case}: the tool never ran");
+    }
+    // Two users of one client, with integer subjects: each is their own principal.
+    let user = |sub: u64| {
+        format!("Bearer {}", token(json!({"sub": sub, "client_id": "shared-client", "scope": "mcp:read mcp:write"})))
+    };
+    let submit = env
+        .server
+        .modern(json!(1), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}}))
+        .header("Authorization", &user(1))
+        .send()
+        .await;
+    assert_eq!(submit.status, 200, "{}", submit.text());
+    let handle = common::payload(&submit.json()["result"])["jobId"].as_str().unwrap().to_owned();
+    let status = |bearer: String| {
+        env.server
+            .modern(json!(2), "tools/call", json!({"name": "get_job_status", "arguments": {"jobId": handle}}))
+            .header("Authorization", &bearer)
+            .send()
+    };
+    assert_eq!(status(user(1)).await.json()["result"]["isError"], json!(null), "the owner reads it");
+    let foreign = status(user(2)).await.json();
+    assert_eq!(foreign["result"]["isError"], true, "another user of the same client does not: {foreign}");
+
+    let (jwks_url, _) = stub_jwks().await;
+    let config = auth_config(jwks_url, &[("MCP_AUTH_MODE", "required"), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]);
+    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let client_token = token(json!({"sub": null, "client_id": "batch-client"}));
+    let reply = server
+        .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+        .header("Authorization", &format!("Bearer {client_token}"))
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "a client-credentials deployment admits the client: {}", reply.text());
+    let control = token(json!({"sub": "a\u{1b}b", "client_id": "batch-client"}));
+    let refused = server
+        .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+        .header("Authorization", &format!("Bearer {control}"))
+        .send()
+        .await;
+    assert_eq!(refused.status, 401, "a malformed subject is refused there too");
+}
+
+/// Only access-token types pass: no `typ`, `JWT`, or RFC 9068's `at+jwt` (with or without the
+/// `application/` prefix). A token of another type from the same issuer and key is refused.
+#[tokio::test]
+async fn only_access_token_types_are_accepted() {
+    let env = env("required", "").await;
+    let typed = |typ: Option<&str>| {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("test-rsa-1".into());
+        header.typ = typ.map(str::to_owned);
+        let key = EncodingKey::from_rsa_pem(PRIVATE_KEY).unwrap();
+        format!("Bearer {}", jsonwebtoken::encode(&header, &claims(json!({})), &key).unwrap())
+    };
+    for typ in [None, Some("JWT"), Some("at+jwt"), Some("application/at+JWT")] {
+        assert_eq!(env.whoami(Some(&typed(typ))).await.status, 200, "{typ:?} is an access token");
+    }
+    for typ in ["dpop+jwt", "logout+jwt", "secevent+jwt", "id_token", ""] {
+        let reply = env.whoami(Some(&typed(Some(typ)))).await;
+        assert_eq!(reply.status, 401, "{typ:?} is not an access token");
+    }
+}
+
+/// The metadata advertises every scope a client may be asked for: the route's and each tool's
+/// (`scopes_supported` was empty by default). An explicit `MCP_AUTH_SCOPES_SUPPORTED` wins.
+#[tokio::test]
+async fn the_metadata_lists_the_route_and_tool_scopes() {
+    let env = env("required", "mcp:read").await;
+    let document = env.server.request("GET", "/.well-known/oauth-protected-resource").send().await.json();
+    let scopes: Vec<&str> = document["scopes_supported"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for scope in ["mcp:read", "mcp:write", "invoices:read", "refunds:write"] {
+        assert!(scopes.contains(&scope), "{scope} advertised: {scopes:?}");
+    }
+    let (jwks_url, _) = stub_jwks().await;
+    let config = auth_config(jwks_url, &[("MCP_AUTH_SCOPES_SUPPORTED", "only:this")]);
+    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let fixed = server.request("GET", "/.well-known/oauth-protected-resource").send().await.json();
+    assert_eq!(fixed["scopes_supported"], json!(["only:this"]));
+}

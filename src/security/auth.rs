@@ -67,6 +67,38 @@ pub struct AuthConfig {
     pub authorization_servers: Vec<String>,
     /// Scopes advertised in the metadata.
     pub scopes_supported: Vec<String>,
+    /// Whether `MCP_AUTH_SCOPES_SUPPORTED` fixed that list; otherwise each endpoint adds the
+    /// scopes its tools require ([`Authenticator::advertising`]).
+    pub scopes_supported_configured: bool,
+    /// `MCP_AUTH_CLIENT_CREDENTIALS=on`: tokens without a subject identify their OAuth client (a
+    /// client-credentials deployment, where each client is one caller). Off, such a token is
+    /// refused, so two users of one client can never share jobs, tasks or items.
+    pub client_credentials: bool,
+}
+
+/// The token's subject as the principal's identity: `Some(Some(sub))` for a usable subject (a
+/// non-empty string without control characters, or an integer, read as its decimal text);
+/// `Some(None)` for no subject where the deployment takes client-credentials tokens; `None`
+/// (refuse the token) otherwise. Falling back to the client id would make every user of one OAuth
+/// client the same principal.
+fn subject_of(sub: Option<&Value>, client_credentials: bool) -> Option<Option<String>> {
+    match sub {
+        Some(Value::String(sub)) if !sub.is_empty() && !sub.chars().any(char::is_control) => Some(Some(sub.clone())),
+        Some(Value::Number(sub)) if sub.is_u64() || sub.is_i64() => Some(Some(sub.to_string())),
+        None if client_credentials => Some(None),
+        Some(Value::String(sub)) if sub.is_empty() && client_credentials => Some(None),
+        _ => None,
+    }
+}
+
+/// The JOSE `typ` of a token this server accepts as an access token: none, `JWT`, or RFC 9068's
+/// `at+jwt` (also as `application/at+jwt`), compared without case. Any other type (`dpop+jwt`,
+/// `logout+jwt`, `secevent+jwt`, …) is a token made for something else, signed by the same issuer.
+/// RFC 9068 alone is not required: many authorization servers still mark access tokens `JWT`.
+fn is_access_token_type(typ: Option<&str>) -> bool {
+    let Some(typ) = typ else { return true };
+    let typ = typ.strip_prefix("application/").unwrap_or(typ);
+    typ.eq_ignore_ascii_case("JWT") || typ.eq_ignore_ascii_case("at+jwt")
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -240,6 +272,21 @@ impl Authenticator {
         &self.config
     }
 
+    /// This authenticator, with `scopes` (those an endpoint's tools require) added to the
+    /// metadata's `scopes_supported` unless `MCP_AUTH_SCOPES_SUPPORTED` fixed the list; so a
+    /// client learns every scope it may be asked for. Shares the verified-token cache.
+    pub fn advertising(&self, scopes: &[String]) -> Self {
+        let mut config = self.config.clone();
+        if !config.scopes_supported_configured {
+            for scope in scopes {
+                if !config.scopes_supported.contains(scope) {
+                    config.scopes_supported.push(scope.clone());
+                }
+            }
+        }
+        Self { config, clock: self.clock.clone(), verified: self.verified.clone() }
+    }
+
     /// Whether per-tool scopes apply (authentication is on).
     pub fn enforces_scopes(&self) -> bool {
         self.config.mode != AuthMode::Off
@@ -305,7 +352,7 @@ impl Authenticator {
             return Err(INVALID);
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| INVALID)?;
-        if !self.config.algorithms.contains(&header.alg) {
+        if !self.config.algorithms.contains(&header.alg) || !is_access_token_type(header.typ.as_deref()) {
             return Err(INVALID);
         }
         let key = match self.config.keys.as_ref().ok_or(INVALID)? {
@@ -365,6 +412,7 @@ impl Authenticator {
         if exp.saturating_sub(issued) > self.config.max_lifetime_secs || issued > now + 60 {
             return None;
         }
+        let subject = subject_of(claims.get("sub"), self.config.client_credentials)?;
         let text = |name: &str| claims.get(name).and_then(Value::as_str).filter(|s| !s.chars().any(char::is_control));
         let scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
             (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
@@ -373,7 +421,7 @@ impl Authenticator {
             _ => Vec::new(),
         };
         let client = text("client_id").or_else(|| text("azp"));
-        let principal = Principal::verified(text("sub"), client, scopes);
+        let principal = Principal::verified(subject.as_deref(), client, scopes);
         principal.is_verified().then_some((principal, exp))
     }
 
