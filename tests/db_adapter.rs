@@ -321,3 +321,24 @@ async fn tls_is_verified_and_never_downgraded() {
         json!(["gadgets", "gizmos", "widgets"])
     );
 }
+
+/// The deployed server's `db_query` log line names the read and its limit, and carries the
+/// caller's filter and id only as keyed digests: argument values never reach the logs.
+#[tokio::test]
+async fn the_query_log_line_carries_no_argument_value() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = Config::for_tests(Arc::new(SystemClock));
+    config.log_sink = logs.clone();
+    let adapter = DbAdapter::new(Arc::new(ReadOnlyStore), Arc::new(db_adapter::LoggedQueries(config.logger())));
+    let canary = "canary-category-3c9f";
+    adapter.query_products_by_category(canary, 5.0).await.unwrap();
+    adapter.resolve_product("424242").await.unwrap();
+    let raw = logs.raw().join("\n");
+    assert!(!raw.contains(canary) && !raw.contains("424242"), "{raw}");
+    let lines = logs.lines();
+    let queries: Vec<&Value> = lines.iter().filter(|l| l["event"] == "db_query").collect();
+    assert_eq!(queries.len(), 2, "{raw}");
+    assert_eq!((queries[0]["query"].as_str(), queries[0]["limit"].as_u64()), (Some("selectByCategory"), Some(5)));
+    assert!(queries[0]["category"].as_str().is_some_and(|d| !d.is_empty()), "a digest stands for the category");
+    assert_eq!(queries[1]["query"], "selectById");
+}

@@ -106,6 +106,11 @@ impl std::fmt::Debug for Sealer {
     }
 }
 
+/// 1-32 characters of `[A-Za-z0-9_-]`.
+fn is_key_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 impl Sealer {
     /// Builds a sealer from `(key id, secret)` pairs; the first pair seals, all open.
     ///
@@ -116,10 +121,7 @@ impl Sealer {
         }
         let mut ring = Vec::with_capacity(keys.len());
         for (id, secret) in keys {
-            if id.is_empty()
-                || id.len() > 32
-                || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
+            if !is_key_id(&id) {
                 return Err(format!("key id {id:?} must be 1-32 characters of [A-Za-z0-9_-]"));
             }
             if secret.len() < MIN_SECRET_LEN {
@@ -135,18 +137,29 @@ impl Sealer {
 
     /// Parses `MCP_STATE_SECRET`: comma-separated entries, each `kid=secret` or a bare secret
     /// (whose key id is then derived from its digest). The first entry seals.
+    ///
+    /// An entry is `kid=secret` only when what comes before its first `=` is a well-formed key id
+    /// and what follows is more than base64 padding: a bare base64 secret (`…==`) is never cut
+    /// into a "key id" that would be published in every envelope. Errors name entries by
+    /// position and never quote any part of the value.
     pub fn from_env_value(raw: &str, clock: Arc<dyn Clock>) -> Result<Self, String> {
-        let keys = raw
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|entry| match entry.split_once('=') {
-                Some((id, secret)) if !id.is_empty() && id.len() <= 32 && !id.contains(':') => {
+        let mut keys: Vec<(String, Vec<u8>)> = Vec::new();
+        for (n, entry) in raw.split(',').map(str::trim).filter(|e| !e.is_empty()).enumerate() {
+            let (id, secret) = match entry.split_once('=') {
+                Some((id, secret)) if is_key_id(id.trim()) && !secret.trim().bytes().all(|b| b == b'=') => {
                     (id.trim().to_owned(), secret.trim().as_bytes().to_vec())
                 }
                 _ => (derived_key_id(entry.as_bytes()), entry.as_bytes().to_vec()),
-            })
-            .collect();
+            };
+            let n = n + 1;
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(format!("entry {n}: the secret is shorter than {MIN_SECRET_LEN} bytes"));
+            }
+            if let Some(first) = keys.iter().position(|(other, _)| *other == id) {
+                return Err(format!("entries {} and {n} have the same key id", first + 1));
+            }
+            keys.push((id, secret));
+        }
         Self::new(keys, clock)
     }
 
@@ -331,7 +344,33 @@ mod tests {
         assert_eq!(s.current_key_id(), "new");
         assert!(Sealer::from_env_value("short", clock.clone()).is_err());
         assert!(Sealer::from_env_value("", clock.clone()).is_err());
-        assert!(Sealer::from_env_value(&format!("a={0},a={0}", "z".repeat(32)), clock).is_err());
+        assert!(Sealer::from_env_value(&format!("a={0},a={0}", "z".repeat(32)), clock.clone()).is_err());
+    }
+
+    #[test]
+    fn a_bare_base64_secret_is_never_split_into_a_key_id() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+        // 16 random bytes in padded base64: 22 characters that look like a key id, then "==".
+        for bare in [
+            "QkFTRTY0c2VjcmV0cGFydDEyMzQ1Njc4OTBhYmNkZWZnaA==",
+            "c2VjcmV0LXdpdGgtcGFkZGluZy0xMjM0NTY3ODkwMTI=",
+            "AAAAAAAAAAAAAAAAAAAAAA==",
+        ] {
+            let (id, _) = bare.split_once('=').unwrap();
+            match Sealer::from_env_value(bare, clock.clone()) {
+                Ok(sealer) => {
+                    assert_eq!(sealer.current_key_id(), derived_key_id(bare.as_bytes()), "{bare}");
+                    assert!(!format!("{sealer:?}").contains(id), "no part of the secret is a key id");
+                }
+                Err(problem) => assert!(!problem.contains(id), "no part of the secret in {problem}"),
+            }
+        }
+        let short = Sealer::from_env_value("AAAAAAAAAAAAAAAAAAAAAA==", clock.clone()).unwrap_err();
+        assert_eq!(short, "entry 1: the secret is shorter than 32 bytes");
+        let named = Sealer::from_env_value(&format!("k2={}", "s".repeat(32)), clock.clone()).unwrap();
+        assert_eq!(named.current_key_id(), "k2", "kid=secret still names its key");
+        let short_named = Sealer::from_env_value("mykid=tooshort", clock).unwrap_err();
+        assert!(!short_named.contains("mykid") && !short_named.contains("tooshort"), "{short_named}");
     }
 
     #[test]

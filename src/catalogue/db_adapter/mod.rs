@@ -123,18 +123,51 @@ pub trait ProductBackend: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
-/// Where the adapter records each read it sends to the backend (one line per read).
-pub trait QueryLog: Send + Sync + 'static {
-    /// Records one read.
-    fn record(&self, line: &str);
+/// One read the adapter sends to the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Query<'a> {
+    /// `select_by_category` with the (escaped) category and the limit.
+    ByCategory(&'a str, u32),
+    /// `categories`.
+    Categories,
+    /// `select_by_id`.
+    ById(i64),
 }
 
-/// Reads as structured log lines (what the deployed server uses).
+impl Query<'_> {
+    /// The reference's `queryLog` line: `selectByCategory:<category>:<limit>`, `listCategories`,
+    /// `selectById:<id>`.
+    pub fn line(&self) -> String {
+        match self {
+            Self::ByCategory(category, limit) => format!("selectByCategory:{category}:{limit}"),
+            Self::Categories => "listCategories".to_owned(),
+            Self::ById(id) => format!("selectById:{id}"),
+        }
+    }
+}
+
+/// Where the adapter records each read it sends to the backend (one entry per read).
+pub trait QueryLog: Send + Sync + 'static {
+    /// Records one read.
+    fn record(&self, query: Query<'_>);
+}
+
+/// Reads as structured log lines (what the deployed server uses): the operation and the limit,
+/// with the caller's values (category, id) as keyed digests, as every log line carries arguments.
 pub struct LoggedQueries(pub Logger);
 
 impl QueryLog for LoggedQueries {
-    fn record(&self, line: &str) {
-        self.0.event("info", "db_query", json!({ "query": line }));
+    fn record(&self, query: Query<'_>) {
+        let fields = match query {
+            Query::ByCategory(category, limit) => json!({
+                "query": "selectByCategory", "category": self.0.digest("category", category.as_bytes()), "limit": limit,
+            }),
+            Query::Categories => json!({ "query": "listCategories" }),
+            Query::ById(id) => {
+                json!({ "query": "selectById", "id": self.0.digest("product", id.to_string().as_bytes()) })
+            }
+        };
+        self.0.event("info", "db_query", fields);
     }
 }
 
@@ -154,8 +187,8 @@ impl RecordingQueryLog {
 }
 
 impl QueryLog for RecordingQueryLog {
-    fn record(&self, line: &str) {
-        self.0.lock().expect("query log").push(line.to_owned());
+    fn record(&self, query: Query<'_>) {
+        self.0.lock().expect("query log").push(query.line());
     }
 }
 
@@ -218,16 +251,17 @@ impl DbAdapter {
             return Err(DbError::Validation(format!("limit must be an integer from {MIN_LIMIT} to {MAX_LIMIT}")));
         }
         let limit = limit as u32;
-        // The filter is logged, so a raw newline in it would forge a second log line.
+        // The filter is recorded (the reference's query log keeps it), so a raw newline in it
+        // would forge a second line there.
         let category = escape_control_chars(category);
-        self.log.record(&format!("selectByCategory:{category}:{limit}"));
+        self.log.record(Query::ByCategory(&category, limit));
         let rows = self.backend.select_by_category(&category, limit).await?;
         Ok(rows.iter().map(sanitize_row).collect())
     }
 
     /// Every category, distinct and sorted, escaped.
     pub async fn list_categories(&self) -> Result<Vec<String>, DbError> {
-        self.log.record("listCategories");
+        self.log.record(Query::Categories);
         Ok(self.backend.categories().await?.iter().map(|c| escape_control_chars(c)).collect())
     }
 
@@ -240,7 +274,7 @@ impl DbAdapter {
             .and_then(|s| s.parse::<i64>().ok());
         let row = match id {
             Some(id) => {
-                self.log.record(&format!("selectById:{id}"));
+                self.log.record(Query::ById(id));
                 self.backend.select_by_id(id).await?
             }
             None => None,
