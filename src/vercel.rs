@@ -107,9 +107,10 @@ pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
 }
 
 /// `api/oauth-protected-resource.rs`: the RFC 9728 metadata document (both well-known paths are
-/// rewritten to it in `vercel.json`).
+/// rewritten to it in `vercel.json`). It describes `/api/mcp`, scopes of its tools included, so
+/// the endpoint is composed once at start-up to read them.
 pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
-    let auth = Arc::new(config.auth.clone());
+    let auth = Arc::new(crate::mcp_app(config).auth().clone());
     serve(1024, move |request| {
         let auth = auth.clone();
         async move { auth.metadata_response(request.method()) }

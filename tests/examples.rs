@@ -218,3 +218,19 @@ async fn every_example_route_checks_the_origin() {
     assert_eq!(refused_call.status, 403);
     assert!(!refused_call.text().contains("ping"), "the handler never ran");
 }
+
+/// A resource read answers with the URI it was asked for; control characters in it come back
+/// percent-encoded, never raw (a newline or an escape sequence would reach the model or a
+/// terminal as the client wrote it).
+#[tokio::test]
+async fn a_read_never_echoes_raw_control_characters_in_the_uri() {
+    let config = Config::for_tests(Arc::new(SystemClock));
+    let server = TestServer::start(vercel_mcp::example_app("resources", &config).unwrap()).await;
+    let uri = "notes://a\nb\u{1b}[31mc\u{85}d";
+    let reply = server.modern(json!(1), "resources/read", json!({ "uri": uri })).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let contents = &reply.json()["result"]["contents"][0];
+    assert_eq!(contents["uri"], "notes://a%0Ab%1B[31mc%C2%85d");
+    let plain = server.modern(json!(2), "resources/read", json!({ "uri": "notes://mcp" })).send().await;
+    assert_eq!(plain.json()["result"]["contents"][0]["uri"], "notes://mcp", "a clean URI is unchanged");
+}

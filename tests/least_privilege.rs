@@ -208,3 +208,21 @@ fn a_grant_that_is_too_narrow_or_too_broad_refuses_to_start() {
     assert!(load(Some("invoices:read,refunds:write,tenant:admin")).unwrap_err().to_string().contains("tenant:admin"));
     assert!(load(Some("refunds:write, invoices:read")).is_ok());
 }
+
+/// With authentication off every caller is anonymous and holds no scope, and the billing tools
+/// authorize each call themselves: so none is listed (the listing never advertises a tool that
+/// would refuse its caller), and a call is refused before anything runs.
+#[tokio::test]
+async fn with_authentication_off_an_anonymous_caller_is_shown_no_billing_tool() {
+    let config = vercel_mcp::Config::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let ledger = Arc::new(Ledger::default());
+    let mut server = McpServer::new("least-privilege-server", "0.1.0");
+    least_privilege::register(&mut server, ledger.clone());
+    let server = TestServer::start(Arc::new(App::new(server, &config))).await;
+    let listed = server.modern(json!(1), "tools/list", json!({})).send().await.json();
+    assert_eq!(listed["result"]["tools"], json!([]), "{listed}");
+    let refund = server.call_tool("issue_refund", json!({"invoiceId": "inv-1", "amountCents": 100})).await;
+    assert_eq!(refund["isError"], true, "{refund}");
+    assert!(common::error_text(&refund).contains("scope"), "refused for its scopes: {refund}");
+    assert!(ledger.entries().is_empty(), "no refund was recorded");
+}

@@ -139,7 +139,8 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
                 idempotent_hint: Some(true),
                 ..Default::default()
             })
-            .scopes(&scopes_of("read_invoice")),
+            .scopes(&scopes_of("read_invoice"))
+            .scopes_always_enforced(),
         |ctx: RequestContext, args: ReadInvoiceArgs| async move {
             authorize(ctx.principal(), "read_invoice")?;
             let invoice =
@@ -156,7 +157,8 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
                 idempotent_hint: Some(false),
                 ..Default::default()
             })
-            .scopes(&scopes_of("issue_refund")),
+            .scopes(&scopes_of("issue_refund"))
+            .scopes_always_enforced(),
         move |ctx: RequestContext, args: IssueRefundArgs| {
             let ledger = ledger.clone();
             async move {

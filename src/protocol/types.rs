@@ -59,6 +59,28 @@ impl ResourceContents {
     pub fn blob(uri: impl Into<String>, mime_type: impl Into<String>, blob: impl Into<String>) -> Self {
         Self::Blob { uri: uri.into(), mime_type: Some(mime_type.into()), blob: blob.into() }
     }
+
+    /// The URI with each control character percent-encoded (its UTF-8 bytes as `%XX`). A URI
+    /// cannot hold one (RFC 3986), and a handler often echoes the URI it was asked for, which is
+    /// the client's text: a raw newline or escape sequence must not reach the model or a terminal.
+    pub fn with_escaped_uri(mut self) -> Self {
+        let (Self::Text { uri, .. } | Self::Blob { uri, .. }) = &mut self;
+        if uri.chars().any(char::is_control) {
+            let mut escaped = String::with_capacity(uri.len() + 8);
+            for c in uri.chars() {
+                if c.is_control() {
+                    let mut buffer = [0u8; 4];
+                    for byte in c.encode_utf8(&mut buffer).bytes() {
+                        escaped.push_str(&format!("%{byte:02X}"));
+                    }
+                } else {
+                    escaped.push(c);
+                }
+            }
+            *uri = escaped;
+        }
+        self
+    }
 }
 
 /// One content block of a tool result or prompt message.

@@ -13,7 +13,7 @@ use super::{
     CacheableMethod, CompletionRef, CompletionRequest, InputRequired, McpServer, Outcome, RequestContext, ToolError,
     schema,
 };
-use crate::protocol::types::CallToolResult;
+use crate::protocol::types::{CallToolResult, ResourceContents};
 use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
 use crate::tasks::{self, NewTask, TaskSupport};
 
@@ -319,6 +319,7 @@ impl McpServer {
         };
         match outcome {
             Outcome::Complete(contents) => {
+                let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
                 let mut result = json!({ "contents": contents });
                 self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
                 Ok(Reply::Complete(into_map(result)))

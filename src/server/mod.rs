@@ -226,6 +226,7 @@ pub struct ToolDef {
     task_support: TaskSupport,
     input_before_task: bool,
     scopes: Vec<String>,
+    scopes_always: bool,
 }
 
 impl ToolDef {
@@ -242,12 +243,21 @@ impl ToolDef {
             task_support: TaskSupport::Forbidden,
             input_before_task: false,
             scopes: Vec::new(),
+            scopes_always: false,
         }
     }
 
     /// Scopes a caller's token must grant to see and call this tool (when authentication is on).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// The tool authorizes every call against its scopes itself, even where the deployment does
+    /// not enforce scopes (authentication off): list and dispatch it only to callers holding
+    /// them, rather than advertising a tool that would refuse them.
+    pub fn scopes_always_enforced(mut self) -> Self {
+        self.scopes_always = true;
         self
     }
 
@@ -356,6 +366,7 @@ pub(crate) struct ToolEntry {
     pub task_support: TaskSupport,
     pub input_before_task: bool,
     pub scopes: Vec<String>,
+    pub scopes_always: bool,
     pub handler: ToolFn,
 }
 
@@ -456,7 +467,7 @@ impl McpServer {
 
     /// Whether `principal` may see and call `tool`.
     pub(crate) fn may_use(&self, principal: &Principal, tool: &ToolEntry) -> bool {
-        !self.scopes_enforced || tool.scopes.iter().all(|s| principal.scopes().contains(s))
+        (!self.scopes_enforced && !tool.scopes_always) || tool.scopes.iter().all(|s| principal.scopes().contains(s))
     }
 
     /// Every scope some registered tool requires (for the metadata's `scopes_supported`).
@@ -567,8 +578,8 @@ impl McpServer {
         let listing_json = def.listing_json(&input_schema);
         let output_schema = def.output_schema.take();
         self.tool_index.insert(name.clone(), self.tools.len());
-        let (task_support, input_before_task, scopes) =
-            (def.task_support, def.input_before_task, std::mem::take(&mut def.scopes));
+        let (task_support, input_before_task, scopes, scopes_always) =
+            (def.task_support, def.input_before_task, std::mem::take(&mut def.scopes), def.scopes_always);
         self.tools.push(ToolEntry {
             name,
             listing_json,
@@ -578,6 +589,7 @@ impl McpServer {
             task_support,
             input_before_task,
             scopes,
+            scopes_always,
             handler,
         });
     }

@@ -49,7 +49,7 @@ impl App {
         crate::observe::install_panic_hook();
         Self {
             logger: config.logger(),
-            auth: config.auth.clone(),
+            auth: config.auth.advertising(&server.tool_scopes()),
             server: Arc::new(server),
             sealer: config.sealer.clone(),
             origins: config.allowed_origins.clone(),
