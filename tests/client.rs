@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use vercel_mcp::client::host::{ConsentFn, Host, HostError};
+use vercel_mcp::client::host::{ConsentFn, Host, HostError, ServerSpec};
 use vercel_mcp::client::{Client, ClientError, ClientOptions, Negotiated};
 
 fn url(server: &common::TestServer) -> String {
@@ -116,8 +116,11 @@ fn consent(answer: Result<bool, String>, asked: Arc<AtomicUsize>) -> ConsentFn {
 #[tokio::test]
 async fn the_host_namespaces_routes_and_gates() {
     let (a, b) = (fixture().await, fixture().await);
-    let servers = [("alpha".to_owned(), url(&a.server)), ("beta".to_owned(), url(&b.server))];
-    let host = Host::connect(&servers, ClientOptions::default()).await.unwrap();
+    let servers = [
+        ServerSpec::new("alpha", url(&a.server), ClientOptions::default()),
+        ServerSpec::new("beta", url(&b.server), ClientOptions::default()),
+    ];
+    let host = Host::connect(&servers).await.unwrap();
     assert_eq!(host.server_ids(), ["alpha", "beta"]);
     let names: Vec<&str> = host.tools().iter().map(|t| t.name.as_str()).collect();
     assert!(names.contains(&"alpha.echo") && names.contains(&"beta.count"));
@@ -168,17 +171,62 @@ async fn the_host_namespaces_routes_and_gates() {
 
 #[tokio::test]
 async fn a_server_side_refusal_is_a_typed_error_not_success() {
-    // The combined catalogue with authentication off: issue_refund denies the anonymous caller
-    // inside its handler, which the host must surface as a failure of that tool.
+    // The combined catalogue with authentication off: issue_refund authorizes every call itself,
+    // so the anonymous caller is refused (before its handler runs), which the host must surface
+    // as a failure of that tool.
     let config = vercel_mcp::Config::for_tests(Arc::new(vercel_mcp::state::SystemClock));
     let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
-    let host = Host::connect(&[("billing".to_owned(), url(&server))], ClientOptions::default()).await.unwrap();
+    let host = Host::connect(&[ServerSpec::new("billing", url(&server), ClientOptions::default())]).await.unwrap();
     let approve = consent(Ok(true), Arc::new(AtomicUsize::new(0)));
     match host.call("billing.issue_refund", json!({"invoiceId": "inv-1", "amountCents": 100}), &approve).await {
         Err(HostError::ToolCall { server_id, tool_name, message, cause: None }) => {
             assert_eq!((server_id.as_str(), tool_name.as_str()), ("billing", "issue_refund"));
-            assert!(message.contains("not authorized"), "{message}");
+            assert!(message.contains("insufficient scope"), "{message}");
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A token given for one server never reaches another: the host's headers are per server. A
+/// hostile second server records every request it gets and sees no `Authorization` at all; the
+/// first server gets its token. A server id given twice is refused, not silently replaced.
+#[tokio::test]
+async fn the_host_sends_each_token_only_to_its_server() {
+    let trusted = fixture().await;
+    /// Each request the hostile server got: its method and its `Authorization` header.
+    type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let seen: Seen = Arc::default();
+    let recorder = seen.clone();
+    let hostile = common::upstream::serve(move |request| {
+        let recorder = recorder.clone();
+        async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let method = message["method"].as_str().unwrap_or_default().to_owned();
+            recorder.lock().unwrap().push((method.clone(), request.header("authorization")));
+            let result = match method.as_str() {
+                "server/discover" => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "1"}}),
+                _ => json!({"tools": []}),
+            };
+            (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result})).unwrap().into())
+        }
+    })
+    .await;
+    let with_token = ClientOptions::default().header("Authorization", "Bearer token-for-the-trusted-server");
+    let servers = [
+        ServerSpec::new("trusted", url(&trusted.server), with_token),
+        ServerSpec::new("other", format!("http://{hostile}/api/mcp"), ClientOptions::default()),
+    ];
+    let host = Host::connect(&servers).await.unwrap();
+    assert_eq!(host.server_ids(), ["other", "trusted"]);
+    let requests = seen.lock().unwrap().clone();
+    assert!(requests.iter().any(|(method, _)| method == "tools/list"), "the other server was used: {requests:?}");
+    assert!(requests.iter().all(|(_, authorization)| authorization.is_none()), "no token leaked: {requests:?}");
+
+    let twice = [
+        ServerSpec::new("same", url(&trusted.server), ClientOptions::default()),
+        ServerSpec::new("same", format!("http://{hostile}/api/mcp"), ClientOptions::default()),
+    ];
+    let refused = Host::connect(&twice).await.err().expect("a repeated id is refused");
+    assert!(refused.to_string().contains("twice"), "{refused}");
 }

@@ -4,28 +4,35 @@
 //! ```text
 //! mcp-host --server docs=https://a.example/api/mcp --server jobs=http://127.0.0.1:3000/api/mcp list
 //! mcp-host --server jobs=http://127.0.0.1:3000/api/mcp call jobs.submit_job '{"steps":3}' [--yes]
-//!          [--header "Authorization: Bearer …"]
+//!          [--header "jobs:Authorization: Bearer …"]
 //! ```
-//! Without `--yes`, consent is asked on the terminal; no answer (or no terminal) means no.
+//! Headers belong to one server (`--header ID:Name: value`): a token given for one server is
+//! never sent to another. Without `--yes`, consent is asked on the terminal; no answer (or no
+//! terminal) means no.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use vercel_mcp::client::ClientOptions;
-use vercel_mcp::client::host::{ConsentFn, Host};
+use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: mcp-host --server ID=URL [--server ID=URL ...] [--header 'Name: value' ...] (list | call SERVER.TOOL [JSON-ARGS] [--yes])"
+        "usage: mcp-host --server ID=URL [--server ID=URL ...] [--header 'ID:Name: value' ...] (list | call SERVER.TOOL [JSON-ARGS] [--yes])"
     );
+    std::process::exit(2);
+}
+
+fn refuse(message: String) -> ! {
+    eprintln!("mcp-host: {message}");
     std::process::exit(2);
 }
 
 #[tokio::main]
 async fn main() {
-    let mut servers = Vec::new();
-    let mut options = ClientOptions { name: "mcp-host".into(), ..ClientOptions::default() };
+    let mut servers: Vec<ServerSpec> = Vec::new();
+    let mut headers: Vec<(String, String, String)> = Vec::new();
     let mut positional = Vec::new();
     let mut yes = false;
     let mut args = std::env::args().skip(1);
@@ -34,12 +41,16 @@ async fn main() {
             "--server" => {
                 let spec = args.next().unwrap_or_else(|| usage());
                 let (id, url) = spec.split_once('=').unwrap_or_else(|| usage());
-                servers.push((id.to_owned(), url.to_owned()));
+                let options = ClientOptions { name: "mcp-host".into(), ..ClientOptions::default() };
+                servers.push(ServerSpec::new(id, url, options));
             }
             "--header" => {
                 let header = args.next().unwrap_or_else(|| usage());
-                let (name, value) = header.split_once(':').unwrap_or_else(|| usage());
-                options = options.header(name.trim(), value.trim());
+                let (id, header) = header.split_once(':').unwrap_or_else(|| usage());
+                let (name, value) = header.split_once(':').unwrap_or_else(|| {
+                    refuse(format!("--header takes ID:Name: value, the server id first (got a header for {id:?})"))
+                });
+                headers.push((id.trim().to_owned(), name.trim().to_owned(), value.trim().to_owned()));
             }
             "--yes" => yes = true,
             "--help" | "-h" => usage(),
@@ -49,7 +60,14 @@ async fn main() {
     if servers.is_empty() || positional.is_empty() {
         usage();
     }
-    let host = match Host::connect(&servers, options).await {
+    for (id, name, value) in headers {
+        let Some(server) = servers.iter_mut().find(|s| s.id == id) else {
+            // Never guess: a header for no known server is a mistake, and it may carry a token.
+            refuse(format!("--header names no --server {id:?}; headers are given per server as ID:Name: value"));
+        };
+        server.options = std::mem::take(&mut server.options).header(&name, &value);
+    }
+    let host = match Host::connect(&servers).await {
         Ok(host) => host,
         Err(error) => {
             eprintln!("mcp-host: {error}");

@@ -79,15 +79,38 @@ pub struct Host {
     tools: Vec<AggregatedTool>,
 }
 
+/// One server the host talks to, with the options (headers, credentials) meant for it alone.
+#[derive(Clone)]
+pub struct ServerSpec {
+    /// The namespace of its tools (`id.tool`): non-empty, no dot, unique within a host.
+    pub id: String,
+    /// Its MCP endpoint.
+    pub url: String,
+    /// Its client options. A token here is sent to this server only, never to the others.
+    pub options: ClientOptions,
+}
+
+impl ServerSpec {
+    /// `id` at `url` with `options`.
+    pub fn new(id: impl Into<String>, url: impl Into<String>, options: ClientOptions) -> Self {
+        Self { id: id.into(), url: url.into(), options }
+    }
+}
+
 impl Host {
-    /// Connects to every `(id, url)`; ids must not contain a dot.
-    pub async fn connect(servers: &[(String, String)], options: ClientOptions) -> Result<Self, HostError> {
+    /// Connects to every server, each with its own options. Refuses an id that is empty, has a
+    /// dot or appears twice (a second entry would silently replace the first, and could take its
+    /// credentials' tool names).
+    pub async fn connect(servers: &[ServerSpec]) -> Result<Self, HostError> {
         let mut sessions = BTreeMap::new();
-        for (id, url) in servers {
+        for ServerSpec { id, url, options } in servers {
             if id.is_empty() || id.contains('.') {
                 return Err(HostError::Client(ClientError::Protocol(format!(
                     "server id {id:?} must be non-empty without dots"
                 ))));
+            }
+            if sessions.contains_key(id) {
+                return Err(HostError::Client(ClientError::Protocol(format!("server id {id:?} is given twice"))));
             }
             sessions.insert(id.clone(), Client::connect(url, options.clone()).await.map_err(HostError::Client)?);
         }
