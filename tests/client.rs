@@ -230,3 +230,51 @@ async fn the_host_sends_each_token_only_to_its_server() {
     let refused = Host::connect(&twice).await.err().expect("a repeated id is refused");
     assert!(refused.to_string().contains("twice"), "{refused}");
 }
+
+/// A hostile server cannot make the client hold an answer of any size or page forever: a body
+/// over `max_response_bytes` and a `nextCursor` chain longer than `max_pages` (or one that
+/// repeats) end in clear errors.
+#[tokio::test]
+async fn the_client_bounds_what_a_server_sends() {
+    let pages = Arc::new(AtomicUsize::new(0));
+    let counter = pages.clone();
+    let endless = common::upstream::serve(move |request| {
+        let counter = counter.clone();
+        async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let result = match message["method"].as_str().unwrap_or_default() {
+                "server/discover" => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "endless", "version": "1"}}),
+                "tools/list" => {
+                    let n = counter.fetch_add(1, Ordering::SeqCst);
+                    json!({"tools": [{"name": format!("t{n}"), "inputSchema": {"type": "object"}}], "nextCursor": format!("c{n}")})
+                }
+                _ => json!({"padding": "x".repeat(4096)}),
+            };
+            (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result})).unwrap().into())
+        }
+    })
+    .await;
+    let url = format!("http://{endless}/api/mcp");
+    let options = ClientOptions { max_pages: 5, max_response_bytes: 1024, ..ClientOptions::default() };
+    let client = Client::connect(&url, options).await.unwrap();
+    let error = client.list_tools().await.unwrap_err();
+    assert!(error.to_string().contains("more than 5 pages"), "{error}");
+    assert_eq!(pages.load(Ordering::SeqCst), 5, "it stopped asking");
+    let error = client.call_tool("anything", json!({})).await.unwrap_err();
+    assert!(error.to_string().contains("larger than 1024 bytes"), "{error}");
+
+    let repeating = common::upstream::serve(|request| async move {
+        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let result = match message["method"].as_str().unwrap_or_default() {
+            "server/discover" => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                "serverInfo": {"name": "loop", "version": "1"}}),
+            _ => json!({"tools": [], "nextCursor": "same"}),
+        };
+        (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result})).unwrap().into())
+    })
+    .await;
+    let client = Client::connect(&format!("http://{repeating}/api/mcp"), ClientOptions::default()).await.unwrap();
+    let error = client.list_tools().await.unwrap_err();
+    assert!(error.to_string().contains("same nextCursor"), "{error}");
+}

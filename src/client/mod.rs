@@ -9,6 +9,7 @@
 //! bounded number of rounds. Every failure is a typed [`ClientError`].
 
 pub mod host;
+mod sse;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode};
@@ -97,6 +98,12 @@ pub struct ClientOptions {
     pub modern: bool,
     /// Called with every notification a response stream carries (progress, log messages).
     pub on_notification: Option<NotificationFn>,
+    /// Largest response a call reads: a JSON body, or everything one SSE response carries.
+    pub max_response_bytes: usize,
+    /// Largest single SSE event (on a call's response or a listen stream).
+    pub max_event_bytes: usize,
+    /// Most `tools/list` pages followed through `nextCursor`.
+    pub max_pages: usize,
 }
 
 impl Default for ClientOptions {
@@ -110,6 +117,9 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(30),
             modern: true,
             on_notification: None,
+            max_response_bytes: 16 << 20,
+            max_event_bytes: 4 << 20,
+            max_pages: 100,
         }
     }
 }
@@ -368,34 +378,39 @@ impl Client {
             .is_some_and(|c| c.contains("text/event-stream"));
         let id = body.get("id").cloned();
         let mut body_stream = response.into_body();
+        let limit = self.options.max_response_bytes;
+        let too_large = || ClientError::Transport(format!("the response is larger than {limit} bytes"));
         if !is_sse {
-            let bytes = tokio::time::timeout(self.options.timeout, body_stream.collect())
-                .await
-                .map_err(|_| ClientError::Transport("timed out".into()))?
-                .map_err(|_| ClientError::Transport("response unreadable".into()))?
-                .to_bytes();
+            let bytes =
+                tokio::time::timeout(self.options.timeout, http_body_util::Limited::new(body_stream, limit).collect())
+                    .await
+                    .map_err(|_| ClientError::Transport("timed out".into()))?
+                    .map_err(|error| {
+                        if error.is::<http_body_util::LengthLimitError>() {
+                            too_large()
+                        } else {
+                            ClientError::Transport("response unreadable".into())
+                        }
+                    })?
+                    .to_bytes();
             let message = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object);
             return Ok(Exchange { status, message, session });
         }
         // SSE: read events until the response to our id arrives.
-        let mut buffer = String::new();
+        let mut reader = sse::EventReader::new(self.options.max_event_bytes);
+        let mut read = 0usize;
         loop {
             let frame = tokio::time::timeout(self.options.timeout, body_stream.frame())
                 .await
                 .map_err(|_| ClientError::Transport("timed out".into()))?;
             let Some(frame) = frame else { break };
             let frame = frame.map_err(|_| ClientError::Transport("stream broken".into()))?;
-            if let Some(data) = frame.data_ref() {
-                buffer.push_str(&String::from_utf8_lossy(data));
+            let Some(bytes) = frame.data_ref() else { continue };
+            read += bytes.len();
+            if read > limit {
+                return Err(too_large());
             }
-            while let Some(end) = buffer.find("\n\n") {
-                let event: String = buffer.drain(..end + 2).collect();
-                let data: String = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect::<Vec<_>>()
-                    .join("\n");
+            for data in reader.push(bytes).map_err(|e| ClientError::Transport(e.to_string()))? {
                 let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
                 match (message.get("method").and_then(Value::as_str), message.get("id")) {
                     (Some(_), None) => {
@@ -480,16 +495,13 @@ impl Client {
         }
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let mut body_stream = response.into_body();
+        let mut reader = sse::EventReader::new(self.options.max_event_bytes);
         tokio::spawn(async move {
-            let mut buffer = String::new();
             while let Some(Ok(frame)) = body_stream.frame().await {
-                if let Some(data) = frame.data_ref() {
-                    buffer.push_str(&String::from_utf8_lossy(data));
-                }
-                while let Some(end) = buffer.find("\n\n") {
-                    let event: String = buffer.drain(..end + 2).collect();
-                    let data: String =
-                        event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+                let Some(bytes) = frame.data_ref() else { continue };
+                // An event over the bound ends the stream: the receiver sees it close.
+                let Ok(events) = reader.push(bytes) else { return };
+                for data in events {
                     if let Ok(message) = serde_json::from_str::<Value>(&data) {
                         if tx.send(message).await.is_err() {
                             return;
@@ -506,7 +518,7 @@ impl Client {
     pub async fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
-        loop {
+        for _ in 0..self.options.max_pages {
             let mut params = Map::new();
             if let Some(cursor) = &cursor {
                 params.insert("cursor".into(), json!(cursor));
@@ -523,10 +535,14 @@ impl Client {
                 }
             }
             match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if tools.len() < 100_000 => cursor = Some(next.to_owned()),
-                _ => return Ok(tools),
+                Some(next) if cursor.as_deref() == Some(next) => {
+                    return Err(ClientError::Protocol("tools/list returned the same nextCursor twice".into()));
+                }
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return Ok(tools),
             }
         }
+        Err(ClientError::Protocol(format!("tools/list has more than {} pages", self.options.max_pages)))
     }
 
     /// Calls a tool, fulfilling `input_required` rounds through the registered handlers.

@@ -1,0 +1,122 @@
+//! The client's one SSE reader (WHATWG event-stream parsing, the subset MCP uses).
+//!
+//! Bytes are split into lines before they are decoded, so a character split across two network
+//! frames arrives whole. Lines end in LF, CRLF or CR; a `data:` value loses exactly one leading
+//! space; the `data` lines of one event are joined with LF; comments and other fields are
+//! skipped; a blank line ends the event. An event (its data, or a line still being read) larger
+//! than the bound is an error rather than a buffer that grows with whatever the server sends.
+
+/// Why a stream could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventTooLarge(pub usize);
+
+impl std::fmt::Display for EventTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an SSE event is larger than {} bytes", self.0)
+    }
+}
+
+/// Incremental parser: feed it bytes as they come, take the data of each complete event.
+#[derive(Debug)]
+pub struct EventReader {
+    line: Vec<u8>,
+    data: String,
+    has_data: bool,
+    /// The last byte fed was a CR: a following LF belongs to the same line end.
+    after_cr: bool,
+    max_event: usize,
+}
+
+impl EventReader {
+    /// A reader refusing events larger than `max_event` bytes.
+    pub fn new(max_event: usize) -> Self {
+        Self { line: Vec::new(), data: String::new(), has_data: false, after_cr: false, max_event }
+    }
+
+    /// Feeds `bytes`; returns the data of every event they complete, in order.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, EventTooLarge> {
+        let mut events = Vec::new();
+        for &byte in bytes {
+            match byte {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\n' | b'\r' => {
+                    self.after_cr = byte == b'\r';
+                    self.end_line(&mut events);
+                }
+                _ => {
+                    self.after_cr = false;
+                    self.line.push(byte);
+                    if self.line.len() + self.data.len() > self.max_event {
+                        return Err(EventTooLarge(self.max_event));
+                    }
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    fn end_line(&mut self, events: &mut Vec<String>) {
+        let line = std::mem::take(&mut self.line);
+        if line.is_empty() {
+            if self.has_data {
+                events.push(std::mem::take(&mut self.data));
+                self.has_data = false;
+            }
+            return;
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(0) => return, // a comment
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (&line[..], &[][..]),
+        };
+        if field == b"data" {
+            if self.has_data {
+                self.data.push('\n');
+            }
+            self.data.push_str(&String::from_utf8_lossy(value));
+            self.has_data = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(chunks: &[&[u8]]) -> Vec<String> {
+        let mut reader = EventReader::new(1 << 20);
+        chunks.iter().flat_map(|chunk| reader.push(chunk).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_character_split_across_frames_arrives_whole() {
+        let text = "data: {\"t\":\"héllo ✓\"}\n\n".as_bytes();
+        for cut in 1..text.len() {
+            assert_eq!(all(&[&text[..cut], &text[cut..]]), ["{\"t\":\"héllo ✓\"}"], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn line_ends_spaces_comments_and_multi_line_data() {
+        assert_eq!(all(&[b"event: message\r\ndata: a\r\n\r\n"]), ["a"], "CRLF");
+        assert_eq!(all(&[b"data: a\r", b"\ndata: b\r\r"]), ["a\nb"], "CRLF split across frames, then CR");
+        assert_eq!(all(&[b"data:  two spaces\n\n"]), [" two spaces"], "exactly one leading space is stripped");
+        assert_eq!(all(&[b"data:x\n\n"]), ["x"]);
+        assert_eq!(all(&[b": keep-alive\n\ndata: 1\ndata: 2\n\n"]), ["1\n2"], "data lines join with LF");
+        assert_eq!(all(&[b"data\n\n"]), [""], "a bare data field is an empty line of data");
+        assert_eq!(all(&[b"id: 7\nretry: 10\n\n"]), Vec::<String>::new(), "an event without data is none");
+        assert_eq!(all(&[b"data: open"]), Vec::<String>::new(), "an unfinished event is not delivered");
+    }
+
+    #[test]
+    fn an_event_over_the_bound_is_an_error() {
+        let mut reader = EventReader::new(16);
+        assert_eq!(reader.push(b"data: 0123456789\n\n").unwrap(), ["0123456789"]);
+        assert_eq!(reader.push(b"data: 0123456789abcdef"), Err(EventTooLarge(16)), "one long line");
+        let mut reader = EventReader::new(16);
+        assert_eq!(reader.push(b"data: 01234567\ndata: 01234567\n"), Err(EventTooLarge(16)), "many short lines");
+    }
+}
