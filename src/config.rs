@@ -61,6 +61,8 @@ pub struct Config {
     /// The db-adapter example's data: PostgreSQL with `DATABASE_URL`, else the read-only
     /// fixture compiled into the binary (immutable, so safe on any instance).
     pub products: Arc<dyn crate::catalogue::db_adapter::ProductBackend>,
+    /// `VERCEL_PROJECT_ID` and the environment: which request OIDC tokens name this deployment.
+    pub platform: crate::security::PlatformIdentity,
     /// The sandbox-isolation example's Vercel Sandbox API client (`MCP_SANDBOX_API_BASE_URL`
     /// for tests; `VERCEL_OIDC_TOKEN` as the local run's credential).
     pub sandbox: Arc<dyn crate::catalogue::sandbox_isolation::SandboxClient>,
@@ -217,6 +219,7 @@ impl Config {
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             log_sink: Arc::new(crate::observe::StderrSink),
             products,
+            platform: crate::security::PlatformIdentity::from_lookup(&non_empty),
             sandbox: Arc::new(crate::catalogue::sandbox_isolation::vercel::VercelSandbox::new(
                 non_empty("MCP_SANDBOX_API_BASE_URL"),
                 non_empty("VERCEL_OIDC_TOKEN"),

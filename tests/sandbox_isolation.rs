@@ -164,18 +164,33 @@ fn the_sandbox_code_reads_no_environment() {
     }
 }
 
+/// The request's OIDC token reaches the sandbox client (and nothing else: not the reply, not the
+/// logs) when it names this deployment's project; a client's token for another project is never
+/// used, so no caller can point a sandbox at an account of its choosing.
 #[tokio::test]
 async fn the_request_oidc_token_is_passed_to_the_client_only() {
     let stub = Arc::new(RecordingSandbox::default());
-    let (server, sink) = env(stub.clone()).await;
-    let reply = server
-        .modern(json!(1), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "true"}}))
-        .header("x-vercel-oidc-token", CANARY)
-        .send()
-        .await;
-    assert_eq!(stub.runs()[0].1.as_deref(), Some(CANARY));
-    assert!(!reply.text().contains(CANARY));
-    assert!(sink.raw().iter().all(|line| !line.contains(CANARY)));
+    let mut config = Config::for_tests(Arc::new(SystemClock));
+    config.platform = vercel_mcp::security::PlatformIdentity { project_id: Some("prj_2".into()), environment: None };
+    let sink = Arc::new(MemorySink::default());
+    config.log_sink = sink.clone();
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, stub.clone(), config.logger());
+    let server = TestServer::start(Arc::new(App::new(server, &config))).await;
+    let token = oidc_token();
+    let call = |token: String| {
+        server
+            .modern(json!(1), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "true"}}))
+            .header("x-vercel-oidc-token", &token)
+            .send()
+    };
+    let reply = call(token.clone()).await;
+    assert_eq!(stub.runs()[0].1.as_deref(), Some(token.as_str()));
+    assert!(!reply.text().contains(&token));
+    assert!(sink.raw().iter().all(|line| !line.contains(&token)));
+    let foreign = oidc_token_for("prj_attacker");
+    call(foreign).await;
+    assert_eq!(stub.runs()[1].1, None, "a token for another project is never passed on");
 }
 
 #[tokio::test]
@@ -319,14 +334,21 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
 
 /// An OIDC-shaped token (unsigned here; the real API verifies it) naming team and project.
 fn oidc_token() -> String {
+    oidc_token_for("prj_2")
+}
+
+fn oidc_token_for(project: &str) -> String {
     use base64::Engine as _;
-    let payload = json!({"owner_id": "team_1", "project_id": "prj_2", "sub": "owner:x:project:y"});
+    let payload = json!({"owner_id": "team_1", "project_id": project, "sub": "owner:x:project:y"});
     format!("eyJhbGciOiJSUzI1NiJ9.{}.sig", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload.to_string()))
 }
 
 fn sandbox_env(base: &str, local_token: Option<&str>) -> Config {
-    let vars =
-        [("MCP_SANDBOX_API_BASE_URL", base.to_owned()), ("VERCEL_OIDC_TOKEN", local_token.unwrap_or("").to_owned())];
+    let vars = [
+        ("MCP_SANDBOX_API_BASE_URL", base.to_owned()),
+        ("VERCEL_OIDC_TOKEN", local_token.unwrap_or("").to_owned()),
+        ("VERCEL_PROJECT_ID", "prj_2".to_owned()),
+    ];
     Config::from_lookup(
         move |name| match name {
             "MCP_STATE_SECRET" => Some("test=0123456789abcdef0123456789abcdef".into()),
@@ -411,7 +433,10 @@ async fn no_token_anywhere_is_a_clear_error_and_no_call() {
         .send()
         .await
         .json();
-    assert_eq!(common::error_text(&claimless["result"]), "sandbox run failed; see server logs");
+    assert!(
+        common::error_text(&claimless["result"]).contains("no Vercel OIDC token"),
+        "a token naming no project is ignored"
+    );
     assert!(api.lock().unwrap().requests.is_empty(), "nothing reaches the API without a usable token");
 }
 

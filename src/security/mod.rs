@@ -3,10 +3,12 @@
 
 pub mod auth;
 pub mod origin;
+pub mod platform;
 pub mod principal;
 pub mod resource;
 
 pub use auth::{AuthConfig, AuthMode, Authenticator, Refusal};
 pub use origin::{AllowedOrigins, OriginDecision};
+pub use platform::PlatformIdentity;
 pub use principal::Principal;
 pub use resource::CanonicalResource;

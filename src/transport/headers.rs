@@ -21,8 +21,6 @@ pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
 pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// W3C `traceparent`.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-/// The platform's per-invocation OIDC token.
-pub const VERCEL_OIDC_TOKEN: HeaderName = HeaderName::from_static("x-vercel-oidc-token");
 /// The server-assigned request id sent back on every response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-mcp-request-id");
 /// Prefix of `Mcp-Param-{Name}`.

@@ -164,7 +164,7 @@ pub(super) async fn handle(
     // assumed to offer what 2025 clients commonly do. A client that does not answers our
     // request with an error, which ends the call with a clear message.
     ctx.client_capabilities = legacy_capabilities();
-    ctx.platform_token = super::platform_token(headers);
+    ctx.platform_token = super::platform_token(app, headers);
     ctx.progress_token = params
         .get("_meta")
         .and_then(|m| m.get(meta::PROGRESS_TOKEN))

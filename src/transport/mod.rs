@@ -39,6 +39,7 @@ pub struct App {
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
     pub(crate) auth: crate::security::Authenticator,
     pub(crate) logger: crate::observe::Logger,
+    pub(crate) platform: crate::security::PlatformIdentity,
 }
 
 impl App {
@@ -57,6 +58,7 @@ impl App {
             max_body_bytes: config.max_body_bytes,
             listen: ListenLimits { max_duration: config.listen_max_duration, keep_alive: config.keep_alive },
             pending: Default::default(),
+            platform: config.platform.clone(),
         }
     }
 
@@ -297,9 +299,10 @@ pub(crate) fn attach_server_info(result: &mut Map<String, Value>, server: &McpSe
     }
 }
 
-/// The platform's OIDC token for this invocation (Vercel sets `x-vercel-oidc-token`).
-pub(crate) fn platform_token(headers: &http::HeaderMap) -> Option<String> {
-    headers.get(headers::VERCEL_OIDC_TOKEN).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_owned)
+/// The platform's OIDC token for this invocation, when the request's copy names this
+/// deployment (see [`crate::security::platform`]).
+pub(crate) fn platform_token(app: &App, headers: &http::HeaderMap) -> Option<String> {
+    app.platform.token_from(headers)
 }
 
 /// A 403 `insufficient_scope` for a `tools/call` whose tool needs scopes the caller lacks,

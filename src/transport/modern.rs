@@ -44,7 +44,7 @@ pub(super) async fn handle(
     ctx.client_capabilities = envelope.client_capabilities;
     ctx.log_level = envelope.log_level;
     ctx.progress_token = envelope.progress_token;
-    ctx.platform_token = super::platform_token(headers);
+    ctx.platform_token = super::platform_token(app, headers);
 
     if mrtr::supports_mrtr(&method) {
         match mrtr::open_retry(&app.sealer, &ctx.principal, &method, &params) {

@@ -14,8 +14,6 @@
 //! API's `runtime: "node22"`; the allowlist is `networkPolicy: {allow: [...]}`, which denies
 //! every other destination; `persistent: false`; no `env` is ever sent.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::Full;
@@ -52,11 +50,7 @@ struct Claims {
 
 /// Reads `owner_id` and `project_id` from the token's payload without verifying it.
 fn claims(token: &str) -> Option<Claims> {
-    let mut parts = token.split('.');
-    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
-        return None;
-    };
-    let payload: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?).ok()?;
+    let payload = crate::security::platform::unverified_claims(token)?;
     Some(Claims {
         team_id: payload.get("owner_id")?.as_str()?.to_owned(),
         project_id: payload.get("project_id")?.as_str()?.to_owned(),
@@ -185,6 +179,8 @@ impl SandboxClient for VercelSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     fn token(payload: &Value) -> String {
         format!("eyJhbGciOiJSUzI1NiJ9.{}.c2ln", URL_SAFE_NO_PAD.encode(payload.to_string()))
