@@ -569,3 +569,45 @@ async fn the_metadata_lists_the_route_and_tool_scopes() {
     let fixed = server.request("GET", "/.well-known/oauth-protected-resource").send().await.json();
     assert_eq!(fixed["scopes_supported"], json!(["only:this"]));
 }
+
+/// Resources carry scopes like tools: db-adapter's `product://{product_id}` needs `mcp:read`, as
+/// its tools do. A caller without it does not see the template listed, and a read is refused
+/// with the same 403 `insufficient_scope` challenge as a tool call, before the handler runs;
+/// in `optional` mode an anonymous caller (no scopes) is refused too.
+#[tokio::test]
+async fn resources_are_listed_and_read_only_with_their_scopes() {
+    for mode in ["required", "optional"] {
+        let env = env(mode, "").await;
+        let send = |method: &str, params: Value, bearer: Option<String>| {
+            let mut call = env.server.modern(json!(1), method, params);
+            if let Some(bearer) = bearer {
+                call = call.header("Authorization", &bearer);
+            }
+            call.send()
+        };
+        let none = Some(bearer("alice", ""));
+        let reader = Some(bearer("alice", "mcp:read"));
+        let callers = if mode == "optional" { vec![none.clone(), None] } else { vec![none.clone()] };
+        for caller in callers {
+            let read = send("resources/read", json!({"uri": "product://1"}), caller.clone()).await;
+            assert_eq!(read.status, 403, "{mode} {caller:?}: {}", read.text());
+            assert_eq!(challenge(&read)["error"], "insufficient_scope");
+            assert_eq!(challenge(&read)["scope"], "mcp:read");
+            assert!(!read.text().contains("found"), "no row in the refusal");
+            let templates = send("resources/templates/list", json!({}), caller.clone()).await.json();
+            let listed = templates["result"]["resourceTemplates"].as_array().unwrap();
+            assert!(listed.iter().all(|t| t["uriTemplate"] != "product://{product_id}"), "{mode}: {templates}");
+        }
+        let read = send("resources/read", json!({"uri": "product://1"}), reader.clone()).await;
+        assert_eq!(read.status, 200, "{}", read.text());
+        assert!(read.json()["result"]["contents"][0]["text"].as_str().unwrap().contains("found"));
+        let templates = send("resources/templates/list", json!({}), reader).await.json();
+        assert!(
+            templates["result"]["resourceTemplates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["uriTemplate"] == "product://{product_id}")
+        );
+    }
+}

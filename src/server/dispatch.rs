@@ -87,11 +87,21 @@ impl McpServer {
             }
             "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, params).await,
             "resources/list" if self.has_resources() => {
-                let listing: Vec<Value> = self.resources.iter().map(|r| json!(r.resource)).collect();
+                let listing: Vec<Value> = self
+                    .resources
+                    .iter()
+                    .filter(|r| self.may_read(&ctx.principal, &r.scopes))
+                    .map(|r| json!(r.resource))
+                    .collect();
                 complete(self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList)?)
             }
             "resources/templates/list" if self.has_resources() => {
-                let listing: Vec<Value> = self.templates.iter().map(|t| json!(t.template)).collect();
+                let listing: Vec<Value> = self
+                    .templates
+                    .iter()
+                    .filter(|t| self.may_read(&ctx.principal, &t.scopes))
+                    .map(|t| json!(t.template))
+                    .collect();
                 complete(self.page(
                     params,
                     "resourceTemplates",
@@ -309,6 +319,14 @@ impl McpServer {
             .get("uri")
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("resources/read requires a string uri"))?;
+        if let Some(required) = self.missing_resource_scopes(&ctx.principal, uri) {
+            // Defence in depth: the transport refuses with 403 before dispatch.
+            return Err(McpError::new(
+                ErrorCode::INVALID_PARAMS,
+                http::StatusCode::FORBIDDEN,
+                format!("insufficient scope: reading this resource requires {}", required.join(" ")),
+            ));
+        }
         let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
             let entry = &self.resources[i];
             ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)

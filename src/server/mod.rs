@@ -373,13 +373,26 @@ pub(crate) struct ToolEntry {
 pub(crate) struct ResourceEntry {
     pub resource: Resource,
     pub cache: Option<CacheHint>,
+    pub scopes: Vec<String>,
     pub handler: ResourceFn,
 }
 
 pub(crate) struct TemplateEntry {
     pub template: ResourceTemplate,
     pub matcher: UriTemplate,
+    pub scopes: Vec<String>,
     pub handler: TemplateFn,
+}
+
+/// What registering a resource or template hands back: `.scopes(&[…])` makes listing and
+/// reading it need them, as a tool's scopes do. Ignore it for a resource anyone may read.
+pub struct ResourceScopes<'a>(&'a mut Vec<String>);
+
+impl ResourceScopes<'_> {
+    /// The scopes a caller needs to see and read this resource.
+    pub fn scopes(self, scopes: &[&str]) {
+        *self.0 = scopes.iter().map(|s| s.to_string()).collect();
+    }
 }
 
 pub(crate) struct PromptEntry {
@@ -470,9 +483,27 @@ impl McpServer {
         (!self.scopes_enforced && !tool.scopes_always) || tool.scopes.iter().all(|s| principal.scopes().contains(s))
     }
 
-    /// Every scope some registered tool requires (for the metadata's `scopes_supported`).
-    pub fn tool_scopes(&self) -> Vec<String> {
-        let mut scopes: Vec<String> = self.tools.iter().flat_map(|t| t.scopes.iter().cloned()).collect();
+    /// Whether `principal` holds `scopes` where scopes are enforced (resources and templates).
+    pub(crate) fn may_read(&self, principal: &Principal, scopes: &[String]) -> bool {
+        !self.scopes_enforced || scopes.iter().all(|s| principal.scopes().contains(s))
+    }
+
+    /// The scopes `principal` lacks to read `uri` (the resource, else the first template that
+    /// matches it, as `resources/read` resolves it), when scopes are enforced and some are missing.
+    pub fn missing_resource_scopes(&self, principal: &Principal, uri: &str) -> Option<Vec<String>> {
+        let scopes = match self.resource_index.get(uri) {
+            Some(&i) => &self.resources[i].scopes,
+            None => &self.templates.iter().find(|t| t.matcher.matches(uri).is_some())?.scopes,
+        };
+        (!self.may_read(principal, scopes)).then(|| scopes.clone())
+    }
+
+    /// Every scope some registered tool, resource or template requires (for the metadata's
+    /// `scopes_supported`).
+    pub fn scopes_in_use(&self) -> Vec<String> {
+        let tools = self.tools.iter().map(|t| &t.scopes);
+        let resources = self.resources.iter().map(|r| &r.scopes).chain(self.templates.iter().map(|t| &t.scopes));
+        let mut scopes: Vec<String> = tools.chain(resources).flatten().cloned().collect();
         scopes.sort();
         scopes.dedup();
         scopes
@@ -595,7 +626,12 @@ impl McpServer {
     }
 
     /// Registers a static resource.
-    pub fn resource<F, Fut, R>(&mut self, resource: Resource, cache: Option<CacheHint>, handler: F)
+    pub fn resource<F, Fut, R>(
+        &mut self,
+        resource: Resource,
+        cache: Option<CacheHint>,
+        handler: F,
+    ) -> ResourceScopes<'_>
     where
         F: Fn(RequestContext, String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, McpError>> + Send + 'static,
@@ -607,15 +643,17 @@ impl McpServer {
         self.resources.push(ResourceEntry {
             resource,
             cache,
+            scopes: Vec::new(),
             handler: Arc::new(move |ctx, uri| {
                 let handler = handler.clone();
                 Box::pin(async move { handler(ctx, uri).await.map(Into::into) })
             }),
         });
+        ResourceScopes(&mut self.resources.last_mut().expect("just pushed").scopes)
     }
 
     /// Registers a resource template; the handler receives the URI and its variables.
-    pub fn resource_template<F, Fut, R>(&mut self, template: ResourceTemplate, handler: F)
+    pub fn resource_template<F, Fut, R>(&mut self, template: ResourceTemplate, handler: F) -> ResourceScopes<'_>
     where
         F: Fn(RequestContext, String, HashMap<String, String>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, McpError>> + Send + 'static,
@@ -627,11 +665,13 @@ impl McpServer {
         self.templates.push(TemplateEntry {
             template,
             matcher,
+            scopes: Vec::new(),
             handler: Arc::new(move |ctx, uri, vars| {
                 let handler = handler.clone();
                 Box::pin(async move { handler(ctx, uri, vars).await.map(Into::into) })
             }),
         });
+        ResourceScopes(&mut self.templates.last_mut().expect("just pushed").scopes)
     }
 
     /// Registers a prompt; required arguments are checked before the handler runs.

@@ -154,10 +154,8 @@ pub(super) async fn handle(
         return response;
     }
 
-    if method == "tools/call" {
-        if let Some(refusal) = super::tool_scope_refusal(app, &principal, &params) {
-            return refusal;
-        }
+    if let Some(refusal) = super::scope_refusal(app, &principal, &method, &params) {
+        return refusal;
     }
     let mut ctx = RequestContext::new(id, Era::Legacy, principal, app.bus.clone());
     // Stateless: the capabilities declared at initialize are gone, so the legacy client is

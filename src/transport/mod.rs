@@ -50,7 +50,7 @@ impl App {
         crate::observe::install_panic_hook();
         Self {
             logger: config.logger(),
-            auth: config.auth.advertising(&server.tool_scopes()),
+            auth: config.auth.advertising(&server.scopes_in_use()),
             server: Arc::new(server),
             sealer: config.sealer.clone(),
             origins: config.allowed_origins.clone(),
@@ -305,15 +305,19 @@ pub(crate) fn platform_token(app: &App, headers: &http::HeaderMap) -> Option<Str
     app.platform.token_from(headers)
 }
 
-/// A 403 `insufficient_scope` for a `tools/call` whose tool needs scopes the caller lacks,
-/// decided before anything runs.
-pub(crate) fn tool_scope_refusal(
+/// A 403 `insufficient_scope` for a `tools/call` or `resources/read` whose tool or resource needs
+/// scopes the caller lacks, decided before anything runs.
+pub(crate) fn scope_refusal(
     app: &App,
     principal: &Principal,
+    method: &str,
     params: &Map<String, Value>,
 ) -> Option<Response<Body>> {
-    let name = params.get("name")?.as_str()?;
-    let required = app.server.missing_tool_scopes(principal, name)?;
+    let required = match method {
+        "tools/call" => app.server.missing_tool_scopes(principal, params.get("name")?.as_str()?)?,
+        "resources/read" => app.server.missing_resource_scopes(principal, params.get("uri")?.as_str()?)?,
+        _ => return None,
+    };
     Some(app.auth.refusal_response(&crate::security::Refusal::InsufficientScope(required)))
 }
 

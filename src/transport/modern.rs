@@ -35,10 +35,8 @@ pub(super) async fn handle(
         Ok(envelope) => envelope,
         Err(error) => return error_response(Some(&id), &error),
     };
-    if method == "tools/call" {
-        if let Some(refusal) = super::tool_scope_refusal(app, &principal, &params) {
-            return refusal;
-        }
+    if let Some(refusal) = super::scope_refusal(app, &principal, &method, &params) {
+        return refusal;
     }
     let mut ctx = RequestContext::new(id.clone(), Era::Modern, principal, app.bus.clone());
     ctx.client_capabilities = envelope.client_capabilities;

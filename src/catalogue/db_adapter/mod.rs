@@ -335,21 +335,23 @@ pub fn register(server: &mut McpServer, adapter: Arc<DbAdapter>) {
             async move { tool_result(adapter.query_products_by_category(&args.category, args.limit).await) }
         },
     );
-    server.resource_template(
-        ResourceTemplate {
-            uri_template: PRODUCT_TEMPLATE.into(),
-            name: "product".into(),
-            title: None,
-            description: Some("One product by numeric id; unknown or non-numeric ids answer found:false.".into()),
-            mime_type: Some("application/json".into()),
-        },
-        move |_, uri, vars| {
-            let adapter = adapter.clone();
-            async move {
-                let id = vars.get("product_id").map_or("", String::as_str);
-                let payload = adapter.resolve_product(id).await.map_err(|e| McpError::internal(e.to_string()))?;
-                Ok(vec![ResourceContents::text(uri, "application/json", payload.to_string())])
-            }
-        },
-    );
+    server
+        .resource_template(
+            ResourceTemplate {
+                uri_template: PRODUCT_TEMPLATE.into(),
+                name: "product".into(),
+                title: None,
+                description: Some("One product by numeric id; unknown or non-numeric ids answer found:false.".into()),
+                mime_type: Some("application/json".into()),
+            },
+            move |_, uri, vars| {
+                let adapter = adapter.clone();
+                async move {
+                    let id = vars.get("product_id").map_or("", String::as_str);
+                    let payload = adapter.resolve_product(id).await.map_err(|e| McpError::internal(e.to_string()))?;
+                    Ok(vec![ResourceContents::text(uri, "application/json", payload.to_string())])
+                }
+            },
+        )
+        .scopes(&[READ_SCOPE]);
 }
