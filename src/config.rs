@@ -35,6 +35,12 @@ pub struct Config {
     pub listen_max_duration: Duration,
     /// `MCP_KEEPALIVE_SECONDS`: keep-alive comment interval on long streams.
     pub keep_alive: Duration,
+    /// `MCP_LISTEN_MAX_PER_PRINCIPAL`, `MCP_LISTEN_MAX_TOTAL`: open listen streams one caller, and
+    /// one instance, may hold.
+    pub listen_caps: crate::server::listen::ListenCaps,
+    /// `MCP_HEADER_TIMEOUT_SECONDS`, `MCP_BODY_TIMEOUT_SECONDS`, `MCP_MAX_CONNECTIONS`: how the local
+    /// run treats slow and numerous clients (on Vercel the platform terminates HTTP).
+    pub connection_limits: ConnectionLimits,
     /// `MCP_SERVER_NAME`: the name reported in `serverInfo`.
     pub server_name: String,
     /// Time source for expiry everywhere.
@@ -90,6 +96,24 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// How long a client may take to send its request head and its body, and how many connections
+/// the local run serves at once (the rest wait in the listen backlog).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From accepting a connection (or finishing the previous request on it) to a complete head.
+    pub header_timeout: Duration,
+    /// To receive the whole body once the head is in.
+    pub body_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self { header_timeout: Duration::from_secs(10), body_timeout: Duration::from_secs(30), max_connections: 1024 }
+    }
+}
+
 /// Start-up refused: one line per problem, each naming its variable. Never contains secrets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError(pub Vec<String>);
@@ -133,6 +157,41 @@ impl Config {
             number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
         let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
         let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
+        let listen_defaults = crate::server::listen::ListenCaps::default();
+        let listen_caps = crate::server::listen::ListenCaps {
+            per_principal: number(
+                "MCP_LISTEN_MAX_PER_PRINCIPAL",
+                listen_defaults.per_principal as u64,
+                1,
+                10_000,
+                &mut problems,
+            ) as usize,
+            total: number("MCP_LISTEN_MAX_TOTAL", listen_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
+        };
+        let connection_defaults = ConnectionLimits::default();
+        let connection_limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(number(
+                "MCP_HEADER_TIMEOUT_SECONDS",
+                connection_defaults.header_timeout.as_secs(),
+                1,
+                300,
+                &mut problems,
+            )),
+            body_timeout: Duration::from_secs(number(
+                "MCP_BODY_TIMEOUT_SECONDS",
+                connection_defaults.body_timeout.as_secs(),
+                1,
+                600,
+                &mut problems,
+            )),
+            max_connections: number(
+                "MCP_MAX_CONNECTIONS",
+                connection_defaults.max_connections as u64,
+                1,
+                1_000_000,
+                &mut problems,
+            ) as usize,
+        };
         let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
         let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
         let defaults = crate::jobs::service::JobLimits::default();
@@ -207,6 +266,8 @@ impl Config {
             max_body_bytes,
             listen_max_duration: Duration::from_secs(listen),
             keep_alive: Duration::from_secs(keep_alive),
+            listen_caps,
+            connection_limits,
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),
             random: Arc::new(SystemRandom::default()),

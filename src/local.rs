@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, ConnectionLimits};
 use crate::jobs::{Consumer, LocalQueue, Sweep};
 use crate::transport::{self, App, Body};
 
@@ -26,13 +26,23 @@ pub struct Routes {
     consumer: Option<Arc<Consumer>>,
     sweep: Option<Arc<Sweep>>,
     local_queue: Option<LocalQueue>,
+    limits: ConnectionLimits,
 }
 
 impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
     /// to the consumer route.
     pub fn new(config: &Config) -> Self {
-        Self::with_mcp(crate::mcp_app(config)).with_jobs(config).with_examples(config)
+        Self::with_mcp(crate::mcp_app(config))
+            .with_jobs(config)
+            .with_examples(config)
+            .with_limits(config.connection_limits)
+    }
+
+    /// Sets the header and body timeouts and the connection cap.
+    pub fn with_limits(mut self, limits: ConnectionLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Adds `/api/examples/<name>` for every example served on its own.
@@ -47,7 +57,14 @@ impl Routes {
 
     /// Only the MCP route, with an explicit app (tests and the conformance fixture).
     pub fn with_mcp(mcp: Arc<App>) -> Self {
-        Self { mcp, examples: Arc::default(), consumer: None, sweep: None, local_queue: None }
+        Self {
+            mcp,
+            examples: Arc::default(),
+            consumer: None,
+            sweep: None,
+            local_queue: None,
+            limits: ConnectionLimits::default(),
+        }
     }
 
     /// Adds the consumer and sweep routes of `config`'s job backend.
@@ -90,11 +107,22 @@ impl Routes {
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        match transport::read_body(body, self.mcp.max_body_bytes()).await {
-            Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
-            Err(response) => response,
+        // A body that trickles in holds a connection and a buffer: it has a deadline.
+        let read =
+            tokio::time::timeout(self.limits.body_timeout, transport::read_body(body, self.mcp.max_body_bytes()));
+        match read.await {
+            Ok(Ok(bytes)) => self.route(Request::from_parts(parts, bytes)).await,
+            Ok(Err(response)) => response,
+            Err(_) => request_timeout(),
         }
     }
+}
+
+fn request_timeout() -> Response<Body> {
+    let mut response = Response::new(Body::full(Bytes::from_static(b"Request Timeout: the body took too long")));
+    *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
 }
 
 fn not_found() -> Response<Body> {
@@ -117,18 +145,30 @@ pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
 }
 
 /// Serves on an already bound listener (tests bind port 0 and read the address first).
+///
+/// Slow and numerous clients are bounded: a request head must arrive within the header timeout
+/// (from the connection's start, or the previous response on it), a body within the body
+/// timeout (else 408), and at most `max_connections` connections are served at once; the next
+/// one is accepted only when one of them ends, so the rest wait in the kernel's backlog instead
+/// of costing a task and buffers each.
 pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::Result<()> {
+    let connections = Arc::new(tokio::sync::Semaphore::new(routes.limits.max_connections));
     loop {
+        let permit = connections.clone().acquire_owned().await.expect("the semaphore is never closed");
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
         let routes = routes.clone();
         tokio::spawn(async move {
+            let _permit = permit;
+            let header_timeout = routes.limits.header_timeout;
             let service = hyper::service::service_fn(move |request| {
                 let routes = routes.clone();
                 async move { Ok::<_, std::convert::Infallible>(routes.route_incoming(request).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

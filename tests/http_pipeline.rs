@@ -535,3 +535,109 @@ async fn a_refused_origin_gets_no_cors_headers() {
     }
     assert_eq!(f.calls.load(Ordering::SeqCst), 0, "no refused request reached the tool");
 }
+
+/// The local run with small limits, for the slow-client tests.
+async fn limited(limits: vercel_mcp::config::ConnectionLimits) -> common::TestServer {
+    let config = vercel_mcp::Config::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    let routes = vercel_mcp::local::Routes::with_mcp(vercel_mcp::mcp_app(&config)).with_limits(limits);
+    common::TestServer::start_routes(routes).await
+}
+
+/// Reads until the server closes the connection, waiting at most 5 s (a slow client that the
+/// server never cuts off would hang here, and fail).
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_end(&mut received)).await;
+    assert!(read.is_ok(), "the server kept a slow connection open");
+    received
+}
+
+/// Slowloris and slow bodies: a head that never completes is cut off after the header timeout,
+/// and a body that stops short gets 408 after the body timeout; neither holds the connection.
+#[tokio::test]
+async fn slow_heads_and_bodies_are_cut_off() {
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    let server = limited(vercel_mcp::config::ConnectionLimits {
+        header_timeout: Duration::from_millis(200),
+        body_timeout: Duration::from_millis(200),
+        max_connections: 16,
+    })
+    .await;
+    let mut slowloris = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slowloris.write_all(b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+    let answer = until_closed(&mut slowloris).await;
+    assert!(!String::from_utf8_lossy(&answer).contains(" 200 "), "no request was served");
+
+    let mut slow_body = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slow_body
+        .write_all(b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"")
+        .await
+        .unwrap();
+    let answer = String::from_utf8(until_closed(&mut slow_body).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    let healthy = server.modern(json!(1), "tools/list", json!({})).send().await;
+    assert_eq!(healthy.status, 200, "a prompt client is served as before");
+}
+
+/// At most `max_connections` connections are served at once: a third client waits, unserved,
+/// while two idle connections hold the slots, and is served as soon as one of them goes.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_for_a_slot() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = limited(vercel_mcp::config::ConnectionLimits {
+        header_timeout: Duration::from_secs(60),
+        body_timeout: Duration::from_secs(60),
+        max_connections: 2,
+    })
+    .await;
+    let first = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": with_meta(json!({}))}).to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut third = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    third.write_all(request.as_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut byte)).await;
+    assert!(early.is_err(), "the third connection was served while two held the slots");
+    drop(first);
+    let answer = String::from_utf8(until_closed(&mut third).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "served once a slot freed: {answer}");
+}
+
+/// One caller may hold at most `per_principal` listen streams (the anonymous caller is one
+/// caller); past that a listen gets 429 with a clear error, and closing a stream frees its slot.
+#[tokio::test]
+async fn listen_streams_are_capped_per_caller() {
+    let mut config = vercel_mcp::Config::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    config.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 2, total: 10 };
+    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let listen =
+        || server.modern(json!(9), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    let (status, _, mut one) = listen().open().await;
+    assert_eq!(status, 200);
+    read_events(&mut one, 1).await;
+    let (status, _, mut two) = listen().open().await;
+    assert_eq!(status, 200);
+    read_events(&mut two, 1).await;
+    let refused = listen().send().await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("limit 2"), "{}", refused.text());
+    drop(one);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _, stream) = listen().open().await;
+        if status == 200 {
+            drop(stream);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "closing a stream never freed its slot");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -8,7 +8,7 @@
 
 mod context;
 mod dispatch;
-pub(crate) mod listen;
+pub mod listen;
 pub(crate) mod mrtr;
 pub mod schema;
 mod template;

@@ -36,6 +36,8 @@ pub struct App {
     pub(crate) bus: Arc<dyn ChangeBus>,
     pub(crate) max_body_bytes: usize,
     pub(crate) listen: ListenLimits,
+    pub(crate) listen_caps: crate::server::listen::ListenCaps,
+    pub(crate) listen_slots: Arc<crate::server::listen::ListenSlots>,
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
     pub(crate) auth: crate::security::Authenticator,
     pub(crate) logger: crate::observe::Logger,
@@ -57,6 +59,8 @@ impl App {
             bus,
             max_body_bytes: config.max_body_bytes,
             listen: ListenLimits { max_duration: config.listen_max_duration, keep_alive: config.keep_alive },
+            listen_caps: config.listen_caps,
+            listen_slots: Arc::default(),
             pending: Default::default(),
             platform: config.platform.clone(),
         }

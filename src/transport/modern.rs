@@ -66,8 +66,14 @@ pub(super) async fn handle(
             Ok(filter) => filter,
             Err(error) => return error_response(Some(&id), &error),
         };
+        let slot = match app.listen_slots.acquire(ctx.principal.id(), app.listen_caps) {
+            Ok(slot) => slot,
+            Err(error) => return error_response(Some(&id), &error),
+        };
         let app = app.clone();
         return respond_streaming(move |outbox| async move {
+            // Held for as long as the stream's task lives: its end, or its abort, frees the slot.
+            let _slot = slot;
             ctx.outbox = Some(outbox);
             match app.server.listen(&ctx, filter, app.listen).await {
                 Some(mut result) => (StatusCode::OK, finish(&app.server, &id, &mut result)),
