@@ -61,9 +61,55 @@ pub enum Message {
     },
 }
 
+/// The most JSON values (objects, arrays, members, elements, scalars) one request body may hold.
+/// A parsed value costs tens of bytes where its text costs two (`0,`), so a body of a million tiny
+/// values would take tens of MB once parsed; this cap keeps a request's parsed size within a few
+/// MB (a small multiple of the default 1 MiB body limit) however the body is shaped. Long strings
+/// are one value each, so large arguments are unaffected.
+pub const MAX_JSON_VALUES: usize = 65_536;
+
+/// Whether `body` holds more than `limit` JSON values, counted without parsing: every value but
+/// the first is preceded by `[`, `{` or `,` outside a string (an upper bound for valid JSON, and
+/// exact enough to refuse early). Stops at the first byte past the limit.
+fn exceeds_values(body: &[u8], limit: usize) -> bool {
+    if body.len() <= limit {
+        return false; // each value takes at least one byte
+    }
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &byte in body {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' | b',' => {
+                count += 1;
+                if count > limit {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 impl Message {
     /// Parses one message from a body. Errors carry their JSON-RPC code and HTTP 400.
     pub fn parse(body: &[u8]) -> Result<Self, McpError> {
+        if exceeds_values(body, MAX_JSON_VALUES) {
+            return Err(McpError::new(
+                super::ErrorCode::INVALID_REQUEST,
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                format!("Request body has more than {MAX_JSON_VALUES} JSON values"),
+            ));
+        }
         if let Ok(members) = serde_json::from_slice::<Members>(body) {
             return Self::from_members(members);
         }
@@ -252,6 +298,27 @@ pub fn request(id: &str, method: &str, params: Value) -> Value {
 mod tests {
     use super::*;
     use crate::protocol::ErrorCode;
+
+    #[test]
+    fn a_body_of_too_many_values_is_refused_before_parsing() {
+        let request = |arguments: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{arguments}}}}}"#
+            )
+        };
+        let zeros = |n: usize| format!("[{}0]", "0,".repeat(n - 1));
+        let many = Message::parse(request(&format!(r#"{{"a":{}}}"#, zeros(MAX_JSON_VALUES))).as_bytes()).unwrap_err();
+        assert_eq!((many.code, many.status), (ErrorCode::INVALID_REQUEST, http::StatusCode::PAYLOAD_TOO_LARGE));
+        assert!(many.message.contains("65536 JSON values"), "{}", many.message);
+        // Just under the cap parses (the envelope's own values count too).
+        assert!(Message::parse(request(&zeros(MAX_JSON_VALUES - 16)).as_bytes()).is_ok());
+        // A long string is one value, whatever it holds.
+        let text = format!(r#""{}""#, r#"[,{\",\\"#.repeat(200_000));
+        let long = Message::parse(request(&format!(r#"{{"message":{text}}}"#)).as_bytes());
+        assert!(long.is_ok(), "{:?}", long.err().map(|e| e.message));
+        assert!(!exceeds_values(br#"{"a":"\",,,,,,\\","b":[1,2]}"#, 6), "commas in strings do not count");
+        assert!(exceeds_values(br#"{"a":[1,2,3,4,5,6,7,8]}"#, 6));
+    }
 
     fn code(body: &str) -> i32 {
         Message::parse(body.as_bytes()).unwrap_err().code.0
