@@ -196,3 +196,80 @@ fn sanitisers_leave_no_control_characters_and_respect_their_caps() {
         }
     }
 }
+
+/// The official JSON-Schema-Test-Suite (draft 2020-12) for every keyword the validator claims to
+/// enforce: each case whose schema stays within what the validator supports must get the
+/// suite's verdict. Groups that need more (remote or `$id`-relative references, keywords the
+/// validator does not know) are left out and counted; each file must still run cases, so a
+/// filter that left out everything would fail. The suite is fetched by
+/// `scripts/json-schema-suite.sh` (pinned by version and hash) when it is not there yet.
+#[test]
+fn the_official_json_schema_test_suite_passes_for_every_enforced_keyword() {
+    use vercel_mcp::server::schema::{unsupported_keywords, validate};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/json-schema-test-suite/draft2020-12");
+    if !dir.join("additionalProperties.json").is_file() {
+        let fetched = std::process::Command::new(root.join("scripts/json-schema-suite.sh")).status();
+        assert!(fetched.is_ok_and(|s| s.success()), "scripts/json-schema-suite.sh could not fetch the suite");
+    }
+    fn outside_subset(schema: &Value) -> bool {
+        let text = schema.to_string();
+        !unsupported_keywords(schema).is_empty()
+            || ["\"$id\"", "\"$anchor\"", "\"$dynamicRef\"", "\"$dynamicAnchor\""].iter().any(|k| text.contains(k))
+            || text.split("\"$ref\":\"").skip(1).any(|rest| !rest.starts_with("#"))
+    }
+    let keywords = [
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "ref",
+    ];
+    let mut failures = Vec::new();
+    let mut summary = Vec::new();
+    for keyword in keywords {
+        let path = dir.join(format!("{keyword}.json"));
+        let groups: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let (mut ran, mut left_out) = (0, 0);
+        for group in groups.as_array().unwrap() {
+            let schema = &group["schema"];
+            let tests = group["tests"].as_array().unwrap();
+            if outside_subset(schema) {
+                left_out += tests.len();
+                continue;
+            }
+            for case in tests {
+                ran += 1;
+                let verdict = validate(schema, &case["data"]);
+                if verdict.is_ok() != case["valid"].as_bool().unwrap() {
+                    failures
+                        .push(format!("{keyword}: {} / {}: {verdict:?}", group["description"], case["description"]));
+                }
+            }
+        }
+        assert!(ran > 0, "{keyword}.json: no case ran");
+        summary.push(format!("{keyword} {ran}/{}", ran + left_out));
+    }
+    eprintln!("JSON-Schema-Test-Suite cases run: {}", summary.join(", "));
+    assert!(failures.is_empty(), "{} cases disagree with the suite:\n{}", failures.len(), failures.join("\n"));
+}

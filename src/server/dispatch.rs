@@ -214,7 +214,7 @@ impl McpServer {
             Some(_) => return Err(McpError::invalid_params("tools/call arguments must be an object")),
         };
         // Validate the arguments where they are; copy them only once they are known good.
-        if let Err(problem) = schema::validate(&tool.input_schema, given) {
+        if let Err(problem) = schema::validate_arguments(&tool.input_schema, given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
         let mut arguments = given.as_object().cloned().unwrap_or_default();

@@ -92,21 +92,39 @@ fn collect_unsupported(schema: &Value, found: &mut Vec<String>, depth: usize) {
     }
 }
 
-/// Checks `value` against `schema` (whose root also resolves `$ref`s). Returns the first
-/// violation as `path: problem`.
+/// Checks `value` against `schema` (whose root also resolves `$ref`s), as JSON Schema 2020-12
+/// says. Returns the first violation as `path: problem`.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    Validator { root: schema }.check(schema, value, &mut String::new(), 0)
+    Validator { root: schema, lenient_root: false }.check(schema, value, &mut String::new(), 0)
 }
 
-/// Removes keys not declared in the root schema's `properties` (when it declares any).
-pub fn strip_unknown_keys(schema: &Value, arguments: &mut Map<String, Value>) {
-    if let Some(Value::Object(properties)) = schema.get("properties") {
-        arguments.retain(|key, _| properties.contains_key(key));
+/// [`validate`] for a tool's arguments: the top-level members that [`strip_unknown_keys`] will
+/// drop are not held against the call (an `additionalProperties: false` at the root refuses
+/// nothing it strips), so a stray `principal` is ignored rather than an error. Everything else,
+/// nested `additionalProperties` included, is checked as [`validate`] checks it.
+pub fn validate_arguments(schema: &Value, arguments: &Value) -> Result<(), String> {
+    Validator { root: schema, lenient_root: true }.check(schema, arguments, &mut String::new(), 0)
+}
+
+/// Whether [`strip_unknown_keys`] drops the top-level member `name`: the root declares
+/// `properties` without it, or allows no additional members at all.
+fn stripped(schema: &Value, name: &str) -> bool {
+    match schema.get("properties") {
+        Some(Value::Object(properties)) => !properties.contains_key(name),
+        _ => schema.get("additionalProperties") == Some(&Value::Bool(false)),
     }
+}
+
+/// Removes the top-level keys the root schema does not declare in `properties` (when it
+/// declares any), or every key when it allows none (`additionalProperties: false`).
+pub fn strip_unknown_keys(schema: &Value, arguments: &mut Map<String, Value>) {
+    arguments.retain(|key, _| !stripped(schema, key));
 }
 
 struct Validator<'a> {
     root: &'a Value,
+    /// Top-level members that will be stripped are not checked (see [`validate_arguments`]).
+    lenient_root: bool,
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -158,6 +176,7 @@ struct Keywords<'a> {
     min_properties: Option<&'a Value>,
     max_properties: Option<&'a Value>,
     properties: Option<&'a Value>,
+    additional_properties: Option<&'a Value>,
     all_of: Option<&'a Value>,
     any_of: Option<&'a Value>,
     one_of: Option<&'a Value>,
@@ -189,6 +208,7 @@ impl<'a> Keywords<'a> {
                 "minProperties" => &mut keywords.min_properties,
                 "maxProperties" => &mut keywords.max_properties,
                 "properties" => &mut keywords.properties,
+                "additionalProperties" => &mut keywords.additional_properties,
                 "allOf" => &mut keywords.all_of,
                 "anyOf" => &mut keywords.any_of,
                 "oneOf" => &mut keywords.one_of,
@@ -208,8 +228,8 @@ fn limit<T>(keyword: Option<&Value>, read: impl Fn(&Value) -> Option<T>) -> Opti
 
 impl<'a> Validator<'a> {
     fn resolve(&self, reference: &str) -> Option<&'a Value> {
-        let pointer = reference.strip_prefix('#')?;
-        self.root.pointer(pointer)
+        let pointer = decode_fragment(reference.strip_prefix('#')?)?;
+        self.root.pointer(&pointer)
     }
 
     fn check(&self, schema: &'a Value, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
@@ -251,10 +271,10 @@ impl<'a> Validator<'a> {
             Value::Number(n) => Self::check_number(&keywords, n.as_f64().unwrap_or(f64::NAN), path)?,
             Value::String(s) => {
                 let len = s.chars().count() as u64;
-                if let Some((_, shown)) = limit(keywords.min_length, Value::as_u64).filter(|(min, _)| len < *min) {
+                if let Some((_, shown)) = limit(keywords.min_length, count_limit).filter(|(min, _)| len < *min) {
                     return Err(format!("{}: shorter than {shown} characters", at(path)));
                 }
-                if let Some((_, shown)) = limit(keywords.max_length, Value::as_u64).filter(|(max, _)| len > *max) {
+                if let Some((_, shown)) = limit(keywords.max_length, count_limit).filter(|(max, _)| len > *max) {
                     return Err(format!("{}: longer than {shown} characters", at(path)));
                 }
                 if let Some(Value::String(pattern)) = keywords.pattern {
@@ -307,7 +327,8 @@ impl<'a> Validator<'a> {
         }
         if let Some((step, shown)) = bound(keywords.multiple_of).filter(|(step, _)| *step > 0.0) {
             let ratio = n / step;
-            if (ratio - ratio.round()).abs() > 1e-9 {
+            // An infinite quotient (a huge value, a tiny step) says nothing: refuse it.
+            if !ratio.is_finite() || (ratio - ratio.round()).abs() > 1e-9 {
                 return Err(format!("{}: must be a multiple of {shown}", at(path)));
             }
         }
@@ -322,10 +343,10 @@ impl<'a> Validator<'a> {
         depth: usize,
     ) -> Result<(), String> {
         let len = items.len() as u64;
-        if let Some((_, shown)) = limit(keywords.min_items, Value::as_u64).filter(|(min, _)| len < *min) {
+        if let Some((_, shown)) = limit(keywords.min_items, count_limit).filter(|(min, _)| len < *min) {
             return Err(format!("{}: fewer than {shown} items", at(path)));
         }
-        if let Some((_, shown)) = limit(keywords.max_items, Value::as_u64).filter(|(max, _)| len > *max) {
+        if let Some((_, shown)) = limit(keywords.max_items, count_limit).filter(|(max, _)| len > *max) {
             return Err(format!("{}: more than {shown} items", at(path)));
         }
         if keywords.unique_items == Some(&Value::Bool(true)) {
@@ -362,22 +383,42 @@ impl<'a> Validator<'a> {
             }
         }
         let count = object.len() as u64;
-        if let Some((_, shown)) = limit(keywords.min_properties, Value::as_u64).filter(|(min, _)| count < *min) {
+        if let Some((_, shown)) = limit(keywords.min_properties, count_limit).filter(|(min, _)| count < *min) {
             return Err(format!("{}: fewer than {shown} properties", at(path)));
         }
-        if let Some((_, shown)) = limit(keywords.max_properties, Value::as_u64).filter(|(max, _)| count > *max) {
+        if let Some((_, shown)) = limit(keywords.max_properties, count_limit).filter(|(max, _)| count > *max) {
             return Err(format!("{}: more than {shown} properties", at(path)));
         }
-        if let Some(Value::Object(properties)) = keywords.properties {
+        let properties = match keywords.properties {
+            Some(Value::Object(properties)) => Some(properties),
+            _ => None,
+        };
+        let lenient = self.lenient_root && path.is_empty();
+        let mut check_member = |name: &str, sub: &'a Value, child: &Value| {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(name);
+            let checked = self.check(sub, child, path, depth + 1);
+            path.truncate(len);
+            checked
+        };
+        if let Some(properties) = properties {
             for (name, sub) in properties {
                 if let Some(child) = object.get(name) {
-                    let len = path.len();
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(name);
-                    self.check(sub, child, path, depth + 1)?;
-                    path.truncate(len);
+                    check_member(name, sub, child)?;
+                }
+            }
+        }
+        // Members `properties` does not name are checked against `additionalProperties` (a
+        // schema, or `false` for none at all).
+        if let Some(additional) = keywords.additional_properties {
+            for (name, child) in object {
+                let checked_elsewhere = properties.is_some_and(|p| p.contains_key(name));
+                let dropped = lenient && stripped(self.root, name);
+                if !checked_elsewhere && !dropped {
+                    check_member(name, additional, child)?;
                 }
             }
         }
@@ -419,14 +460,64 @@ fn pattern_matches(pattern: &str, text: &str) -> bool {
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(key, a)| y.get(key).is_some_and(|b| json_eq(a, b)))
+        }
         _ => a == b,
     }
+}
+
+/// A count limit (`minLength`, `maxItems`, …): a non-negative integer, written `2` or `2.0`.
+fn count_limit(value: &Value) -> Option<u64> {
+    value
+        .as_u64()
+        .or_else(|| value.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f <= u64::MAX as f64).map(|f| f as u64))
+}
+
+/// A `$ref` fragment as a JSON pointer: URI percent-escapes decoded (`%25` is `%`, `%22` is `"`).
+fn decode_fragment(fragment: &str) -> Option<String> {
+    let bytes = fragment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn additional_properties_hold_except_for_the_top_level_members_that_are_stripped() {
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "properties": {"inner": {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}}}});
+        let stray = json!({"inner": {"a": "x", "b": 2}, "principal": "sub:admin"});
+        assert!(validate(&schema, &stray).unwrap_err().contains("principal"), "the spec refuses the stray member");
+        assert_eq!(validate_arguments(&schema, &stray), Ok(()), "a tool call strips it instead");
+        let mut arguments = stray.as_object().unwrap().clone();
+        strip_unknown_keys(&schema, &mut arguments);
+        assert_eq!(Value::Object(arguments), json!({"inner": {"a": "x", "b": 2}}));
+        let nested = json!({"inner": {"b": "not an integer"}});
+        for verdict in [validate(&schema, &nested), validate_arguments(&schema, &nested)] {
+            assert!(verdict.unwrap_err().starts_with("inner.b: expected integer"), "nested members are checked");
+        }
+        let none = json!({"type": "object", "additionalProperties": false});
+        let mut arguments = json!({"x": 1}).as_object().unwrap().clone();
+        assert_eq!(validate_arguments(&none, &Value::Object(arguments.clone())), Ok(()));
+        strip_unknown_keys(&none, &mut arguments);
+        assert!(arguments.is_empty(), "a tool that takes nothing gets nothing");
+    }
 
     #[test]
     fn checks_types_bounds_and_required() {
