@@ -109,6 +109,8 @@ fn main() {
         .env("MCP_JOB_STEP_MS", "0")
         .env("MCP_JOB_CAP_VERIFIED", "1000000")
         .env("MCP_MAX_JOBS_TOTAL", "10000000")
+        .env("MCP_JOB_SHARE", "10000000")
+        .env("MCP_JOBS_PER_MINUTE", "1000000")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()

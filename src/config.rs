@@ -58,7 +58,8 @@ pub struct Config {
     pub job_step_delay: Duration,
     /// `MCP_CONSUMER_BUDGET_SECONDS`: how long one delivery may work before deferring.
     pub consumer_budget: Duration,
-    /// `MCP_JOB_CAP_ANONYMOUS`, `MCP_JOB_CAP_VERIFIED`, `MCP_MAX_JOBS_TOTAL`.
+    /// `MCP_JOB_CAP_ANONYMOUS`, `MCP_JOB_CAP_VERIFIED`, `MCP_MAX_JOBS_TOTAL`, `MCP_JOB_SHARE`,
+    /// `MCP_JOBS_PER_MINUTE`.
     pub job_limits: crate::jobs::service::JobLimits,
     /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
     pub auth: Authenticator,
@@ -199,6 +200,8 @@ impl Config {
             anonymous: number("MCP_JOB_CAP_ANONYMOUS", defaults.anonymous.into(), 0, 1_000_000, &mut problems) as u32,
             verified: number("MCP_JOB_CAP_VERIFIED", defaults.verified.into(), 1, 1_000_000, &mut problems) as u32,
             total: number("MCP_MAX_JOBS_TOTAL", defaults.total.into(), 1, 10_000_000, &mut problems) as u32,
+            share: number("MCP_JOB_SHARE", defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
+            per_minute: number("MCP_JOBS_PER_MINUTE", defaults.per_minute.into(), 1, 1_000_000, &mut problems) as u32,
         };
         let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let jobs = match jobs_backend(deployed, &non_empty) {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
 use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
-use vercel_mcp::jobs::store::{CreateRefused, StoreFuture, SweepReport};
+use vercel_mcp::jobs::store::{CreateRefused, Quota, StoreFuture, SweepReport};
 use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, StoreError, UnconfiguredJobStore};
 use vercel_mcp::local::Routes;
 use vercel_mcp::security::Principal;
@@ -303,8 +303,8 @@ struct CrashAfter {
 }
 
 impl JobStore for CrashAfter {
-    fn create<'a>(&'a self, r: &'a JobRecord, c: u32, t: u32, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, c, t, n)
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, q, n)
     }
     fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.inner.get(o, j, n)
@@ -355,8 +355,8 @@ struct CancelAfter {
 }
 
 impl JobStore for CancelAfter {
-    fn create<'a>(&'a self, r: &'a JobRecord, c: u32, t: u32, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, c, t, n)
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, q, n)
     }
     fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.inner.get(o, j, n)
@@ -435,4 +435,60 @@ async fn a_stuck_job_fails_at_its_deadline_without_the_sweep() {
     // Any operation sees the store as of its clock: reading the fresh job evicts the expired ones.
     assert_eq!(payload(&env.call("get_job_status", fresh["jobId"].as_str().unwrap()).await)["state"], "pending");
     assert_eq!(env.store.len(), 1, "only the fresh job is left, with no sweep run");
+}
+
+/// The capacity attack: one caller submits and cancels as fast as it can. Cancelling frees its
+/// active slot at once, but the cancelled jobs still count against its share until they expire,
+/// so it is stopped at its share and every other caller can still submit; the deployment-wide
+/// total is never reached. Its submission rate is capped per minute as well.
+#[tokio::test]
+async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
+    use vercel_mcp::jobs::model::JOB_RETENTION_MS;
+    use vercel_mcp::jobs::service::{DEFAULT_JOB_SHARE, DEFAULT_JOBS_PER_MINUTE};
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let (jobs, _queue) = service(store.clone(), clock.clone());
+    let (mallory, alice) =
+        (Principal::verified(Some("mallory"), None, vec![]), Principal::verified(Some("alice"), None, vec![]));
+    let mut refusal = None;
+    for _ in 0..1000 {
+        match jobs.submit(&mallory, 1, None).await {
+            Ok(job) => {
+                jobs.cancel(&mallory, job["jobId"].as_str().unwrap()).await.unwrap();
+            }
+            Err(error) => {
+                refusal = Some(error);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("the churn was stopped");
+    assert!(refusal.contains(&format!("at most {DEFAULT_JOB_SHARE} jobs per caller")), "{refusal}");
+    assert_eq!(store.len(), DEFAULT_JOB_SHARE as usize, "held no more than its share");
+    let fair = jobs.submit(&alice, 1, None).await;
+    assert!(fair.is_ok(), "another caller still gets a job: {fair:?}");
+    // Cancelled jobs leave the share when they expire.
+    clock.advance_ms(JOB_RETENTION_MS);
+    assert!(jobs.submit(&mallory, 1, None).await.is_ok(), "the share is free again once its jobs expire");
+
+    // The rate, with a share large enough not to stop it first: a fresh caller creates exactly
+    // DEFAULT_JOBS_PER_MINUTE jobs in one minute, and more in the next.
+    let limits = vercel_mcp::jobs::service::JobLimits { share: 1000, total: 1000, ..Default::default() };
+    let jobs = jobs.with_limits(limits);
+    clock.advance_ms(60_000 - vercel_mcp::state::Clock::now_ms(clock.as_ref()) % 60_000);
+    let eve = Principal::verified(Some("eve"), None, vec![]);
+    let mut created = 0;
+    let error = loop {
+        match jobs.submit(&eve, 1, None).await {
+            Ok(job) => {
+                created += 1;
+                jobs.cancel(&eve, job["jobId"].as_str().unwrap()).await.unwrap();
+            }
+            Err(error) => break error,
+        }
+    };
+    assert!(error.contains(&format!("at most {DEFAULT_JOBS_PER_MINUTE} a minute")), "{error}");
+    assert_eq!(created, DEFAULT_JOBS_PER_MINUTE);
+    clock.advance_ms(60_000);
+    assert!(jobs.submit(&eve, 1, None).await.is_ok(), "a new minute, a new allowance");
 }

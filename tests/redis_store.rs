@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use vercel_mcp::jobs::model::{JOB_DEADLINE_MS, JOB_RETENTION_MS, JobRecord, JobState};
 use vercel_mcp::jobs::redis_store::RedisJobStore;
-use vercel_mcp::jobs::store::CreateRefused;
+use vercel_mcp::jobs::store::{CreateRefused, Quota};
 use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue};
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, Sealer, SeededRandom};
@@ -39,7 +39,7 @@ async fn caps_hold_under_concurrent_submits() {
         let store = store.clone();
         tokio::spawn(async move {
             let record = JobRecord::new(id(n), "sub:alice".into(), 3, NOW);
-            store.create(&record, 8, 256, NOW).await.unwrap()
+            store.create(&record, &Quota::new(8, 256), NOW).await.unwrap()
         })
     });
     let outcomes: Vec<_> = futures_join(attempts).await;
@@ -47,9 +47,9 @@ async fn caps_hold_under_concurrent_submits() {
     assert_eq!(created, 8, "exactly the cap, never more");
     assert!(outcomes.iter().filter(|o| o.is_err()).all(|o| *o == Err(CreateRefused::AtCap(8))));
     let other = JobRecord::new(id(99), "sub:bob".into(), 3, NOW);
-    assert_eq!(store.create(&other, 8, 256, NOW).await.unwrap(), Ok(()), "alice's cap does not block bob");
+    assert_eq!(store.create(&other, &Quota::new(8, 256), NOW).await.unwrap(), Ok(()), "alice's cap does not block bob");
     let over_total = JobRecord::new(id(100), "sub:carol".into(), 3, NOW);
-    assert_eq!(store.create(&over_total, 8, 9, NOW).await.unwrap(), Err(CreateRefused::Full));
+    assert_eq!(store.create(&over_total, &Quota::new(8, 9), NOW).await.unwrap(), Err(CreateRefused::Full));
 }
 
 async fn futures_join<T: Send + 'static>(handles: impl Iterator<Item = tokio::task::JoinHandle<T>>) -> Vec<T> {
@@ -66,7 +66,7 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     let prefix = unique_prefix("steps");
     let store = RedisJobStore::new(&url, &prefix).unwrap();
     let record = JobRecord::new(id(1), "sub:a:b".into(), 3, NOW);
-    store.create(&record, 8, 256, NOW).await.unwrap().unwrap();
+    store.create(&record, &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     let after_one = store.advance("sub:a:b", &id(1), 0, NOW + 1).await.unwrap().unwrap();
     assert_eq!((after_one.state, after_one.completed_steps), (JobState::Running, 1));
     let duplicate = store.advance("sub:a:b", &id(1), 0, NOW + 2).await.unwrap().unwrap();
@@ -85,7 +85,7 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     assert!(ttl > 0 && ttl <= JOB_RETENTION_MS as i64, "finished jobs keep the retention TTL, got {ttl}");
     // Finishing frees the slot: a cap of 1 admits a new job.
     let next = JobRecord::new(id(2), "sub:a:b".into(), 1, NOW);
-    assert_eq!(store.create(&next, 1, 256, NOW).await.unwrap(), Ok(()));
+    assert_eq!(store.create(&next, &Quota::new(1, 256), NOW).await.unwrap(), Ok(()));
     let done = store.advance("sub:a:b", &id(2), 0, NOW + 6).await.unwrap().unwrap();
     assert_eq!((done.state, done.result.map(|r| r.sum)), (JobState::Done, Some(0)));
 }
@@ -94,8 +94,8 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
 async fn the_sweep_fails_stuck_jobs_and_forgets_evicted_ones() {
     let Some((url, _guard)) = redis() else { return };
     let store = RedisJobStore::new(&url, &unique_prefix("sweep")).unwrap();
-    store.create(&JobRecord::new(id(1), "sub:a".into(), 3, NOW), 8, 256, NOW).await.unwrap().unwrap();
-    store.create(&JobRecord::new(id(2), "sub:a".into(), 1, NOW), 8, 256, NOW).await.unwrap().unwrap();
+    store.create(&JobRecord::new(id(1), "sub:a".into(), 3, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
+    store.create(&JobRecord::new(id(2), "sub:a".into(), 1, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     store.advance("sub:a", &id(2), 0, NOW).await.unwrap();
     let early = store.sweep(NOW + 1).await.unwrap();
     assert_eq!((early.failed_stuck, early.evicted), (0, 0));
@@ -115,7 +115,7 @@ async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
     let prefix = unique_prefix("stuck");
     let store = RedisJobStore::new(&url, &prefix).unwrap();
     for n in [1, 3] {
-        store.create(&JobRecord::new(id(n), "sub:a".into(), 3, NOW), 2, 256, NOW).await.unwrap().unwrap();
+        store.create(&JobRecord::new(id(n), "sub:a".into(), 3, NOW), &Quota::new(2, 256), NOW).await.unwrap().unwrap();
     }
     let key = |n| format!("{prefix}:job:{}:{}", "c3ViOmE", id(n));
     let ttl = pttl(&url, &key(1)).await;
@@ -126,7 +126,7 @@ async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
     let read = store.get("sub:a", &id(1), deadline + 10).await.unwrap().unwrap();
     assert_eq!((read.state, read.finished_at), (JobState::Failed, Some(deadline)), "a read sees the failure");
     assert_eq!(
-        store.create(&JobRecord::new(id(2), "sub:a".into(), 1, deadline), 1, 256, deadline).await.unwrap(),
+        store.create(&JobRecord::new(id(2), "sub:a".into(), 1, deadline), &Quota::new(1, 256), deadline).await.unwrap(),
         Ok(()),
         "both slots are free at the deadline"
     );
@@ -144,6 +144,50 @@ async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
         assert!(ttl > until - 60_000 && ttl <= until, "job {n}: retention runs from the deadline: {ttl} <= {until}");
     }
     assert_eq!(store.sweep(deadline + 40).await.unwrap().failed_stuck, 0, "nothing left for the sweep to fail");
+}
+
+/// The share and the rate hold across instances because Redis keeps them: cancelled jobs count
+/// against their owner's share until they expire, another owner is not affected, and a minute's
+/// submissions are counted in a key that expires with the minute.
+#[tokio::test]
+async fn the_share_and_the_rate_are_per_owner_and_shared_by_every_instance() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("share");
+    let (a, b) = (RedisJobStore::new(&url, &prefix).unwrap(), RedisJobStore::new(&url, &prefix).unwrap());
+    let quota = Quota { active: 8, share: 3, per_minute: 100, total: 256 };
+    for n in 0..3 {
+        let store = if n % 2 == 0 { &a } else { &b };
+        store.create(&JobRecord::new(id(n), "sub:m".into(), 1, NOW), &quota, NOW).await.unwrap().unwrap();
+        store.cancel("sub:m", &id(n), NOW).await.unwrap();
+    }
+    let over = JobRecord::new(id(3), "sub:m".into(), 1, NOW);
+    assert_eq!(
+        b.create(&over, &quota, NOW).await.unwrap(),
+        Err(CreateRefused::OverShare(3)),
+        "cancelled jobs still count"
+    );
+    assert_eq!(a.create(&JobRecord::new(id(4), "sub:o".into(), 1, NOW), &quota, NOW).await.unwrap(), Ok(()));
+    let later = NOW + JOB_RETENTION_MS;
+    assert_eq!(
+        a.create(&JobRecord::new(id(5), "sub:m".into(), 1, later), &quota, later).await.unwrap(),
+        Ok(()),
+        "expired"
+    );
+    a.delete("sub:m", &id(5)).await.unwrap();
+
+    let rate = Quota { active: 8, share: 100, per_minute: 2, total: 256 };
+    let minute = (NOW / 60_000 + 10) * 60_000;
+    for n in 10..12 {
+        let store = if n % 2 == 0 { &a } else { &b };
+        store.create(&JobRecord::new(id(n), "sub:r".into(), 1, minute), &rate, minute).await.unwrap().unwrap();
+    }
+    let third = JobRecord::new(id(12), "sub:r".into(), 1, minute + 59_999);
+    assert_eq!(a.create(&third, &rate, minute + 59_999).await.unwrap(), Err(CreateRefused::TooFast(2)));
+    let next = minute + 60_000;
+    assert_eq!(b.create(&JobRecord::new(id(13), "sub:r".into(), 1, next), &rate, next).await.unwrap(), Ok(()));
+    for key in keys(&url, &format!("{prefix}:*")).await {
+        assert!(pttl(&url, &key).await > 0, "{key} expires");
+    }
 }
 
 #[tokio::test]

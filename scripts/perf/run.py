@@ -180,6 +180,7 @@ def main():
     use_redis = redis_up()
     base_env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "MCP_JOB_STEP_MS": "0",
                 "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000", "MCP_MAX_JOBS_TOTAL": "10000000",
+                "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
                 "MCP_REDIS_PREFIX": f"perf:{os.getpid()}"}
     if use_redis: base_env["REDIS_URL"] = REDIS_URL
     with open(os.path.join(ROOT, "tests/fixtures/jwks.json")) as f:

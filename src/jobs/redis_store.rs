@@ -6,6 +6,8 @@
 //! ```text
 //! {prefix}:job:{b64(owner)}:{jobId}   JSON record; expires when it may be forgotten (below)
 //! {prefix}:active:{b64(owner)}        ZSET of the owner's active job ids, scored by deadline
+//! {prefix}:held:{b64(owner)}          ZSET of the owner's job ids, scored by when each may be forgotten
+//! {prefix}:rate:{b64(owner)}:{minute} the owner's jobs created in that minute (expires after it)
 //! {prefix}:index                      ZSET of every job, scored by when it may be forgotten
 //! ```
 //!
@@ -29,13 +31,16 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::model::{JOB_RETENTION_MS, JobRecord};
-use super::store::{CreateRefused, JobStore, StoreError, StoreFuture, SweepReport};
+use super::store::{CreateRefused, JobStore, Quota, RATE_WINDOW_MS, StoreError, StoreFuture, SweepReport};
 
 const CREATE: &str = r#"
 local now = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 'cap' end
+if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[9]) then return 'share' end
+if tonumber(redis.call('GET', KEYS[5]) or '0') >= tonumber(ARGV[10]) then return 'rate' end
 if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'full' end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
 local forget = tonumber(ARGV[8])
@@ -43,8 +48,11 @@ local ttl = forget - now
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
 redis.call('ZADD', KEYS[3], forget, ARGV[7])
-if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
-if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+redis.call('ZADD', KEYS[4], forget, ARGV[6])
+if redis.call('INCR', KEYS[5]) == 1 then redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[11])) end
+for i = 2, 4 do
+  if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 return 'ok'
 "#;
 
@@ -70,6 +78,7 @@ local function store(job, now, retention)
     redis.call('SET', KEYS[1], out, 'PX', math.max(forget - now, 1))
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], forget, ARGV[2])
+    redis.call('ZADD', KEYS[4], forget, ARGV[1])
   end
   return out
 end
@@ -125,6 +134,7 @@ const DELETE: &str = r#"
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('ZREM', KEYS[4], ARGV[1])
 return 1
 "#;
 
@@ -211,6 +221,14 @@ impl RedisJobStore {
         format!("{}:index", self.prefix)
     }
 
+    fn held_key(&self, owner: &str) -> String {
+        format!("{}:held:{}", self.prefix, Self::owner_part(owner))
+    }
+
+    fn rate_key(&self, owner: &str, now: u64) -> String {
+        format!("{}:rate:{}:{}", self.prefix, Self::owner_part(owner), now / RATE_WINDOW_MS)
+    }
+
     fn index_member(owner: &str, job_id: &str) -> String {
         format!("{}:{}", Self::owner_part(owner), job_id)
     }
@@ -227,6 +245,7 @@ impl RedisJobStore {
         invocation
             .key(self.active_key(owner))
             .key(self.index_key())
+            .key(self.held_key(owner))
             .arg(job_id)
             .arg(Self::index_member(owner, job_id))
             .arg(now)
@@ -247,8 +266,7 @@ impl JobStore for RedisJobStore {
     fn create<'a>(
         &'a self,
         record: &'a JobRecord,
-        cap: u32,
-        total_cap: u32,
+        quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>> {
         Box::pin(async move {
@@ -257,20 +275,27 @@ impl JobStore for RedisJobStore {
                 .key(self.job_key(&record.owner_id, &record.job_id))
                 .key(self.active_key(&record.owner_id))
                 .key(self.index_key())
+                .key(self.held_key(&record.owner_id))
+                .key(self.rate_key(&record.owner_id, now))
                 .arg(json)
                 .arg(now)
-                .arg(cap)
-                .arg(total_cap)
+                .arg(quota.active)
+                .arg(quota.total)
                 .arg(record.deadline)
                 .arg(&record.job_id)
                 .arg(Self::index_member(&record.owner_id, &record.job_id))
                 .arg(record.forget_at())
+                .arg(quota.share)
+                .arg(quota.per_minute)
+                .arg(RATE_WINDOW_MS)
                 .invoke_async(&mut self.connection.clone())
                 .await
                 .map_err(store_error)?;
             Ok(match outcome.as_str() {
                 "ok" => Ok(()),
-                "cap" => Err(CreateRefused::AtCap(cap)),
+                "cap" => Err(CreateRefused::AtCap(quota.active)),
+                "share" => Err(CreateRefused::OverShare(quota.share)),
+                "rate" => Err(CreateRefused::TooFast(quota.per_minute)),
                 "full" => Err(CreateRefused::Full),
                 _ => Err(CreateRefused::Exists),
             })
@@ -314,6 +339,7 @@ impl JobStore for RedisJobStore {
                 .key(self.job_key(owner, job_id))
                 .key(self.active_key(owner))
                 .key(self.index_key())
+                .key(self.held_key(owner))
                 .arg(job_id)
                 .arg(Self::index_member(owner, job_id))
                 .invoke_async(&mut self.connection.clone())
@@ -348,6 +374,7 @@ impl JobStore for RedisJobStore {
                     .key(self.job_key(&owner, job_id))
                     .key(self.active_key(&owner))
                     .key(self.index_key())
+                    .key(self.held_key(&owner))
                     .arg(job_id)
                     .arg(member)
                     .arg(now)

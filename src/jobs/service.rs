@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::handle::{self, UNKNOWN_JOB_HANDLE};
 use super::model::{JobRecord, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS};
 use super::queue::{JobMessage, PublishError, Publisher};
-use super::store::{CreateRefused, JobStore};
+use super::store::{CreateRefused, JobStore, Quota};
 use crate::security::Principal;
 use crate::state::{Clock, Random, Sealer};
 
@@ -24,7 +24,8 @@ pub struct Jobs {
     pub(crate) limits: JobLimits,
 }
 
-/// Caps on concurrent work (configurable; the defaults are the reference server's).
+/// Caps on concurrent work (configurable; the active caps and the total are the reference
+/// server's, the share and the rate keep one caller from taking the total from everyone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobLimits {
     /// Active jobs of the anonymous principal.
@@ -33,11 +34,26 @@ pub struct JobLimits {
     pub verified: u32,
     /// Jobs (active or retained) of the whole deployment.
     pub total: u32,
+    /// Jobs (active, or cancelled and finished until they expire) one principal may hold.
+    pub share: u32,
+    /// Jobs one principal may create per minute, across every instance.
+    pub per_minute: u32,
 }
+
+/// The default share: an eighth of the default total, so at least eight callers always fit.
+pub const DEFAULT_JOB_SHARE: u32 = MAX_JOBS_TOTAL / 8;
+/// The default submission rate per principal.
+pub const DEFAULT_JOBS_PER_MINUTE: u32 = 60;
 
 impl Default for JobLimits {
     fn default() -> Self {
-        Self { anonymous: MAX_ACTIVE_JOBS_ANONYMOUS, verified: MAX_ACTIVE_JOBS_PER_PRINCIPAL, total: MAX_JOBS_TOTAL }
+        Self {
+            anonymous: MAX_ACTIVE_JOBS_ANONYMOUS,
+            verified: MAX_ACTIVE_JOBS_PER_PRINCIPAL,
+            total: MAX_JOBS_TOTAL,
+            share: DEFAULT_JOB_SHARE,
+            per_minute: DEFAULT_JOBS_PER_MINUTE,
+        }
     }
 }
 
@@ -45,6 +61,11 @@ impl JobLimits {
     /// The active-job cap of a principal: anonymous callers get fewer slots.
     pub fn cap_for(&self, principal: &Principal) -> u32 {
         if principal.is_verified() { self.verified } else { self.anonymous }
+    }
+
+    /// Everything `principal` may create under.
+    pub fn quota_for(&self, principal: &Principal) -> Quota {
+        Quota { active: self.cap_for(principal), share: self.share, per_minute: self.per_minute, total: self.total }
     }
 }
 
@@ -111,20 +132,26 @@ impl Jobs {
         let steps = steps as u32;
         let owner = principal.id();
         let now = self.clock.now_ms();
-        let cap = self.limits.cap_for(principal);
+        let quota = self.limits.quota_for(principal);
         let mut attempts = 0;
         let record = loop {
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
-            match self
-                .store
-                .create(&record, cap, self.limits.total, now)
-                .await
-                .map_err(|e| self.fault("create", e.message()))?
-            {
+            match self.store.create(&record, &quota, now).await.map_err(|e| self.fault("create", e.message()))? {
                 Ok(()) => break record,
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(
                         "job limit reached: at most {cap} active jobs per caller; wait for one to finish or cancel one"
+                    ));
+                }
+                Err(CreateRefused::OverShare(share)) => {
+                    return Err(format!(
+                        "job limit reached: at most {share} jobs per caller, counting finished and cancelled ones \
+                         for five minutes after they end; try again later"
+                    ));
+                }
+                Err(CreateRefused::TooFast(limit)) => {
+                    return Err(format!(
+                        "too many jobs submitted: at most {limit} a minute per caller; try again shortly"
                     ));
                 }
                 Err(CreateRefused::Full) => return Err("the server is at job capacity; try again later".into()),

@@ -75,11 +75,41 @@ impl std::error::Error for StoreError {}
 pub enum CreateRefused {
     /// The principal holds `cap` active jobs.
     AtCap(u32),
+    /// The principal holds its share of the deployment: `share` jobs, active or retained
+    /// (cancelled and finished ones count until they expire).
+    OverShare(u32),
+    /// The principal created `limit` jobs in the current minute.
+    TooFast(u32),
     /// The deployment holds its maximum number of jobs.
     Full,
     /// The id is taken (astronomically unlikely; the caller retries with a new id).
     Exists,
 }
+
+/// What one principal may create: its active jobs, its share of the deployment's jobs (active
+/// or retained until they expire), its submissions per minute, and the deployment's total. The
+/// share and the rate are what keep one caller from filling the total for everyone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    /// Active (pending or running) jobs.
+    pub active: u32,
+    /// Jobs held, active or retained.
+    pub share: u32,
+    /// Jobs created per minute (a fixed window, shared by every instance).
+    pub per_minute: u32,
+    /// Jobs held by the whole deployment.
+    pub total: u32,
+}
+
+impl Quota {
+    /// `active` and `total` only: no share or rate limit (tests of the other caps).
+    pub fn new(active: u32, total: u32) -> Self {
+        Self { active, share: u32::MAX, per_minute: u32::MAX, total }
+    }
+}
+
+/// The window the per-minute submission rate counts in.
+pub const RATE_WINDOW_MS: u64 = 60_000;
 
 /// What the sweep did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,13 +122,12 @@ pub struct SweepReport {
 
 /// Job persistence. `now` is passed in so expiry is a function of the injected clock.
 pub trait JobStore: Send + Sync + 'static {
-    /// Creates `record` if its owner holds fewer than `cap` active jobs and the deployment
-    /// fewer than `total_cap` jobs.
+    /// Creates `record` if its owner is within every limit of `quota` (checked in this order:
+    /// active jobs, share, rate, the deployment's total), all in one atomic step.
     fn create<'a>(
         &'a self,
         record: &'a JobRecord,
-        cap: u32,
-        total_cap: u32,
+        quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>>;
     /// The owner's job as of `now`, if it exists and has not been evicted (an active job past
@@ -127,6 +156,8 @@ pub trait JobStore: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct MemoryJobStore {
     jobs: Mutex<HashMap<(String, String), JobRecord>>,
+    /// Per owner: the rate window's index and the jobs created in it.
+    created: Mutex<HashMap<String, (u64, u32)>>,
 }
 
 impl MemoryJobStore {
@@ -162,22 +193,32 @@ impl JobStore for MemoryJobStore {
     fn create<'a>(
         &'a self,
         record: &'a JobRecord,
-        cap: u32,
-        total_cap: u32,
+        quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>> {
         let outcome = self.with(now, |jobs| {
-            let active = jobs.values().filter(|j| j.owner_id == record.owner_id && j.state.is_active()).count();
-            if active >= cap as usize {
-                return Err(CreateRefused::AtCap(cap));
+            let mine = || jobs.values().filter(|j| j.owner_id == record.owner_id);
+            if mine().filter(|j| j.state.is_active()).count() >= quota.active as usize {
+                return Err(CreateRefused::AtCap(quota.active));
             }
-            if jobs.len() >= total_cap as usize {
+            if mine().count() >= quota.share as usize {
+                return Err(CreateRefused::OverShare(quota.share));
+            }
+            let mut created = self.created.lock().expect("rate lock");
+            let window = now / RATE_WINDOW_MS;
+            let count = created.get(&record.owner_id).filter(|(w, _)| *w == window).map_or(0, |(_, n)| *n);
+            if count >= quota.per_minute {
+                return Err(CreateRefused::TooFast(quota.per_minute));
+            }
+            if jobs.len() >= quota.total as usize {
                 return Err(CreateRefused::Full);
             }
             let key = key(&record.owner_id, &record.job_id);
             if jobs.contains_key(&key) {
                 return Err(CreateRefused::Exists);
             }
+            created.retain(|_, (w, _)| *w == window);
+            created.insert(record.owner_id.clone(), (window, count + 1));
             jobs.insert(key, record.clone());
             Ok(())
         });
@@ -246,7 +287,7 @@ impl UnconfiguredJobStore {
 }
 
 impl JobStore for UnconfiguredJobStore {
-    fn create<'a>(&'a self, _: &'a JobRecord, _: u32, _: u32, _: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+    fn create<'a>(&'a self, _: &'a JobRecord, _: &'a Quota, _: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
         self.fail()
     }
     fn get<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
