@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use vercel_mcp::catalogue::query_command::{
-    self, ItemStore, MAX_ITEMS, MemoryItemStore, RedisItemStore, UnconfiguredItemStore, scoped_key,
+    self, ITEM_TTL_MS, ItemStore, MAX_ITEMS_PER_PRINCIPAL, MemoryItemStore, RedisItemStore, UnconfiguredItemStore,
+    scoped_key,
 };
 use vercel_mcp::jobs::StoreErrorKind;
 use vercel_mcp::jobs::redis_store::RedisJobStore;
@@ -142,7 +143,7 @@ async fn keys_are_scoped_to_the_verified_caller() {
     let args = |name: &str| json!({"name": name, "idempotency_key": "shared-key"});
     let alpha = text(&call(&server, "create_item", args("alpha"), Some(&a)).await);
     let bravo = text(&call(&server, "create_item", args("bravo"), Some(&b)).await);
-    assert_ne!(alpha["id"], bravo["id"]);
+    assert_eq!((alpha["name"].as_str(), bravo["name"].as_str()), (Some("alpha"), Some("bravo")), "two items");
     assert_eq!(text(&call(&server, "create_item", args("other"), Some(&a)).await), alpha);
     assert_eq!(text(&call(&server, "create_item", args("other"), Some(&b)).await), bravo);
     // Anonymous callers hold no scopes, so the write is refused rather than landing in a
@@ -150,8 +151,14 @@ async fn keys_are_scoped_to_the_verified_caller() {
     let anonymous =
         server.modern(json!(1), "tools/call", json!({"name": "create_item", "arguments": args("anon")})).send().await;
     assert_eq!(anonymous.status, 403);
+    // Items belong to their creator: each caller lists and reads only its own.
     let listed = text(&call(&server, "list_items", json!({}), Some(&a)).await);
-    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed, json!([alpha]), "A sees only A's item");
+    assert_eq!(text(&call(&server, "list_items", json!({}), Some(&b)).await), json!([bravo]));
+    let c = bearer("user:c", "mcp:read mcp:write");
+    assert_eq!(text(&call(&server, "list_items", json!({}), Some(&c)).await), json!([]), "a third caller sees nothing");
+    let foreign = call(&server, "get_item", json!({"item_id": alpha["id"]}), Some(&c)).await;
+    assert_eq!(foreign["isError"], true, "another caller's id reads as unknown: {foreign}");
 }
 
 #[test]
@@ -164,49 +171,63 @@ fn scoped_keys_cannot_collide_across_principals() {
 
 /// The store contract, run against each implementation.
 async fn store_contract(store: &dyn ItemStore) {
-    assert_eq!(store.list().await.unwrap(), []);
-    let first = store.create_if_absent("[\"p\",\"k1\"]", "alice").await.unwrap();
+    assert_eq!(store.list("p").await.unwrap(), []);
+    let first = store.create_if_absent("p", "[\"p\",\"k1\"]", "alice").await.unwrap();
     assert_eq!((first.id.as_str(), first.name.as_str()), ("item-1", "alice"));
-    assert_eq!(store.create_if_absent("[\"p\",\"k1\"]", "bob").await.unwrap(), first);
-    let second = store.create_if_absent("[\"q\",\"k1\"]", "carol").await.unwrap();
+    assert_eq!(store.create_if_absent("p", "[\"p\",\"k1\"]", "bob").await.unwrap(), first);
+    let second = store.create_if_absent("p", "[\"p\",\"k2\"]", "carol").await.unwrap();
     assert_eq!(second.id, "item-2");
     for n in 3..=11 {
-        store.create_if_absent(&format!("k{n}"), "n").await.unwrap();
+        store.create_if_absent("p", &format!("k{n}"), "n").await.unwrap();
     }
-    let ids: Vec<String> = store.list().await.unwrap().into_iter().map(|i| i.id).collect();
+    let ids: Vec<String> = store.list("p").await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(ids.len(), 11);
     assert_eq!(ids[9], "item-10", "creation order, not lexical order");
-    assert_eq!(store.get("item-2").await.unwrap(), Some(second));
-    assert_eq!(store.get("item-99").await.unwrap(), None);
+    assert_eq!(store.get("p", "item-2").await.unwrap(), Some(second));
+    assert_eq!(store.get("p", "item-99").await.unwrap(), None);
+    // Another owner has its own namespace: nothing of p's is visible, and numbering starts over.
+    assert_eq!(store.list("q").await.unwrap(), []);
+    assert_eq!(store.get("q", "item-2").await.unwrap(), None);
+    assert_eq!(store.create_if_absent("q", "[\"p\",\"k1\"]", "dave").await.unwrap().name, "dave");
+}
+
+/// One owner fills its own allowance, not the store: it is refused as an answer (not a fault),
+/// its replays still work, and another owner still creates.
+async fn cap_contract(store: &dyn ItemStore) {
+    for n in 0..MAX_ITEMS_PER_PRINCIPAL {
+        store.create_if_absent("filler", &format!("fill{n}"), "f").await.unwrap();
+    }
+    assert_eq!(store.list("filler").await.unwrap().len(), MAX_ITEMS_PER_PRINCIPAL);
+    let refused = store.create_if_absent("filler", "one-more", "x").await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full allowance is an answer, not a fault");
+    assert!(refused.message().contains(&MAX_ITEMS_PER_PRINCIPAL.to_string()), "{refused}");
+    assert_eq!(store.create_if_absent("filler", "fill2", "replay").await.unwrap().id, "item-3", "replays still work");
+    assert!(store.create_if_absent("someone-else", "k", "fine").await.is_ok(), "other callers are not affected");
 }
 
 #[tokio::test]
 async fn memory_store_keeps_the_contract_and_its_cap() {
     let store = MemoryItemStore::default();
     store_contract(&store).await;
-    for n in 0..MAX_ITEMS {
-        let _ = store.create_if_absent(&format!("fill{n}"), "f").await;
-    }
-    assert_eq!(store.list().await.unwrap().len(), MAX_ITEMS);
-    let refused = store.create_if_absent("one-more", "x").await.unwrap_err();
-    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full store is an answer, not a fault");
-    assert!(refused.message().contains("full"), "{refused}");
-    assert_eq!(store.create_if_absent("k3", "replay").await.unwrap().id, "item-3", "replays still work when full");
+    cap_contract(&store).await;
 }
 
 #[tokio::test]
-async fn redis_store_keeps_the_contract_and_its_cap() {
+async fn redis_store_keeps_the_contract_its_cap_and_expires_items() {
     let Some((url, _guard)) = redis() else { return };
-    let store = RedisItemStore::new(RedisJobStore::new(&url, &unique_prefix("items")).unwrap());
+    let prefix = unique_prefix("items");
+    let store = RedisItemStore::new(RedisJobStore::new(&url, &prefix).unwrap());
     store_contract(&store).await;
-    for n in 0..MAX_ITEMS {
-        let _ = store.create_if_absent(&format!("fill{n}"), "f").await;
+    cap_contract(&store).await;
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> =
+        ::redis::cmd("KEYS").arg(format!("{prefix}:items:*")).query_async(&mut connection).await.unwrap();
+    assert!(keys.len() >= 12, "four keys for each of three owners: {keys:?}");
+    for key in keys {
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(&mut connection).await.unwrap();
+        assert!(ttl > 0 && ttl <= ITEM_TTL_MS as i64, "{key} expires within a day, got {ttl}");
     }
-    assert_eq!(store.list().await.unwrap().len(), MAX_ITEMS);
-    let refused = store.create_if_absent("one-more", "x").await.unwrap_err();
-    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full store is an answer, not a fault");
-    assert!(refused.message().contains("full"), "{refused}");
-    assert_eq!(store.create_if_absent("k3", "replay").await.unwrap().id, "item-3");
 }
 
 #[tokio::test]
@@ -232,14 +253,14 @@ async fn store_outages_are_tool_errors_and_deployed_without_redis_nothing_is_kep
 #[tokio::test]
 async fn a_full_store_is_an_answer_not_a_fault() {
     let store = Arc::new(MemoryItemStore::default());
-    for n in 0..MAX_ITEMS {
-        store.create_if_absent(&format!("fill{n}"), "f").await.unwrap();
+    for n in 0..MAX_ITEMS_PER_PRINCIPAL {
+        store.create_if_absent(Principal::anonymous().id(), &format!("fill{n}"), "f").await.unwrap();
     }
     let logs = Arc::new(MemorySink::default());
     let mut config = Config::for_tests(Arc::new(SystemClock));
     config.log_sink = logs.clone();
     let server = server_with(store, &config).await;
     let result = create(&server, json!("x"), json!("one-more")).await;
-    assert_eq!(common::error_text(&result), format!("the item store is full ({MAX_ITEMS} items)"));
+    assert_eq!(common::error_text(&result), format!("you hold the most items allowed ({MAX_ITEMS_PER_PRINCIPAL})"));
     assert!(logs.lines().iter().all(|l| l["event"] != "store.fault"), "no fault line for an expected limit");
 }

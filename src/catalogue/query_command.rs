@@ -6,6 +6,11 @@
 //! before the store is touched, so a refused call never consumes its key. Items live in an
 //! [`ItemStore`]: Redis when `REDIS_URL` is set, memory in the local run, and a store that
 //! refuses every call when deployed without Redis.
+//!
+//! Items belong to the principal that created them: each caller lists, reads and counts only
+//! its own (ids are numbered per caller), holds at most [`MAX_ITEMS_PER_PRINCIPAL`], and in Redis
+//! its items expire [`ITEM_TTL_MS`] after its last create. (The seed's reference keeps one list
+//! for everyone; a shared list let one caller fill it and every caller read the others' items.)
 
 use redis::Script;
 use schemars::JsonSchema;
@@ -25,8 +30,12 @@ use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
 pub const MAX_NAME_LENGTH: usize = 64;
 /// The longest idempotency key, in characters.
 pub const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 128;
-/// How many items the store holds at most, so `list_items` stays bounded.
-pub const MAX_ITEMS: usize = 1000;
+/// How many items one principal holds at most, so `list_items` stays bounded.
+pub const MAX_ITEMS_PER_PRINCIPAL: usize = 100;
+/// How many principals the in-memory store (the local run) keeps items for.
+pub const MAX_MEMORY_PRINCIPALS: usize = 1000;
+/// How long a principal's items live in Redis after its last create: a day.
+pub const ITEM_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// One item.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,24 +52,24 @@ pub fn scoped_key(principal: &Principal, idempotency_key: &str) -> String {
     serde_json::to_string(&[principal.id(), idempotency_key]).expect("strings serialise")
 }
 
-/// Where items and replay keys live.
+/// Where items and replay keys live, one namespace per principal (`owner` is its id).
 pub trait ItemStore: Send + Sync + 'static {
-    /// Creates `name` under `scoped_key`, or returns the item that key already created.
-    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item>;
-    /// The item with `id`.
-    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>>;
-    /// Every item, in creation order.
-    fn list(&self) -> StoreFuture<'_, Vec<Item>>;
+    /// Creates `name` for `owner` under `scoped_key`, or returns the item that key already created.
+    fn create_if_absent<'a>(&'a self, owner: &'a str, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item>;
+    /// `owner`'s item with `id`.
+    fn get<'a>(&'a self, owner: &'a str, id: &'a str) -> StoreFuture<'a, Option<Item>>;
+    /// Every item of `owner`, in creation order.
+    fn list<'a>(&'a self, owner: &'a str) -> StoreFuture<'a, Vec<Item>>;
 }
 
 fn full() -> StoreError {
-    StoreError::full(format!("the item store is full ({MAX_ITEMS} items)"))
+    StoreError::full(format!("you hold the most items allowed ({MAX_ITEMS_PER_PRINCIPAL})"))
 }
 
 /// Items in one process's memory: the local run and tests.
 #[derive(Debug, Default)]
 pub struct MemoryItemStore {
-    inner: Mutex<MemoryItems>,
+    inner: Mutex<HashMap<String, MemoryItems>>,
 }
 
 #[derive(Debug, Default)]
@@ -72,11 +81,16 @@ struct MemoryItems {
 }
 
 impl ItemStore for MemoryItemStore {
-    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
-        let mut inner = self.inner.lock().expect("item store");
+    fn create_if_absent<'a>(&'a self, owner: &'a str, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
+        let mut owners = self.inner.lock().expect("item store");
+        if !owners.contains_key(owner) && owners.len() >= MAX_MEMORY_PRINCIPALS {
+            let refusal = StoreError::full(format!("the item store is full ({MAX_MEMORY_PRINCIPALS} callers)"));
+            return Box::pin(std::future::ready(Err(refusal)));
+        }
+        let inner = owners.entry(owner.to_owned()).or_default();
         let result = if let Some(&index) = inner.applied.get(scoped_key) {
             Ok(inner.items[index].clone())
-        } else if inner.items.len() >= MAX_ITEMS {
+        } else if inner.items.len() >= MAX_ITEMS_PER_PRINCIPAL {
             Err(full())
         } else {
             inner.next_id += 1;
@@ -90,20 +104,21 @@ impl ItemStore for MemoryItemStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>> {
-        let inner = self.inner.lock().expect("item store");
-        let item = inner.by_id.get(id).map(|&index| inner.items[index].clone());
+    fn get<'a>(&'a self, owner: &'a str, id: &'a str) -> StoreFuture<'a, Option<Item>> {
+        let owners = self.inner.lock().expect("item store");
+        let item = owners.get(owner).and_then(|inner| inner.by_id.get(id).map(|&index| inner.items[index].clone()));
         Box::pin(std::future::ready(Ok(item)))
     }
 
-    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
-        let items = self.inner.lock().expect("item store").items.clone();
+    fn list<'a>(&'a self, owner: &'a str) -> StoreFuture<'a, Vec<Item>> {
+        let items =
+            self.inner.lock().expect("item store").get(owner).map(|inner| inner.items.clone()).unwrap_or_default();
         Box::pin(std::future::ready(Ok(items)))
     }
 }
 
 /// First write wins, atomically: the replay check, the cap, the counter, the item and the key
-/// change together or not at all.
+/// change together or not at all; every key of the caller's namespace then lives `ARGV[4]` ms more.
 const CREATE: &str = r#"
 local existing = redis.call('HGET', KEYS[1], ARGV[1])
 if existing then return {existing, redis.call('HGET', KEYS[2], existing)} end
@@ -112,13 +127,14 @@ local id = 'item-' .. redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('RPUSH', KEYS[3], id)
 redis.call('HSET', KEYS[1], ARGV[1], id)
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[4])) end
 return {id, ARGV[2]}
 "#;
 
 static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 
-/// Items in Redis under `{prefix}:items:*`: a hash of names by id, a list for creation order,
-/// a hash of replay keys and a counter.
+/// Items in Redis under `{prefix}:items:{b64(owner)}:*`: per owner, a hash of names by id, a list
+/// for creation order, a hash of replay keys and a counter, all expiring together.
 #[derive(Clone, Debug)]
 pub struct RedisItemStore {
     redis: RedisJobStore,
@@ -130,8 +146,10 @@ impl RedisItemStore {
         Self { redis }
     }
 
-    fn key(&self, part: &str) -> String {
-        format!("{}:items:{part}", self.redis.prefix())
+    fn key(&self, owner: &str, part: &str) -> String {
+        use base64::Engine;
+        let owner = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(owner);
+        format!("{}:items:{owner}:{part}", self.redis.prefix())
     }
 }
 
@@ -140,16 +158,17 @@ fn redis_error(error: redis::RedisError) -> StoreError {
 }
 
 impl ItemStore for RedisItemStore {
-    fn create_if_absent<'a>(&'a self, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
+    fn create_if_absent<'a>(&'a self, owner: &'a str, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
         Box::pin(async move {
             let (id, name): (String, String) = CREATE_SCRIPT
-                .key(self.key("applied"))
-                .key(self.key("names"))
-                .key(self.key("order"))
-                .key(self.key("counter"))
+                .key(self.key(owner, "applied"))
+                .key(self.key(owner, "names"))
+                .key(self.key(owner, "order"))
+                .key(self.key(owner, "counter"))
                 .arg(scoped_key)
                 .arg(name)
-                .arg(MAX_ITEMS)
+                .arg(MAX_ITEMS_PER_PRINCIPAL)
+                .arg(ITEM_TTL_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(redis_error)?;
@@ -157,10 +176,10 @@ impl ItemStore for RedisItemStore {
         })
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Item>> {
+    fn get<'a>(&'a self, owner: &'a str, id: &'a str) -> StoreFuture<'a, Option<Item>> {
         Box::pin(async move {
             let name: Option<String> = redis::cmd("HGET")
-                .arg(self.key("names"))
+                .arg(self.key(owner, "names"))
                 .arg(id)
                 .query_async(&mut self.redis.connection())
                 .await
@@ -169,11 +188,11 @@ impl ItemStore for RedisItemStore {
         })
     }
 
-    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
+    fn list<'a>(&'a self, owner: &'a str) -> StoreFuture<'a, Vec<Item>> {
         Box::pin(async move {
             let mut connection = self.redis.connection();
             let ids: Vec<String> = redis::cmd("LRANGE")
-                .arg(self.key("order"))
+                .arg(self.key(owner, "order"))
                 .arg(0)
                 .arg(-1)
                 .query_async(&mut connection)
@@ -183,7 +202,7 @@ impl ItemStore for RedisItemStore {
                 return Ok(Vec::new());
             }
             let names: Vec<Option<String>> = redis::cmd("HMGET")
-                .arg(self.key("names"))
+                .arg(self.key(owner, "names"))
                 .arg(&ids)
                 .query_async(&mut connection)
                 .await
@@ -205,13 +224,13 @@ impl UnconfiguredItemStore {
 }
 
 impl ItemStore for UnconfiguredItemStore {
-    fn create_if_absent<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Item> {
+    fn create_if_absent<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> StoreFuture<'a, Item> {
         self.fail()
     }
-    fn get<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Option<Item>> {
+    fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<Item>> {
         self.fail()
     }
-    fn list(&self) -> StoreFuture<'_, Vec<Item>> {
+    fn list<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Vec<Item>> {
         self.fail()
     }
 }
@@ -255,19 +274,26 @@ fn json_text<T: Serialize>(value: &T) -> CallToolResult {
 pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>, logger: Logger) {
     let (list_store, list_logger) = (store.clone(), logger.clone());
     server.tool(
-        ToolDef::new("list_items").description("List every item (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
-        move |_: RequestContext, _: NoArguments| {
+        ToolDef::new("list_items").description("List your items (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
+        move |ctx: RequestContext, _: NoArguments| {
             let (store, logger) = (list_store.clone(), list_logger.clone());
-            async move { Ok::<_, ToolError>(json_text(&store.list().await.map_err(store_fault(&logger, "items.list"))?)) }
+            async move {
+                let items = store.list(ctx.principal().id()).await.map_err(store_fault(&logger, "items.list"))?;
+                Ok::<_, ToolError>(json_text(&items))
+            }
         },
     );
     let (get_store, get_logger) = (store.clone(), logger.clone());
     server.tool(
-        ToolDef::new("get_item").description("Read one item by id (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
-        move |_: RequestContext, args: GetItemArgs| {
+        ToolDef::new("get_item")
+            .description("Read one of your items by id (a query).")
+            .annotations(QUERY)
+            .scopes(&[READ_SCOPE]),
+        move |ctx: RequestContext, args: GetItemArgs| {
             let (store, logger) = (get_store.clone(), get_logger.clone());
             async move {
-                match store.get(&args.item_id).await.map_err(store_fault(&logger, "items.get"))? {
+                let item = store.get(ctx.principal().id(), &args.item_id).await;
+                match item.map_err(store_fault(&logger, "items.get"))? {
                     Some(item) => Ok(json_text(&item)),
                     None => Err(ToolError::Execution(format!(
                         "no item with id {}",
@@ -282,7 +308,7 @@ pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>, logger: Logge
             .description(
                 "Create an item (a command: get the user's consent first). idempotentHint reflects the key-replay \
                  guarantee, not an absence of side effects: the same idempotency_key returns the original item and \
-                 changes nothing. Keys are scoped to the calling principal.",
+                 changes nothing. Keys and items belong to the calling principal.",
             )
             .annotations(ToolAnnotations {
                 read_only_hint: Some(false),
@@ -295,8 +321,10 @@ pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>, logger: Logge
             let (store, logger) = (store.clone(), logger.clone());
             async move {
                 let key = scoped_key(ctx.principal(), &args.idempotency_key);
-                let created =
-                    store.create_if_absent(&key, &args.name).await.map_err(store_fault(&logger, "items.create"))?;
+                let created = store
+                    .create_if_absent(ctx.principal().id(), &key, &args.name)
+                    .await
+                    .map_err(store_fault(&logger, "items.create"))?;
                 Ok::<_, ToolError>(json_text(&created))
             }
         },
