@@ -156,7 +156,8 @@ fn authorization_and_validation_rules() {
 #[tokio::test]
 async fn redis_list_counts_atomically_and_outages_are_tool_errors() {
     if let Some((url, _guard)) = redis() {
-        let list = Arc::new(RedisNameList::new(RedisJobStore::new(&url, &unique_prefix("names")).unwrap()));
+        let prefix = unique_prefix("names");
+        let list = Arc::new(RedisNameList::new(RedisJobStore::new(&url, &prefix).unwrap()));
         let appends = (0..10).map(|n| {
             let list = list.clone();
             tokio::spawn(async move { list.append(&format!("n{n}")).await.unwrap() })
@@ -167,6 +168,11 @@ async fn redis_list_counts_atomically_and_outages_are_tool_errors() {
         }
         counts.sort_unstable();
         assert_eq!(counts, (1..=10).collect::<Vec<_>>(), "every append sees a distinct count");
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let ttl: i64 =
+            ::redis::cmd("PTTL").arg(format!("{prefix}:secure-items")).query_async(&mut connection).await.unwrap();
+        assert!(ttl > 0, "the list expires, got {ttl}");
     }
     let unreachable = RedisNameList::new(RedisJobStore::new("redis://127.0.0.1:1", "down").unwrap());
     for list in [Arc::new(unreachable) as Arc<dyn NameList>, Arc::new(UnconfiguredNameList)] {

@@ -65,9 +65,13 @@ impl NameList for MemoryNameList {
     }
 }
 
+/// Appends under the cap; the list lives a day past its last append, like every key the server
+/// writes (nothing in Redis outlives its use).
 const APPEND: &str = r#"
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return redis.error_reply('STORE_FULL names') end
-return redis.call('RPUSH', KEYS[1], ARGV[1])
+local length = redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return length
 "#;
 
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
@@ -92,6 +96,7 @@ impl NameList for RedisNameList {
                 .key(format!("{}:secure-items", self.redis.prefix()))
                 .arg(name)
                 .arg(MAX_NAMES)
+                .arg(super::query_command::ITEM_TTL_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(|e| super::capped_store_error(&e, full, "item list"))
