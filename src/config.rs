@@ -63,6 +63,9 @@ pub struct Config {
     pub job_limits: crate::jobs::service::JobLimits,
     /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
     pub auth: Authenticator,
+    /// `MCP_AUTH_SCOPES_<EXAMPLE>` (e.g. `MCP_AUTH_SCOPES_ASYNC_JOBS`): the scopes every request to
+    /// `/api/examples/<example>` needs; an example without one needs `MCP_AUTH_SCOPES`.
+    pub example_route_scopes: std::collections::HashMap<&'static str, Vec<String>>,
     /// Where structured log lines go (standard error by default).
     pub log_sink: Arc<dyn crate::observe::LogSink>,
     /// The db-adapter example's data: PostgreSQL with `DATABASE_URL`, else the read-only
@@ -280,6 +283,15 @@ impl Config {
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
             job_limits,
+            example_route_scopes: crate::catalogue::EXAMPLES
+                .iter()
+                .filter_map(|example| {
+                    let name = format!("MCP_AUTH_SCOPES_{}", example.name.to_ascii_uppercase().replace('-', "_"));
+                    let scopes =
+                        non_empty(&name)?.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+                    Some((example.name, scopes))
+                })
+                .collect(),
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             log_sink: Arc::new(crate::observe::StderrSink),
             products,

@@ -44,11 +44,20 @@ pub fn mcp_app(config: &Config) -> Arc<App> {
 }
 
 /// Builds the app of one example route (`/api/examples/<name>`), or `None` for an unknown name.
+/// Each example is its own protected resource: tokens must name its URL (the configured origin
+/// plus its path) as their audience, and its metadata is at
+/// `/.well-known/oauth-protected-resource/api/examples/<name>`.
 pub fn example_app(name: &str, config: &Config) -> Option<Arc<App>> {
     let example = catalogue::example(name)?;
     let mut server = McpServer::new(example.server_name, VERSION);
     (example.register)(&mut server, config);
-    Some(Arc::new(App::new(server, config)))
+    let scopes = config
+        .example_route_scopes
+        .get(example.name)
+        .cloned()
+        .unwrap_or_else(|| config.auth.config().route_scopes.clone());
+    let auth = config.auth.for_endpoint(&format!("/api/examples/{}", example.name), scopes);
+    Some(Arc::new(App::with_authenticator(server, config, &auth)))
 }
 
 /// The queue consumer of `/api/queues/process-job`.

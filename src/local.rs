@@ -93,6 +93,13 @@ impl Routes {
             (crate::security::resource::METADATA_PATH | "/.well-known/oauth-protected-resource/api/mcp", _, _) => {
                 self.mcp.auth().metadata_response(request.method())
             }
+            (path, _, _) if path.starts_with("/.well-known/oauth-protected-resource/api/examples/") => {
+                let name = path.trim_start_matches("/.well-known/oauth-protected-resource/api/examples/");
+                match self.examples.get(name.trim_end_matches('/')) {
+                    Some(app) => app.auth().metadata_response(request.method()),
+                    None => not_found(),
+                }
+            }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
             (path, _, _) if path.starts_with("/api/examples/") => {
                 match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {

@@ -110,10 +110,30 @@ pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
 /// rewritten to it in `vercel.json`). It describes `/api/mcp`, scopes of its tools included, so
 /// the endpoint is composed once at start-up to read them.
 pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
-    let auth = Arc::new(crate::mcp_app(config).auth().clone());
+    let mcp = Arc::new(crate::mcp_app(config).auth().clone());
+    // Each example route is its own protected resource, with its own document.
+    let examples: Arc<std::collections::HashMap<&'static str, crate::security::Authenticator>> = Arc::new(
+        crate::catalogue::EXAMPLES
+            .iter()
+            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app.auth().clone())))
+            .collect(),
+    );
     serve(1024, move |request| {
-        let auth = auth.clone();
-        async move { auth.metadata_response(request.method()) }
+        let (mcp, examples) = (mcp.clone(), examples.clone());
+        async move {
+            let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));
+            match example {
+                None => mcp.metadata_response(request.method()),
+                Some(name) => match examples.get(name) {
+                    Some(auth) => auth.metadata_response(request.method()),
+                    None => {
+                        let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
+                        *response.status_mut() = http::StatusCode::NOT_FOUND;
+                        response
+                    }
+                },
+            }
+        }
     })
     .await
 }

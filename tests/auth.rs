@@ -611,3 +611,55 @@ async fn resources_are_listed_and_read_only_with_their_scopes() {
         );
     }
 }
+
+/// Each MCP endpoint is its own protected resource (RFC 8707, RFC 9728): a token for `/api/mcp`
+/// is refused at an example's route and the other way round, each route challenges with its
+/// own metadata document, that document names the route, and route scopes are per endpoint.
+#[tokio::test]
+async fn every_endpoint_is_its_own_protected_resource() {
+    let (jwks_url, _) = stub_jwks().await;
+    let config =
+        auth_config(jwks_url, &[("MCP_AUTH_MODE", "required"), ("MCP_AUTH_SCOPES_SECURE_TOOLS", "items:admin")]);
+    let server = TestServer::start_routes(Routes::new(&config)).await;
+    let example = "https://mcp.example.com/api/examples/auth-server";
+    let whoami = |path: &str, aud: &str| {
+        server
+            .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+            .at(path)
+            .header("Authorization", &format!("Bearer {}", token(json!({"aud": aud}))))
+            .send()
+    };
+    let at_example = whoami("/api/examples/auth-server", RESOURCE).await;
+    assert_eq!(at_example.status, 401, "a token for /api/mcp is not one for the example: {}", at_example.text());
+    assert_eq!(
+        challenge(&at_example)["resource_metadata"],
+        "https://mcp.example.com/.well-known/oauth-protected-resource/api/examples/auth-server"
+    );
+    assert_eq!(whoami("/api/examples/auth-server", example).await.status, 200, "its own token is");
+    assert_eq!(whoami("/api/mcp", example).await.status, 401, "and that token is refused at /api/mcp");
+    assert_eq!(whoami("/api/mcp", RESOURCE).await.status, 200);
+    // The same token, once verified at /api/mcp, is still refused at the example (no shared cache).
+    assert_eq!(whoami("/api/examples/auth-server", RESOURCE).await.status, 401);
+
+    let document = server.request("GET", "/.well-known/oauth-protected-resource/api/examples/auth-server").send().await;
+    assert_eq!(document.status, 200);
+    assert_eq!(document.json()["resource"], example);
+    assert!(document.json()["scopes_supported"].as_array().unwrap().contains(&json!("mcp:read")));
+    assert_eq!(
+        server.request("GET", "/.well-known/oauth-protected-resource/api/examples/nope").send().await.status,
+        404
+    );
+
+    // Route scopes per endpoint: secure-tools needs items:admin on every request, auth-server not.
+    let secure = server
+        .modern(json!(1), "tools/list", json!({}))
+        .at("/api/examples/secure-tools")
+        .header(
+            "Authorization",
+            &format!("Bearer {}", token(json!({"aud": "https://mcp.example.com/api/examples/secure-tools"}))),
+        )
+        .send()
+        .await;
+    assert_eq!(secure.status, 403, "{}", secure.text());
+    assert_eq!(challenge(&secure)["scope"], "items:admin");
+}

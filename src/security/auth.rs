@@ -272,6 +272,19 @@ impl Authenticator {
         &self.config
     }
 
+    /// This deployment's authenticator for another MCP endpoint at `path`: tokens must name that
+    /// endpoint as their audience, `route_scopes` are its own, and verifications are cached apart
+    /// (a token verified for one endpoint is never taken from the cache at another).
+    pub fn for_endpoint(&self, path: &str, route_scopes: Vec<String>) -> Self {
+        let mut config = self.config.clone();
+        config.resource = config.resource.endpoint(path);
+        if !config.scopes_supported_configured {
+            config.scopes_supported = route_scopes.clone();
+        }
+        config.route_scopes = route_scopes;
+        Self { config, clock: self.clock.clone(), verified: Arc::default() }
+    }
+
     /// This authenticator, with `scopes` (those an endpoint's tools require) added to the
     /// metadata's `scopes_supported` unless `MCP_AUTH_SCOPES_SUPPORTED` fixed the list; so a
     /// client learns every scope it may be asked for. Shares the verified-token cache.

@@ -16,6 +16,9 @@ pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 pub struct CanonicalResource {
     url: String,
     origin: String,
+    /// Where its metadata document is: the origin's `/.well-known/oauth-protected-resource` for
+    /// the configured resource, that path followed by the endpoint's path for the others.
+    metadata_url: String,
 }
 
 impl CanonicalResource {
@@ -34,7 +37,19 @@ impl CanonicalResource {
             serialized.pop();
         }
         let origin = url.origin().ascii_serialization();
-        Ok(Self { url: serialized, origin })
+        let metadata_url = format!("{origin}{METADATA_PATH}");
+        Ok(Self { url: serialized, origin, metadata_url })
+    }
+
+    /// Another endpoint of the same deployment, `path` on this origin (e.g. `/api/examples/minimal`):
+    /// its own protected resource (RFC 8707 audience), with its metadata at
+    /// `/.well-known/oauth-protected-resource{path}` (RFC 9728's path-inserted form).
+    pub fn endpoint(&self, path: &str) -> Self {
+        Self {
+            url: format!("{}{path}", self.origin),
+            origin: self.origin.clone(),
+            metadata_url: format!("{}{METADATA_PATH}{path}", self.origin),
+        }
     }
 
     /// The resource URL, e.g. `https://mcp.example.com/api/mcp`.
@@ -47,9 +62,9 @@ impl CanonicalResource {
         &self.origin
     }
 
-    /// The metadata URL advertised in challenges: origin + `/.well-known/oauth-protected-resource`.
+    /// The metadata URL advertised in challenges.
     pub fn metadata_url(&self) -> String {
-        format!("{}{METADATA_PATH}", self.origin)
+        self.metadata_url.clone()
     }
 
     /// Whether a token's audience names this resource (after the same normalisation).

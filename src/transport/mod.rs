@@ -45,14 +45,20 @@ pub struct App {
 }
 
 impl App {
-    /// Wires a configured server to the transport.
-    pub fn new(mut server: McpServer, config: &Config) -> Self {
+    /// Wires a configured server to the transport, as the endpoint `MCP_RESOURCE_URL` names.
+    pub fn new(server: McpServer, config: &Config) -> Self {
+        Self::with_authenticator(server, config, &config.auth)
+    }
+
+    /// Wires a configured server to the transport as its own protected resource: `auth` is the
+    /// deployment's authenticator for that endpoint ([`crate::security::Authenticator::for_endpoint`]).
+    pub fn with_authenticator(mut server: McpServer, config: &Config, auth: &crate::security::Authenticator) -> Self {
         let bus = config.bus.clone();
         server.scopes_enforced = config.auth.enforces_scopes();
         crate::observe::install_panic_hook();
         Self {
             logger: config.logger(),
-            auth: config.auth.advertising(&server.scopes_in_use()),
+            auth: auth.advertising(&server.scopes_in_use()),
             server: Arc::new(server),
             sealer: config.sealer.clone(),
             origins: config.allowed_origins.clone(),
