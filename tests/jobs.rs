@@ -202,15 +202,17 @@ async fn the_consumer_validates_every_delivery() {
             .post_to(path, body.to_owned())
             .header("ce-type", "com.vercel.queue.v2beta")
             .header("ce-vqsqueuename", "jobs")
-            .header("ce-vqsconsumergroup", "g")
+            .header("ce-vqsconsumergroup", "local")
             .header("ce-vqsmessageid", "m1")
             .header("ce-vqsregion", "iad1")
             .header("ce-vqsreceipthandle", "r1")
     };
+    let forged = delivery(&message).send().await;
+    assert_eq!(forged.status, 409, "a lease the queue never handed out is not acted on: {}", forged.text());
     assert_eq!(
-        delivery(&message).send().await.json(),
-        json!({"status": "skipped", "reason": "not_found"}),
-        "a job that does not exist is acknowledged and skipped"
+        delivery(&message).replace("ce-vqsconsumergroup", "someone-elses-group").send().await.status,
+        400,
+        "another consumer group is refused before the queue is asked"
     );
     for bad in ["not json", "{}", r#"{"jobId":"AAAAAAAAAAAAAAAAAAAAAA","ownerId":"anonymous","steps":0}"#] {
         assert_eq!(delivery(bad).send().await.status, 400, "{bad}");
@@ -225,6 +227,25 @@ async fn the_consumer_validates_every_delivery() {
     }
     assert_eq!(delivery(&message).without("ce-vqsreceipthandle").send().await.status, 400);
     assert_eq!(env.server.request("GET", path).send().await.status, 405);
+
+    // A real job, and a hand-made push naming it exactly: refused, and the job is untouched
+    // until the queue delivers it itself.
+    let handle = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    let (job_id, owner) = {
+        let pending = env.queue.pending_messages();
+        let message: Value = serde_json::from_slice(&pending[0]).unwrap();
+        (message["jobId"].as_str().unwrap().to_owned(), message["ownerId"].as_str().unwrap().to_owned())
+    };
+    let push = json!({"jobId": job_id, "ownerId": owner, "steps": 2}).to_string();
+    assert_eq!(delivery(&push).send().await.status, 409);
+    let untouched = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!((untouched["state"].clone(), untouched["completedSteps"].clone()), (json!("pending"), json!(0)));
+    env.queue.drain().await;
+    assert_eq!(
+        payload(&env.call("get_job_status", &handle).await)["state"],
+        "done",
+        "the queue's own delivery runs it"
+    );
 }
 
 #[tokio::test]

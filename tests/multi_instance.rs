@@ -17,12 +17,19 @@ use std::sync::{Arc, Mutex};
 const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
 const OIDC: &str = "test-oidc-token";
 
-/// What the stand-in for Vercel Queues saw.
+/// What the stand-in for Vercel Queues saw. As the documented API does, it confirms (PATCH) and
+/// deletes (DELETE) only leases it handed out, of its one consumer group.
 #[derive(Default)]
 struct FakeQueue {
     published: Vec<(Option<String>, Option<String>, Bytes)>,
+    /// Receipts of deliveries the stand-in made (the test delivers for it).
+    leased: Vec<String>,
+    confirmed: Vec<String>,
     acked: Vec<String>,
+    requests: usize,
 }
+
+const GROUP: &str = "api_Squeues_Sprocess-job_Drs";
 
 async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
     let state = Arc::new(Mutex::new(FakeQueue::default()));
@@ -32,13 +39,23 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
         async move {
             let auth = request.header("authorization");
             let mut state = state.lock().unwrap();
+            state.requests += 1;
+            let lease = request
+                .path()
+                .strip_prefix(&format!("/api/v3/topic/jobs/consumer/{GROUP}/lease/"))
+                .filter(|receipt| state.leased.iter().any(|r| r == receipt))
+                .map(str::to_owned);
             let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
                 401
             } else if request.method == http::Method::POST && request.path() == "/api/v3/topic/jobs" {
                 state.published.push((auth, request.header("vqs-idempotency-key"), request.body));
                 201
-            } else if request.method == http::Method::DELETE && request.path().contains("/lease/") {
-                state.acked.push(request.path().rsplit('/').next().unwrap().to_owned());
+            } else if let (true, Some(receipt)) = (request.method == http::Method::PATCH, &lease) {
+                state.confirmed.push(receipt.clone());
+                204
+            } else if let (true, Some(receipt)) = (request.method == http::Method::DELETE, lease) {
+                state.leased.retain(|r| *r != receipt);
+                state.acked.push(receipt);
                 204
             } else {
                 404
@@ -107,12 +124,16 @@ async fn call(port: u16, tool: &str, arguments: Value) -> Value {
 }
 
 async fn deliver(port: u16, body: &Bytes, receipt: &str) -> (u16, Value) {
+    deliver_from(port, body, receipt, GROUP).await
+}
+
+async fn deliver_from(port: u16, body: &Bytes, receipt: &str, group: &str) -> (u16, Value) {
     let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
     let reply = server
         .post_to("/api/queues/process-job", String::from_utf8(body.to_vec()).unwrap())
         .header("ce-type", "com.vercel.queue.v2beta")
         .header("ce-vqsqueuename", "jobs")
-        .header("ce-vqsconsumergroup", "api_Squeues_Sprocess-job_Drs")
+        .header("ce-vqsconsumergroup", group)
         .header("ce-vqsmessageid", "msg-1")
         .header("ce-vqsregion", "iad1")
         .header("ce-vqsreceipthandle", receipt)
@@ -209,8 +230,20 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
         "a restarted instance still sees it"
     );
 
+    // A push the queue never made (a receipt it did not hand out) runs nothing.
+    let (status, _) = deliver(port_consumer, &message, "forged-receipt").await;
+    assert_eq!(status, 409, "an unconfirmed lease is refused");
+    assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["completedSteps"], 0);
+    assert!(queue.lock().unwrap().acked.is_empty(), "and nothing is acknowledged");
+    let asked = queue.lock().unwrap().requests;
+    let (status, _) = deliver_from(port_consumer, &message, "receipt-1", "someone-elses-group").await;
+    assert_eq!(status, 400, "another consumer group is refused");
+    assert_eq!(queue.lock().unwrap().requests, asked, "without the deployment's token going anywhere");
+
+    queue.lock().unwrap().leased.extend(["receipt-1".to_owned(), "receipt-2".to_owned()]);
     let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;
     assert_eq!((status, outcome["status"].clone()), (200, json!("success")));
+    assert_eq!(queue.lock().unwrap().confirmed, ["receipt-1"], "the lease was confirmed before any step");
     assert_eq!(queue.lock().unwrap().acked, ["receipt-1"], "the lease is acknowledged after success");
     let done = call(port_b, "get_job_status", json!({"jobId": handle})).await;
     assert_eq!((done["state"].clone(), done["completedSteps"].clone()), (json!("done"), json!(5)));

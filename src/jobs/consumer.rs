@@ -1,8 +1,10 @@
 //! The queue consumer: `/api/queues/process-job`, reachable only through the queue trigger.
 //!
 //! It accepts Vercel Queues' v2beta binary-mode push (CloudEvent attributes in `ce-*` headers,
-//! the raw message as the body), validates everything before acting (400 otherwise), runs the
-//! job's remaining steps, and acknowledges the lease only after success. Delivery is
+//! the raw message as the body), validates everything before acting (400 otherwise), refuses a
+//! consumer group that is not this deployment's, confirms the lease with the queue (extending
+//! its visibility) before running anything, runs the job's remaining steps, and acknowledges the
+//! lease only after success. Delivery is
 //! at-least-once, so the worker is idempotent: it re-reads the job and applies each step with a
 //! compare-and-set on the step count, so a redelivered or concurrent message never applies a
 //! step twice; a cancelled or finished job is left alone.
@@ -36,6 +38,9 @@ pub struct Consumer {
     /// Lifecycle events (run, finish).
     pub logger: Option<crate::observe::Logger>,
 }
+
+/// How long past the work budget a confirmed lease stays invisible to other consumers.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
 /// How a delivery ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -117,9 +122,22 @@ impl Consumer {
             Ok(lease) => lease,
             Err(reason) => return bad_request(reason),
         };
+        if lease.group != self.queue.consumer_group() {
+            // Never ask the queue (with this deployment's token) about another group's lease.
+            return bad_request("unexpected consumer group");
+        }
         let Some(message) = JobMessage::parse(request.body()) else {
             return bad_request("the body is not a valid job message");
         };
+        // A delivery is acted on only once the queue confirms its lease: nothing else proves
+        // that the platform, and not a stranger, sent it.
+        match self.queue.confirm(&lease, self.budget + LEASE_MARGIN).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return reply(StatusCode::CONFLICT, json!({ "error": "the lease could not be confirmed" }));
+            }
+            Err(error) => return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error })),
+        }
         let outcome = self.process(&message).await;
         if let Some(logger) = &self.logger {
             let (result, state) = match &outcome {

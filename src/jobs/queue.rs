@@ -87,8 +87,20 @@ pub trait Publisher: Send + Sync + 'static {
     fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a>;
 }
 
-/// Consuming side: acknowledging a lease (so the message is not redelivered).
+/// The consumer group Vercel derives from `api/queues/process-job.rs`, the one function whose
+/// trigger consumes the jobs topic (`/` is `_S`, `.` is `_D`; see `vercel build`'s output).
+pub const VERCEL_CONSUMER_GROUP: &str = "api_Squeues_Sprocess-job_Drs";
+
+/// Consuming side: confirming a delivery's lease before acting on it, and acknowledging it
+/// after (so the message is not redelivered).
 pub trait QueueApi: Send + Sync + 'static {
+    /// The consumer group this deployment's deliveries come from; any other is refused before
+    /// the queue is asked anything.
+    fn consumer_group(&self) -> &str;
+    /// Asks the queue whether `lease` is a live lease of this deployment, extending its
+    /// visibility to `visibility` (so it is not redelivered while the work runs). `Ok(false)`:
+    /// the queue does not know it (a forged or stale delivery); `Err`: the queue could not be asked.
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool>;
     /// Deletes the lease.
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
 }
@@ -155,18 +167,48 @@ impl VercelQueue {
     }
 }
 
+impl VercelQueue {
+    fn lease_url(&self, lease: &Lease) -> String {
+        format!(
+            "{}/api/v3/topic/{}/consumer/{}/lease/{}",
+            self.base(lease.region.as_deref()),
+            lease.topic,
+            lease.group,
+            lease.receipt
+        )
+    }
+}
+
 impl QueueApi for VercelQueue {
+    fn consumer_group(&self) -> &str {
+        VERCEL_CONSUMER_GROUP
+    }
+
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool> {
+        Box::pin(async move {
+            let token = self.token(lease.oidc_token.as_deref())?;
+            let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
+                .expect("json");
+            let request = Request::patch(self.lease_url(lease))
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|_| "invalid lease".to_owned())?;
+            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            match response.status {
+                s if s.is_success() => Ok(true),
+                // Unknown, stale or not ours: nothing to act on.
+                StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE => Ok(false),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Ok(false),
+                s => Err(format!("the queue could not confirm the lease (HTTP {})", s.as_u16())),
+            }
+        })
+    }
+
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
         Box::pin(async move {
             let token = self.token(lease.oidc_token.as_deref())?;
-            let url = format!(
-                "{}/api/v3/topic/{}/consumer/{}/lease/{}",
-                self.base(lease.region.as_deref()),
-                lease.topic,
-                lease.group,
-                lease.receipt
-            );
-            let request = Request::delete(url)
+            let request = Request::delete(self.lease_url(lease))
                 .header("authorization", format!("Bearer {token}"))
                 .body(Full::new(Bytes::new()))
                 .map_err(|_| "invalid lease".to_owned())?;
@@ -278,6 +320,11 @@ impl LocalQueue {
         state.pending.len() + state.retrying
     }
 
+    /// The payloads waiting for delivery, oldest first (tests: a push forged from a real message).
+    pub fn pending_messages(&self) -> Vec<Bytes> {
+        self.state.lock().expect("queue lock").pending.iter().map(|d| d.payload.clone()).collect()
+    }
+
     /// Re-enqueues a copy of the most recently published message (tests: duplicate delivery).
     pub fn duplicate_last(&self) {
         let mut state = self.state.lock().expect("queue lock");
@@ -339,7 +386,7 @@ impl LocalQueue {
             .header("content-type", "application/json")
             .header("ce-type", "com.vercel.queue.v2beta")
             .header("ce-vqsqueuename", JOBS_TOPIC)
-            .header("ce-vqsconsumergroup", "local")
+            .header("ce-vqsconsumergroup", LOCAL_CONSUMER_GROUP)
             .header("ce-vqsmessageid", &delivery.message_id)
             .header("ce-vqsregion", "dev1")
             .header("ce-vqsreceipthandle", &receipt)
@@ -414,7 +461,20 @@ impl Publisher for LocalQueue {
     }
 }
 
+/// The consumer group of the in-process queue's deliveries.
+pub const LOCAL_CONSUMER_GROUP: &str = "local";
+
 impl QueueApi for LocalQueue {
+    fn consumer_group(&self) -> &str {
+        LOCAL_CONSUMER_GROUP
+    }
+
+    fn confirm<'a>(&'a self, lease: &'a Lease, _: Duration) -> QueueFuture<'a, bool> {
+        // Only a delivery this queue handed out and has not settled is live.
+        let live = self.state.lock().expect("queue lock").in_flight.contains(&lease.receipt);
+        Box::pin(async move { Ok(live) })
+    }
+
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
         let mut state = self.state.lock().expect("queue lock");
         if state.in_flight.contains(&lease.receipt) {
