@@ -3,7 +3,7 @@
 mod common;
 
 use common::{fixture, read_events};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn legacy(f: &common::Fixture, body: serde_json::Value) -> common::Call {
     f.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
@@ -74,10 +74,39 @@ async fn legacy_shapes_and_codes() {
     assert_eq!(f.server.request("GET", "/api/mcp").header("Accept", "text/event-stream").send().await.status, 405);
 }
 
+/// `initialize` with `capabilities`, returning the sealed session id that carries them.
+async fn session_declaring(f: &common::Fixture, capabilities: Value) -> String {
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":capabilities,"clientInfo":{"name":"c","version":"1"}}});
+    legacy(f, body).send().await.header("mcp-session-id").expect("a session id").to_owned()
+}
+
+/// A 2025 client that did not declare elicitation is never sent an elicitation request: the
+/// tool call ends in a tool error saying what is missing, with or without a session id.
+#[tokio::test]
+async fn a_legacy_client_is_asked_only_for_what_it_declared() {
+    let f = fixture().await;
+    let without = session_declaring(&f, json!({"sampling": {}, "elicitation": {"unknown-mode": {}}})).await;
+    let ask = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+    for session in [Some(without.as_str()), None] {
+        let mut call = legacy(&f, ask.clone());
+        if let Some(session) = session {
+            call = call.header("Mcp-Session-Id", session);
+        }
+        let reply = call.send().await;
+        assert!(reply.header("content-type").unwrap().starts_with("application/json"), "no stream, no request");
+        let result = &reply.json()["result"];
+        assert_eq!(result["isError"], true, "{}", reply.text());
+        assert!(common::error_text(result).contains("elicitation/create"), "{result}");
+    }
+}
+
 #[tokio::test]
 async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
     let f = fixture().await;
-    let call = legacy(&f, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}));
+    let session = session_declaring(&f, json!({"elicitation": {}})).await;
+    let call = legacy(&f, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}))
+        .header("Mcp-Session-Id", &session);
     let (status, head, mut stream) = call.open().await;
     assert_eq!(status, 200);
     assert!(head.to_ascii_lowercase().contains("text/event-stream"));

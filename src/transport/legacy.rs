@@ -5,9 +5,10 @@
 //! care on a stateless server:
 //!
 //! * **Sessions.** The server issues an `Mcp-Session-Id`, but it is a sealed token, not a key
-//!   into memory: any instance verifies it, none stores it. A forged or expired id gets 404, as
-//!   2025-11-25 prescribes for a terminated session. `DELETE` is 405 (the client cannot end a
-//!   session the server does not keep).
+//!   into memory: any instance verifies it, none stores it. It carries the capabilities the
+//!   client declared at `initialize`, so every later request knows what it may ask of the client.
+//!   A forged or expired id gets 404, as 2025-11-25 prescribes for a terminated session. `DELETE`
+//!   is 405 (the client cannot end a session the server does not keep).
 //! * **Server-to-client requests.** When a handler answers `input_required` (elicitation,
 //!   sampling, roots), the legacy client cannot retry with `inputResponses`; instead the server
 //!   sends each request on the call's SSE stream and waits for the client to POST the answer.
@@ -135,19 +136,28 @@ pub(super) async fn handle(
             );
         }
     }
+    // What the client declared at `initialize`, carried in its sealed session id; a request
+    // without one declared nothing.
+    let mut declared = Map::new();
     if let Some(session) = headers.get("mcp-session-id") {
-        let valid =
-            session.to_str().ok().is_some_and(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).is_ok());
-        if !valid && method != "initialize" {
-            let error = McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found");
-            return error_response(Some(&id), &error);
+        let opened =
+            session.to_str().ok().and_then(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).ok());
+        match opened {
+            Some(data) => declared = declared_capabilities(data.get("capabilities")),
+            None if method != "initialize" => {
+                let error = McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found");
+                return error_response(Some(&id), &error);
+            }
+            None => {}
         }
     }
     if method == "initialize" {
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let result = app.server.initialize(requested);
         let mut response = super::json_response(StatusCode::OK, jsonrpc::result_response(&id, &result));
-        let session = app.sealer.seal(Purpose::LegacySession, SESSION_BINDING, SESSION_TTL_MS, Value::Null);
+        let capabilities = Value::Object(declared_capabilities(params.get("capabilities")));
+        let data = json!({ "capabilities": capabilities });
+        let session = app.sealer.seal(Purpose::LegacySession, SESSION_BINDING, SESSION_TTL_MS, data);
         if let Ok(value) = HeaderValue::from_str(&session) {
             response.headers_mut().insert("mcp-session-id", value);
         }
@@ -158,10 +168,7 @@ pub(super) async fn handle(
         return refusal;
     }
     let mut ctx = RequestContext::new(id, Era::Legacy, principal, app.bus.clone());
-    // Stateless: the capabilities declared at initialize are gone, so the legacy client is
-    // assumed to offer what 2025 clients commonly do. A client that does not answers our
-    // request with an error, which ends the call with a clear message.
-    ctx.client_capabilities = legacy_capabilities();
+    ctx.client_capabilities = declared;
     ctx.platform_token = super::platform_token(app, headers);
     ctx.progress_token = params
         .get("_meta")
@@ -181,11 +188,31 @@ pub(super) async fn handle(
     .await
 }
 
-fn legacy_capabilities() -> Map<String, Value> {
-    match json!({ "elicitation": { "form": {} }, "sampling": {}, "roots": {} }) {
-        Value::Object(map) => map,
-        _ => unreachable!(),
+/// The client capabilities the server may use, from what a 2025 client declared: `elicitation`
+/// (with its `form` and `url` modes; an empty object means form), `sampling` and `roots`, each
+/// kept as an empty object. Nothing else is kept, so the sealed session id stays small whatever
+/// the client sends.
+fn declared_capabilities(declared: Option<&Value>) -> Map<String, Value> {
+    let mut kept = Map::new();
+    let Some(Value::Object(declared)) = declared else { return kept };
+    if let Some(Value::Object(elicitation)) = declared.get("elicitation") {
+        let modes: Map<String, Value> = ["form", "url"]
+            .into_iter()
+            .filter(|mode| elicitation.get(*mode).is_some_and(Value::is_object))
+            .map(|mode| (mode.to_owned(), json!({})))
+            .collect();
+        if elicitation.is_empty() {
+            kept.insert("elicitation".into(), json!({ "form": {} }));
+        } else if !modes.is_empty() {
+            kept.insert("elicitation".into(), Value::Object(modes));
+        }
     }
+    for name in ["sampling", "roots"] {
+        if declared.get(name).is_some_and(Value::is_object) {
+            kept.insert(name.into(), json!({}));
+        }
+    }
+    kept
 }
 
 async fn run(
@@ -241,6 +268,18 @@ async fn fulfil(
         let Some(outbox) = next.outbox.clone() else {
             return Err(McpError::internal("Internal error: input required without a stream"));
         };
+        // 2025-11-25: a server must not send a request the client did not declare support for.
+        // The call fails instead: a tool with an error result, anything else with an error.
+        if let Some((_, request)) = input.requests.iter().find(|(_, r)| !r.capability(&next.client_capabilities).1) {
+            let message = format!(
+                "This needs the client to support {}, which it did not declare at initialize",
+                request.method()
+            );
+            return match method {
+                "tools/call" => Ok(crate::protocol::types::CallToolResult::error(message).into_object()),
+                _ => Err(McpError::invalid_request(message)),
+            };
+        }
         let mut responses = Map::new();
         for (key, request) in &input.requests {
             let (request_id, answer, _guard) = app.pending.register();
