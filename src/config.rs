@@ -71,6 +71,10 @@ pub struct Config {
     /// The db-adapter example's data: PostgreSQL with `DATABASE_URL`, else the read-only
     /// fixture compiled into the binary (immutable, so safe on any instance).
     pub products: Arc<dyn crate::catalogue::db_adapter::ProductBackend>,
+    /// `MCP_REQUEST_STATE_SINGLE_USE` (default on): where used `requestState` nonces are kept
+    /// (Redis with `REDIS_URL`, memory locally, a failing store deployed without Redis), or
+    /// `None` when off.
+    pub request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
     /// `VERCEL_PROJECT_ID` and the environment: which request OIDC tokens name this deployment.
     pub platform: crate::security::PlatformIdentity,
     /// The sandbox-isolation example's Vercel Sandbox API client (`MCP_SANDBOX_API_BASE_URL`
@@ -207,6 +211,14 @@ impl Config {
             per_minute: number("MCP_JOBS_PER_MINUTE", defaults.per_minute.into(), 1, 1_000_000, &mut problems) as u32,
         };
         let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let single_use = match non_empty("MCP_REQUEST_STATE_SINGLE_USE").as_deref().map(str::trim) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(_) => {
+                problems.push("MCP_REQUEST_STATE_SINGLE_USE must be on or off".to_owned());
+                true
+            }
+        };
         let jobs = match jobs_backend(deployed, &non_empty) {
             Ok(jobs) => Some(jobs),
             Err(problem) => {
@@ -261,6 +273,7 @@ impl Config {
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
+        let nonces = jobs.as_ref().map(|(_, _, nonces)| nonces.clone());
         Ok(Self {
             deployed,
             allowed_origins: AllowedOrigins::parse(
@@ -277,8 +290,8 @@ impl Config {
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),
             random: Arc::new(SystemRandom::default()),
-            bus: jobs.as_ref().and_then(|(_, bus)| bus.clone()).unwrap_or_else(|| Arc::new(LocalBus::default())),
-            jobs: jobs.map(|(jobs, _)| jobs).expect("jobs are set when there are no problems"),
+            bus: jobs.as_ref().and_then(|(_, bus, _)| bus.clone()).unwrap_or_else(|| Arc::new(LocalBus::default())),
+            jobs: jobs.map(|(jobs, _, _)| jobs).expect("jobs are set when there are no problems"),
             cron_secret: non_empty("CRON_SECRET"),
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
@@ -295,6 +308,7 @@ impl Config {
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             log_sink: Arc::new(crate::observe::StderrSink),
             products,
+            request_state_nonces: single_use.then(|| nonces.expect("nonces are set when there are no problems")),
             platform: crate::security::PlatformIdentity::from_lookup(&non_empty),
             sandbox: Arc::new(crate::catalogue::sandbox_isolation::vercel::VercelSandbox::new(
                 non_empty("MCP_SANDBOX_API_BASE_URL"),
@@ -470,15 +484,17 @@ fn auth_config(
 fn jobs_backend(
     deployed: bool,
     var: &dyn Fn(&str) -> Option<String>,
-) -> Result<(JobsBackend, Option<Arc<dyn ChangeBus>>), String> {
+) -> Result<(JobsBackend, Option<Arc<dyn ChangeBus>>, Arc<dyn crate::state::NonceStore>), String> {
     let mut backend = JobsBackend::local();
     let mut bus: Option<Arc<dyn ChangeBus>> = None;
+    let mut nonces: Arc<dyn crate::state::NonceStore> = Arc::new(crate::state::MemoryNonces::default());
     let mut parts = Vec::new();
     match var("REDIS_URL") {
         Some(url) => {
             let prefix = var("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into());
             let redis = RedisJobStore::new(&url, &prefix).map_err(|e| format!("REDIS_URL: {e}"))?;
             bus = Some(RedisBus::new(&url, &prefix, redis.connection()).map_err(|e| format!("REDIS_URL: {e}"))?);
+            nonces = Arc::new(crate::state::RedisNonces::new(redis.connection(), &prefix));
             backend.task_store = Arc::new(crate::tasks::RedisTaskStore::new(redis.clone()));
             backend.item_store = Arc::new(crate::catalogue::query_command::RedisItemStore::new(redis.clone()));
             backend.name_list = Arc::new(crate::catalogue::secure_tools::RedisNameList::new(redis.clone()));
@@ -492,6 +508,7 @@ fn jobs_backend(
             backend.task_store = Arc::new(crate::tasks::UnconfiguredTaskStore);
             backend.item_store = Arc::new(crate::catalogue::query_command::UnconfiguredItemStore);
             backend.name_list = Arc::new(crate::catalogue::secure_tools::UnconfiguredNameList);
+            nonces = Arc::new(crate::state::UnconfiguredNonces);
             parts.push("no store (REDIS_URL unset)".into());
         }
         None => parts.push("in-memory store".into()),
@@ -512,7 +529,7 @@ fn jobs_backend(
         parts.push("in-process queue".into());
     }
     backend.description = format!("jobs: {}", parts.join(", "));
-    Ok((backend, bus))
+    Ok((backend, bus, nonces))
 }
 
 /// How to set a missing variable on Vercel: the command, the value it wants, and the redeploy

@@ -641,3 +641,63 @@ async fn listen_streams_are_capped_per_caller() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// `requestState` is single-use by default: the retry that uses it is served once, and the same
+/// state again gets `-32602` "Invalid requestState: used" without running the handler. With
+/// `MCP_REQUEST_STATE_SINGLE_USE=off` a replay within the state's lifetime runs again.
+#[tokio::test]
+async fn request_state_is_single_use_unless_turned_off() {
+    for single_use in [true, false] {
+        let mut config = vercel_mcp::Config::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+        if !single_use {
+            config.request_state_nonces = None;
+        }
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut server = vercel_mcp::McpServer::new("t", "1");
+        let counter = calls.clone();
+        server.tool(
+            vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
+            move |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| {
+                let counter = counter.clone();
+                async move {
+                    use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+                    use vercel_mcp::server::{InputRequired, Outcome, ToolError};
+                    if ctx.input_response("ok").is_none() {
+                        let ask = InputRequest::ElicitForm {
+                            message: "Book it?".into(),
+                            requested_schema: json!({"type": "object"}),
+                        };
+                        return Ok::<_, ToolError>(Outcome::InputRequired(InputRequired::new().request("ok", ask)));
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok(Outcome::Complete(CallToolResult::text("booked")))
+                }
+            },
+        );
+        let server = common::TestServer::start(std::sync::Arc::new(vercel_mcp::App::new(server, &config))).await;
+        let caps = |mut params: Value| {
+            params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+            params
+        };
+        let first = server.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+        let state = first["result"]["requestState"].as_str().expect("asked first").to_owned();
+        let retry = || {
+            let mut params = call("book", json!({}));
+            params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+            params["requestState"] = json!(state);
+            server.modern(json!(2), "tools/call", caps(params)).send()
+        };
+        assert_eq!(retry().await.json()["result"]["content"][0]["text"], "booked");
+        let replay = retry().await;
+        if single_use {
+            assert_eq!(replay.code(), -32602, "{}", replay.text());
+            assert_eq!(replay.json()["error"]["message"], "Invalid requestState: used");
+            assert_eq!(replay.json()["error"]["data"]["reason"], "used");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "the side effect ran once");
+        } else {
+            assert_eq!(replay.json()["result"]["content"][0]["text"], "booked");
+            assert_eq!(calls.load(Ordering::SeqCst), 2, "off: a replay runs again");
+        }
+    }
+}

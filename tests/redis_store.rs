@@ -190,6 +190,23 @@ async fn the_share_and_the_rate_are_per_owner_and_shared_by_every_instance() {
     }
 }
 
+/// A `requestState` nonce is used once across every instance sharing Redis, and is forgotten
+/// with the state's lifetime.
+#[tokio::test]
+async fn a_request_state_nonce_is_used_once_across_instances() {
+    use vercel_mcp::state::{NonceStore, RedisNonces};
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("nonce");
+    let connect = || RedisJobStore::new(&url, &prefix).unwrap().connection();
+    let (a, b) = (RedisNonces::new(connect(), &prefix), RedisNonces::new(connect(), &prefix));
+    assert_eq!(a.consume("n1", NOW, 600_000).await, Ok(true));
+    assert_eq!(b.consume("n1", NOW, 600_000).await, Ok(false), "a replay on another instance");
+    assert_eq!(a.consume("n1", NOW, 600_000).await, Ok(false));
+    assert_eq!(b.consume("n2", NOW, 600_000).await, Ok(true));
+    let ttl = pttl(&url, &format!("{prefix}:nonce:n1")).await;
+    assert!(ttl > 0 && ttl <= 600_000, "{ttl}");
+}
+
 #[tokio::test]
 async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     let Some(mut private) = PrivateRedis::start() else {

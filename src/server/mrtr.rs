@@ -84,13 +84,34 @@ pub fn state_error(error: SealError) -> McpError {
     McpError::invalid_params(format!("Invalid requestState: {reason}")).with_data(json!({ "reason": reason }))
 }
 
+/// The `-32602` sent for state that was already used once: start the call over.
+pub fn state_used() -> McpError {
+    McpError::invalid_params("Invalid requestState: used").with_data(json!({ "reason": "used" }))
+}
+
+/// A retry's opened state: the handler's own state, and the nonce that makes it single-use.
+#[derive(Debug)]
+pub struct OpenedState {
+    /// What the handler sealed.
+    pub state: Value,
+    /// The nonce minted with it (absent only from a state sealed by an older release).
+    pub nonce: Option<String>,
+}
+
+fn new_nonce() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the OS random source works");
+    crate::state::seal::hex(&bytes)
+}
+
 /// Reads `inputResponses` and opens `requestState` from a retry's params.
 pub fn open_retry(
     sealer: &Sealer,
     principal: &Principal,
     method: &str,
     params: &Map<String, Value>,
-) -> Result<(Map<String, Value>, Option<Value>), McpError> {
+) -> Result<(Map<String, Value>, Option<OpenedState>), McpError> {
     let responses = match params.get("inputResponses") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(responses)) => responses.clone(),
@@ -99,9 +120,10 @@ pub fn open_retry(
     let state = match params.get("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {
-            let opened =
+            let mut opened =
                 sealer.open(Purpose::RequestState, &binding(principal, method, params), sealed).map_err(state_error)?;
-            Some(opened)
+            let nonce = opened.get("n").and_then(Value::as_str).map(str::to_owned);
+            Some(OpenedState { state: opened.get_mut("s").map(Value::take).unwrap_or(Value::Null), nonce })
         }
         Some(_) => return Err(state_error(SealError::Malformed)),
     };
@@ -138,7 +160,9 @@ pub fn input_required_result(
     }
     // Always seal something so a retry is bound to this request even when the handler keeps no
     // state of its own.
-    let state = input.state.unwrap_or(Value::Null);
+    // The nonce travels sealed with the handler's state: a retry is served once per nonce when
+    // single use is on (see `crate::state::nonce`).
+    let state = json!({ "n": new_nonce(), "s": input.state.unwrap_or(Value::Null) });
     let sealed = sealer.seal(Purpose::RequestState, &binding(principal, method, params), REQUEST_STATE_TTL_MS, state);
     result.insert("requestState".into(), Value::String(sealed));
     Ok(result)

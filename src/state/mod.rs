@@ -1,13 +1,15 @@
 //! Cross-call state that does not live in instance memory: sealed envelopes the client
-//! carries for us, the clock and randomness they depend on, and the change bus behind
-//! `subscriptions/listen`.
+//! carries for us, the used nonces that make `requestState` single-use, the clock and
+//! randomness they depend on, and the change bus behind `subscriptions/listen`.
 
 pub mod bus;
 pub mod clock;
+pub mod nonce;
 pub mod random;
 pub mod seal;
 
 pub use bus::{ChangeBus, ChangeEvent, LocalBus, RedisBus};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use nonce::{MemoryNonces, NonceStore, RedisNonces, UnconfiguredNonces};
 pub use random::{Random, SeededRandom, SystemRandom};
 pub use seal::{Purpose, SealError, Sealer};

@@ -42,6 +42,8 @@ pub struct App {
     pub(crate) auth: crate::security::Authenticator,
     pub(crate) logger: crate::observe::Logger,
     pub(crate) platform: crate::security::PlatformIdentity,
+    /// Used `requestState` nonces (single use); `None` when `MCP_REQUEST_STATE_SINGLE_USE=off`.
+    pub(crate) request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
 }
 
 impl App {
@@ -69,6 +71,7 @@ impl App {
             listen_slots: Arc::default(),
             pending: Default::default(),
             platform: config.platform.clone(),
+            request_state_nonces: config.request_state_nonces.clone(),
         }
     }
 

@@ -54,8 +54,20 @@ pub(super) async fn handle(
                     ));
                     return error_response(Some(&id), &error);
                 }
+                if let (Some(nonces), Some(nonce)) =
+                    (&app.request_state_nonces, state.as_ref().and_then(|s| s.nonce.as_deref()))
+                {
+                    match nonces.consume(nonce, app.sealer.clock().now_ms(), mrtr::REQUEST_STATE_TTL_MS).await {
+                        Ok(true) => {}
+                        Ok(false) => return error_response(Some(&id), &mrtr::state_used()),
+                        Err(problem) => {
+                            let message = app.logger.fault("state.fault", "request_state.consume", &problem);
+                            return error_response(Some(&id), &McpError::internal(message));
+                        }
+                    }
+                }
                 ctx.input_responses = responses;
-                ctx.request_state = state;
+                ctx.request_state = state.map(|s| s.state);
             }
             Err(error) => return error_response(Some(&id), &error),
         }
