@@ -481,10 +481,11 @@ fn auth_config(
 
 /// Chooses the job store and queue. Deployed without `REDIS_URL`, the store is one whose every
 /// operation fails naming the variable: jobs never fall back to one instance's memory.
-fn jobs_backend(
-    deployed: bool,
-    var: &dyn Fn(&str) -> Option<String>,
-) -> Result<(JobsBackend, Option<Arc<dyn ChangeBus>>, Arc<dyn crate::state::NonceStore>), String> {
+/// What `jobs_backend` chooses: the job backend, the change bus (Redis pub/sub, or `None` for
+/// the in-process one) and where used `requestState` nonces are kept.
+type Backends = (JobsBackend, Option<Arc<dyn ChangeBus>>, Arc<dyn crate::state::NonceStore>);
+
+fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<Backends, String> {
     let mut backend = JobsBackend::local();
     let mut bus: Option<Arc<dyn ChangeBus>> = None;
     let mut nonces: Arc<dyn crate::state::NonceStore> = Arc::new(crate::state::MemoryNonces::default());
