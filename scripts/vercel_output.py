@@ -377,10 +377,18 @@ def run_smoke(results: Results) -> None:
         landing = endpoint.request("GET", "/")
         results.check("the landing page is served", landing.status == 200 and b"/api/mcp" in landing.body,
                       str(landing.status))
-        example = smoke.Endpoint(resource.replace("/api/mcp", "/api/examples/minimal"),
-                                 {"Authorization": f"Bearer {token}"}, 30).rpc("tools/list")
+        # Each example route is its own protected resource: its token names its own URL.
+        example_url = resource.replace("/api/mcp", "/api/examples/minimal")
+        example_token = hs256_token(hs_secret, {"iss": "https://issuer.smoke.test", "aud": example_url,
+                                                "sub": "smoke-user", "iat": now, "nbf": now, "exp": now + 600})
+        refused = smoke.Endpoint(example_url, {"Authorization": f"Bearer {token}"}, 30).rpc("tools/list")
+        results.check("an example route refuses a token for /api/mcp", refused.status == 401, str(refused.status))
+        example = smoke.Endpoint(example_url, {"Authorization": f"Bearer {example_token}"}, 30).rpc("tools/list")
         listed = [tool["name"] for tool in example.json().get("result", {}).get("tools", [])] if example.status == 200 else []
         results.check("an example route through its rewrite", listed == ["echo"], f"{example.status} {listed}")
+        document = endpoint.request("GET", "/.well-known/oauth-protected-resource/api/examples/minimal")
+        named = json.loads(document.body or b"{}").get("resource") if document.status == 200 else None
+        results.check("an example's own metadata through its rewrite", named == example_url, f"{document.status} {named}")
     finally:
         for process in processes:
             process.terminate()
