@@ -94,7 +94,8 @@ fn lease_from(headers: &HeaderMap) -> Result<Lease, &'static str> {
     let group = header(headers, "ce-vqsconsumergroup")
         .filter(|g| is_name(g))
         .ok_or("missing or invalid ce-vqsconsumergroup")?;
-    header(headers, "ce-vqsmessageid").filter(|m| is_name(m)).ok_or("missing or invalid ce-vqsmessageid")?;
+    let message_id =
+        header(headers, "ce-vqsmessageid").filter(|m| is_name(m)).ok_or("missing or invalid ce-vqsmessageid")?;
     let region = match header(headers, "ce-vqsregion") {
         Some(region) if is_region(region) => Some(region.to_owned()),
         Some(_) => return Err("invalid ce-vqsregion"),
@@ -108,6 +109,7 @@ fn lease_from(headers: &HeaderMap) -> Result<Lease, &'static str> {
         topic: topic.to_owned(),
         group: group.to_owned(),
         receipt: receipt.to_owned(),
+        message_id: message_id.to_owned(),
         oidc_token: header(headers, "x-vercel-oidc-token").map(str::to_owned),
     })
 }

@@ -10,7 +10,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -77,6 +77,8 @@ pub struct Lease {
     pub group: String,
     /// Receipt handle of this delivery.
     pub receipt: String,
+    /// The message the delivery says it carries (`ce-vqsmessageid`).
+    pub message_id: String,
     /// OIDC token to authenticate the acknowledgement.
     pub oidc_token: Option<String>,
 }
@@ -248,7 +250,7 @@ struct Delivery {
 struct LocalState {
     pending: VecDeque<Delivery>,
     /// Receipts of deliveries handed to the consumer and not yet settled.
-    in_flight: HashSet<String>,
+    in_flight: HashMap<String, String>,
     /// Receipts acknowledged while in flight. Only those count, so an acknowledgement for a
     /// delivery this queue never made (a hand-made request to the consumer route) leaves nothing.
     acked: HashSet<String>,
@@ -353,7 +355,7 @@ impl LocalQueue {
         delivery.attempts += 1;
         state.delivered += 1;
         let receipt = format!("{}-{}-{}", delivery.message_id, delivery.attempts, state.delivered);
-        state.in_flight.insert(receipt.clone());
+        state.in_flight.insert(receipt.clone(), delivery.message_id.clone());
         Some((consumer, delivery, receipt))
     }
 
@@ -470,14 +472,14 @@ impl QueueApi for LocalQueue {
     }
 
     fn confirm<'a>(&'a self, lease: &'a Lease, _: Duration) -> QueueFuture<'a, bool> {
-        // Only a delivery this queue handed out and has not settled is live.
-        let live = self.state.lock().expect("queue lock").in_flight.contains(&lease.receipt);
+        // Only a delivery this queue handed out, of that very message, and not settled is live.
+        let live = self.state.lock().expect("queue lock").in_flight.get(&lease.receipt) == Some(&lease.message_id);
         Box::pin(async move { Ok(live) })
     }
 
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
         let mut state = self.state.lock().expect("queue lock");
-        if state.in_flight.contains(&lease.receipt) {
+        if state.in_flight.contains_key(&lease.receipt) {
             state.acked.insert(lease.receipt.clone());
         }
         Box::pin(async { Ok(()) })
@@ -506,8 +508,45 @@ mod tests {
             topic: JOBS_TOPIC.into(),
             group: "local".into(),
             receipt: receipt.into(),
+            message_id: String::new(),
             oidc_token: None,
         }
+    }
+
+    #[tokio::test]
+    async fn only_a_live_delivery_of_that_message_is_confirmed() {
+        let queue = LocalQueue::new();
+        let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let (confirming, record) = (queue.clone(), seen.clone());
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let (queue, record) = (confirming.clone(), record.clone());
+            Box::pin(async move {
+                let header = |name: &str| request.headers()[name].to_str().unwrap().to_owned();
+                let real = Lease { message_id: header("ce-vqsmessageid"), ..lease(&header("ce-vqsreceipthandle")) };
+                let other_message = Lease { message_id: "local-99".into(), ..real.clone() };
+                let forged = Lease { receipt: "made-up".into(), ..real.clone() };
+                for candidate in [&real, &other_message, &forged] {
+                    let confirmed = queue.confirm(candidate, Duration::from_secs(1)).await.unwrap();
+                    record.lock().unwrap().push(confirmed);
+                }
+                queue.ack(&real).await.unwrap();
+                Response::new(Body::empty())
+            })
+        }));
+        queue
+            .publish(&JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "o".into(), steps: 1 }, None)
+            .await
+            .unwrap();
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [true, false, false],
+            "the real lease only; not another message's, not a made-up one"
+        );
+        assert!(
+            !queue.confirm(&lease("local-1-1-1"), Duration::from_secs(1)).await.unwrap(),
+            "a settled one is not live"
+        );
     }
 
     #[tokio::test]
