@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::redis::{PrivateRedis, redis, unique_prefix};
+use common::redis::{redis, unique_prefix};
 use std::sync::Arc;
 
 use vercel_mcp::jobs::model::{JOB_DEADLINE_MS, JOB_RETENTION_MS, JobRecord, JobState};
@@ -209,10 +209,7 @@ async fn a_request_state_nonce_is_used_once_across_instances() {
 
 #[tokio::test]
 async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
-    let Some(mut private) = PrivateRedis::start() else {
-        eprintln!("\n*** SKIPPED: no redis-server on PATH; the outage test did not run ***\n");
-        return;
-    };
+    let Some(mut private) = common::redis::private_redis() else { return };
     let clock = Arc::new(ManualClock::new(NOW));
     let sealer = Sealer::new(vec![("k".into(), vec![1; 32])], clock.clone()).unwrap();
     let store = Arc::new(RedisJobStore::new(&private.url(), &unique_prefix("outage")).unwrap());

@@ -1,5 +1,7 @@
 //! Finding a Redis for tests: `TEST_REDIS_URL`, else 127.0.0.1:6379, else a private
-//! `redis-server` started on a free port; `None` (and a loud message) when none can be had.
+//! `redis-server` started on a free port. When none can be had the test fails, unless
+//! `MCP_TEST_SKIP_REDIS=1` says skipping is fine; a skip is then recorded in
+//! `target/test-skips.log`, which `scripts/test.sh` prints in its summary.
 
 #![allow(dead_code)]
 
@@ -71,11 +73,32 @@ pub fn redis() -> Option<(String, Option<PrivateRedis>)> {
     match PrivateRedis::start() {
         Some(private) => Some((private.url(), Some(private))),
         None => {
-            eprintln!(
-                "\n*** SKIPPED: no Redis at 127.0.0.1:6379 and no redis-server on PATH; Redis tests did not run ***\n"
-            );
+            skip_or_fail("no Redis at 127.0.0.1:6379 and no redis-server on PATH");
             None
         }
+    }
+}
+
+/// A private `redis-server` (outage tests stop and restart it), under the same policy as [`redis`].
+pub fn private_redis() -> Option<PrivateRedis> {
+    let private = PrivateRedis::start();
+    if private.is_none() {
+        skip_or_fail("no redis-server on PATH (the outage tests start their own)");
+    }
+    private
+}
+
+/// Fails the calling test, unless `MCP_TEST_SKIP_REDIS=1`: then records the skip where the test
+/// command's summary reads it (a passing test's output is hidden, so a message alone is lost).
+fn skip_or_fail(why: &str) {
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    if std::env::var("MCP_TEST_SKIP_REDIS").as_deref() != Ok("1") {
+        panic!("{test}: Redis is required: {why}. Start one, or set MCP_TEST_SKIP_REDIS=1 to skip the Redis tests");
+    }
+    use std::io::Write;
+    let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-skips.log");
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        let _ = writeln!(file, "SKIPPED {test}: {why}");
     }
 }
 
