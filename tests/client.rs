@@ -99,10 +99,13 @@ async fn notifications_and_listen_streams() {
     assert_eq!(levels, [json!("error")]);
 
     let mut stream = client.listen(json!({"toolsListChanged": true})).await.unwrap();
-    let ack = stream.recv().await.unwrap();
+    let ack = common::bounded("the listen acknowledgement", stream.recv()).await.unwrap();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     client.call_tool("change", json!({})).await.unwrap();
-    assert_eq!(stream.recv().await.unwrap()["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        common::bounded("a notification", stream.recv()).await.unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
 }
 
 fn consent(answer: Result<bool, String>, asked: Arc<AtomicUsize>) -> ConsentFn {

@@ -137,12 +137,15 @@ async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
     let store = Arc::new(RedisJobStore::new(&black_hole().await, &unique_prefix("slow")).unwrap());
     let logs = Arc::new(MemorySink::default());
     let env = env_logging_to(store, logs.clone());
-    let error = env.jobs.submit(&alice(), 2, None).await.unwrap_err();
+    // Bounded: if the store's own timeout were lost, this test fails rather than hangs.
+    let error =
+        common::bounded("a submit against a silent Redis", env.jobs.submit(&alice(), 2, None)).await.unwrap_err();
     assert!(error.starts_with("job store unavailable"), "{error}");
     // The caller gets a correlation id; the server's log line with the same id says what failed.
     let id = error.rsplit_once("(correlation id ").map(|(_, rest)| rest.trim_end_matches(')')).expect("an id");
     let line = logs.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
     assert_eq!((line["correlationId"].as_str(), line["operation"].as_str()), (Some(id), Some("create")));
     let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: alice().id().into(), steps: 2 };
-    assert!(env.consumer.process(&message).await.is_err(), "the consumer reports it, so the queue redelivers");
+    let processed = common::bounded("a delivery against a silent Redis", env.consumer.process(&message)).await;
+    assert!(processed.is_err(), "the consumer reports it, so the queue redelivers");
 }

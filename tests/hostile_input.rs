@@ -78,7 +78,7 @@ async fn send_raw(addr: std::net::SocketAddr, body: &[u8]) -> String {
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.unwrap();
+    common::bounded("a raw response", stream.read_to_end(&mut out)).await.unwrap();
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -116,7 +116,7 @@ async fn header_injection_and_truncated_bodies() {
             .unwrap();
         stream.shutdown().await.unwrap();
         let mut sink = Vec::new();
-        let _ = stream.read_to_end(&mut sink).await;
+        let _ = common::bounded("the answer to a cut-off body", stream.read_to_end(&mut sink)).await;
     }
     still_serving(&f).await;
 }

@@ -548,7 +548,7 @@ async fn limited(limits: vercel_mcp::config::ConnectionLimits) -> common::TestSe
 async fn until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
     let mut received = Vec::new();
-    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_end(&mut received)).await;
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_end(&mut received)).await; // shorter than common::NETWORK_WAIT: the cut-off is the point
     assert!(read.is_ok(), "the server kept a slow connection open");
     received
 }

@@ -184,28 +184,45 @@ impl Call {
 
     /// Sends the request and reads the whole response.
     pub async fn send(self) -> Reply {
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(self.head().as_bytes()).await.unwrap();
-        stream.write_all(self.body.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.unwrap();
-        parse(&raw)
+        bounded("a request", async {
+            let mut stream = TcpStream::connect(self.addr).await.unwrap();
+            stream.write_all(self.head().as_bytes()).await.unwrap();
+            stream.write_all(self.body.as_bytes()).await.unwrap();
+            let mut raw = Vec::new();
+            stream.read_to_end(&mut raw).await.unwrap();
+            parse(&raw)
+        })
+        .await
     }
 
     /// Sends the request and returns the open stream after the response head, for SSE tests.
     pub async fn open(self) -> (u16, String, TcpStream) {
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(self.head().as_bytes()).await.unwrap();
-        stream.write_all(self.body.as_bytes()).await.unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).await.unwrap();
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8(head).unwrap();
-        let status = head[9..12].parse().unwrap();
-        (status, head, stream)
+        bounded("a response head", async {
+            let mut stream = TcpStream::connect(self.addr).await.unwrap();
+            stream.write_all(self.head().as_bytes()).await.unwrap();
+            stream.write_all(self.body.as_bytes()).await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                stream.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8(head).unwrap();
+            let status = head[9..12].parse().unwrap();
+            (status, head, stream)
+        })
+        .await
+    }
+}
+
+/// How long any network wait of a test may take before the test fails (rather than hangs).
+pub const NETWORK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `future`, failing the test if it takes longer than [`NETWORK_WAIT`].
+pub async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(NETWORK_WAIT, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} took more than {} s", NETWORK_WAIT.as_secs()),
     }
 }
 
@@ -223,7 +240,7 @@ pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
         if events.len() >= n {
             return events;
         }
-        let read = stream.read(&mut chunk).await.unwrap();
+        let read = bounded("the next SSE event", stream.read(&mut chunk)).await.unwrap();
         assert!(read > 0, "stream ended after {} events: {text}", events.len());
         buffer.extend_from_slice(&chunk[..read]);
     }
