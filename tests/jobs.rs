@@ -319,7 +319,7 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
 
 /// A store that fails (as a crashed consumer would stop) after a number of steps.
 struct CrashAfter {
-    inner: Arc<MemoryJobStore>,
+    inner: Arc<dyn JobStore>,
     steps_left: AtomicU32,
 }
 
@@ -512,4 +512,110 @@ async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
     assert_eq!(created, DEFAULT_JOBS_PER_MINUTE);
     clock.advance_ms(60_000);
     assert!(jobs.submit(&eve, 1, None).await.is_ok(), "a new minute, a new allowance");
+}
+
+/// Records every step a store actually applies, independently of the job's result (which is
+/// computed from the step count, so it cannot show a step applied twice): each advance gets its
+/// own timestamp, and a call applied its step (the one after `expected`) exactly when the record
+/// it returns carries that timestamp and is not cancelled; a refused compare-and-set returns the
+/// record as another call left it. Two writes for one `expected` are one step applied twice. Its first
+/// `rendezvous` advances wait for each other, so duplicate deliveries reach the compare-and-set
+/// at the same moment.
+struct CountingStore {
+    inner: Arc<dyn JobStore>,
+    /// The step (its expected count before) of every advance that wrote the record.
+    applied: std::sync::Mutex<Vec<u32>>,
+    barrier: tokio::sync::Barrier,
+    arrivals: AtomicU32,
+    rendezvous: u32,
+}
+
+impl CountingStore {
+    fn new(inner: Arc<dyn JobStore>, rendezvous: u32) -> Self {
+        let barrier = tokio::sync::Barrier::new(rendezvous.max(1) as usize);
+        Self { inner, applied: Default::default(), barrier, arrivals: AtomicU32::new(0), rendezvous }
+    }
+}
+
+impl JobStore for CountingStore {
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, q, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst);
+            if arrival < self.rendezvous {
+                self.barrier.wait().await;
+            }
+            let stamp = n + 1 + u64::from(arrival);
+            let record = self.inner.advance(o, j, e, stamp).await?;
+            // Written by this call, and not a cancellation: a step was applied.
+            let cancelled = vercel_mcp::jobs::model::JobState::Cancelled;
+            if record.as_ref().is_some_and(|r| r.updated_at == stamp && r.state != cancelled) {
+                self.applied.lock().unwrap().push(e);
+            }
+            Ok(record)
+        })
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.inner.sweep(n)
+    }
+}
+
+/// Duplicate deliveries at the same time, at the start and in the middle of a job, against the
+/// memory store and Redis: each step is applied exactly once, counted where it is applied.
+async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
+    const STEPS: u32 = 6;
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let (jobs, _queue) = service(inner.clone(), clock.clone());
+    let owner = Principal::verified(Some("dup"), None, vec![]);
+    let config = config(inner.clone(), clock.clone());
+    for (copies, head_start) in [(2, 0), (3, 0), (2, 3)] {
+        let handle = jobs.submit(&owner, i64::from(STEPS), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+        let job_id = vercel_mcp::jobs::handle::open(&config.sealer, owner.id(), &handle).unwrap();
+        let message = JobMessage { job_id, owner_id: owner.id().into(), steps: STEPS };
+        // A first delivery runs `head_start` steps alone, then dies; the duplicates meet mid-job.
+        if head_start > 0 {
+            let mut partial = vercel_mcp::consumer_from(&config);
+            partial.store = Arc::new(CrashAfter { inner: inner.clone(), steps_left: AtomicU32::new(head_start) });
+            assert!(partial.process(&message).await.is_err());
+        }
+        let counting = Arc::new(CountingStore::new(inner.clone(), copies));
+        let deliveries = (0..copies).map(|_| {
+            let mut consumer = vercel_mcp::consumer_from(&config);
+            consumer.store = counting.clone();
+            let message = message.clone();
+            tokio::spawn(async move { consumer.process(&message).await })
+        });
+        for delivery in deliveries.collect::<Vec<_>>() {
+            common::bounded("a duplicate delivery", delivery).await.unwrap().unwrap();
+        }
+        let mut applied = counting.applied.lock().unwrap().clone();
+        applied.sort_unstable();
+        let once: Vec<u32> = (head_start..STEPS).collect();
+        assert_eq!(applied, once, "{copies} copies from step {head_start}: each step applied exactly once");
+        let status = jobs.status(&owner, &handle).await.unwrap();
+        assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(STEPS)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn concurrent_duplicate_deliveries_apply_each_step_once_in_memory() {
+    duplicates_apply_each_step_once(Arc::new(MemoryJobStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn concurrent_duplicate_deliveries_apply_each_step_once_in_redis() {
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let store = vercel_mcp::jobs::redis_store::RedisJobStore::new(&url, &common::redis::unique_prefix("dup")).unwrap();
+    duplicates_apply_each_step_once(Arc::new(store)).await;
 }
