@@ -663,3 +663,64 @@ async fn every_endpoint_is_its_own_protected_resource() {
     assert_eq!(secure.status, 403, "{}", secure.text());
     assert_eq!(challenge(&secure)["scope"], "items:admin");
 }
+
+/// Key rotation against a JWKS whose answers the test controls, on an injected clock (cache
+/// lifetime 300 s, refetch floor 30 s): a key published after start-up is found by one refetch
+/// once the floor has passed, not before; a second unknown kid right after costs no fetch; a
+/// stale cache is refetched; a failed refetch keeps the keys already held; a key the JWKS drops
+/// is refused after the next refetch.
+#[tokio::test]
+async fn jwks_rotation_refetches_when_it_should_and_only_then() {
+    use std::sync::Mutex;
+    let served: Arc<Mutex<(u16, String)>> = Arc::new(Mutex::new((200, JWKS.to_owned())));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (answer, counter) = (served.clone(), fetches.clone());
+    let addr = common::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let (status, body) = answer.lock().unwrap().clone();
+        async move { (status, bytes::Bytes::from(body)) }
+    })
+    .await;
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", format!("http://{addr}/jwks.json")),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap();
+    let now = || vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
+    let signed = |kid: &str| rs256(&claims(json!({"iat": now(), "exp": now() + 600})), kid);
+    let verify = |token: String| {
+        let auth = config.auth.clone();
+        async move { auth.verify(&token).await.is_ok() }
+    };
+    let mut both: Value = serde_json::from_str(JWKS).unwrap();
+    let mut second = both["keys"][0].clone();
+    second["kid"] = json!("test-rsa-2");
+    both["keys"].as_array_mut().unwrap().push(second);
+    let both_keys = both.to_string();
+
+    assert!(verify(signed("test-rsa-1")).await, "the first key");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    *served.lock().unwrap() = (200, both_keys.clone());
+    clock.advance_ms(1_000);
+    assert!(!verify(signed("test-rsa-2")).await, "within the floor the new key is not fetched yet");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "no refetch inside the floor");
+    clock.advance_ms(30_000);
+    assert!(verify(signed("test-rsa-2")).await, "published after start-up: found by one refetch");
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    assert!(!verify(signed("test-rsa-3")).await, "an unknown kid");
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "right after a refetch, an unknown kid costs no fetch");
+    // The cache lifetime runs out while the JWKS is down: the held keys stay usable.
+    *served.lock().unwrap() = (500, String::new());
+    clock.advance_ms(300_000);
+    assert!(verify(signed("test-rsa-1")).await, "a failed refetch keeps the keys already held");
+    assert_eq!(fetches.load(Ordering::SeqCst), 3, "a stale cache is refetched");
+    // The next refetch drops the first key.
+    *served.lock().unwrap() = (200, JWKS.replace("test-rsa-1", "test-rsa-2"));
+    clock.advance_ms(300_000);
+    assert!(!verify(signed("test-rsa-1")).await, "a key the JWKS no longer lists is refused");
+    assert!(verify(signed("test-rsa-2")).await);
+    assert_eq!(fetches.load(Ordering::SeqCst), 4);
+}
