@@ -97,15 +97,16 @@ async fn huge_values_are_bounded_by_the_body_limit() {
 #[tokio::test]
 async fn header_injection_and_truncated_bodies() {
     let f = fixture().await;
-    // A CR/LF smuggled through the sentinel decodes to a value that cannot match the body.
+    // A CR/LF smuggled through the sentinel ("count\r\nX-Injected: 1") decodes to a value that
+    // cannot match the body: refused before dispatch, so the tool never runs.
     let reply = f
         .server
-        .modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "x"}}))
-        .replace("Mcp-Name", "=?base64?ZWNobw0KWC1JbmplY3RlZDogMQ==?=")
+        .modern(json!(1), "tools/call", json!({"name": "count", "arguments": {"n": 1}}))
+        .replace("Mcp-Name", "=?base64?Y291bnQNClgtSW5qZWN0ZWQ6IDE=?=")
         .send()
         .await;
     assert_eq!((reply.status, reply.code()), (400, -32020));
-    assert!(reply.header("x-injected").is_none());
+    assert_eq!(f.calls.load(std::sync::atomic::Ordering::SeqCst), 0, "the tool never ran");
     // A body shorter than its Content-Length: the server waits, then the client gives up; the
     // connection closes without a crash and the next request is served.
     {

@@ -87,7 +87,8 @@ fn create_options_are_fixed_deny_by_default_and_carry_no_env() {
     );
     let policy = options["networkPolicy"].as_object().unwrap();
     assert_eq!(policy.keys().collect::<Vec<_>>(), ["allow"]);
-    assert!(!SANDBOX_ALLOWED_HOSTS.is_empty() && options["networkPolicy"] != "allow-all");
+    assert!(!SANDBOX_ALLOWED_HOSTS.is_empty(), "deny by default means a list, and it is not empty");
+    assert_eq!(policy["allow"], json!(SANDBOX_ALLOWED_HOSTS), "only the listed hosts");
     let (repo, version) = SANDBOX_IMAGE.rsplit_once(':').unwrap();
     let name = repo.strip_prefix("vercel/sandbox/").unwrap();
     assert!(!name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase()), "{SANDBOX_IMAGE}");
@@ -95,7 +96,11 @@ fn create_options_are_fixed_deny_by_default_and_carry_no_env() {
     assert_eq!(options["timeout"], SANDBOX_TIMEOUT_MS);
     // No canary is planted in the environment (setting variables in a multi-threaded test
     // process is unsound); `the_sandbox_code_reads_no_environment` shows nothing could read one.
-    assert_eq!(build_sandbox_create_options(), build_sandbox_create_options(), "a fresh, equal copy each call");
+    // Each call builds its own value: what one caller does with its copy cannot reach the next.
+    let mut first = serde_json::to_value(build_sandbox_create_options()).unwrap();
+    first["networkPolicy"] = json!("allow-all");
+    first["persistent"] = json!(true);
+    assert_eq!(serde_json::to_value(build_sandbox_create_options()).unwrap(), options, "the next copy is pristine");
 }
 
 #[test]
