@@ -619,3 +619,54 @@ async fn concurrent_duplicate_deliveries_apply_each_step_once_in_redis() {
     let store = vercel_mcp::jobs::redis_store::RedisJobStore::new(&url, &common::redis::unique_prefix("dup")).unwrap();
     duplicates_apply_each_step_once(Arc::new(store)).await;
 }
+
+/// Counts the sweeps that reach the store.
+struct SweepCounter {
+    inner: Arc<dyn JobStore>,
+    sweeps: AtomicU32,
+}
+
+impl JobStore for SweepCounter {
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner.create(r, q, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner.advance(o, j, e, n)
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.sweeps.fetch_add(1, Ordering::SeqCst);
+        self.inner.sweep(n)
+    }
+}
+
+/// The cron route is public: a call without `CRON_SECRET`, or with a wrong or differently long
+/// one, gets 401 and never reaches the store; only the right secret sweeps.
+#[tokio::test]
+async fn an_unauthorised_sweep_never_reaches_the_store() {
+    let counter = Arc::new(SweepCounter { inner: Arc::new(MemoryJobStore::new()), sweeps: AtomicU32::new(0) });
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = config(counter.clone(), clock);
+    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await;
+    let path = "/api/cron/sweep-jobs";
+    let secret = "cron-secret-for-tests-0123456789";
+    for authorization in [None, Some("Bearer wrong"), Some("Bearer cron-secret-for-tests-012345678"), Some(secret)] {
+        let mut call = server.request("GET", path);
+        if let Some(value) = authorization {
+            call = call.header("Authorization", value);
+        }
+        assert_eq!(call.send().await.status, 401, "{authorization:?}");
+    }
+    assert_eq!(counter.sweeps.load(Ordering::SeqCst), 0, "no refused call swept anything");
+    let swept = server.request("GET", path).header("Authorization", &format!("Bearer {secret}")).send().await;
+    assert_eq!(swept.status, 200);
+    assert_eq!(counter.sweeps.load(Ordering::SeqCst), 1);
+}

@@ -223,8 +223,8 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     assert!(!error.contains("redis://"), "no URL in errors");
     assert!(jobs.submit(&alice, 2, None).await.unwrap_err().starts_with("job store unavailable"));
     assert!(private.restart());
-    // The connection manager reconnects; the earlier job survived only if Redis kept it (it
-    // does not persist here), and the failed submit left nothing behind either way.
+    // This Redis persists: the earlier job is still there after the restart, so an empty store
+    // could not pass for "nothing partial"; only the failed submit's writes must be missing.
     let mut reconnected = false;
     for _ in 0..50 {
         match jobs.status(&alice, &handle).await {
@@ -236,5 +236,11 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
         }
     }
     assert!(reconnected, "the store reconnects after the outage");
-    assert!(keys(&private.url(), "*").await.is_empty(), "no partial record from the failed submit");
+    assert_eq!(jobs.status(&alice, &handle).await.unwrap()["state"], "pending", "the earlier job survived the restart");
+    let records = keys(&private.url(), "*:job:*").await;
+    assert_eq!(
+        records.len(),
+        1,
+        "one job record, the earlier one: no partial record from the failed submit: {records:?}"
+    );
 }

@@ -52,6 +52,8 @@ fn registry(config: &Config) -> McpServer {
 
 async fn instance(redis_url: &str, prefix: &str) -> TestServer {
     let mut config = Config::for_tests(Arc::new(SystemClock));
+    // Short enough that a notification that never comes fails the test soon, not in 280 s.
+    config.listen_max_duration = std::time::Duration::from_secs(20);
     let redis = RedisJobStore::new(redis_url, prefix).unwrap();
     config.bus = vercel_mcp::state::RedisBus::new(redis_url, prefix, redis.connection()).unwrap();
     config.jobs.task_store = Arc::new(RedisTaskStore::new(redis));
@@ -126,6 +128,13 @@ async fn a_task_moves_between_instances() {
     .await;
     let done = wait_for(&b, &task_id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Ada and Grace");
+    // ... and the listener on B heard the status change A made: the task's full state, tagged
+    // with the subscription.
+    let heard: Vec<Value> = common::read_events(&mut stream, 2).await.into_iter().skip(1).collect();
+    let completed = heard.iter().find(|e| e["params"]["status"] == "completed").unwrap_or(&heard[0]);
+    assert_eq!(completed["method"], "notifications/tasks", "{heard:?}");
+    assert_eq!(completed["params"]["taskId"], task_id);
+    assert_eq!(completed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1");
     assert!(done.get("requestState").is_none());
 
     let running =
@@ -192,4 +201,54 @@ async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
         assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
         common::assert_fault_logged(message, &logs, "task.fault", operation);
     }
+}
+
+/// A task belongs to its creator: another principal can neither read nor cancel it (both answer
+/// as for an unknown id, and the task runs on), and its listen stream, though it names the task,
+/// hears nothing of it.
+#[tokio::test]
+async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    config.listen_max_duration = std::time::Duration::from_millis(500);
+    let server = TestServer::start(Arc::new(App::new(registry(&config), &config))).await;
+    let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
+    let as_caller = |who: &str, method: &str, mut params: Value| {
+        params["_meta"] = with_tasks();
+        let mut call = server.modern(json!(1), method, params.clone()).header("Authorization", who);
+        if let Some(task_id) = params["taskId"].as_str() {
+            call = call.header("Mcp-Name", task_id);
+        }
+        call.send()
+    };
+    let created = as_caller(&alice, "tools/call", json!({"name": "forever", "arguments": {}})).await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut bobs_stream) =
+        server.modern(json!("B"), "subscriptions/listen", listen).header("Authorization", &bob).open().await;
+    common::read_events(&mut bobs_stream, 1).await;
+
+    for method in ["tasks/get", "tasks/cancel"] {
+        let foreign = as_caller(&bob, method, json!({"taskId": task_id})).await.json();
+        assert!(foreign["error"].is_object(), "{method} by another principal is refused: {foreign}");
+        let unknown = as_caller(&bob, method, json!({"taskId": "no-such-task"})).await.json();
+        assert_eq!(foreign["error"]["code"], unknown["error"]["code"], "indistinguishable from an unknown id");
+    }
+    let mine = as_caller(&alice, "tasks/get", json!({"taskId": task_id})).await.json();
+    assert_eq!(mine["result"]["status"], "working", "bob's attempts changed nothing: {mine}");
+    as_caller(&alice, "tasks/cancel", json!({"taskId": task_id})).await;
+    // Bob's stream ends after its short lifetime; nothing about alice's task was on it.
+    let mut events = Vec::new();
+    loop {
+        let event = common::read_events(&mut bobs_stream, events.len() + 1).await.pop().unwrap();
+        let last = event.get("id").is_some();
+        events.push(event);
+        if last {
+            break;
+        }
+    }
+    assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }

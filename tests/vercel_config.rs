@@ -154,3 +154,45 @@ fn deploys_on_the_hobby_plan() {
         assert!((1..=300).contains(&max), "{name}: maxDuration {max} is above Hobby's 300 s");
     }
 }
+
+/// Deployed (`VERCEL` set), nothing that outlives a request may live in one instance's memory:
+/// without `REDIS_URL` every store refuses, naming the variable, instead of quietly keeping
+/// records in memory; the queue is Vercel Queues, never the in-process one. With `REDIS_URL`
+/// the stores are Redis.
+#[tokio::test]
+async fn a_deployment_never_falls_back_to_instance_memory() {
+    let deployed = |redis: bool| {
+        vercel_mcp::Config::from_lookup(
+            move |name| match name {
+                "VERCEL" => Some("1".into()),
+                "MCP_STATE_SECRET" => Some("k".repeat(32)),
+                "MCP_AUTH_MODE" => Some("off".into()),
+                "REDIS_URL" if redis => Some("redis://127.0.0.1:1".into()),
+                _ => None,
+            },
+            std::sync::Arc::new(vercel_mcp::state::SystemClock),
+        )
+        .unwrap()
+    };
+    let config = deployed(false);
+    assert!(config.jobs.local_queue.is_none(), "no in-process queue when deployed");
+    assert!(config.jobs.description.contains("Vercel Queues"), "{}", config.jobs.description);
+    let record = vercel_mcp::jobs::model::JobRecord::new("A".repeat(22), "sub:a".into(), 1, 0);
+    let quota = vercel_mcp::jobs::store::Quota::new(8, 256);
+    let job = config.jobs.store.create(&record, &quota, 0).await.unwrap_err();
+    let task = config.jobs.task_store.get("sub:a", "t").await.unwrap_err();
+    let item = config.jobs.item_store.list("sub:a").await.unwrap_err();
+    let name = config.jobs.name_list.append("n").await.unwrap_err();
+    for error in [job.message(), task.message(), item.message(), name.message()] {
+        assert!(error.contains("REDIS_URL"), "{error}");
+    }
+    let nonces = config.request_state_nonces.as_ref().expect("single use is on by default");
+    assert!(nonces.consume("n", 0, 1000).await.unwrap_err().contains("REDIS_URL"));
+
+    let with_redis = deployed(true);
+    assert!(with_redis.jobs.description.contains("Redis store"), "{}", with_redis.jobs.description);
+    assert!(with_redis.jobs.local_queue.is_none());
+    // Redis (here unreachable): the error is an outage, not a missing variable.
+    let outage = with_redis.jobs.store.create(&record, &quota, 0).await.unwrap_err();
+    assert!(!outage.message().contains("REDIS_URL is not set"), "{}", outage.message());
+}

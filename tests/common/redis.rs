@@ -13,13 +13,25 @@ use std::time::{Duration, Instant};
 pub struct PrivateRedis {
     pub port: u16,
     child: Option<Child>,
+    /// With persistence: where its append-only file lives (every write is on disk before it
+    /// is acknowledged, so a kill and a restart lose nothing).
+    dir: Option<std::path::PathBuf>,
 }
 
 impl PrivateRedis {
     /// Starts `redis-server` on a free port, if the binary exists.
     pub fn start() -> Option<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        let mut redis = Self { port, child: None };
+        let mut redis = Self { port, child: None, dir: None };
+        redis.restart().then_some(redis)
+    }
+
+    /// Starts one that keeps its data across a restart (`appendonly`, `appendfsync always`).
+    pub fn start_persistent() -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let dir = std::env::temp_dir().join(format!("vercel-mcp-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let mut redis = Self { port, child: None, dir: Some(dir) };
         redis.restart().then_some(redis)
     }
 
@@ -38,11 +50,14 @@ impl PrivateRedis {
     /// Starts it again on the same port; false if it could not start.
     pub fn restart(&mut self) -> bool {
         self.stop();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        let port = self.port.to_string();
+        let mut args = vec!["--port", &port, "--bind", "127.0.0.1", "--save", ""];
+        let dir = self.dir.as_ref().map(|d| d.to_string_lossy().into_owned());
+        match &dir {
+            Some(dir) => args.extend(["--appendonly", "yes", "--appendfsync", "always", "--dir", dir]),
+            None => args.extend(["--appendonly", "no"]),
+        }
+        let child = Command::new("redis-server").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
         let Ok(child) = child else { return false };
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -59,6 +74,9 @@ impl PrivateRedis {
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         self.stop();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -79,9 +97,10 @@ pub fn redis() -> Option<(String, Option<PrivateRedis>)> {
     }
 }
 
-/// A private `redis-server` (outage tests stop and restart it), under the same policy as [`redis`].
+/// A private `redis-server` that keeps its data across a restart (outage tests stop and restart
+/// it, and then check what it holds), under the same policy as [`redis`].
 pub fn private_redis() -> Option<PrivateRedis> {
-    let private = PrivateRedis::start();
+    let private = PrivateRedis::start_persistent();
     if private.is_none() {
         skip_or_fail("no redis-server on PATH (the outage tests start their own)");
     }
