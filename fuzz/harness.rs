@@ -21,14 +21,15 @@ impl LogSink for Discard {
 
 const NOW: u64 = 1_800_000_000_000;
 
-/// The combined catalogue, built once, on a fixed clock, logging nowhere.
-static APP: LazyLock<Arc<App>> = LazyLock::new(|| {
+/// The combined catalogue on a fixed clock, logging nowhere: a fresh one for every input, so
+/// no input depends on what an earlier one left behind (a full job cap, a used nonce).
+pub fn fresh_app() -> Arc<App> {
     let mut config = Config::for_tests(Arc::new(ManualClock::new(NOW)));
     config.log_sink = Arc::new(Discard);
     let mut server = McpServer::new("fuzz", "0.0.0");
     vercel_mcp::catalogue::register_all(&mut server, &config);
     Arc::new(App::new(server, &config))
-});
+}
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> =
     LazyLock::new(|| tokio::runtime::Builder::new_current_thread().build().expect("a runtime"));
@@ -37,12 +38,29 @@ fn sealer() -> Sealer {
     Sealer::new(vec![("k1".into(), vec![7; 32])], Arc::new(ManualClock::new(NOW))).expect("a valid key")
 }
 
-/// Sends one request through the whole pipeline; a 5xx for client input is a defect. The body
-/// is left unread (a listen stream would never end).
-fn send(request: http::Request<Bytes>) -> http::Response<vercel_mcp::transport::Body> {
-    let response = RUNTIME.block_on(vercel_mcp::transport::handle(&APP, request));
-    assert!(response.status().as_u16() < 500, "server error {} for client input", response.status());
-    response
+/// Sends one request through the whole pipeline and returns the status and, unless the answer
+/// is a stream (a listen stream would never end), the body. A 5xx for client input is a
+/// defect, and so is a JSON answer that is not one JSON-RPC message with a result or an error.
+fn send(app: &Arc<App>, request: http::Request<Bytes>) -> (u16, Option<String>) {
+    let response = RUNTIME.block_on(vercel_mcp::transport::handle(app, request));
+    let status = response.status().as_u16();
+    assert!(status < 500, "server error {status} for client input");
+    if response.body().is_stream() {
+        return (status, None);
+    }
+    let json = response.headers().get("content-type").is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+    let body = RUNTIME.block_on(http_body_util::BodyExt::collect(response.into_body())).expect("a body").to_bytes();
+    let text = String::from_utf8(body.to_vec()).expect("answers are UTF-8");
+    if json && !text.is_empty() {
+        let message: Value = serde_json::from_str(&text).expect("a JSON answer parses");
+        assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC: {text}");
+        let (result, error) = (message.get("result"), message.get("error"));
+        assert!(result.is_some() != error.is_some(), "exactly one of result and error: {text}");
+        if let Some(error) = error {
+            assert!(error["code"].is_i64() && error["message"].is_string(), "a malformed error: {text}");
+        }
+    }
+    (status, Some(text))
 }
 
 /// Headers (`name: value` lines up to a blank line) and a body, POSTed to `/api/mcp`.
@@ -61,7 +79,7 @@ pub fn request_pipeline(data: &[u8]) {
         }
     }
     if let Ok(request) = builder.body(Bytes::copy_from_slice(body)) {
-        let _ = send(request);
+        send(&fresh_app(), request);
     }
 }
 
@@ -93,12 +111,12 @@ fn modern_request(method: &str, name: Option<&str>, params: Value) -> http::Requ
 pub fn meta(data: &[u8]) {
     let meta: Value =
         serde_json::from_slice(data).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(data).into()));
-    send(modern_request("tools/list", None, json!({"_meta": meta})));
+    send(&fresh_app(), modern_request("tools/list", None, json!({"_meta": meta})));
 }
 
 /// `book_meeting` with an approving answer and `request_state` (none: the first round); returns
 /// the response body. Only a genuine sealed state from the first round may lead to a booking.
-pub fn book_meeting(request_state: Option<&str>) -> String {
+pub fn book_meeting(app: &Arc<App>, request_state: Option<&str>) -> String {
     let mut params = json!({
         "name": "book_meeting", "arguments": {"topic": "Q3 roadmap"},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -107,26 +125,56 @@ pub fn book_meeting(request_state: Option<&str>) -> String {
         params["requestState"] = json!(state);
         params["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"approved": true}}});
     }
-    let response = send(modern_request("tools/call", Some("book_meeting"), params));
-    let body = RUNTIME.block_on(http_body_util::BodyExt::collect(response.into_body())).expect("a body");
-    String::from_utf8_lossy(&body.to_bytes()).into_owned()
+    send(app, modern_request("tools/call", Some("book_meeting"), params)).1.expect("a JSON answer")
 }
 
-/// No input opens as sealed state (that would be a forgery), and the retry path never books
-/// with it.
+/// `genuine` (`v1.<kid>.<payload>.<tag>`) with its key id and tag taken from `data`, and its
+/// payload kept: the binding and the expiry are right, so only the MAC stands between the input
+/// and an opened envelope. Returns the envelope and whether it is the genuine one.
+pub fn forge(genuine: &str, data: &[u8]) -> (String, bool) {
+    use base64::Engine;
+    let parts: Vec<&str> = genuine.split('.').collect();
+    assert_eq!(parts.len(), 4, "an envelope: {genuine}");
+    let (choice, rest) = data.split_first().unwrap_or((&0, &[]));
+    let (kid, tag) = if choice & 1 == 0 {
+        (parts[1].to_owned(), rest)
+    } else {
+        // A key id from the input too (up to the first dot-free run of 8 bytes).
+        let cut = rest.len().min(8);
+        let kid: String = rest[..cut].iter().map(|&b| char::from(b'a' + b % 26)).collect();
+        (kid, &rest[cut..])
+    };
+    let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag);
+    let forged = format!("v1.{kid}.{}.{tag}", parts[2]);
+    let is_genuine = forged == genuine;
+    (forged, is_genuine)
+}
+
+/// No text opens as sealed state; and a correctly bound, unexpired requestState whose MAC (and
+/// key id) come from the input opens, and books, only if it is the genuine one.
 pub fn request_state(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     for purpose in [Purpose::RequestState, Purpose::JobHandle, Purpose::Cursor, Purpose::LegacySession] {
         assert!(sealer().open(purpose, b"caller", &text).is_err(), "forged envelope opened: {text:?}");
     }
-    let reply = book_meeting(Some(&text));
-    assert!(!reply.contains("Booked:"), "a forged requestState booked a meeting: {reply}");
+    let app = fresh_app();
+    assert!(!book_meeting(&app, Some(&text)).contains("Booked:"), "a forged requestState booked a meeting");
+    let first: Value = serde_json::from_str(&book_meeting(&app, None)).expect("JSON");
+    let genuine = first["result"]["requestState"].as_str().expect("the first round asks").to_owned();
+    let (forged, is_genuine) = forge(&genuine, data);
+    let reply = book_meeting(&app, Some(&forged));
+    assert!(is_genuine || !reply.contains("Booked:"), "a requestState with a forged MAC booked a meeting: {reply}");
 }
 
-/// No input opens as a job handle.
+/// No text opens as a job handle; and a handle minted for the caller, whose MAC (and key id)
+/// come from the input, opens only if it is the genuine one.
 pub fn job_handle(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     assert_eq!(handle::open(&sealer(), "caller", &text), None, "forged handle opened: {text:?}");
+    let genuine = handle::mint(&sealer(), "caller", "AAAAAAAAAAAAAAAAAAAAAA");
+    let (forged, is_genuine) = forge(&genuine, data);
+    let opened = handle::open(&sealer(), "caller", &forged);
+    assert!(is_genuine || opened.is_none(), "a handle with a forged MAC opened: {forged}");
 }
 
 /// A message parses only into a valid job, and what parses round-trips.

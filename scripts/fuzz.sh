@@ -3,13 +3,16 @@
 # Installs cargo-fuzz from crates.io when missing. The machine's stable toolchain builds the
 # targets with RUSTC_BOOTSTRAP=1 and no sanitizer (the code under test is safe Rust; the
 # property checks in fuzz/harness.rs are the oracle). A crash leaves its input in
-# fuzz/artifacts/<target>/; copy it to fuzz/regressions/<target>/ and tests/fuzz_regressions.rs
-# replays it in every test run from then on.
+# fuzz/artifacts/<target>/; minimize it and copy it to fuzz/regressions/<target>/, and
+# tests/fuzz_regressions.rs replays it in every test run from then on (fuzz/regressions/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 budget="${1:-60}"
 targets=(request_pipeline header_value meta request_state job_handle queue_message)
-command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+if ! cargo fuzz --version 2>/dev/null | grep -q '0\.13\.1'; then
+  echo "== installing cargo-fuzz 0.13.1 from crates.io"
+  cargo install cargo-fuzz --version 0.13.1 --locked --quiet
+fi
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build --sanitizer none -O
 status=0

@@ -9,7 +9,7 @@
 mod context;
 mod dispatch;
 pub mod listen;
-pub(crate) mod mrtr;
+pub mod mrtr;
 pub mod schema;
 mod template;
 
