@@ -724,3 +724,86 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     assert!(verify(signed("test-rsa-2")).await);
     assert_eq!(fetches.load(Ordering::SeqCst), 4);
 }
+
+/// The token checks the matrix above does not reach: `iat` more than a minute ahead, the size
+/// cap, a header algorithm other than the key's, `scp` (array and string) and `azp` in place of
+/// `scope` and `client_id`, and an ES256 key from the JWKS.
+#[tokio::test]
+async fn token_claims_algorithms_and_size_beyond_the_matrix() {
+    use base64::Engine;
+    use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    // An EC key made for this test, published beside the RSA one.
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+    let point = pair.public_key().as_ref(); // 0x04 || x || y
+    let mut jwks: Value = serde_json::from_str(JWKS).unwrap();
+    jwks["keys"].as_array_mut().unwrap().push(json!({
+        "kty": "EC", "crv": "P-256", "kid": "test-ec-1", "use": "sig", "alg": "ES256",
+        "x": b64(&point[1..33]), "y": b64(&point[33..65]),
+    }));
+    let served = jwks.to_string();
+    let addr = common::upstream::serve(move |_| {
+        let body = served.clone();
+        async move { (200, bytes::Bytes::from(body)) }
+    })
+    .await;
+    // RS384 and ES384 are allowed here, so a header naming them is refused for not being the
+    // key's algorithm, not for being off the list.
+    let config = auth_config(
+        format!("http://{addr}/jwks.json"),
+        &[("MCP_AUTH_MODE", "required"), ("MCP_AUTH_ALGORITHMS", "RS256,RS384,ES256,ES384")],
+    );
+    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let whoami = |token: String| {
+        server
+            .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+            .header("Authorization", &format!("Bearer {token}"))
+            .send()
+    };
+    let es256 = |claims: &Value| {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some("test-ec-1".into());
+        jsonwebtoken::encode(&header, claims, &EncodingKey::from_ec_der(pkcs8.as_ref())).unwrap()
+    };
+    let ok = whoami(es256(&claims(json!({})))).await;
+    assert_eq!(ok.status, 200, "an ES256 key from the JWKS: {}", ok.text());
+
+    let who = |reply: &common::Reply| -> Value {
+        serde_json::from_str(reply.json()["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let scp_array =
+        whoami(token(json!({"scope": null, "scp": ["mcp:read", "x:y"], "client_id": null, "azp": "app-azp"}))).await;
+    assert_eq!(scp_array.status, 200, "{}", scp_array.text());
+    assert_eq!(who(&scp_array), json!({"clientId": "app-azp", "scopes": ["mcp:read", "x:y"]}), "scp and azp are read");
+    let scp_string = whoami(token(json!({"scope": null, "scp": "mcp:read other"}))).await;
+    assert_eq!(who(&scp_string)["scopes"], json!(["mcp:read", "other"]));
+
+    for (case, bad) in [
+        ("iat two minutes ahead", token(json!({"iat": NOW + 120, "exp": NOW + 600}))),
+        ("RS256 key, RS384 header", {
+            let mut header = Header::new(Algorithm::RS384);
+            header.kid = Some("test-rsa-1".into());
+            jsonwebtoken::encode(&header, &claims(json!({})), &EncodingKey::from_rsa_pem(PRIVATE_KEY).unwrap()).unwrap()
+        }),
+        ("ES256 key, ES384 header", {
+            let mut header = Header::new(Algorithm::ES384);
+            header.kid = Some("test-ec-1".into());
+            format!(
+                "{}.{}.{}",
+                b64(serde_json::to_string(&header).unwrap().as_bytes()),
+                b64(claims(json!({})).to_string().as_bytes()),
+                b64(&[0; 96])
+            )
+        }),
+        ("over 16 KiB", token(json!({"padding": "x".repeat(17 * 1024)}))),
+    ] {
+        assert_eq!(whoami(bad).await.status, 401, "{case}");
+    }
+    assert_eq!(
+        whoami(token(json!({"iat": NOW + 30, "exp": NOW + 600}))).await.status,
+        200,
+        "a little clock skew passes"
+    );
+}

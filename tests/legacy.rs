@@ -123,3 +123,40 @@ async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
     // The same answer again has nobody waiting for it.
     assert_eq!(legacy(&f, answer).send().await.status, 400);
 }
+
+/// The legacy path with authentication on: the route and tool scopes hold as on the modern path
+/// (a listing shows only what the token allows, a call without the scope gets 403), and a
+/// pending server-to-client request can be answered only by the principal whose call asked.
+#[tokio::test]
+async fn legacy_calls_with_authentication_are_scoped_and_answered_only_by_their_caller() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let (reader, alice, bob) =
+        (bearer("reader", "mcp:read"), bearer("alice", "mcp:read mcp:write"), bearer("bob", "mcp:read mcp:write"));
+    let post = |who: &str, body: Value| {
+        server.post(body.to_string()).header("Authorization", who).header("MCP-Protocol-Version", "2025-11-25")
+    };
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = post(&alice, init).send().await.header("mcp-session-id").unwrap().to_owned();
+
+    let list = post(&reader, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}})).send().await.json();
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"get_job_status") && !names.contains(&"book_meeting"), "filtered by scope: {names:?}");
+    let book = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"book_meeting","arguments":{"topic":"Q3"}}});
+    let refused = post(&reader, book.clone()).header("Mcp-Session-Id", &session).send().await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+
+    let (status, _, mut stream) = post(&alice, book).header("Mcp-Session-Id", &session).open().await;
+    assert_eq!(status, 200);
+    let asked = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(asked["method"], "elicitation/create");
+    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"action":"accept","content":{"approved":true}}});
+    assert_eq!(post(&bob, answer.clone()).send().await.status, 400, "another principal cannot answer alice's request");
+    assert_eq!(post(&alice, answer).send().await.status, 202, "alice can, and her call was still waiting");
+    let done = read_events(&mut stream, 1).await.remove(0);
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap().starts_with("Booked:"), "{done}");
+}

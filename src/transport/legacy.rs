@@ -57,21 +57,38 @@ pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &Map<String, 
     }
 }
 
-/// In-flight server-to-client requests of this process, by their (random) JSON-RPC id.
+/// The waiting end of one server-to-client request.
+type Answer = oneshot::Sender<Result<Value, Value>>;
+
+/// In-flight server-to-client requests of this process, by their (random) JSON-RPC id, each
+/// with the principal whose call asked: only that principal may answer it.
 #[derive(Default)]
-pub(crate) struct PendingClientRequests(Mutex<HashMap<String, oneshot::Sender<Result<Value, Value>>>>);
+pub(crate) struct PendingClientRequests(Mutex<HashMap<String, (Arc<str>, Answer)>>);
 
 impl PendingClientRequests {
-    fn register(self: &Arc<Self>) -> (String, oneshot::Receiver<Result<Value, Value>>, PendingGuard) {
+    fn register(
+        self: &Arc<Self>,
+        principal: &Principal,
+    ) -> (String, oneshot::Receiver<Result<Value, Value>>, PendingGuard) {
         let id = format!("srv-{}", random_hex());
         let (tx, rx) = oneshot::channel();
-        self.0.lock().expect("pending lock").insert(id.clone(), tx);
+        self.0.lock().expect("pending lock").insert(id.clone(), (Arc::from(principal.id()), tx));
         let guard = PendingGuard { pending: self.clone(), id: id.clone() };
         (id, rx, guard)
     }
 
-    fn take(&self, id: &str) -> Option<oneshot::Sender<Result<Value, Value>>> {
-        self.0.lock().expect("pending lock").remove(id)
+    /// The waiting request `id`, if `principal` is the one it asked (another's answer leaves it
+    /// waiting).
+    fn take_for(&self, id: &str, principal: &Principal) -> Option<Answer> {
+        let mut pending = self.0.lock().expect("pending lock");
+        if pending.get(id).is_some_and(|(owner, _)| **owner == *principal.id()) {
+            return pending.remove(id).map(|(_, answer)| answer);
+        }
+        None
+    }
+
+    fn remove(&self, id: &str) {
+        self.0.lock().expect("pending lock").remove(id);
     }
 }
 
@@ -83,7 +100,7 @@ struct PendingGuard {
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
-        self.pending.take(&self.id);
+        self.pending.remove(&self.id);
     }
 }
 
@@ -98,12 +115,13 @@ fn random_hex() -> String {
 pub(super) fn deliver_client_response(
     app: &App,
     headers: &HeaderMap,
+    principal: &Principal,
     id: RequestId,
     outcome: Result<Value, Value>,
 ) -> Response<Body> {
     let legacy = headers::single(headers, headers::PROTOCOL_VERSION)
         .is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)));
-    let waiting = legacy.then(|| id.as_value().as_str().and_then(|id| app.pending.take(id))).flatten();
+    let waiting = legacy.then(|| id.as_value().as_str().and_then(|id| app.pending.take_for(id, principal))).flatten();
     match waiting {
         Some(sender) => {
             let _ = sender.send(outcome);
@@ -282,7 +300,7 @@ async fn fulfil(
         }
         let mut responses = Map::new();
         for (key, request) in &input.requests {
-            let (request_id, answer, _guard) = app.pending.register();
+            let (request_id, answer, _guard) = app.pending.register(&next.principal);
             let message = jsonrpc::request(&request_id, request.method(), request.params());
             if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
                 return Err(McpError::internal("Internal error: the client closed the stream"));

@@ -185,7 +185,9 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
     match Message::parse(&body) {
         Err(error) => error_response(None, &error),
         Ok(Message::Notification { .. }) => accepted(),
-        Ok(Message::Response { id, outcome }) => legacy::deliver_client_response(app, &parts.headers, id, outcome),
+        Ok(Message::Response { id, outcome }) => {
+            legacy::deliver_client_response(app, &parts.headers, &principal, id, outcome)
+        }
         Ok(Message::Request { id, method, params }) => {
             describe(app, record, &method, &params);
             let request_id = record.request_id.clone();
