@@ -701,3 +701,45 @@ async fn request_state_is_single_use_unless_turned_off() {
         }
     }
 }
+
+/// A `requestState` is bound to the tool it was minted for: the state `ask` sealed is refused on
+/// another tool, even one that never asks (other arguments on the same tool:
+/// `mrtr_state_is_sealed_bound_and_expires`).
+#[tokio::test]
+async fn request_state_is_bound_to_its_tool() {
+    let f = fixture().await;
+    let caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first = f.server.modern(json!(1), "tools/call", caps(call("ask", json!({})))).send().await.json();
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut elsewhere = call("count", json!({"n": 1}));
+    elsewhere["requestState"] = json!(state);
+    let reply = f.server.modern(json!(2), "tools/call", caps(elsewhere)).send().await;
+    assert_eq!(reply.code(), -32602, "{}", reply.text());
+    assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "the other tool never ran");
+}
+
+/// A plain JSON call (no progress token, so no stream) whose client goes away is cancelled too:
+/// the handler is dropped when the connection closes, not left running for nobody.
+#[tokio::test]
+async fn a_json_call_whose_client_leaves_is_cancelled() {
+    use tokio::io::AsyncWriteExt;
+    let f = fixture().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": with_meta(call("wait", json!({})))})
+        .to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(f.server.addr).await.unwrap();
+    let cancelled = f.cancelled.notified();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Give the server the request, then leave without reading an answer.
+    tokio::task::yield_now().await;
+    drop(stream);
+    common::bounded("the handler to be dropped", cancelled).await;
+}

@@ -670,3 +670,36 @@ async fn an_unauthorised_sweep_never_reaches_the_store() {
     assert_eq!(swept.status, 200);
     assert_eq!(counter.sweeps.load(Ordering::SeqCst), 1);
 }
+
+/// The consumer acknowledges a delivery only when it is done with it: one that runs out of its
+/// time budget answers 202 and one whose store fails answers 500; neither acknowledges, so the
+/// queue keeps the message to offer again (the crash test shows a redelivery finishing a job).
+#[tokio::test]
+async fn deliveries_that_do_not_finish_are_not_acknowledged() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let mut config = config(store.clone(), clock.clone());
+    config.consumer_budget = std::time::Duration::ZERO; // every delivery defers before its first step
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    let server = TestServer::start_routes(routes).await;
+    let handle =
+        payload(&server.call_tool("submit_job", json!({"steps": 2})).await)["jobId"].as_str().unwrap().to_owned();
+    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred");
+    assert_eq!(queue.pending_len(), 1, "not acknowledged: the message is offered again");
+    let status = payload(&server.call_tool("get_job_status", json!({"jobId": handle})).await);
+    assert_eq!(status["completedSteps"], 0);
+
+    // A store that fails: 500, not acknowledged either.
+    let mut failing = config.clone();
+    failing.jobs.store = Arc::new(UnconfiguredJobStore("the store is down"));
+    failing.consumer_budget = std::time::Duration::from_secs(50);
+    let other = LocalQueue::new();
+    let mut consumer = vercel_mcp::consumer_from(&failing);
+    consumer.queue = Arc::new(other.clone());
+    other.connect_consumer(Arc::new(consumer));
+    let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "anonymous".into(), steps: 1 };
+    vercel_mcp::jobs::queue::Publisher::publish(&other, &message, None).await.unwrap();
+    assert_eq!(other.deliver_next().await, Some(http::StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(other.pending_len(), 1, "still not acknowledged");
+}
