@@ -160,3 +160,19 @@ async fn legacy_calls_with_authentication_are_scoped_and_answered_only_by_their_
     let done = read_events(&mut stream, 1).await.remove(0);
     assert!(done["result"]["content"][0]["text"].as_str().unwrap().starts_with("Booked:"), "{done}");
 }
+
+/// A 2025 client that closes its call's stream cancels the call: the handler is dropped, as on
+/// the modern path.
+#[tokio::test]
+async fn closing_a_legacy_stream_cancels_the_handler() {
+    let f = fixture().await;
+    let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/call",
+        "params":{"name":"wait","arguments":{},"_meta":{"progressToken":"p1"}}});
+    let (status, head, mut stream) = legacy(&f, body).open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
+    assert_eq!(read_events(&mut stream, 1).await[0]["params"]["progressToken"], "p1");
+    let cancelled = f.cancelled.notified();
+    drop(stream);
+    common::bounded("the legacy handler to be dropped", cancelled).await;
+}

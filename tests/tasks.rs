@@ -252,3 +252,40 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     }
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }
+
+/// Cancelling a running task stops its work: the handler's future is dropped, not left running
+/// with its result discarded.
+#[tokio::test]
+async fn cancelling_a_task_drops_its_running_handler() {
+    struct Dropped(Arc<tokio::sync::Notify>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.notify_one();
+        }
+    }
+    let config = Config::for_tests(Arc::new(SystemClock));
+    let (started, stopped) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let mut server = McpServer::new("tasks-test", "1");
+    server.enable_tasks(vercel_mcp::catalogue::tasks_from(&config));
+    let (on_start, on_stop) = (started.clone(), stopped.clone());
+    server.tool(
+        ToolDef::new("long").description("Works until cancelled").task_support(TaskSupport::Required),
+        move |_, _: NoArguments| {
+            let (on_start, guard) = (on_start.clone(), Dropped(on_stop.clone()));
+            async move {
+                let _guard = guard;
+                on_start.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>(CallToolResult::text("never"))
+            }
+        },
+    );
+    let server = TestServer::start(Arc::new(App::new(server, &config))).await;
+    let created = task_call(&server, "tools/call", json!({"name": "long", "arguments": {}})).await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    common::bounded("the task to start", started.notified()).await;
+    let stop = stopped.notified();
+    task_call(&server, "tasks/cancel", json!({"taskId": task_id})).await;
+    common::bounded("the cancelled task's handler to be dropped", stop).await;
+    assert_eq!(wait_for(&server, &task_id, "cancelled").await["status"], "cancelled");
+}
