@@ -235,6 +235,31 @@ class Proxy(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
+def relay(handler: http.server.BaseHTTPRequestHandler, upstream: http.client.HTTPConnection, path: str,
+          body: bytes | None, headers: dict[str, str], extra: dict[str, str] | None = None) -> None:
+    """Sends the handler's request to `upstream` and streams the answer back chunk by chunk (so SSE
+    events arrive as they are written), adding `extra` headers; the connection closes after."""
+    try:
+        upstream.request(handler.command, path, body=body, headers=headers)
+        reply = upstream.getresponse()
+        handler.send_response(reply.status)
+        for key, value in reply.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                handler.send_header(key, value)
+        for key, value in (extra or {}).items():
+            handler.send_header(key, value)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        while chunk := reply.read1(65536):
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+    finally:
+        upstream.close()
+        handler.close_connection = True
+
+
 def start_proxy(endpoint: Endpoint) -> tuple[Proxy, str]:
     """A loopback forward proxy to the endpoint's origin that adds the smoke headers (the suite
     has no header option). Streams SSE answers through as they come."""
@@ -252,23 +277,7 @@ def start_proxy(endpoint: Endpoint) -> tuple[Proxy, str]:
             headers.update(endpoint.headers)
             cls = http.client.HTTPSConnection if endpoint.url.scheme == "https" else http.client.HTTPConnection
             upstream = cls(endpoint.url.hostname, endpoint.url.port, timeout=endpoint.timeout)
-            try:
-                upstream.request(self.command, self.path, body=body, headers=headers)
-                reply = upstream.getresponse()
-                self.send_response(reply.status)
-                for key, value in reply.getheaders():
-                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(key, value)
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                while chunk := reply.read1(65536):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            finally:
-                upstream.close()
-                self.close_connection = True
+            relay(self, upstream, self.path, body, headers)
 
         do_GET = do_POST = do_DELETE = do_OPTIONS = forward
 

@@ -281,23 +281,7 @@ def start_router(router: Router, ports: dict[str, int], port: int) -> Server:
                 return
             upstream = http.client.HTTPConnection("127.0.0.1", ports[path], timeout=60)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "content-length")}
-            try:
-                upstream.request(self.command, path + ("?" + query if query else ""), body=body, headers=headers)
-                reply = upstream.getresponse()
-                self.send_response(reply.status)
-                for key, value in reply.getheaders():
-                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(key, value)
-                for key, value in extra.items():
-                    self.send_header(key, value)
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                while chunk := reply.read1(65536):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            finally:
-                upstream.close()
+            smoke.relay(self, upstream, path + ("?" + query if query else ""), body, headers, extra)
 
         do_GET = do_POST = do_DELETE = do_OPTIONS = do_HEAD = route
 

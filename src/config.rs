@@ -211,14 +211,8 @@ impl Config {
             per_minute: number("MCP_JOBS_PER_MINUTE", defaults.per_minute.into(), 1, 1_000_000, &mut problems) as u32,
         };
         let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let single_use = match non_empty("MCP_REQUEST_STATE_SINGLE_USE").as_deref().map(str::trim) {
-            None | Some("on") => true,
-            Some("off") => false,
-            Some(_) => {
-                problems.push("MCP_REQUEST_STATE_SINGLE_USE must be on or off".to_owned());
-                true
-            }
-        };
+        let single_use =
+            switch("MCP_REQUEST_STATE_SINGLE_USE", non_empty("MCP_REQUEST_STATE_SINGLE_USE"), true, &mut problems);
         let jobs = match jobs_backend(deployed, &non_empty) {
             Ok(jobs) => Some(jobs),
             Err(problem) => {
@@ -447,14 +441,8 @@ fn auth_config(
         let listed = list("MCP_AUTH_SERVERS");
         if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }
     };
-    let client_credentials = match var("MCP_AUTH_CLIENT_CREDENTIALS").as_deref().map(str::trim) {
-        None | Some("off") => false,
-        Some("on") => true,
-        Some(_) => {
-            problems.push("MCP_AUTH_CLIENT_CREDENTIALS must be on or off".to_owned());
-            false
-        }
-    };
+    let client_credentials =
+        switch("MCP_AUTH_CLIENT_CREDENTIALS", var("MCP_AUTH_CLIENT_CREDENTIALS"), false, &mut problems);
     let route_scopes = list("MCP_AUTH_SCOPES");
     let mut scopes_supported = list("MCP_AUTH_SCOPES_SUPPORTED");
     let scopes_supported_configured = !scopes_supported.is_empty();
@@ -533,6 +521,19 @@ fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<
     Ok((backend, bus, nonces))
 }
 
+/// An `on`/`off` variable: unset means `default`; anything else is a problem (and `default`).
+fn switch(name: &str, value: Option<String>, default: bool, problems: &mut Vec<String>) -> bool {
+    match value.as_deref().map(str::trim) {
+        None => default,
+        Some("on") => true,
+        Some("off") => false,
+        Some(_) => {
+            problems.push(format!("{name} must be on or off"));
+            default
+        }
+    }
+}
+
 /// How to set a missing variable on Vercel: the command, the value it wants, and the redeploy
 /// that picks it up (a variable changes nothing in deployments made before it).
 fn set_with(name: &str, value: &str) -> String {
@@ -588,5 +589,16 @@ mod tests {
         let error = load(&[("MCP_STATE_SECRET", "tooshort-secret"), ("MCP_MAX_BODY_BYTES", "lots")]).unwrap_err();
         assert_eq!(error.0.len(), 2);
         assert!(!error.to_string().contains("tooshort-secret"));
+    }
+
+    #[test]
+    fn switches_take_on_or_off_and_name_themselves_otherwise() {
+        let error =
+            load(&[("MCP_REQUEST_STATE_SINGLE_USE", "yes"), ("MCP_AUTH_CLIENT_CREDENTIALS", "true")]).unwrap_err();
+        let text = error.to_string();
+        assert_eq!(error.0.len(), 2, "{text}");
+        assert!(text.contains("MCP_REQUEST_STATE_SINGLE_USE must be on or off"), "{text}");
+        assert!(text.contains("MCP_AUTH_CLIENT_CREDENTIALS must be on or off"), "{text}");
+        assert!(load(&[("MCP_REQUEST_STATE_SINGLE_USE", " off "), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]).is_ok());
     }
 }
