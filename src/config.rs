@@ -141,6 +141,42 @@ impl std::error::Error for ConfigError {}
 /// Default largest request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Seconds a listen stream needs, after `MCP_LISTEN_MAX_SECONDS`, to send its result and close
+/// before the MCP function's `maxDuration` cuts it.
+pub const LISTEN_CLOSE_MARGIN_SECONDS: u64 = 10;
+/// Seconds a queue delivery needs, after `MCP_CONSUMER_BUDGET_SECONDS`, to save its progress and
+/// defer before the consumer's `maxDuration` cuts it.
+pub const CONSUMER_DEFER_MARGIN_SECONDS: u64 = 5;
+
+/// `vercel.json`, compiled in. The executables and the file deploy from one checkout, so a
+/// duration setting that would outlast its function is refused at start-up instead of being cut
+/// off by the platform in the middle of a stream or a job step.
+const VERCEL_JSON: &str = include_str!("../vercel.json");
+
+/// The `maxDuration` that `vercel.json` gives `function` (`api/mcp.rs`, say).
+pub fn max_duration_seconds(function: &str) -> Option<u64> {
+    let config: serde_json::Value = serde_json::from_str(VERCEL_JSON).ok()?;
+    config["functions"][function]["maxDuration"].as_u64()
+}
+
+/// On Vercel, each duration setting must leave its function time to finish cleanly.
+fn check_durations(listen: u64, budget: u64, problems: &mut Vec<String>) {
+    let settings = [
+        ("MCP_LISTEN_MAX_SECONDS", listen, "api/mcp.rs", LISTEN_CLOSE_MARGIN_SECONDS, "close a listen stream"),
+        ("MCP_CONSUMER_BUDGET_SECONDS", budget, "api/queues/process-job.rs", CONSUMER_DEFER_MARGIN_SECONDS, "defer"),
+    ];
+    for (name, value, function, margin, what) in settings {
+        let Some(max) = max_duration_seconds(function) else { continue };
+        if value + margin > max {
+            problems.push(format!(
+                "{name} is {value} s but {function} may run {max} s (its maxDuration in vercel.json), and needs \
+                 {margin} s to {what}: set {name} to at most {} s, or raise that maxDuration",
+                max.saturating_sub(margin)
+            ));
+        }
+    }
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -202,6 +238,9 @@ impl Config {
         };
         let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
         let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        if deployed {
+            check_durations(listen, budget, &mut problems);
+        }
         let defaults = crate::jobs::service::JobLimits::default();
         let job_limits = crate::jobs::service::JobLimits {
             anonymous: number("MCP_JOB_CAP_ANONYMOUS", defaults.anonymous.into(), 0, 1_000_000, &mut problems) as u32,
@@ -600,5 +639,37 @@ mod tests {
         assert!(text.contains("MCP_REQUEST_STATE_SINGLE_USE must be on or off"), "{text}");
         assert!(text.contains("MCP_AUTH_CLIENT_CREDENTIALS must be on or off"), "{text}");
         assert!(load(&[("MCP_REQUEST_STATE_SINGLE_USE", " off "), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]).is_ok());
+    }
+
+    #[test]
+    fn a_deployment_refuses_durations_its_functions_cannot_finish() {
+        let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off")];
+        let secret = "k".repeat(32);
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = deployed.to_vec();
+            vars.push(("MCP_STATE_SECRET", &secret));
+            vars.extend_from_slice(extra);
+            load(&vars)
+        };
+        let mcp = max_duration_seconds("api/mcp.rs").expect("vercel.json sets api/mcp.rs's maxDuration");
+        let consumer = max_duration_seconds("api/queues/process-job.rs").expect("and the consumer's");
+        let fits = (mcp - LISTEN_CLOSE_MARGIN_SECONDS).to_string();
+        let too_long = (mcp - LISTEN_CLOSE_MARGIN_SECONDS + 1).to_string();
+        let budget_fits = (consumer - CONSUMER_DEFER_MARGIN_SECONDS).to_string();
+        let budget_too_long = consumer.to_string();
+
+        assert!(with(&[("MCP_LISTEN_MAX_SECONDS", &fits), ("MCP_CONSUMER_BUDGET_SECONDS", &budget_fits)]).is_ok());
+        let error = with(&[("MCP_LISTEN_MAX_SECONDS", &too_long), ("MCP_CONSUMER_BUDGET_SECONDS", &budget_too_long)])
+            .unwrap_err();
+        let text = error.to_string();
+        assert_eq!(error.0.len(), 2, "{text}");
+        assert!(
+            text.contains(&format!("MCP_LISTEN_MAX_SECONDS is {too_long} s but api/mcp.rs may run {mcp} s")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("set MCP_LISTEN_MAX_SECONDS to at most {fits} s")), "{text}");
+        assert!(text.contains(&format!("set MCP_CONSUMER_BUDGET_SECONDS to at most {budget_fits} s")), "{text}");
+        // Locally nothing cuts a function off, so the same settings start.
+        assert!(load(&[("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")]).is_ok());
     }
 }

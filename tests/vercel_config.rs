@@ -80,7 +80,7 @@ fn the_mcp_function_has_a_max_duration_that_outlasts_listen_streams() {
     let defaults =
         vercel_mcp::Config::from_lookup(|_| None, std::sync::Arc::new(vercel_mcp::state::SystemClock)).unwrap();
     assert!(
-        defaults.listen_max_duration.as_secs() + 10 <= max,
+        defaults.listen_max_duration.as_secs() + vercel_mcp::config::LISTEN_CLOSE_MARGIN_SECONDS <= max,
         "listen streams must close before the function is cut off"
     );
 }
@@ -122,7 +122,10 @@ fn the_queue_trigger_is_on_the_consumer_only() {
     let consumer_max = functions["api/queues/process-job.rs"]["maxDuration"].as_u64().unwrap();
     let defaults =
         vercel_mcp::Config::from_lookup(|_| None, std::sync::Arc::new(vercel_mcp::state::SystemClock)).unwrap();
-    assert!(defaults.consumer_budget.as_secs() + 5 <= consumer_max, "the consumer defers before it is cut off");
+    assert!(
+        defaults.consumer_budget.as_secs() + vercel_mcp::config::CONSUMER_DEFER_MARGIN_SECONDS <= consumer_max,
+        "the consumer defers before it is cut off"
+    );
 }
 
 #[test]
