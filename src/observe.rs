@@ -62,6 +62,8 @@ impl LogSink for MemorySink {
 #[derive(Clone)]
 pub struct Logger {
     sink: Arc<dyn LogSink>,
+    /// The clock every other part reads, so log times agree with record times (and tests pin them).
+    clock: Arc<dyn crate::state::Clock>,
     digest_key: (u64, u64),
     id_prefix: Arc<str>,
     sequence: Arc<std::sync::atomic::AtomicU64>,
@@ -83,6 +85,7 @@ impl Logger {
         let digest_key = (word(0..8), word(8..16));
         Self {
             sink,
+            clock: sealer.clock().clone(),
             digest_key,
             id_prefix: Arc::from(crate::state::seal::hex(&bytes).as_str()),
             sequence: Arc::new(std::sync::atomic::AtomicU64::new(u64::from(bytes[0]) << 32)),
@@ -114,8 +117,7 @@ impl Logger {
     }
 
     fn digest_with(&self, kind: &str, feed: impl FnOnce(&mut dyn Hasher)) -> String {
-        #[allow(deprecated)]
-        let mut hasher = std::hash::SipHasher::new_with_keys(self.digest_key.0, self.digest_key.1);
+        let mut hasher = siphasher::sip::SipHasher24::new_with_keys(self.digest_key.0, self.digest_key.1);
         hasher.write(kind.as_bytes());
         hasher.write_u8(0xff);
         feed(&mut hasher);
@@ -154,16 +156,12 @@ impl Logger {
 
     /// Emits an event line: `fields` must hold only ids, digests, counts and fixed words.
     pub fn event(&self, level: &str, event: &str, fields: Value) {
-        let mut line = json!({ "ts": iso8601(now_ms()), "level": level, "event": event });
+        let mut line = json!({ "ts": iso8601(self.clock.now_ms()), "level": level, "event": event });
         if let (Value::Object(line), Value::Object(fields)) = (&mut line, fields) {
             line.extend(fields);
         }
         self.sink.emit(line.to_string());
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
@@ -226,7 +224,7 @@ impl RequestRecord {
         // JSON escaping.
         let mut line: Vec<u8> = Vec::with_capacity(384);
         line.extend_from_slice(b"{\"ts\":\"");
-        write_iso8601(&mut line, now_ms());
+        write_iso8601(&mut line, logger.clock.now_ms());
         line.extend_from_slice(b"\",\"level\":\"");
         line.extend_from_slice(level.as_bytes());
         line.extend_from_slice(b"\",\"event\":\"request\"");
@@ -325,6 +323,30 @@ mod tests {
         assert_eq!(logger.digest_json("arguments", &value), logger.digest("arguments", value.to_string().as_bytes()));
         assert_ne!(logger.digest_json("arguments", &value), logger.digest_json("other", &value), "kinds separate");
         assert_eq!(logger.digest("principal", b"sub:a").len(), 16);
+    }
+
+    #[test]
+    fn digests_are_siphash_2_4_and_unchanged_by_the_move_off_the_std_hasher() {
+        let logger = logger();
+        #[allow(deprecated)]
+        let mut reference = std::hash::SipHasher::new_with_keys(logger.digest_key.0, logger.digest_key.1);
+        reference.write(b"principal");
+        reference.write_u8(0xff);
+        reference.write(b"sub:a");
+        assert_eq!(logger.digest("principal", b"sub:a"), crate::state::seal::hex(&reference.finish().to_be_bytes()));
+    }
+
+    #[test]
+    fn log_times_come_from_the_injected_clock() {
+        let clock = Arc::new(ManualClock::new(1_796_083_200_000)); // 2026-12-01T00:00:00Z
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        logger.event("info", "tick", json!({}));
+        clock.advance_ms(1_500);
+        RequestRecord::start(&logger).finish(&logger, 200, "ok", None, false);
+        let times: Vec<Value> = sink.lines().iter().map(|line| line["ts"].clone()).collect();
+        assert_eq!(times, [json!("2026-12-01T00:00:00.000Z"), json!("2026-12-01T00:00:01.500Z")]);
     }
 
     #[test]

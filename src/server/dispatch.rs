@@ -333,7 +333,7 @@ impl McpServer {
         } else if let Some((entry, vars)) = self.templates.iter().find_map(|t| t.matcher.matches(uri).map(|v| (t, v))) {
             ((entry.handler)(ctx, uri.to_owned(), vars).await?, None)
         } else {
-            return Err(resource_not_found(uri));
+            return Err(resource_not_found(uri, ctx.era));
         };
         match outcome {
             Outcome::Complete(contents) => {
@@ -439,15 +439,15 @@ pub(crate) fn unknown_tool(name: &str) -> McpError {
     McpError::invalid_params(format!("Tool {} not found", crate::protocol::error::truncate_for_message(name)))
 }
 
-/// `-32602` with the URI in `data`; the legacy path rewrites the code to `-32002`.
-pub(crate) fn resource_not_found(uri: &str) -> McpError {
-    McpError::invalid_params("Resource not found")
-        .with_data(json!({ "uri": crate::protocol::error::truncate_for_message(uri) }))
-}
-
-/// Whether an error is the modern "resource not found".
-pub(crate) fn is_resource_not_found(error: &McpError) -> bool {
-    error.code == ErrorCode::INVALID_PARAMS && error.message == "Resource not found"
+/// "Resource not found" with the URI in `data`: `-32602` in 2026-07-28, `-32002` (its code in
+/// 2025-11-25) on the legacy path.
+pub(crate) fn resource_not_found(uri: &str, era: Era) -> McpError {
+    let error = McpError::invalid_params("Resource not found")
+        .with_data(json!({ "uri": crate::protocol::error::truncate_for_message(uri) }));
+    match era {
+        Era::Modern => error,
+        Era::Legacy => McpError { code: ErrorCode::LEGACY_RESOURCE_NOT_FOUND, ..error },
+    }
 }
 
 fn invalid_cursor() -> McpError {

@@ -15,7 +15,6 @@ mod template;
 
 pub use context::{RequestContext, StreamEvent};
 pub use dispatch::Reply;
-pub(crate) use dispatch::is_resource_not_found as dispatch_is_resource_not_found;
 pub use template::UriTemplate;
 
 use schemars::JsonSchema;

@@ -248,10 +248,7 @@ async fn run(
             result.remove("cacheScope");
             (StatusCode::OK, jsonrpc::result_response(&id, &Value::Object(result)))
         }
-        Err(mut error) => {
-            if crate::server::dispatch_is_resource_not_found(&error) {
-                error.code = ErrorCode::LEGACY_RESOURCE_NOT_FOUND;
-            }
+        Err(error) => {
             // 2025-11-25 ties no status to JSON-RPC errors on a POST response; keep the
             // modern statuses only for transport-level failures.
             let status = if error.status == StatusCode::INTERNAL_SERVER_ERROR { StatusCode::OK } else { error.status };
