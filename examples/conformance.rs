@@ -719,5 +719,5 @@ fn fixture(config: &vercel_mcp::Config) -> McpServer {
 async fn main() -> std::io::Result<()> {
     let config = vercel_mcp::config_or_exit();
     let app = Arc::new(App::new(fixture(&config), &config));
-    local::serve(local::Routes::with_mcp(app), local::port_from_env()).await
+    local::serve(local::Routes::with_mcp(app), local::port_from_env()?).await
 }

@@ -56,6 +56,6 @@ async fn main() -> Result<(), vercel_runtime::Error> {
     }
     let routes = local::Routes::with_mcp(app).with_jobs(&config);
     routes.start_background_work();
-    local::serve(routes, local::port_from_env()).await?;
+    local::serve(routes, local::port_from_env()?).await?;
     Ok(())
 }

@@ -187,15 +187,8 @@ impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
         let mut problems = Vec::new();
         let deployed = lookup("VERCEL").is_some_and(|v| !v.is_empty());
-        let number = |name: &str, default: u64, min: u64, max: u64, problems: &mut Vec<String>| match lookup(name) {
-            None => default,
-            Some(raw) => match raw.trim().parse::<u64>() {
-                Ok(n) if (min..=max).contains(&n) => n,
-                _ => {
-                    problems.push(format!("{name} must be an integer from {min} to {max}"));
-                    default
-                }
-            },
+        let number = |name: &str, default: u64, min: u64, max: u64, problems: &mut Vec<String>| {
+            bounded_number(name, lookup(name), default, min..=max, problems)
         };
         let max_body_bytes =
             number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
@@ -424,7 +417,13 @@ fn auth_config(
             if !(parsed.as_ref().is_some_and(|u| u.scheme() == "https") || loopback) {
                 problems.push("MCP_JWKS_URL must be an https URL".to_owned());
             }
-            let ttl = var("MCP_JWKS_CACHE_SECONDS").and_then(|v| v.parse().ok()).unwrap_or(300);
+            let ttl = bounded_number(
+                "MCP_JWKS_CACHE_SECONDS",
+                var("MCP_JWKS_CACHE_SECONDS"),
+                300,
+                30..=86_400,
+                &mut problems,
+            );
             Some(KeySource::Url(Arc::new(JwksCache::new(
                 url,
                 Duration::from_secs(ttl),
@@ -466,16 +465,13 @@ fn auth_config(
             ));
         }
     }
-    let max_lifetime_secs = match var("MCP_AUTH_MAX_LIFETIME_SECONDS") {
-        None => 3600,
-        Some(raw) => match raw.trim().parse::<u64>() {
-            Ok(secs) if (60..=86_400).contains(&secs) => secs,
-            _ => {
-                problems.push("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400".to_owned());
-                3600
-            }
-        },
-    };
+    let max_lifetime_secs = bounded_number(
+        "MCP_AUTH_MAX_LIFETIME_SECONDS",
+        var("MCP_AUTH_MAX_LIFETIME_SECONDS"),
+        3600,
+        60..=86_400,
+        &mut problems,
+    );
     let authorization_servers = {
         let listed = list("MCP_AUTH_SERVERS");
         if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }
@@ -558,6 +554,24 @@ fn jobs_backend(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> Result<
     }
     backend.description = format!("jobs: {}", parts.join(", "));
     Ok((backend, bus, nonces))
+}
+
+/// A whole-number variable within `range`: unset means `default`; anything else is a problem.
+fn bounded_number(
+    name: &str,
+    value: Option<String>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    problems: &mut Vec<String>,
+) -> u64 {
+    match value.as_deref().map(str::trim).map(str::parse::<u64>) {
+        None => default,
+        Some(Ok(n)) if range.contains(&n) => n,
+        Some(_) => {
+            problems.push(format!("{name} must be an integer from {} to {}", range.start(), range.end()));
+            default
+        }
+    }
 }
 
 /// An `on`/`off` variable: unset means `default`; anything else is a problem (and `default`).
@@ -671,5 +685,20 @@ mod tests {
         assert!(text.contains(&format!("set MCP_CONSUMER_BUDGET_SECONDS to at most {budget_fits} s")), "{text}");
         // Locally nothing cuts a function off, so the same settings start.
         assert!(load(&[("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")]).is_ok());
+    }
+
+    #[test]
+    fn junk_numbers_are_problems_not_silent_defaults() {
+        let jwks = [("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = jwks.to_vec();
+            vars.extend_from_slice(extra);
+            load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let junk = with(&[("MCP_JWKS_CACHE_SECONDS", "soon"), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "59")]);
+        assert!(junk.contains("MCP_JWKS_CACHE_SECONDS must be an integer from 30 to 86400"), "{junk}");
+        assert!(junk.contains("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400"), "{junk}");
+        let fine = with(&[("MCP_JWKS_CACHE_SECONDS", " 600 "), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "60")]);
+        assert!(!fine.contains("MCP_JWKS_CACHE_SECONDS") && !fine.contains("MCP_AUTH_MAX_LIFETIME_SECONDS"), "{fine}");
     }
 }

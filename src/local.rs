@@ -138,9 +138,14 @@ fn not_found() -> Response<Body> {
     response
 }
 
-/// `PORT`, defaulting to 3000.
-pub fn port_from_env() -> u16 {
-    std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000)
+/// `PORT`, defaulting to 3000; anything but a port number is an error, not a silent default.
+pub fn port_from_env() -> std::io::Result<u16> {
+    match std::env::var("PORT") {
+        Err(_) => Ok(3000),
+        Ok(raw) => raw.trim().parse().map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "PORT must be a port number from 0 to 65535")
+        }),
+    }
 }
 
 /// Binds 127.0.0.1:`port` (0 picks a free port) and serves until the process ends.
