@@ -734,19 +734,21 @@ impl McpServer {
 /// argument stores that future twice (as the argument and as the awaited value), and the request
 /// path nests several such wrappers.
 pub(crate) fn catch_unwind<F: Future>(future: F) -> CatchUnwind<F> {
-    CatchUnwind(future)
+    CatchUnwind { inner: future }
 }
 
-/// The future [`catch_unwind`] returns.
-pub(crate) struct CatchUnwind<F>(F);
+pin_project_lite::pin_project! {
+    /// The future [`catch_unwind`] returns.
+    pub(crate) struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
+}
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = std::thread::Result<F::Output>;
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        // SAFETY: structural pinning of the only field, which is never moved out. This holds
-        // because `CatchUnwind` has no `Drop` impl and no manual `Unpin` impl; adding either
-        // anywhere in this module would break it.
-        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        let inner = self.project().inner;
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::observe::in_handler(|| inner.poll(cx)))) {
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
