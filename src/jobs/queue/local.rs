@@ -1,15 +1,9 @@
-//! The job queue: the message format, publishing, and acknowledging leases.
-//!
-//! Deployed, jobs go through Vercel Queues: [`VercelQueue`] publishes with the REST API and
-//! acknowledges leases after the consumer succeeds. In the local run, [`LocalQueue`] plays the
-//! platform's part in-process: it delivers each message to the same consumer handler over the
-//! same HTTP contract (a v2beta binary-mode CloudEvent) and redelivers until it is acknowledged.
+//! [`LocalQueue`]: the platform's part played in-process for the local run. It delivers each
+//! message to the consumer handler over the same HTTP contract as Vercel (a v2beta binary-mode
+//! CloudEvent) and redelivers until the delivery is acknowledged.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -17,212 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use super::handle::is_job_id;
-use super::model::{JOBS_TOPIC, MAX_STEPS};
+use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use crate::jobs::model::JOBS_TOPIC;
 use crate::transport::Body;
-
-/// A boxed, sendable future.
-pub type QueueFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
-
-/// A boxed publish future.
-pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send + 'a>>;
-
-/// Why a message was not published. The text is for the caller: no URLs, tokens or keys.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PublishError {
-    /// The queue is at capacity: an answer for the caller (try again later), not a fault.
-    Full(String),
-    /// The queue could not be reached or refused the message: a fault for an operator.
-    Failed(String),
-}
-
-/// What the queue carries: which job to run, for whom, and how many steps.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobMessage {
-    /// The raw job id.
-    pub job_id: String,
-    /// The owning principal (trusted only because the consumer is reachable by the queue alone,
-    /// and checked against the store: a job must exist under this owner to be worked on).
-    pub owner_id: String,
-    /// Steps to run.
-    pub steps: u32,
-}
-
-impl JobMessage {
-    /// Parses and validates a message body; `None` for anything that is not exactly a job.
-    pub fn parse(body: &[u8]) -> Option<Self> {
-        let value: Value = serde_json::from_slice(body).ok()?;
-        let object = value.as_object()?;
-        let job_id = object.get("jobId")?.as_str()?;
-        let owner_id = object.get("ownerId")?.as_str()?;
-        let steps = object.get("steps")?.as_u64()?;
-        let valid = is_job_id(job_id)
-            && !owner_id.is_empty()
-            && owner_id.len() <= 512
-            && (1..=u64::from(MAX_STEPS)).contains(&steps);
-        valid.then(|| Self { job_id: job_id.to_owned(), owner_id: owner_id.to_owned(), steps: steps as u32 })
-    }
-}
-
-/// The lease a consumer acknowledges once it has processed a delivery.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
-    /// Region the message was delivered from (`ce-vqsregion`).
-    pub region: Option<String>,
-    /// Topic.
-    pub topic: String,
-    /// Consumer group.
-    pub group: String,
-    /// Receipt handle of this delivery.
-    pub receipt: String,
-    /// The message the delivery says it carries (`ce-vqsmessageid`).
-    pub message_id: String,
-    /// OIDC token to authenticate the acknowledgement.
-    pub oidc_token: Option<String>,
-}
-
-/// Publishing side.
-pub trait Publisher: Send + Sync + 'static {
-    /// Enqueues `message` on the jobs topic. `oidc_token` authenticates against the platform.
-    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a>;
-}
-
-/// The consumer group Vercel derives from `api/queues/process-job.rs`, the one function whose
-/// trigger consumes the jobs topic (`/` is `_S`, `.` is `_D`; see `vercel build`'s output).
-pub const VERCEL_CONSUMER_GROUP: &str = "api_Squeues_Sprocess-job_Drs";
-
-/// Consuming side: confirming a delivery's lease before acting on it, and acknowledging it
-/// after (so the message is not redelivered).
-pub trait QueueApi: Send + Sync + 'static {
-    /// The consumer group this deployment's deliveries come from; any other is refused before
-    /// the queue is asked anything.
-    fn consumer_group(&self) -> &str;
-    /// Asks the queue whether `lease` is a live lease of this deployment, extending its
-    /// visibility to `visibility` (so it is not redelivered while the work runs). `Ok(false)`:
-    /// the queue does not know it (a forged or stale delivery); `Err`: the queue could not be asked.
-    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool>;
-    /// Deletes the lease.
-    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
-}
-
-/// Vercel Queues over its REST API.
-#[derive(Clone, Debug)]
-pub struct VercelQueue {
-    /// `https://{region}.vercel-queue.com` unless overridden (loopback test doubles).
-    base_url: Option<String>,
-    region: String,
-    deployment_id: Option<String>,
-    env_token: Option<String>,
-}
-
-impl VercelQueue {
-    /// `region` defaults to `iad1`; `base_url` overrides the regional host.
-    pub fn new(
-        base_url: Option<String>,
-        region: Option<String>,
-        deployment_id: Option<String>,
-        env_token: Option<String>,
-    ) -> Self {
-        Self { base_url, region: region.unwrap_or_else(|| "iad1".into()), deployment_id, env_token }
-    }
-
-    fn base(&self, region: Option<&str>) -> String {
-        match &self.base_url {
-            Some(base) => base.trim_end_matches('/').to_owned(),
-            None => format!("https://{}.vercel-queue.com", region.unwrap_or(&self.region)),
-        }
-    }
-
-    fn token<'a>(&'a self, request_token: Option<&'a str>) -> Result<&'a str, String> {
-        request_token
-            .or(self.env_token.as_deref())
-            .ok_or_else(|| "no Vercel OIDC token (x-vercel-oidc-token header or VERCEL_OIDC_TOKEN)".to_owned())
-    }
-}
-
-impl Publisher for VercelQueue {
-    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a> {
-        Box::pin(async move { self.send_message(message, oidc_token).await.map_err(PublishError::Failed) })
-    }
-}
-
-impl VercelQueue {
-    async fn send_message(&self, message: &JobMessage, oidc_token: Option<&str>) -> Result<(), String> {
-        let token = self.token(oidc_token)?;
-        let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .header("vqs-idempotency-key", &message.job_id);
-        if let Some(deployment) = &self.deployment_id {
-            request = request.header("vqs-deployment-id", deployment);
-        }
-        let body = serde_json::to_vec(message).expect("messages serialise");
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
-        let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
-        if response.status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the queue refused the message (HTTP {})", response.status.as_u16()))
-        }
-    }
-}
-
-impl VercelQueue {
-    fn lease_url(&self, lease: &Lease) -> String {
-        format!(
-            "{}/api/v3/topic/{}/consumer/{}/lease/{}",
-            self.base(lease.region.as_deref()),
-            lease.topic,
-            lease.group,
-            lease.receipt
-        )
-    }
-}
-
-impl QueueApi for VercelQueue {
-    fn consumer_group(&self) -> &str {
-        VERCEL_CONSUMER_GROUP
-    }
-
-    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool> {
-        Box::pin(async move {
-            let token = self.token(lease.oidc_token.as_deref())?;
-            let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
-                .expect("json");
-            let request = Request::patch(self.lease_url(lease))
-                .header("authorization", format!("Bearer {token}"))
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
-            match response.status {
-                s if s.is_success() => Ok(true),
-                // Unknown, stale or not ours: nothing to act on.
-                StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE => Ok(false),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Ok(false),
-                s => Err(format!("the queue could not confirm the lease (HTTP {})", s.as_u16())),
-            }
-        })
-    }
-
-    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
-        Box::pin(async move {
-            let token = self.token(lease.oidc_token.as_deref())?;
-            let request = Request::delete(self.lease_url(lease))
-                .header("authorization", format!("Bearer {token}"))
-                .body(Full::new(Bytes::new()))
-                .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
-            // 404/409: the lease is already gone or was re-leased; the work is idempotent either way.
-            match response.status {
-                s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => Ok(()),
-                s => Err(format!("the queue refused the acknowledgement (HTTP {})", s.as_u16())),
-            }
-        })
-    }
-}
 
 /// How many deliveries the local run's worker makes at once.
 pub const CONCURRENT_DELIVERIES: usize = 4;
@@ -486,17 +277,6 @@ impl QueueApi for LocalQueue {
     }
 }
 
-/// A publisher that always fails (fault tests, and deployments missing configuration).
-#[derive(Debug)]
-pub struct FailingPublisher(pub String);
-
-impl Publisher for FailingPublisher {
-    fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> PublishFuture<'a> {
-        let message = self.0.clone();
-        Box::pin(async move { Err(PublishError::Failed(message)) })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -705,29 +485,5 @@ mod tests {
         assert_eq!(queue.pending_len(), 0);
         let state = queue.state.lock().unwrap();
         assert!(state.in_flight.is_empty() && state.acked.is_empty());
-    }
-
-    #[test]
-    fn parses_only_well_formed_messages() {
-        let id = "AAAAAAAAAAAAAAAAAAAAAA";
-        assert_eq!(
-            JobMessage::parse(format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"extra":1}}"#).as_bytes()),
-            Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3 })
-        );
-        for bad in [
-            "null".to_owned(),
-            "{}".to_owned(),
-            "not json".to_owned(),
-            r#"{"jobId":"","ownerId":"sub:a","steps":3}"#.to_owned(),
-            format!(r#"{{"jobId":"{id}","ownerId":"","steps":3}}"#),
-            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":0}}"#),
-            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":1.5}}"#),
-            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":101}}"#),
-            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":"3"}}"#),
-            r#"{"jobId":"../../etc","ownerId":"sub:a","steps":3}"#.to_owned(),
-            format!(r#"[{{"jobId":"{id}","ownerId":"sub:a","steps":3}}]"#),
-        ] {
-            assert_eq!(JobMessage::parse(bad.as_bytes()), None, "{bad}");
-        }
     }
 }

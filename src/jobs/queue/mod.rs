@@ -1,0 +1,146 @@
+//! The job queue: the message format, publishing, and acknowledging leases.
+//!
+//! Deployed, jobs go through Vercel Queues: [`VercelQueue`] publishes with the REST API and
+//! acknowledges leases after the consumer succeeds. In the local run, [`LocalQueue`] plays the
+//! platform's part in-process: it delivers each message to the same consumer handler over the
+//! same HTTP contract (a v2beta binary-mode CloudEvent) and redelivers until it is acknowledged.
+//!
+//! This file holds the message and the two sides' traits; `vercel.rs` the REST client;
+//! `local.rs` the in-process queue.
+
+mod local;
+mod vercel;
+
+pub use local::{CONCURRENT_DELIVERIES, DeliverFn, LOCAL_CONSUMER_GROUP, LocalQueue, MAX_PENDING};
+pub use vercel::{VERCEL_CONSUMER_GROUP, VercelQueue};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::handle::is_job_id;
+use super::model::MAX_STEPS;
+
+/// A boxed, sendable future.
+pub type QueueFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// A boxed publish future.
+pub type PublishFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PublishError>> + Send + 'a>>;
+
+/// Why a message was not published. The text is for the caller: no URLs, tokens or keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The queue is at capacity: an answer for the caller (try again later), not a fault.
+    Full(String),
+    /// The queue could not be reached or refused the message: a fault for an operator.
+    Failed(String),
+}
+
+/// What the queue carries: which job to run, for whom, and how many steps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobMessage {
+    /// The raw job id.
+    pub job_id: String,
+    /// The owning principal (trusted only because the consumer is reachable by the queue alone,
+    /// and checked against the store: a job must exist under this owner to be worked on).
+    pub owner_id: String,
+    /// Steps to run.
+    pub steps: u32,
+}
+
+impl JobMessage {
+    /// Parses and validates a message body; `None` for anything that is not exactly a job.
+    pub fn parse(body: &[u8]) -> Option<Self> {
+        let value: Value = serde_json::from_slice(body).ok()?;
+        let object = value.as_object()?;
+        let job_id = object.get("jobId")?.as_str()?;
+        let owner_id = object.get("ownerId")?.as_str()?;
+        let steps = object.get("steps")?.as_u64()?;
+        let valid = is_job_id(job_id)
+            && !owner_id.is_empty()
+            && owner_id.len() <= 512
+            && (1..=u64::from(MAX_STEPS)).contains(&steps);
+        valid.then(|| Self { job_id: job_id.to_owned(), owner_id: owner_id.to_owned(), steps: steps as u32 })
+    }
+}
+
+/// The lease a consumer acknowledges once it has processed a delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Region the message was delivered from (`ce-vqsregion`).
+    pub region: Option<String>,
+    /// Topic.
+    pub topic: String,
+    /// Consumer group.
+    pub group: String,
+    /// Receipt handle of this delivery.
+    pub receipt: String,
+    /// The message the delivery says it carries (`ce-vqsmessageid`).
+    pub message_id: String,
+    /// OIDC token to authenticate the acknowledgement.
+    pub oidc_token: Option<String>,
+}
+
+/// Publishing side.
+pub trait Publisher: Send + Sync + 'static {
+    /// Enqueues `message` on the jobs topic. `oidc_token` authenticates against the platform.
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a>;
+}
+
+/// Consuming side: confirming a delivery's lease before acting on it, and acknowledging it
+/// after (so the message is not redelivered).
+pub trait QueueApi: Send + Sync + 'static {
+    /// The consumer group this deployment's deliveries come from; any other is refused before
+    /// the queue is asked anything.
+    fn consumer_group(&self) -> &str;
+    /// Asks the queue whether `lease` is a live lease of this deployment, extending its
+    /// visibility to `visibility` (so it is not redelivered while the work runs). `Ok(false)`:
+    /// the queue does not know it (a forged or stale delivery); `Err`: the queue could not be asked.
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool>;
+    /// Deletes the lease.
+    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
+}
+
+/// A publisher that always fails (fault tests, and deployments missing configuration).
+#[derive(Debug)]
+pub struct FailingPublisher(pub String);
+
+impl Publisher for FailingPublisher {
+    fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> PublishFuture<'a> {
+        let message = self.0.clone();
+        Box::pin(async move { Err(PublishError::Failed(message)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_well_formed_messages() {
+        let id = "AAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(
+            JobMessage::parse(format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"extra":1}}"#).as_bytes()),
+            Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3 })
+        );
+        for bad in [
+            "null".to_owned(),
+            "{}".to_owned(),
+            "not json".to_owned(),
+            r#"{"jobId":"","ownerId":"sub:a","steps":3}"#.to_owned(),
+            format!(r#"{{"jobId":"{id}","ownerId":"","steps":3}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":0}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":1.5}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":101}}"#),
+            format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":"3"}}"#),
+            r#"{"jobId":"../../etc","ownerId":"sub:a","steps":3}"#.to_owned(),
+            format!(r#"[{{"jobId":"{id}","ownerId":"sub:a","steps":3}}]"#),
+        ] {
+            assert_eq!(JobMessage::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! [`VercelQueue`]: publishing and lease handling over the Vercel Queues REST API.
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use std::time::Duration;
+
+use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use crate::jobs::model::JOBS_TOPIC;
+
+/// The consumer group Vercel derives from `api/queues/process-job.rs`, the one function whose
+/// trigger consumes the jobs topic (`/` is `_S`, `.` is `_D`; see `vercel build`'s output).
+pub const VERCEL_CONSUMER_GROUP: &str = "api_Squeues_Sprocess-job_Drs";
+
+/// Vercel Queues over its REST API.
+#[derive(Clone, Debug)]
+pub struct VercelQueue {
+    /// `https://{region}.vercel-queue.com` unless overridden (loopback test doubles).
+    base_url: Option<String>,
+    region: String,
+    deployment_id: Option<String>,
+    env_token: Option<String>,
+}
+
+impl VercelQueue {
+    /// `region` defaults to `iad1`; `base_url` overrides the regional host.
+    pub fn new(
+        base_url: Option<String>,
+        region: Option<String>,
+        deployment_id: Option<String>,
+        env_token: Option<String>,
+    ) -> Self {
+        Self { base_url, region: region.unwrap_or_else(|| "iad1".into()), deployment_id, env_token }
+    }
+
+    fn base(&self, region: Option<&str>) -> String {
+        match &self.base_url {
+            Some(base) => base.trim_end_matches('/').to_owned(),
+            None => format!("https://{}.vercel-queue.com", region.unwrap_or(&self.region)),
+        }
+    }
+
+    fn token<'a>(&'a self, request_token: Option<&'a str>) -> Result<&'a str, String> {
+        request_token
+            .or(self.env_token.as_deref())
+            .ok_or_else(|| "no Vercel OIDC token (x-vercel-oidc-token header or VERCEL_OIDC_TOKEN)".to_owned())
+    }
+}
+
+impl Publisher for VercelQueue {
+    fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a> {
+        Box::pin(async move { self.send_message(message, oidc_token).await.map_err(PublishError::Failed) })
+    }
+}
+
+impl VercelQueue {
+    async fn send_message(&self, message: &JobMessage, oidc_token: Option<&str>) -> Result<(), String> {
+        let token = self.token(oidc_token)?;
+        let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .header("vqs-idempotency-key", &message.job_id);
+        if let Some(deployment) = &self.deployment_id {
+            request = request.header("vqs-deployment-id", deployment);
+        }
+        let body = serde_json::to_vec(message).expect("messages serialise");
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
+        let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+        if response.status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the queue refused the message (HTTP {})", response.status.as_u16()))
+        }
+    }
+}
+
+impl VercelQueue {
+    fn lease_url(&self, lease: &Lease) -> String {
+        format!(
+            "{}/api/v3/topic/{}/consumer/{}/lease/{}",
+            self.base(lease.region.as_deref()),
+            lease.topic,
+            lease.group,
+            lease.receipt
+        )
+    }
+}
+
+impl QueueApi for VercelQueue {
+    fn consumer_group(&self) -> &str {
+        VERCEL_CONSUMER_GROUP
+    }
+
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool> {
+        Box::pin(async move {
+            let token = self.token(lease.oidc_token.as_deref())?;
+            let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
+                .expect("json");
+            let request = Request::patch(self.lease_url(lease))
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|_| "invalid lease".to_owned())?;
+            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            match response.status {
+                s if s.is_success() => Ok(true),
+                // Unknown, stale or not ours: nothing to act on.
+                StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE => Ok(false),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Ok(false),
+                s => Err(format!("the queue could not confirm the lease (HTTP {})", s.as_u16())),
+            }
+        })
+    }
+
+    fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
+        Box::pin(async move {
+            let token = self.token(lease.oidc_token.as_deref())?;
+            let request = Request::delete(self.lease_url(lease))
+                .header("authorization", format!("Bearer {token}"))
+                .body(Full::new(Bytes::new()))
+                .map_err(|_| "invalid lease".to_owned())?;
+            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            // 404/409: the lease is already gone or was re-leased; the work is idempotent either way.
+            match response.status {
+                s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => Ok(()),
+                s => Err(format!("the queue refused the acknowledgement (HTTP {})", s.as_u16())),
+            }
+        })
+    }
+}
