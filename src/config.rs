@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::jobs::{JobsBackend, UnconfiguredJobStore, VercelQueue, redis_store::RedisJobStore};
-use crate::security::auth::{JwksCache, KeySource, parse_jwks};
+use crate::security::auth::KeySource;
+use crate::security::jwks::{JwksCache, parse_jwks};
 use crate::security::resource::RESOURCE_URL_ENV;
 use crate::security::{AllowedOrigins, AuthConfig, AuthMode, Authenticator, CanonicalResource};
 use crate::state::{

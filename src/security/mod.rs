@@ -2,6 +2,7 @@
 //! authentication against a pinned resource URL, and the principal model every handler receives.
 
 pub mod auth;
+pub mod jwks;
 pub mod origin;
 pub mod platform;
 pub mod principal;

@@ -1,0 +1,138 @@
+//! JSON Web Key Sets: parsing a document into verification keys, and [`JwksCache`], which
+//! fetches a JWKS URL, keeps it for a while and refetches (rate-limited) for an unknown `kid`.
+
+use bytes::Bytes;
+use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::state::Clock;
+
+/// Parses a JWKS document into keys by `kid`. Keys without a `kid`, or of a kind the verifier
+/// does not support, are skipped.
+pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+    let set: JwkSet = serde_json::from_slice(document).map_err(|_| "not a JWKS document".to_owned())?;
+    let mut keys = HashMap::new();
+    for jwk in &set.keys {
+        let Some(kid) = jwk.common.key_id.clone() else { continue };
+        let algorithm = match (&jwk.algorithm, jwk.common.key_algorithm) {
+            (_, Some(alg)) => match signing_algorithm(alg) {
+                Some(alg) => alg,
+                None => continue,
+            },
+            (jsonwebtoken::jwk::AlgorithmParameters::RSA(_), None) => Algorithm::RS256,
+            (jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_), None) => Algorithm::ES256,
+            (jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(_), None) => Algorithm::EdDSA,
+            _ => continue,
+        };
+        if let Ok(key) = DecodingKey::from_jwk(jwk) {
+            keys.insert(kid, (key, algorithm));
+        }
+    }
+    if keys.is_empty() {
+        return Err("the JWKS holds no usable key with a kid".into());
+    }
+    Ok(keys)
+}
+
+/// The signature algorithm a JWK's `alg` names; `None` for key-encryption algorithms, which
+/// never verify a token.
+fn signing_algorithm(alg: KeyAlgorithm) -> Option<Algorithm> {
+    Some(match alg {
+        KeyAlgorithm::HS256 => Algorithm::HS256,
+        KeyAlgorithm::HS384 => Algorithm::HS384,
+        KeyAlgorithm::HS512 => Algorithm::HS512,
+        KeyAlgorithm::ES256 => Algorithm::ES256,
+        KeyAlgorithm::ES384 => Algorithm::ES384,
+        KeyAlgorithm::RS256 => Algorithm::RS256,
+        KeyAlgorithm::RS384 => Algorithm::RS384,
+        KeyAlgorithm::RS512 => Algorithm::RS512,
+        KeyAlgorithm::PS256 => Algorithm::PS256,
+        KeyAlgorithm::PS384 => Algorithm::PS384,
+        KeyAlgorithm::PS512 => Algorithm::PS512,
+        KeyAlgorithm::EdDSA => Algorithm::EdDSA,
+        KeyAlgorithm::RSA1_5 | KeyAlgorithm::RSA_OAEP | KeyAlgorithm::RSA_OAEP_256 => return None,
+    })
+}
+
+/// A JWKS fetched from a URL, cached for `ttl`, refetched early (at most every `min_refetch`)
+/// when a token names a `kid` it does not hold. Instance memory here is only a cache.
+pub struct JwksCache {
+    url: String,
+    ttl: Duration,
+    min_refetch: Duration,
+    clock: Arc<dyn Clock>,
+    state: Mutex<CacheState>,
+    /// Serialises fetches so a burst of unknown `kid`s causes one request.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    keys: Arc<HashMap<String, (DecodingKey, Algorithm)>>,
+    fetched_at: Option<u64>,
+}
+
+impl JwksCache {
+    /// A cache of `url`.
+    pub fn new(url: String, ttl: Duration, min_refetch: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self { url, ttl, min_refetch, clock, state: Mutex::default(), fetching: tokio::sync::Mutex::new(()) }
+    }
+
+    pub(crate) async fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+        let now = self.clock.now_ms();
+        let (cached, fresh, may_refetch) = {
+            let state = self.state.lock().expect("jwks lock");
+            let age = state.fetched_at.map(|at| now.saturating_sub(at));
+            (
+                state.keys.get(kid).cloned(),
+                age.is_some_and(|a| a < self.ttl.as_millis() as u64),
+                age.is_none_or(|a| a >= self.min_refetch.as_millis() as u64),
+            )
+        };
+        if let (Some(key), true) = (&cached, fresh) {
+            return Some(key.clone());
+        }
+        if !fresh || may_refetch {
+            let _guard = self.fetching.lock().await;
+            // Another request may have refreshed the cache while this one waited.
+            let refreshed = self.state.lock().expect("jwks lock").fetched_at.is_some_and(|at| at >= now);
+            if !refreshed {
+                self.fetch().await;
+            }
+        }
+        self.state.lock().expect("jwks lock").keys.get(kid).cloned()
+    }
+
+    async fn fetch(&self) {
+        let Ok(request) = http::Request::get(&self.url).body(http_body_util::Full::new(Bytes::new())) else { return };
+        let now = self.clock.now_ms();
+        let fetched = crate::outbound::send(request, Duration::from_secs(5)).await;
+        let mut state = self.state.lock().expect("jwks lock");
+        // Even a failed fetch counts for the rate limit; keys already held stay usable.
+        state.fetched_at = Some(now);
+        if let Ok(response) = fetched {
+            if response.status.is_success() {
+                if let Ok(keys) = parse_jwks(&response.body) {
+                    state.keys = Arc::new(keys);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_encryption_algorithms_never_verify() {
+        assert_eq!(signing_algorithm(KeyAlgorithm::RS256), Some(Algorithm::RS256));
+        assert_eq!(signing_algorithm(KeyAlgorithm::EdDSA), Some(Algorithm::EdDSA));
+        for alg in [KeyAlgorithm::RSA1_5, KeyAlgorithm::RSA_OAEP, KeyAlgorithm::RSA_OAEP_256] {
+            assert_eq!(signing_algorithm(alg), None, "{alg:?}");
+        }
+    }
+}
