@@ -5,17 +5,31 @@
 //! list method returns is derived from the registry alone, so lists never vary per connection
 //! or as a side effect of other requests. Handlers are plain async functions that receive a
 //! [`RequestContext`] and typed arguments.
+//!
+//! This file is the registry ([`McpServer`]). Beside it: `handler.rs`, the handler contract;
+//! `tool.rs`, tool definitions and their listing; `cache.rs`, cache hints; `dispatch.rs`, one
+//! method against the registry; `context.rs`, what a handler receives; `schema.rs`, argument
+//! validation; `mrtr.rs`, `listen.rs` and `template.rs`, their protocol features.
 
+mod cache;
 mod context;
 mod dispatch;
+mod handler;
 pub mod listen;
 pub mod mrtr;
 pub mod schema;
 mod template;
+mod tool;
 
+pub use cache::{CacheHint, CacheScope, CacheableMethod};
 pub use context::{RequestContext, StreamEvent};
 pub use dispatch::Reply;
+pub(crate) use handler::catch_unwind;
+pub use handler::{BoxFuture, InputRequired, NoArguments, Outcome, ToolError, ToolResult};
 pub use template::UriTemplate;
+pub use tool::ToolDef;
+pub(crate) use tool::{ToolEntry, is_tchar};
+use tool::{header_params, valid_tool_name};
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -23,97 +37,14 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::protocol::McpError;
 use crate::protocol::types::{
-    CallToolResult, Completion, GetPromptResult, InputRequest, Prompt, Resource, ResourceContents, ResourceTemplate,
-    ToolAnnotations,
+    CallToolResult, Completion, GetPromptResult, Prompt, Resource, ResourceContents, ResourceTemplate,
 };
 use crate::security::Principal;
-use crate::tasks::{TaskService, TaskSupport};
-
-/// A boxed, sendable future: the erased shape of every handler.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-/// What a handler of an MRTR-capable method returns: a final value, or a request for input.
-#[derive(Debug)]
-pub enum Outcome<T> {
-    /// The final result.
-    Complete(T),
-    /// Ask the client for input, then expect a retry.
-    InputRequired(InputRequired),
-}
-
-impl<T> From<T> for Outcome<T> {
-    fn from(value: T) -> Self {
-        Self::Complete(value)
-    }
-}
-
-/// An `input_required` answer: the questions, and the state to get back on the retry.
-///
-/// The state is sealed by the library (HMAC, bound to principal, method and arguments, with an
-/// expiry), so handlers put plain JSON here and read it back from
-/// [`RequestContext::request_state`] already verified.
-#[derive(Debug, Default)]
-pub struct InputRequired {
-    pub(crate) requests: Vec<(String, InputRequest)>,
-    pub(crate) state: Option<Value>,
-}
-
-impl InputRequired {
-    /// An empty answer; add requests and/or state.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a request under `key` (keys are unique within the answer).
-    pub fn request(mut self, key: impl Into<String>, request: InputRequest) -> Self {
-        let key = key.into();
-        self.requests.retain(|(k, _)| *k != key);
-        self.requests.push((key, request));
-        self
-    }
-
-    /// Attaches state to receive back on the retry.
-    pub fn state(mut self, state: Value) -> Self {
-        self.state = Some(state);
-        self
-    }
-}
-
-/// Why a tool call failed.
-#[derive(Debug)]
-pub enum ToolError {
-    /// A tool execution error: reported as an `isError: true` result whose text is exactly
-    /// this message.
-    Execution(String),
-    /// A protocol error: reported as a JSON-RPC error.
-    Protocol(McpError),
-}
-
-impl From<McpError> for ToolError {
-    fn from(e: McpError) -> Self {
-        Self::Protocol(e)
-    }
-}
-
-impl From<String> for ToolError {
-    fn from(message: String) -> Self {
-        Self::Execution(message)
-    }
-}
-
-impl From<&str> for ToolError {
-    fn from(message: &str) -> Self {
-        Self::Execution(message.to_owned())
-    }
-}
-
-/// The result every tool handler produces.
-pub type ToolResult = Result<Outcome<CallToolResult>, ToolError>;
+use crate::tasks::TaskService;
 
 /// An erased tool handler.
 pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
@@ -135,71 +66,6 @@ type PromptFn = Arc<
 >;
 type CompletionFn = Arc<dyn Fn(&CompletionRequest) -> Completion + Send + Sync>;
 
-/// Arguments for a tool that takes none: advertises `{"type":"object","additionalProperties":false}`.
-#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
-pub struct NoArguments {}
-
-impl JsonSchema for NoArguments {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "NoArguments".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "type": "object", "additionalProperties": false })
-    }
-}
-
-/// How long and for whom a cacheable result may be reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheHint {
-    /// Freshness in milliseconds; 0 means immediately stale.
-    pub ttl_ms: u64,
-    /// Whether shared caches may reuse it.
-    pub scope: CacheScope,
-}
-
-impl Default for CacheHint {
-    /// `0` / `"private"`: the conservative default when nothing is configured.
-    fn default() -> Self {
-        Self { ttl_ms: 0, scope: CacheScope::Private }
-    }
-}
-
-/// `cacheScope` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheScope {
-    /// Any cache may reuse the result.
-    Public,
-    /// Only the requesting principal's cache may reuse it.
-    Private,
-}
-
-impl CacheScope {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Public => "public",
-            Self::Private => "private",
-        }
-    }
-}
-
-/// The six results that carry cache hints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CacheableMethod {
-    /// `server/discover`.
-    Discover,
-    /// `tools/list`.
-    ToolsList,
-    /// `prompts/list`.
-    PromptsList,
-    /// `resources/list`.
-    ResourcesList,
-    /// `resources/templates/list`.
-    ResourceTemplatesList,
-    /// `resources/read` (overridable per resource).
-    ResourcesRead,
-}
-
 /// Name and version reported in every result's `_meta`.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ServerInfo {
@@ -210,163 +76,6 @@ pub struct ServerInfo {
     /// Display title.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-}
-
-/// A tool's advertised definition.
-#[derive(Clone, Debug)]
-pub struct ToolDef {
-    name: String,
-    title: Option<String>,
-    description: Option<String>,
-    input_schema: Option<Value>,
-    output_schema: Option<Value>,
-    annotations: Option<ToolAnnotations>,
-    meta: Option<Value>,
-    task_support: TaskSupport,
-    input_before_task: bool,
-    scopes: Vec<String>,
-    scopes_always: bool,
-}
-
-impl ToolDef {
-    /// A tool named `name` (1-128 characters of `[A-Za-z0-9_.-]`).
-    pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            title: None,
-            description: None,
-            input_schema: None,
-            output_schema: None,
-            annotations: None,
-            meta: None,
-            task_support: TaskSupport::Forbidden,
-            input_before_task: false,
-            scopes: Vec::new(),
-            scopes_always: false,
-        }
-    }
-
-    /// Scopes a caller's token must grant to see and call this tool (when authentication is on).
-    pub fn scopes(mut self, scopes: &[&str]) -> Self {
-        self.scopes = scopes.iter().map(|s| s.to_string()).collect();
-        self
-    }
-
-    /// The tool authorizes every call against its scopes itself, even where the deployment does
-    /// not enforce scopes (authentication off): list and dispatch it only to callers holding
-    /// them, rather than advertising a tool that would refuse them.
-    pub fn scopes_always_enforced(mut self) -> Self {
-        self.scopes_always = true;
-        self
-    }
-
-    /// Whether the tool may (or must) run as a task of the tasks extension.
-    pub fn task_support(mut self, support: TaskSupport) -> Self {
-        self.task_support = support;
-        self
-    }
-
-    /// Run the handler inline first: an `input_required` answer goes back as a plain MRTR
-    /// result, and only a call that needs no (more) input becomes a task.
-    pub fn input_before_task(mut self) -> Self {
-        self.input_before_task = true;
-        self
-    }
-
-    /// Display title.
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
-        self
-    }
-
-    /// Description for the model.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.description = Some(description.into());
-        self
-    }
-
-    /// An explicit input schema, for [`McpServer::tool_raw`].
-    pub fn input_schema(mut self, schema: Value) -> Self {
-        self.input_schema = Some(schema);
-        self
-    }
-
-    /// The schema `structuredContent` conforms to.
-    pub fn output_schema(mut self, schema: Value) -> Self {
-        self.output_schema = Some(schema);
-        self
-    }
-
-    /// Behavioural hints.
-    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
-        self.annotations = Some(annotations);
-        self
-    }
-
-    /// `_meta` on the tool definition.
-    pub fn meta(mut self, meta: Value) -> Self {
-        self.meta = Some(meta);
-        self
-    }
-
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The `tools/list` entry as JSON text, written straight from the definition: building a
-    /// `Value` first copied every schema and cost most of start-up's tool registration.
-    fn listing_json(&self, input_schema: &Value) -> String {
-        let listing = ToolListing {
-            meta: self.meta.as_ref(),
-            annotations: self.annotations.as_ref(),
-            description: self.description.as_deref(),
-            input_schema,
-            name: &self.name,
-            output_schema: self.output_schema.as_ref(),
-            title: self.title.as_deref(),
-        };
-        serde_json::to_string(&listing).expect("tool definitions serialise")
-    }
-}
-
-/// A tool's `tools/list` entry. Members in sorted order, as a `Value` map writes them.
-#[derive(Serialize)]
-struct ToolListing<'a> {
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    meta: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    annotations: Option<&'a ToolAnnotations>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-    #[serde(rename = "inputSchema")]
-    input_schema: &'a Value,
-    name: &'a str,
-    #[serde(rename = "outputSchema", skip_serializing_if = "Option::is_none")]
-    output_schema: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    title: Option<&'a str>,
-}
-
-/// An `x-mcp-header` annotation: `Mcp-Param-{header}` mirrors argument `property`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HeaderParam {
-    pub header: String,
-    pub property: String,
-}
-
-pub(crate) struct ToolEntry {
-    pub name: String,
-    /// The tool's definition serialised once at registration: `tools/list` splices it in as is.
-    pub listing_json: String,
-    pub input_schema: Value,
-    pub output_schema: Option<Value>,
-    pub header_params: Vec<HeaderParam>,
-    pub task_support: TaskSupport,
-    pub input_before_task: bool,
-    pub scopes: Vec<String>,
-    pub scopes_always: bool,
-    pub handler: ToolFn,
 }
 
 pub(crate) struct ResourceEntry {
@@ -724,100 +433,5 @@ impl McpServer {
 
     pub(crate) fn cache_hint(&self, method: CacheableMethod) -> CacheHint {
         self.cache_hints.get(&method).copied().unwrap_or_default()
-    }
-}
-
-/// Runs a future, catching a panic inside it so one faulty handler cannot take down the
-/// connection or task it runs on.
-///
-/// A plain function returning the wrapper, not an `async fn`: an `async fn` awaiting its future
-/// argument stores that future twice (as the argument and as the awaited value), and the request
-/// path nests several such wrappers.
-pub(crate) fn catch_unwind<F: Future>(future: F) -> CatchUnwind<F> {
-    CatchUnwind { inner: future }
-}
-
-pin_project_lite::pin_project! {
-    /// The future [`catch_unwind`] returns.
-    pub(crate) struct CatchUnwind<F> {
-        #[pin]
-        inner: F,
-    }
-}
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = std::thread::Result<F::Output>;
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        let inner = self.project().inner;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::observe::in_handler(|| inner.poll(cx)))) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
-            Err(panic) => std::task::Poll::Ready(Err(panic)),
-        }
-    }
-}
-
-fn valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// RFC 9110 `tchar`.
-pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Collects and checks the `x-mcp-header` annotations of a tool's root properties. Only
-/// root-level `string`/`integer`/`boolean` properties may carry one; names are tokens, unique
-/// case-insensitively. Anything else is a registration error.
-fn header_params(tool: &str, schema: &Value) -> Vec<HeaderParam> {
-    let mut out: Vec<HeaderParam> = Vec::new();
-    let Some(Value::Object(properties)) = schema.get("properties") else { return out };
-    for (property, sub) in properties {
-        let Some(header) = sub.get("x-mcp-header") else { continue };
-        let header =
-            header.as_str().unwrap_or_else(|| panic!("tool {tool}: x-mcp-header on {property} must be a string"));
-        assert!(
-            !header.is_empty() && header.bytes().all(is_tchar),
-            "tool {tool}: x-mcp-header {header:?} is not an HTTP token"
-        );
-        let kind = sub.get("type").and_then(Value::as_str).unwrap_or("");
-        assert!(
-            matches!(kind, "string" | "integer" | "boolean"),
-            "tool {tool}: x-mcp-header on {property} needs a string, integer or boolean property"
-        );
-        assert!(
-            !out.iter().any(|p| p.header.eq_ignore_ascii_case(header)),
-            "tool {tool}: x-mcp-header {header:?} is used twice"
-        );
-        out.push(HeaderParam { header: header.to_owned(), property: property.clone() });
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_listing_entry_carries_every_part_of_the_definition_and_nothing_else() {
-        let annotations = ToolAnnotations { read_only_hint: Some(true), ..ToolAnnotations::default() };
-        let full = ToolDef::new("t")
-            .title("T")
-            .description("d")
-            .output_schema(json!({"type": "object"}))
-            .annotations(annotations)
-            .meta(json!({"k": 1}));
-        let input = json!({"type": "object", "properties": {"a": {"type": "string"}}});
-        let listing: Value = serde_json::from_str(&full.listing_json(&input)).unwrap();
-        assert_eq!(
-            listing,
-            json!({
-                "name": "t", "title": "T", "description": "d", "inputSchema": input,
-                "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}, "_meta": {"k": 1},
-            })
-        );
-        let bare = ToolDef::new("b").listing_json(&json!({"type": "object"}));
-        assert_eq!(bare, r#"{"inputSchema":{"type":"object"},"name":"b"}"#, "absent parts are left out, not null");
     }
 }

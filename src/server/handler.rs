@@ -1,0 +1,135 @@
+//! The handler contract: what a tool, resource or prompt handler returns ([`Outcome`],
+//! [`InputRequired`], [`ToolError`]), and the panic containment every handler runs inside.
+
+use schemars::JsonSchema;
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::protocol::McpError;
+use crate::protocol::types::{CallToolResult, InputRequest};
+
+/// A boxed, sendable future: the erased shape of every handler.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a handler of an MRTR-capable method returns: a final value, or a request for input.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// The final result.
+    Complete(T),
+    /// Ask the client for input, then expect a retry.
+    InputRequired(InputRequired),
+}
+
+impl<T> From<T> for Outcome<T> {
+    fn from(value: T) -> Self {
+        Self::Complete(value)
+    }
+}
+
+/// An `input_required` answer: the questions, and the state to get back on the retry.
+///
+/// The state is sealed by the library (HMAC, bound to principal, method and arguments, with an
+/// expiry), so handlers put plain JSON here and read it back from
+/// [`RequestContext::request_state`] already verified.
+#[derive(Debug, Default)]
+pub struct InputRequired {
+    pub(crate) requests: Vec<(String, InputRequest)>,
+    pub(crate) state: Option<Value>,
+}
+
+impl InputRequired {
+    /// An empty answer; add requests and/or state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a request under `key` (keys are unique within the answer).
+    pub fn request(mut self, key: impl Into<String>, request: InputRequest) -> Self {
+        let key = key.into();
+        self.requests.retain(|(k, _)| *k != key);
+        self.requests.push((key, request));
+        self
+    }
+
+    /// Attaches state to receive back on the retry.
+    pub fn state(mut self, state: Value) -> Self {
+        self.state = Some(state);
+        self
+    }
+}
+
+/// Why a tool call failed.
+#[derive(Debug)]
+pub enum ToolError {
+    /// A tool execution error: reported as an `isError: true` result whose text is exactly
+    /// this message.
+    Execution(String),
+    /// A protocol error: reported as a JSON-RPC error.
+    Protocol(McpError),
+}
+
+impl From<McpError> for ToolError {
+    fn from(e: McpError) -> Self {
+        Self::Protocol(e)
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        Self::Execution(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        Self::Execution(message.to_owned())
+    }
+}
+
+/// The result every tool handler produces.
+pub type ToolResult = Result<Outcome<CallToolResult>, ToolError>;
+
+/// Arguments for a tool that takes none: advertises `{"type":"object","additionalProperties":false}`.
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize)]
+pub struct NoArguments {}
+
+impl JsonSchema for NoArguments {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NoArguments".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "object", "additionalProperties": false })
+    }
+}
+
+/// Runs a future, catching a panic inside it so one faulty handler cannot take down the
+/// connection or task it runs on.
+///
+/// A plain function returning the wrapper, not an `async fn`: an `async fn` awaiting its future
+/// argument stores that future twice (as the argument and as the awaited value), and the request
+/// path nests several such wrappers.
+pub(crate) fn catch_unwind<F: Future>(future: F) -> CatchUnwind<F> {
+    CatchUnwind { inner: future }
+}
+
+pin_project_lite::pin_project! {
+    /// The future [`catch_unwind`] returns.
+    pub(crate) struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let inner = self.project().inner;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::observe::in_handler(|| inner.poll(cx)))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
