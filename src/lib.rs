@@ -7,6 +7,7 @@
 //! change signals, [`catalogue`] the tools this deployment offers, and [`vercel`] / [`local`]
 //! the two edges that put it on a socket.
 
+pub mod body;
 pub mod catalogue;
 pub mod client;
 pub mod config;

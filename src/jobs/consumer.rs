@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use super::model::JOBS_TOPIC;
 use super::queue::{JobMessage, Lease, QueueApi};
 use super::store::{JobStore, StoreError};
+use crate::body::Body;
 use crate::state::Clock;
-use crate::transport::Body;
 
 /// What the consumer needs.
 #[derive(Clone)]

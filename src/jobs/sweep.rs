@@ -9,8 +9,8 @@ use serde_json::json;
 use std::sync::Arc;
 
 use super::store::JobStore;
+use crate::body::Body;
 use crate::state::Clock;
-use crate::transport::Body;
 
 /// What the sweep needs.
 #[derive(Clone)]

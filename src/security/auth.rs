@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use super::Principal;
 use super::jwks::JwksCache;
 use super::resource::CanonicalResource;
+use crate::body::Body;
 use crate::state::Clock;
-use crate::transport::Body;
 
 /// Whether requests must, may or need not carry a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,30 +8,10 @@ use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
+use crate::body::StreamEvent;
 use crate::protocol::{Era, LogLevel, RequestId, jsonrpc};
 use crate::security::Principal;
 use crate::state::{ChangeBus, ChangeEvent};
-
-/// A message the transport writes to the request's SSE stream.
-#[derive(Debug)]
-pub enum StreamEvent {
-    /// A JSON-RPC notification related to the request.
-    Notification(Value),
-    /// A server-to-client request (legacy path only).
-    ClientRequest {
-        /// The full JSON-RPC request.
-        message: Value,
-    },
-    /// The final JSON-RPC response; it ends the stream.
-    Response {
-        /// The HTTP status, used when nothing was streamed before it.
-        status: http::StatusCode,
-        /// The serialised response.
-        body: Vec<u8>,
-    },
-    /// A keep-alive comment.
-    KeepAlive,
-}
 
 /// Where a request's notifications go; absent when the response is plain JSON.
 pub(crate) type Outbox = mpsc::Sender<StreamEvent>;

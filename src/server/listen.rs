@@ -9,7 +9,8 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{McpServer, RequestContext, StreamEvent};
+use super::{McpServer, RequestContext};
+use crate::body::StreamEvent;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
 use crate::state::ChangeEvent;
 

@@ -22,7 +22,7 @@ mod template;
 mod tool;
 
 pub use cache::{CacheHint, CacheScope, CacheableMethod};
-pub use context::{RequestContext, StreamEvent};
+pub use context::RequestContext;
 pub use dispatch::Reply;
 pub(crate) use handler::catch_unwind;
 pub use handler::{BoxFuture, InputRequired, NoArguments, Outcome, ToolError, ToolResult};

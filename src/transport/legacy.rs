@@ -24,9 +24,10 @@ use tokio::sync::oneshot;
 
 use super::headers;
 use super::{App, Body, accepted, error_response, respond_streaming};
+use crate::body::StreamEvent;
 use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc, meta};
 use crate::security::Principal;
-use crate::server::{Reply, RequestContext, StreamEvent};
+use crate::server::{Reply, RequestContext};
 use crate::state::Purpose;
 
 /// How long a legacy session id stays valid.

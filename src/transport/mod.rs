@@ -5,13 +5,12 @@
 //! reference: method, Origin, media type, size, JSON-RPC shape, era switch, then the modern
 //! header/`_meta`/version checks, all of which finish before any stream opens.
 
-mod body;
 pub mod cors;
 pub mod headers;
 mod legacy;
 mod modern;
 
-pub use body::Body;
+pub use crate::body::Body;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -20,12 +19,13 @@ use serde_json::{Map, Value};
 use std::sync::{Arc, LazyLock};
 use tokio::sync::mpsc;
 
+use crate::body::StreamEvent;
 use crate::config::Config;
 use crate::observe::{RequestRecord, trace_id_from};
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, OriginDecision, Principal};
+use crate::server::McpServer;
 use crate::server::listen::ListenLimits;
-use crate::server::{McpServer, StreamEvent};
 use crate::state::{ChangeBus, Sealer};
 
 /// Everything one MCP endpoint needs, built once per process.

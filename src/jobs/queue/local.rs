@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use crate::body::Body;
 use crate::jobs::model::JOBS_TOPIC;
-use crate::transport::Body;
 
 /// How many deliveries the local run's worker makes at once.
 pub const CONCURRENT_DELIVERIES: usize = 4;

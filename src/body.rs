@@ -2,6 +2,9 @@
 //!
 //! When the client goes away hyper drops the body; the stream variant then aborts the task
 //! producing it, which is how closing an SSE stream cancels the handler.
+//!
+//! It sits low (it needs only the protocol's bytes) so that every part that answers HTTP, the
+//! security checks and the queue consumer included, can build a response without the transport.
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
@@ -11,7 +14,28 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::server::StreamEvent;
+use serde_json::Value;
+
+/// A message the transport writes to the request's SSE stream.
+#[derive(Debug)]
+pub enum StreamEvent {
+    /// A JSON-RPC notification related to the request.
+    Notification(Value),
+    /// A server-to-client request (legacy path only).
+    ClientRequest {
+        /// The full JSON-RPC request.
+        message: Value,
+    },
+    /// The final JSON-RPC response; it ends the stream.
+    Response {
+        /// The HTTP status, used when nothing was streamed before it.
+        status: http::StatusCode,
+        /// The serialised response.
+        body: Vec<u8>,
+    },
+    /// A keep-alive comment.
+    KeepAlive,
+}
 
 /// A response body.
 pub struct Body(Kind);
