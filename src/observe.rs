@@ -14,8 +14,8 @@ use std::hash::Hasher;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;
 
+use crate::state::clock::{iso8601, write_iso8601};
 use crate::state::{Random, Sealer};
-use crate::tasks::{iso8601, write_iso8601};
 
 /// Where log lines go. Vercel captures stdout and stderr; tests capture in memory.
 pub trait LogSink: Send + Sync + 'static {

@@ -20,6 +20,7 @@ use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::Principal;
 use crate::server::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
+use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 
 /// How long a task (and its result) stays retrievable.
@@ -391,51 +392,6 @@ fn complete(record: &mut TaskRecord, result: &crate::protocol::types::CallToolRe
     record.input_requests.clear();
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the Unix epoch.
-pub fn iso8601(ms: u64) -> String {
-    let mut out = Vec::with_capacity(24);
-    write_iso8601(&mut out, ms);
-    String::from_utf8(out).expect("the timestamp is ASCII")
-}
-
-/// Appends [`iso8601`]'s text to `out`, digit by digit: it starts every log line.
-pub fn write_iso8601(out: &mut Vec<u8>, ms: u64) {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    // From 1970 on, every field is non-negative.
-    let fields = [(year as u64, 4, b'-'), (month as u64, 2, b'-'), (day as u64, 2, b'T')];
-    let time = [(rem / 3600, 2, b':'), (rem % 3600 / 60, 2, b':'), (rem % 60, 2, b'.'), (ms % 1000, 3, b'Z')];
-    for (value, width, separator) in fields.into_iter().chain(time) {
-        push_zero_padded(out, value, width);
-        out.push(separator);
-    }
-}
-
-/// Appends `value` in decimal, zero-padded to at least `width` digits.
-fn push_zero_padded(out: &mut Vec<u8>, mut value: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[start.min(digits.len() - width)..]);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,14 +421,5 @@ mod tests {
             down.message.contains(lines[0]["correlationId"].as_str().unwrap()),
             "the caller can quote the log's id"
         );
-    }
-
-    #[test]
-    fn formats_timestamps() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(iso8601(1_785_578_400_123), "2026-08-01T10:00:00.123Z");
-        assert_eq!(iso8601(253_402_300_800_000), "10000-01-01T00:00:00.000Z", "years past 9999 keep every digit");
-        assert_eq!(iso8601(86_399_999), "1970-01-01T23:59:59.999Z");
     }
 }
