@@ -160,6 +160,16 @@ pub fn max_duration_seconds(function: &str) -> Option<u64> {
     config["functions"][function]["maxDuration"].as_u64()
 }
 
+/// The longest a listen stream may stay open on `function`: `configured`, shortened so the
+/// stream closes [`LISTEN_CLOSE_MARGIN_SECONDS`] before that function's `maxDuration`. The
+/// example routes share a function with a shorter `maxDuration` than `/api/mcp`'s.
+pub fn listen_limit_for(function: &str, configured: Duration) -> Duration {
+    match max_duration_seconds(function) {
+        Some(max) => configured.min(Duration::from_secs(max.saturating_sub(LISTEN_CLOSE_MARGIN_SECONDS).max(1))),
+        None => configured,
+    }
+}
+
 /// On Vercel, each duration setting must leave its function time to finish cleanly.
 fn check_durations(listen: u64, budget: u64, problems: &mut Vec<String>) {
     let settings = [

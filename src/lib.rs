@@ -58,7 +58,10 @@ pub fn example_app(name: &str, config: &Config) -> Option<Arc<App>> {
         .cloned()
         .unwrap_or_else(|| config.auth.config().route_scopes.clone());
     let auth = config.auth.for_endpoint(&format!("/api/examples/{}", example.name), scopes);
-    Some(Arc::new(App::with_authenticator(server, config, &auth)))
+    let mut app = App::with_authenticator(server, config, &auth);
+    // The examples share `api/examples.rs`, whose maxDuration is shorter than /api/mcp's.
+    app.listen.max_duration = config::listen_limit_for("api/examples.rs", config.listen_max_duration);
+    Some(Arc::new(app))
 }
 
 /// The queue consumer of `/api/queues/process-job`.

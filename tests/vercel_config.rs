@@ -199,3 +199,49 @@ async fn a_deployment_never_falls_back_to_instance_memory() {
     let outage = with_redis.jobs.store.create(&record, &quota, 0).await.unwrap_err();
     assert!(!outage.message().contains("REDIS_URL is not set"), "{}", outage.message());
 }
+
+/// A listen stream ends with its graceful result before the platform would cut its function
+/// off: on `/api/mcp` after `MCP_LISTEN_MAX_SECONDS`, and on an example route (a function with a
+/// shorter `maxDuration`) earlier, whatever that setting says. Virtual time: the clock is paused
+/// and jumps to each timer.
+#[tokio::test(start_paused = true)]
+async fn listen_streams_close_before_their_function_is_cut_off() {
+    use std::time::Duration;
+    let config =
+        vercel_mcp::Config::from_lookup(|_| None, std::sync::Arc::new(vercel_mcp::state::SystemClock)).unwrap();
+    let examples_max = vercel_json()["functions"]["api/examples.rs"]["maxDuration"].as_u64().unwrap();
+    let example_limit = Duration::from_secs(examples_max - vercel_mcp::config::LISTEN_CLOSE_MARGIN_SECONDS);
+    assert!(config.listen_max_duration > example_limit, "the default outlasts the examples' function");
+    let routes = [
+        ("/api/mcp", vercel_mcp::mcp_app(&config), config.listen_max_duration),
+        ("/api/examples/minimal", vercel_mcp::example_app("minimal", &config).unwrap(), example_limit),
+    ];
+    for (path, app, limit) in routes {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+            "params": {
+                "notifications": {"toolsListChanged": true},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        });
+        let request = http::Request::post(path)
+            .header("content-type", "application/json")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "subscriptions/listen")
+            .body(bytes::Bytes::from(body.to_string()))
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let response = vercel_mcp::transport::handle(&app, request).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let text = String::from_utf8(response.into_body().collect().await.to_vec()).unwrap();
+        let elapsed = started.elapsed();
+        let last = text.lines().rev().find_map(|line| line.strip_prefix("data: ")).expect("events");
+        let last: Value = serde_json::from_str(last).unwrap();
+        assert_eq!(last["id"], "L", "{path}: the stream ends with the listen result, not a cut: {text}");
+        assert!(last["result"].is_object(), "{path}: {last}");
+        assert_eq!(elapsed.as_secs(), limit.as_secs(), "{path}: closed after {elapsed:?}, want {limit:?}");
+    }
+}
