@@ -91,12 +91,12 @@ impl Routes {
         match (request.uri().path(), &self.consumer, &self.sweep) {
             ("/api/mcp" | "/api/mcp/", _, _) => transport::handle(&self.mcp, request).await,
             (crate::security::resource::METADATA_PATH | "/.well-known/oauth-protected-resource/api/mcp", _, _) => {
-                self.mcp.auth().metadata_response(request.method())
+                transport::auth::metadata_response(self.mcp.auth(), request.method())
             }
             (path, _, _) if path.starts_with("/.well-known/oauth-protected-resource/api/examples/") => {
                 let name = path.trim_start_matches("/.well-known/oauth-protected-resource/api/examples/");
                 match self.examples.get(name.trim_end_matches('/')) {
-                    Some(app) => app.auth().metadata_response(request.method()),
+                    Some(app) => transport::auth::metadata_response(app.auth(), request.method()),
                     None => not_found(),
                 }
             }

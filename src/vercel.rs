@@ -123,9 +123,9 @@ pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));
             match example {
-                None => mcp.metadata_response(request.method()),
+                None => transport::auth::metadata_response(&mcp, request.method()),
                 Some(name) => match examples.get(name) {
-                    Some(auth) => auth.metadata_response(request.method()),
+                    Some(auth) => transport::auth::metadata_response(auth, request.method()),
                     None => {
                         let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
                         *response.status_mut() = http::StatusCode::NOT_FOUND;

@@ -9,7 +9,7 @@
 //! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
 //! `insufficient_scope`. The token itself is never logged, echoed or stored.
 
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use super::Principal;
 use super::jwks::JwksCache;
 use super::resource::CanonicalResource;
-use crate::body::Body;
 use crate::state::Clock;
 
 /// Whether requests must, may or need not carry a token.
@@ -123,6 +122,20 @@ pub enum Refusal {
     InvalidToken(&'static str),
     /// 403 `insufficient_scope`, naming the scopes needed.
     InsufficientScope(Vec<String>),
+}
+
+/// A refusal as the client is told it (RFC 6750 §3): the transport renders it as the status,
+/// the `WWW-Authenticate` header and a small JSON body.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Challenge {
+    /// 401 or 403.
+    pub status: StatusCode,
+    /// `invalid_token` or `insufficient_scope`.
+    pub error: &'static str,
+    /// A fixed description (never request data).
+    pub description: &'static str,
+    /// The `Bearer …` challenge, with the scopes to ask for and the metadata URL.
+    pub www_authenticate: String,
 }
 
 /// Authenticates requests and builds challenges.
@@ -327,9 +340,9 @@ impl Authenticator {
         principal.is_verified().then_some((principal, exp))
     }
 
-    /// The `WWW-Authenticate` challenge and JSON body of a refusal. Built from configuration
-    /// only, never from request headers, and never containing the presented credential.
-    pub fn refusal_response(&self, refusal: &Refusal) -> Response<Body> {
+    /// What a refusal tells the client. Built from configuration only, never from request
+    /// headers, and never containing the presented credential.
+    pub fn challenge(&self, refusal: &Refusal) -> Challenge {
         let (status, error, description, scopes) = match refusal {
             Refusal::InvalidToken(description) => {
                 (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes)
@@ -338,20 +351,12 @@ impl Authenticator {
                 (StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope", scopes)
             }
         };
-        let mut challenge = format!(r#"Bearer error="{error}", error_description="{description}""#);
+        let mut www_authenticate = format!(r#"Bearer error="{error}", error_description="{description}""#);
         if !scopes.is_empty() {
-            challenge.push_str(&format!(r#", scope="{}""#, scopes.join(" ")));
+            www_authenticate.push_str(&format!(r#", scope="{}""#, scopes.join(" ")));
         }
-        challenge.push_str(&format!(r#", resource_metadata="{}""#, self.config.resource.metadata_url()));
-        let body = json!({ "error": error, "error_description": description });
-        let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Ok(value) = HeaderValue::from_str(&challenge) {
-            headers.insert(header::WWW_AUTHENTICATE, value);
-        }
-        response
+        www_authenticate.push_str(&format!(r#", resource_metadata="{}""#, self.config.resource.metadata_url()));
+        Challenge { status, error, description, www_authenticate }
     }
 
     /// The RFC 9728 protected-resource metadata document.
@@ -362,32 +367,5 @@ impl Authenticator {
             "scopes_supported": self.config.scopes_supported,
             "bearer_methods_supported": ["header"],
         })
-    }
-
-    /// Serves `/.well-known/oauth-protected-resource` (and its path-suffixed form): GET returns
-    /// the document, OPTIONS answers the CORS preflight; both allow any origin, as the document
-    /// is public.
-    pub fn metadata_response(&self, method: &Method) -> Response<Body> {
-        let (status, body) = match *method {
-            Method::GET | Method::HEAD => {
-                (StatusCode::OK, Body::full(serde_json::to_vec(&self.metadata()).expect("json")))
-            }
-            Method::OPTIONS => (StatusCode::NO_CONTENT, Body::empty()),
-            _ => (StatusCode::METHOD_NOT_ALLOWED, Body::empty()),
-        };
-        let mut response = Response::new(body);
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, OPTIONS"));
-        headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
-        if status == StatusCode::OK {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
-        }
-        if status == StatusCode::METHOD_NOT_ALLOWED {
-            headers.insert(header::ALLOW, HeaderValue::from_static("GET, OPTIONS"));
-        }
-        response
     }
 }

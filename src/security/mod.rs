@@ -8,7 +8,7 @@ pub mod platform;
 pub mod principal;
 pub mod resource;
 
-pub use auth::{AuthConfig, AuthMode, Authenticator, Refusal};
+pub use auth::{AuthConfig, AuthMode, Authenticator, Challenge, Refusal};
 pub use origin::{AllowedOrigins, OriginDecision};
 pub use platform::PlatformIdentity;
 pub use principal::Principal;

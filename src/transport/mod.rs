@@ -5,6 +5,7 @@
 //! reference: method, Origin, media type, size, JSON-RPC shape, era switch, then the modern
 //! header/`_meta`/version checks, all of which finish before any stream opens.
 
+pub mod auth;
 pub mod cors;
 pub mod headers;
 mod legacy;
@@ -165,7 +166,7 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
     }
     let principal = match app.auth.authenticate(request.headers()).await {
         Ok(principal) => principal,
-        Err(refusal) => return app.auth.refusal_response(&refusal),
+        Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
     };
     record.principal = Some(app.logger.digest("principal", principal.id().as_bytes()));
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {
@@ -333,7 +334,7 @@ pub(crate) fn scope_refusal(
         "resources/read" => app.server.missing_resource_scopes(principal, params.get("uri")?.as_str()?)?,
         _ => return None,
     };
-    Some(app.auth.refusal_response(&crate::security::Refusal::InsufficientScope(required)))
+    Some(auth::refusal_response(&app.auth, &crate::security::Refusal::InsufficientScope(required)))
 }
 
 /// Runs a handler future, turning a panic into `-32603` with a correlation id so one faulty
