@@ -110,7 +110,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         Self {
             name: "vercel-mcp-client".into(),
-            version: crate::VERSION.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
             headers: Vec::new(),
             handlers: HashMap::new(),
             max_rounds: 8,

@@ -1,0 +1,144 @@
+//! The layer order of `ARCHITECTURE.md`, enforced: a module may use only modules on its own
+//! layer or below. Reads the `crate::` paths of every file under `src/` (comments and the
+//! trailing `#[cfg(test)]` module aside), so an import that points up fails here.
+//!
+//! `KNOWN_UPWARD` lists the edges that still point up; each must still exist (so the list
+//! only shrinks as they are removed), and nothing else may.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Bottom to top. Modules on one line are one layer and may use each other.
+const LAYERS: &[&[&str]] = &[
+    &["protocol"],
+    &["body", "state"],
+    &["observe", "outbound"],
+    &["security"],
+    &["tasks"],
+    &["server"],
+    &["transport"],
+    &["jobs", "client"],
+    &["catalogue"],
+    &["config"],
+    &["vercel", "local", "lib", "bin"],
+];
+
+/// Upward edges not yet removed: `(from, to, why)`.
+const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
+    ("jobs", "catalogue", "JobsBackend holds query-command's and secure-tools' stores"),
+    ("tasks", "jobs", "tasks borrows jobs' StoreError and RedisJobStore (no storage layer yet)"),
+    ("tasks", "server", "the handler contract tasks runs lives in server"),
+    ("transport", "config", "App is built from the whole Config (no composition root yet)"),
+];
+
+fn layer_of(module: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|layer| layer.contains(&module))
+        .unwrap_or_else(|| panic!("src/{module} is on no layer: add it to LAYERS and ARCHITECTURE.md"))
+}
+
+/// The top-level module a file under `src/` belongs to.
+fn module_of(relative: &Path) -> String {
+    let first = relative.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// `text` without its `#[cfg(test)] mod tests { … }` block (braces counted; the tests may use
+/// anything).
+fn without_test_module(text: &str) -> String {
+    let Some(start) = text.find("#[cfg(test)]\nmod tests {") else { return text.to_owned() };
+    let mut depth = 0usize;
+    for (offset, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    let end = start + offset + 1;
+                    return format!("{}{}", &text[..start], &text[end..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    text[..start].to_owned()
+}
+
+/// The modules a file's code names through `crate::`.
+fn uses(text: &str) -> BTreeSet<String> {
+    let code = without_test_module(text);
+    let mut found = BTreeSet::new();
+    for line in code.lines().map(str::trim_start).filter(|line| !line.starts_with("//")) {
+        for (at, _) in line.match_indices("crate::") {
+            let preceded_by_ident =
+                line[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
+            if preceded_by_ident {
+                continue; // `vercel_mcp_crate::`, `$crate::`
+            }
+            let rest = &line[at + "crate::".len()..];
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+fn upward_edges() -> BTreeMap<(String, String), Vec<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(&root).unwrap().to_owned();
+            let from = module_of(&relative);
+            let text = std::fs::read_to_string(&path).unwrap();
+            for to in uses(&text) {
+                // Items at the crate root (`crate::VERSION`, `crate::example_app`) belong to lib.
+                let to = if LAYERS.iter().any(|layer| layer.contains(&to.as_str())) { to } else { "lib".into() };
+                if to != from && layer_of(&to) > layer_of(&from) {
+                    edges.entry((from.clone(), to)).or_default().push(relative.display().to_string());
+                }
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_module_uses_a_layer_above_its_own() {
+    let edges = upward_edges();
+    let unexpected: Vec<String> = edges
+        .iter()
+        .filter(|((from, to), _)| !KNOWN_UPWARD.iter().any(|(f, t, _)| f == from && t == to))
+        .map(|((from, to), files)| format!("{from} -> {to} (in {})", files.join(", ")))
+        .collect();
+    assert!(unexpected.is_empty(), "imports that point up the layers:\n{}", unexpected.join("\n"));
+    let gone: Vec<&str> = KNOWN_UPWARD
+        .iter()
+        .filter(|(from, to, _)| !edges.contains_key(&(from.to_string(), to.to_string())))
+        .map(|(from, _, _)| *from)
+        .collect();
+    assert!(gone.is_empty(), "remove these from KNOWN_UPWARD and ARCHITECTURE.md, they no longer exist: {gone:?}");
+}
+
+#[test]
+fn the_reader_sees_crate_paths_and_ignores_comments_and_tests() {
+    let text = "use crate::state::Clock;\n// crate::config in a comment\nlet x = crate::body::Body::empty();\n\
+                #[cfg(test)]\nmod tests {\n    fn f() { use crate::transport::App; }\n}\nuse crate::jobs::Job;\n";
+    let expected = ["body", "jobs", "state"].map(str::to_owned);
+    assert_eq!(uses(text), BTreeSet::from(expected), "code after the test module still counts");
+    assert_eq!(module_of(Path::new("server/dispatch.rs")), "server");
+    assert_eq!(module_of(Path::new("vercel.rs")), "vercel");
+    assert!(layer_of("protocol") < layer_of("transport"));
+}
