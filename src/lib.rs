@@ -11,6 +11,7 @@ pub mod body;
 pub mod catalogue;
 pub mod client;
 pub mod config;
+pub mod handler;
 pub mod jobs;
 pub mod local;
 pub mod observe;

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["body", "state"],
     &["observe", "outbound"],
     &["security"],
+    &["handler"],
     &["tasks"],
     &["server"],
     &["transport"],
@@ -27,7 +28,6 @@ const LAYERS: &[&[&str]] = &[
 const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("jobs", "catalogue", "JobsBackend holds query-command's and secure-tools' stores"),
     ("tasks", "jobs", "tasks borrows jobs' StoreError and RedisJobStore (no storage layer yet)"),
-    ("tasks", "server", "the handler contract tasks runs lives in server"),
     ("transport", "config", "App is built from the whole Config (no composition root yet)"),
 ];
 

@@ -6,26 +6,23 @@
 //! or as a side effect of other requests. Handlers are plain async functions that receive a
 //! [`RequestContext`] and typed arguments.
 //!
-//! This file is the registry ([`McpServer`]). Beside it: `handler.rs`, the handler contract;
-//! `tool.rs`, tool definitions and their listing; `cache.rs`, cache hints; `dispatch.rs`, one
-//! method against the registry; `context.rs`, what a handler receives; `schema.rs`, argument
+//! This file is the registry ([`McpServer`]); the handler contract it registers is
+//! [`crate::handler`]. Beside it: `tool.rs`, tool definitions and their listing; `cache.rs`,
+//! cache hints; `dispatch.rs`, one method against the registry; `schema.rs`, argument
 //! validation; `mrtr.rs`, `listen.rs` and `template.rs`, their protocol features.
 
 mod cache;
-mod context;
 mod dispatch;
-mod handler;
 pub mod listen;
 pub mod mrtr;
 pub mod schema;
 mod template;
 mod tool;
 
+pub use crate::handler::{BoxFuture, InputRequired, NoArguments, Outcome, RequestContext, ToolError, ToolResult};
+pub(crate) use crate::handler::{ToolFn, catch_unwind};
 pub use cache::{CacheHint, CacheScope, CacheableMethod};
-pub use context::RequestContext;
 pub use dispatch::Reply;
-pub(crate) use handler::catch_unwind;
-pub use handler::{BoxFuture, InputRequired, NoArguments, Outcome, ToolError, ToolResult};
 pub use template::UriTemplate;
 pub use tool::ToolDef;
 pub(crate) use tool::{ToolEntry, is_tchar};
@@ -46,8 +43,6 @@ use crate::protocol::types::{
 use crate::security::Principal;
 use crate::tasks::TaskService;
 
-/// An erased tool handler.
-pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
 type ResourceFn =
     Arc<dyn Fn(RequestContext, String) -> BoxFuture<Result<Outcome<Vec<ResourceContents>>, McpError>> + Send + Sync>;
 type TemplateFn = Arc<

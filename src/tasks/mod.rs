@@ -16,10 +16,10 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
 use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::Principal;
-use crate::server::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
 use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 

@@ -1,10 +1,17 @@
-//! The handler contract: what a tool, resource or prompt handler returns ([`Outcome`],
-//! [`InputRequired`], [`ToolError`]), and the panic containment every handler runs inside.
+//! The handler contract: what a tool, resource or prompt handler receives ([`RequestContext`])
+//! and returns ([`Outcome`], [`InputRequired`], [`ToolError`]), the erased tool handler the
+//! registry and the tasks extension both run, and the panic containment every handler runs
+//! inside. It sits below `tasks` and `server`, which both depend on it.
+
+mod context;
+
+pub use context::RequestContext;
 
 use schemars::JsonSchema;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::protocol::McpError;
 use crate::protocol::types::{CallToolResult, InputRequest};
@@ -133,3 +140,6 @@ impl<F: Future> Future for CatchUnwind<F> {
         }
     }
 }
+
+/// An erased tool handler.
+pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
