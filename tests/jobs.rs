@@ -317,33 +317,64 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
     assert!(error.contains("REDIS_URL"), "{error}");
 }
 
+/// A test store around another: every operation goes to `inner()`, except where the hooks
+/// step in (a crash, a cancel, a count).
+trait Hooks: Send + Sync + 'static {
+    fn inner(&self) -> &dyn JobStore;
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner().advance(o, j, e, n)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.inner().sweep(n)
+    }
+}
+
+/// The [`JobStore`] of a set of [`Hooks`]; dereferences to them, so a test reads their counts.
+struct Hooked<H>(H);
+
+impl<H> std::ops::Deref for Hooked<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.0
+    }
+}
+
+impl<H: Hooks> JobStore for Hooked<H> {
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.0.inner().create(r, q, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.inner().get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.inner().cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.advance(o, j, e, n)
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.0.inner().delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.0.sweep(n)
+    }
+}
+
 /// A store that fails (as a crashed consumer would stop) after a number of steps.
 struct CrashAfter {
     inner: Arc<dyn JobStore>,
     steps_left: AtomicU32,
 }
 
-impl JobStore for CrashAfter {
-    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, q, n)
-    }
-    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.get(o, j, n)
-    }
-    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.cancel(o, j, n)
+impl Hooks for CrashAfter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
     }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
             return Box::pin(async { Err(StoreError::fault("consumer crashed")) });
         }
         self.inner.advance(o, j, e, n)
-    }
-    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.delete(o, j)
-    }
-    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
-        self.inner.sweep(n)
     }
 }
 
@@ -356,7 +387,7 @@ async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
     let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
     let config = config(store.clone(), clock.clone());
     let mut crashing = vercel_mcp::consumer_from(&config);
-    crashing.store = Arc::new(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) });
+    crashing.store = Arc::new(Hooked(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) }));
     let job_id = vercel_mcp::jobs::handle::open(&config.sealer, owner.id(), &handle).unwrap();
     let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10 };
     assert!(crashing.process(&message).await.is_err(), "the first delivery dies after 4 steps");
@@ -375,15 +406,9 @@ struct CancelAfter {
     at: u32,
 }
 
-impl JobStore for CancelAfter {
-    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, q, n)
-    }
-    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.get(o, j, n)
-    }
-    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.cancel(o, j, n)
+impl Hooks for CancelAfter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
     }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         Box::pin(async move {
@@ -392,12 +417,6 @@ impl JobStore for CancelAfter {
             }
             self.inner.advance(o, j, e, n).await
         })
-    }
-    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.delete(o, j)
-    }
-    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
-        self.inner.sweep(n)
     }
 }
 
@@ -410,7 +429,7 @@ async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
     let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
     let config = config(store.clone(), clock);
     let mut consumer = vercel_mcp::consumer_from(&config);
-    consumer.store = Arc::new(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 });
+    consumer.store = Arc::new(Hooked(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 }));
     let job_id = vercel_mcp::jobs::handle::open(&config.sealer, owner.id(), &handle).unwrap();
     consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10 }).await.unwrap();
     let status = jobs.status(&owner, &handle).await.unwrap();
@@ -537,15 +556,9 @@ impl CountingStore {
     }
 }
 
-impl JobStore for CountingStore {
-    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, q, n)
-    }
-    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.get(o, j, n)
-    }
-    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.cancel(o, j, n)
+impl Hooks for CountingStore {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
     }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         Box::pin(async move {
@@ -562,12 +575,6 @@ impl JobStore for CountingStore {
             }
             Ok(record)
         })
-    }
-    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.delete(o, j)
-    }
-    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
-        self.inner.sweep(n)
     }
 }
 
@@ -586,10 +593,11 @@ async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
         // A first delivery runs `head_start` steps alone, then dies; the duplicates meet mid-job.
         if head_start > 0 {
             let mut partial = vercel_mcp::consumer_from(&config);
-            partial.store = Arc::new(CrashAfter { inner: inner.clone(), steps_left: AtomicU32::new(head_start) });
+            partial.store =
+                Arc::new(Hooked(CrashAfter { inner: inner.clone(), steps_left: AtomicU32::new(head_start) }));
             assert!(partial.process(&message).await.is_err());
         }
-        let counting = Arc::new(CountingStore::new(inner.clone(), copies));
+        let counting = Arc::new(Hooked(CountingStore::new(inner.clone(), copies)));
         let deliveries = (0..copies).map(|_| {
             let mut consumer = vercel_mcp::consumer_from(&config);
             consumer.store = counting.clone();
@@ -626,21 +634,9 @@ struct SweepCounter {
     sweeps: AtomicU32,
 }
 
-impl JobStore for SweepCounter {
-    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.inner.create(r, q, n)
-    }
-    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.get(o, j, n)
-    }
-    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.cancel(o, j, n)
-    }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.inner.advance(o, j, e, n)
-    }
-    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.delete(o, j)
+impl Hooks for SweepCounter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
     }
     fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
         self.sweeps.fetch_add(1, Ordering::SeqCst);
@@ -652,7 +648,7 @@ impl JobStore for SweepCounter {
 /// one, gets 401 and never reaches the store; only the right secret sweeps.
 #[tokio::test]
 async fn an_unauthorised_sweep_never_reaches_the_store() {
-    let counter = Arc::new(SweepCounter { inner: Arc::new(MemoryJobStore::new()), sweeps: AtomicU32::new(0) });
+    let counter = Arc::new(Hooked(SweepCounter { inner: Arc::new(MemoryJobStore::new()), sweeps: AtomicU32::new(0) }));
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let config = config(counter.clone(), clock);
     let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await;
