@@ -699,6 +699,31 @@ async fn request_state_is_single_use_unless_turned_off() {
             assert_eq!(replay.json()["result"]["content"][0]["text"], "booked");
             assert_eq!(calls.load(Ordering::SeqCst), 2, "off: a replay runs again");
         }
+        // A state sealed without a nonce (as an older release did) is genuine, correctly bound,
+        // and served when states are not single use; while they are, it is refused unrun.
+        let mut retry_params = call("book", json!({}));
+        retry_params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+        let binding = vercel_mcp::server::mrtr::binding(
+            &vercel_mcp::security::Principal::anonymous(),
+            "tools/call",
+            retry_params.as_object().unwrap(),
+        );
+        let old = config.sealer.seal(
+            vercel_mcp::state::Purpose::RequestState,
+            &binding,
+            vercel_mcp::server::mrtr::REQUEST_STATE_TTL_MS,
+            json!({"s": null}),
+        );
+        retry_params["requestState"] = json!(old);
+        let before = calls.load(Ordering::SeqCst);
+        let answer = server.modern(json!(3), "tools/call", caps(retry_params)).send().await;
+        if single_use {
+            assert_eq!(answer.json()["error"]["message"], "Invalid requestState: invalid", "{}", answer.text());
+            assert_eq!(calls.load(Ordering::SeqCst), before, "refused before the handler");
+        } else {
+            assert_eq!(answer.json()["result"]["content"][0]["text"], "booked", "{}", answer.text());
+            assert_eq!(calls.load(Ordering::SeqCst), before + 1);
+        }
     }
 }
 

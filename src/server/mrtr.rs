@@ -94,7 +94,8 @@ pub fn state_used() -> McpError {
 pub struct OpenedState {
     /// What the handler sealed.
     pub state: Value,
-    /// The nonce minted with it (absent only from a state sealed by an older release).
+    /// The nonce minted with it (absent only from a state sealed by an older release, which is
+    /// refused while states are single use).
     pub nonce: Option<String>,
 }
 

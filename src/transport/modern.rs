@@ -54,9 +54,12 @@ pub(super) async fn handle(
                     ));
                     return error_response(Some(&id), &error);
                 }
-                if let (Some(nonces), Some(nonce)) =
-                    (&app.request_state_nonces, state.as_ref().and_then(|s| s.nonce.as_deref()))
-                {
+                if let (Some(nonces), Some(opened)) = (&app.request_state_nonces, &state) {
+                    // A state without a nonce (sealed before states were single use) could be
+                    // replayed until it expires: refused while single use is on.
+                    let Some(nonce) = opened.nonce.as_deref() else {
+                        return error_response(Some(&id), &mrtr::state_error(crate::state::SealError::Malformed));
+                    };
                     match nonces.consume(nonce, app.sealer.clock().now_ms(), mrtr::REQUEST_STATE_TTL_MS).await {
                         Ok(true) => {}
                         Ok(false) => return error_response(Some(&id), &mrtr::state_used()),
