@@ -29,6 +29,7 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("jobs", "catalogue", "JobsBackend holds query-command's and secure-tools' stores"),
     ("tasks", "jobs", "tasks borrows jobs' StoreError and RedisJobStore (no storage layer yet)"),
     ("transport", "config", "App is built from the whole Config (no composition root yet)"),
+    ("catalogue", "config", "examples read their settings and backends from Config (no composition root yet)"),
 ];
 
 fn layer_of(module: &str) -> usize {
@@ -65,6 +66,18 @@ fn without_test_module(text: &str) -> String {
     text[..start].to_owned()
 }
 
+/// The module behind a name at the crate root: a module itself, a re-export from `lib.rs`
+/// (`crate::Config` is config's), or an item of `lib.rs` (`crate::example_app`).
+fn module_of_root_item(name: &str) -> String {
+    let reexported = match name {
+        "Config" => "config",
+        "McpServer" => "server",
+        "App" => "transport",
+        other => other,
+    };
+    if LAYERS.iter().any(|layer| layer.contains(&reexported)) { reexported.to_owned() } else { "lib".to_owned() }
+}
+
 /// The modules a file's code names through `crate::`.
 fn uses(text: &str) -> BTreeSet<String> {
     let code = without_test_module(text);
@@ -77,9 +90,16 @@ fn uses(text: &str) -> BTreeSet<String> {
                 continue; // `vercel_mcp_crate::`, `$crate::`
             }
             let rest = &line[at + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !name.is_empty() {
-                found.insert(name);
+            // `crate::{a::X, b}` names each module in the group.
+            let names = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap_or_default().split(',').collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let name: String = name.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() {
+                    found.insert(name);
+                }
             }
         }
     }
@@ -104,8 +124,7 @@ fn upward_edges() -> BTreeMap<(String, String), Vec<String>> {
             let from = module_of(&relative);
             let text = std::fs::read_to_string(&path).unwrap();
             for to in uses(&text) {
-                // Items at the crate root (`crate::VERSION`, `crate::example_app`) belong to lib.
-                let to = if LAYERS.iter().any(|layer| layer.contains(&to.as_str())) { to } else { "lib".into() };
+                let to = module_of_root_item(&to);
                 if to != from && layer_of(&to) > layer_of(&from) {
                     edges.entry((from.clone(), to)).or_default().push(relative.display().to_string());
                 }
@@ -138,6 +157,10 @@ fn the_reader_sees_crate_paths_and_ignores_comments_and_tests() {
                 #[cfg(test)]\nmod tests {\n    fn f() { use crate::transport::App; }\n}\nuse crate::jobs::Job;\n";
     let expected = ["body", "jobs", "state"].map(str::to_owned);
     assert_eq!(uses(text), BTreeSet::from(expected), "code after the test module still counts");
+    let grouped = uses("use crate::{Config, server::McpServer, state::Clock};\n");
+    assert_eq!(grouped, BTreeSet::from(["Config", "server", "state"].map(str::to_owned)), "a group names each");
+    assert_eq!(module_of_root_item("Config"), "config");
+    assert_eq!(module_of_root_item("VERSION"), "lib");
     assert_eq!(module_of(Path::new("server/dispatch.rs")), "server");
     assert_eq!(module_of(Path::new("vercel.rs")), "vercel");
     assert!(layer_of("protocol") < layer_of("transport"));

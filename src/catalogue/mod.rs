@@ -20,11 +20,12 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::config::Config;
 use crate::jobs::Jobs;
 use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::types::InputRequest;
+use crate::server::McpServer;
 use crate::server::{InputRequired, Outcome, RequestContext, ToolError};
-use crate::{Config, McpServer};
 
 /// The scope the catalogue's read tools require when authentication is on.
 pub const READ_SCOPE: &str = "mcp:read";
