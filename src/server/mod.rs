@@ -2,8 +2,10 @@
 //! completions) and how one request is executed against it.
 //!
 //! Registration happens once, in `configure_server`, before the first request. Everything a
-//! list method returns is derived from the registry alone, so lists never vary per connection
-//! or as a side effect of other requests. Handlers are plain async functions that receive a
+//! list method returns is derived from the registry and the caller's scopes alone, so lists
+//! never vary per connection or as a side effect of other requests (a scope-filtered
+//! `tools/list` is marked `cacheScope: private`; the resource lists are private unless a
+//! public cache hint is configured for them). Handlers are plain async functions that receive a
 //! [`RequestContext`] and typed arguments.
 //!
 //! This file is the registry ([`McpServer`]); the handler contract it registers is

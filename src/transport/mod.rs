@@ -2,7 +2,8 @@
 //!
 //! [`handle`] works on `http::Request<Bytes>` so it runs the same under `vercel_runtime`, in
 //! the local server and in tests without a socket. The order of checks follows the protocol
-//! reference: method, Origin, media type, size, JSON-RPC shape, era switch, then the modern
+//! reference, except that Origin comes first (a refused origin learns nothing else): Origin,
+//! method, authentication, media type, size, JSON-RPC shape, era switch, then the modern
 //! header/`_meta`/version checks, all of which finish before any stream opens.
 
 pub mod auth;

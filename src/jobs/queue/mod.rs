@@ -45,8 +45,9 @@ pub enum PublishError {
 pub struct JobMessage {
     /// The raw job id.
     pub job_id: String,
-    /// The owning principal (trusted only because the consumer is reachable by the queue alone,
-    /// and checked against the store: a job must exist under this owner to be worked on).
+    /// The owning principal. Trusted only after the consumer has confirmed the delivery's lease
+    /// with the queue, and checked against the store: a job must exist under this owner to be
+    /// worked on.
     pub owner_id: String,
     /// Steps to run.
     pub steps: u32,
