@@ -703,9 +703,9 @@ fn register_task_tools(server: &mut McpServer) {
 }
 
 /// The fixture's registry.
-fn fixture(config: &vercel_mcp::Config) -> McpServer {
+fn fixture(config: &vercel_mcp::Parts) -> McpServer {
     let mut server = McpServer::new("mcp-conformance-test-server", "1.0.0");
-    server.enable_tasks(vercel_mcp::catalogue::tasks_from(config));
+    server.enable_tasks(config.task_service());
     register_content_tools(&mut server);
     register_client_feature_tools(&mut server);
     register_mrtr_tools(&mut server);
@@ -717,7 +717,7 @@ fn fixture(config: &vercel_mcp::Config) -> McpServer {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let config = vercel_mcp::config_or_exit();
-    let app = Arc::new(App::new(fixture(&config), &config));
+    let config = vercel_mcp::parts_or_exit();
+    let app = Arc::new(App::new(fixture(&config), config.endpoint()));
     local::serve(local::Routes::with_mcp(app), local::port_from_env()?).await
 }

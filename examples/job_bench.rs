@@ -42,7 +42,7 @@ async fn main() {
     let url = args.get(1).cloned().unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let operations: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(250); // the deployment holds at most 256 jobs
     let prefix = format!("bench:{}", std::process::id());
-    let store = Arc::new(RedisJobStore::new(&url, &prefix).unwrap());
+    let store = Arc::new(RedisJobStore::new(vercel_mcp::store::Redis::connect(&url, &prefix).unwrap()));
     let clock = Arc::new(SystemClock);
     let sealer = Sealer::new(vec![("bench".into(), vec![9; 32])], clock.clone()).unwrap();
     let jobs = Jobs::new(store, Arc::new(LocalQueue::new()), sealer, clock, Arc::new(SystemRandom::default()));

@@ -8,6 +8,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+use vercel_mcp::security::Principal;
 use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
 use vercel_mcp::{App, local};
 
@@ -35,7 +36,9 @@ fn register_workload_tools(server: &mut McpServer) {
         },
     );
     let mut n = 0;
-    while server.tool_names().count() < 50 {
+    // Fifty in the list an anonymous caller gets (some catalogue tools are shown only to callers
+    // holding their scopes).
+    while server.listed_tools(&Principal::anonymous()).count() < 50 {
         n += 1;
         server.tool(
             ToolDef::new(format!("filler_{n:02}")).description("A tool that exists to make the list realistic"),
@@ -46,11 +49,11 @@ fn register_workload_tools(server: &mut McpServer) {
 
 #[tokio::main]
 async fn main() -> Result<(), vercel_runtime::Error> {
-    let config = vercel_mcp::config_or_exit();
+    let config = vercel_mcp::parts_or_exit();
     let mut server = McpServer::new("perf", vercel_mcp::VERSION);
     vercel_mcp::configure_server(&mut server, &config);
     register_workload_tools(&mut server);
-    let app = Arc::new(App::new(server, &config));
+    let app = Arc::new(App::new(server, config.endpoint()));
     if std::env::var("PERF_EDGE").as_deref() == Ok("vercel") {
         return vercel_mcp::vercel::serve_app(&config, app).await;
     }

@@ -1,4 +1,4 @@
-//! What each fuzz target checks, shared with `tests/fuzz_regressions.rs`, which replays every
+//! What each fuzz target checks, shared with `tests/it/fuzz_regressions.rs`, which replays every
 //! saved input under `fuzz/regressions/<target>/` as an ordinary test. Each function panics
 //! only when a property is broken; libFuzzer reports that panic as a crash.
 
@@ -11,7 +11,7 @@ use vercel_mcp::jobs::queue::JobMessage;
 use vercel_mcp::observe::LogSink;
 use vercel_mcp::state::{ManualClock, Purpose, Sealer};
 use vercel_mcp::transport::headers::{decode_value, encode_value};
-use vercel_mcp::{App, Config, McpServer};
+use vercel_mcp::{App, McpServer, Parts};
 
 struct Discard;
 
@@ -24,11 +24,11 @@ const NOW: u64 = 1_800_000_000_000;
 /// The combined catalogue on a fixed clock, logging nowhere: a fresh one for every input, so
 /// no input depends on what an earlier one left behind (a full job cap, a used nonce).
 pub fn fresh_app() -> Arc<App> {
-    let mut config = Config::for_tests(Arc::new(ManualClock::new(NOW)));
+    let mut config = Parts::for_tests(Arc::new(ManualClock::new(NOW)));
     config.log_sink = Arc::new(Discard);
     let mut server = McpServer::new("fuzz", "0.0.0");
-    vercel_mcp::catalogue::register_all(&mut server, &config);
-    Arc::new(App::new(server, &config))
+    vercel_mcp::configure_server(&mut server, &config);
+    Arc::new(App::new(server, config.endpoint()))
 }
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> =

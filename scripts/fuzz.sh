@@ -4,7 +4,7 @@
 # targets with RUSTC_BOOTSTRAP=1 and no sanitizer (the code under test is safe Rust; the
 # property checks in fuzz/harness.rs are the oracle). A crash leaves its input in
 # fuzz/artifacts/<target>/; minimize it and copy it to fuzz/regressions/<target>/, and
-# tests/fuzz_regressions.rs replays it in every test run from then on (fuzz/regressions/README.md).
+# tests/it/fuzz_regressions.rs replays it in every test run from then on (fuzz/regressions/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 budget="${1:-60}"

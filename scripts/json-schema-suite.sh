@@ -4,7 +4,7 @@
 # The suite is not published on its own in the registries this project uses; the pinned sdist
 # of the `jsonschema` Python package carries it (json/tests/draft2020-12), so it is downloaded
 # from PyPI by version and SHA-256 and only those JSON files are extracted. The test
-# `tests/properties.rs::the_official_json_schema_test_suite_passes_for_every_enforced_keyword`
+# `tests/it/properties.rs::the_official_json_schema_test_suite_passes_for_every_enforced_keyword`
 # runs this when the folder is missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

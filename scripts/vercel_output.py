@@ -217,8 +217,8 @@ def check(results: Results) -> None:
 
     executables = sorted(config["filePathMap"][config["handler"]] for config in router.functions.values())
     source = upload("source")
-    allowed = ("api/", "src/", "public/", "link/")
-    stray = [f for f in source if not f.startswith(allowed) and f not in ("Cargo.toml", "Cargo.lock", "build.rs",
+    allowed = ("api/", "src/", "public/")
+    stray = [f for f in source if not f.startswith(allowed) and f not in ("Cargo.toml", "Cargo.lock",
                                                                            "vercel.json") and f not in executables]
     results.check("a source deploy uploads only what the build needs", not stray, f"also uploads {stray[:10]}")
     for needed in ("Cargo.toml", "Cargo.lock", "vercel.json", "api/mcp.rs", "src/lib.rs", "public/index.html"):

@@ -27,14 +27,61 @@ pub enum StreamEvent {
         message: Value,
     },
     /// The final JSON-RPC response; it ends the stream.
-    Response {
-        /// The HTTP status, used when nothing was streamed before it.
-        status: http::StatusCode,
-        /// The serialised response.
-        body: Vec<u8>,
-    },
+    Response(FinalResponse),
     /// A keep-alive comment.
     KeepAlive,
+}
+
+/// The final JSON-RPC response of a request, with what it says.
+#[derive(Debug)]
+pub struct FinalResponse {
+    /// The HTTP status, used when nothing was streamed before it.
+    pub status: http::StatusCode,
+    /// The serialised response.
+    pub body: Vec<u8>,
+    /// What it says, for the request log.
+    pub outcome: ResponseOutcome,
+}
+
+/// What a response says, for the request log. It is set where the response is built (and
+/// travels in the response's extensions), so the log never reads the bytes back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResponseOutcome {
+    /// A result (a listing, a complete or input-required result, a successful tool call), or a
+    /// transport answer such as 202 or 204.
+    #[default]
+    Ok,
+    /// A tool call whose result has `isError: true`.
+    ToolError,
+    /// A JSON-RPC error (with its code) or an HTTP refusal with no JSON-RPC body (no code).
+    ProtocolError(Option<i32>),
+    /// A 401 or 403 challenge (`WWW-Authenticate`).
+    AuthFailure,
+}
+
+impl ResponseOutcome {
+    /// The outcome for a tool result, from its `isError` flag.
+    pub fn of_tool_result(is_error: bool) -> Self {
+        if is_error { Self::ToolError } else { Self::Ok }
+    }
+
+    /// The log's name for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::ProtocolError(_) => "protocol_error",
+            Self::AuthFailure => "auth_failure",
+        }
+    }
+
+    /// The JSON-RPC error code, for a protocol error that has one.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Self::ProtocolError(code) => code,
+            _ => None,
+        }
+    }
 }
 
 /// A response body.
@@ -68,14 +115,6 @@ impl Body {
         Self(Kind::Stream { events, first: Some(first), done: false, producer })
     }
 
-    /// The bytes of a buffered body (none for streams).
-    pub fn peek(&self) -> Option<&[u8]> {
-        match &self.0 {
-            Kind::Full(bytes) => bytes.as_deref(),
-            Kind::Stream { .. } => None,
-        }
-    }
-
     /// Whether this is an SSE stream.
     pub fn is_stream(&self) -> bool {
         matches!(self.0, Kind::Stream { .. })
@@ -103,7 +142,7 @@ pub(crate) fn frame(event: &StreamEvent) -> Bytes {
         StreamEvent::Notification(message) | StreamEvent::ClientRequest { message } => {
             frame_json(&serde_json::to_vec(message).expect("values serialise"))
         }
-        StreamEvent::Response { body, .. } => frame_json(body),
+        StreamEvent::Response(last) => frame_json(&last.body),
     }
 }
 
@@ -137,7 +176,7 @@ impl http_body::Body for Body {
                         Poll::Pending => return Poll::Pending,
                     },
                 };
-                if matches!(event, StreamEvent::Response { .. }) {
+                if matches!(event, StreamEvent::Response(_)) {
                     // The final response ends the stream.
                     *done = true;
                 }

@@ -14,8 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, ConnectionLimits};
+use crate::compose::Parts;
 use crate::jobs::{Consumer, LocalQueue, Sweep};
+use crate::settings::ConnectionLimits;
 use crate::transport::{self, App, Body};
 
 /// The routes of the project, each backed by what its Vercel Function would build.
@@ -32,11 +33,11 @@ pub struct Routes {
 impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
     /// to the consumer route.
-    pub fn new(config: &Config) -> Self {
-        Self::with_mcp(crate::mcp_app(config))
-            .with_jobs(config)
-            .with_examples(config)
-            .with_limits(config.connection_limits)
+    pub fn new(parts: &Parts) -> Self {
+        Self::with_mcp(crate::mcp_app(parts))
+            .with_jobs(parts)
+            .with_examples(parts)
+            .with_limits(parts.settings.connection_limits)
     }
 
     /// Sets the header and body timeouts and the connection cap.
@@ -46,10 +47,10 @@ impl Routes {
     }
 
     /// Adds `/api/examples/<name>` for every example served on its own.
-    pub fn with_examples(mut self, config: &Config) -> Self {
+    pub fn with_examples(mut self, parts: &Parts) -> Self {
         let examples = crate::catalogue::EXAMPLES
             .iter()
-            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app)))
+            .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app)))
             .collect();
         self.examples = Arc::new(examples);
         self
@@ -67,15 +68,15 @@ impl Routes {
         }
     }
 
-    /// Adds the consumer and sweep routes of `config`'s job backend.
-    pub fn with_jobs(mut self, config: &Config) -> Self {
-        let consumer = Arc::new(crate::consumer_from(config));
-        if let Some(queue) = &config.jobs.local_queue {
+    /// Adds the consumer and sweep routes of `parts`'s job backend.
+    pub fn with_jobs(mut self, parts: &Parts) -> Self {
+        let consumer = Arc::new(crate::consumer(parts));
+        if let Some(queue) = &parts.jobs.local_queue {
             queue.connect_consumer(consumer.clone());
             self.local_queue = Some(queue.clone());
         }
         self.consumer = Some(consumer);
-        self.sweep = Some(Arc::new(crate::sweep_from(config)));
+        self.sweep = Some(Arc::new(crate::sweep(parts)));
         self
     }
 

@@ -216,7 +216,7 @@ impl RequestRecord {
     }
 
     /// Emits the request line. `outcome` is a fixed word; `code` a JSON-RPC code.
-    pub fn finish(self, logger: &Logger, status: u16, outcome: &str, code: Option<i64>, stream: bool) {
+    pub fn finish(self, logger: &Logger, status: u16, outcome: crate::body::ResponseOutcome, stream: bool) {
         let level = if self.panic_location.is_some() || status >= 500 { "error" } else { "info" };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed
@@ -249,13 +249,13 @@ impl RequestRecord {
         field(&mut line, "name", self.name.as_deref(), true);
         field(&mut line, "principal", self.principal.as_deref(), false);
         field(&mut line, "arguments", self.arguments.as_deref(), false);
-        field(&mut line, "outcome", Some(outcome), false);
+        field(&mut line, "outcome", Some(outcome.label()), false);
         field(&mut line, "panicLocation", self.panic_location.as_deref(), true);
         // Numbers go through serde_json's integer and float writers, not the formatting machinery.
         line.extend_from_slice(b",\"status\":");
         serde_json::to_writer(&mut line, &status).expect("numbers serialise");
         line.extend_from_slice(b",\"code\":");
-        serde_json::to_writer(&mut line, &code).expect("numbers serialise");
+        serde_json::to_writer(&mut line, &outcome.code()).expect("numbers serialise");
         line.extend_from_slice(if stream { b",\"stream\":true" } else { b",\"stream\":false" });
         line.extend_from_slice(b",\"latencyMs\":");
         serde_json::to_writer(&mut line, &latency_ms).expect("numbers serialise");
@@ -344,7 +344,7 @@ mod tests {
         let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
         logger.event("info", "tick", json!({}));
         clock.advance_ms(1_500);
-        RequestRecord::start(&logger).finish(&logger, 200, "ok", None, false);
+        RequestRecord::start(&logger).finish(&logger, 200, crate::body::ResponseOutcome::Ok, false);
         let times: Vec<Value> = sink.lines().iter().map(|line| line["ts"].clone()).collect();
         assert_eq!(times, [json!("2026-12-01T00:00:00.000Z"), json!("2026-12-01T00:00:01.500Z")]);
     }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use vercel_runtime::{Error, Request, Response, ResponseBody};
 
-use crate::config::Config;
+use crate::compose::Parts;
 use crate::transport::{self, App, Body};
 
 /// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
@@ -36,13 +36,13 @@ where
 }
 
 /// `api/mcp.rs`: the MCP endpoint.
-pub async fn serve_mcp(config: &Config) -> Result<(), Error> {
-    serve_app(config, crate::mcp_app(config)).await
+pub async fn serve_mcp(parts: &Parts) -> Result<(), Error> {
+    serve_app(parts, crate::mcp_app(parts)).await
 }
 
 /// Serves `app` as the MCP endpoint (the performance fixture brings its own catalogue).
-pub async fn serve_app(config: &Config, app: Arc<App>) -> Result<(), Error> {
-    run_jobs_in_process(config);
+pub async fn serve_app(parts: &Parts, app: Arc<App>) -> Result<(), Error> {
+    run_jobs_in_process(parts);
     let max_body = app.max_body_bytes();
     serve(max_body, move |request| {
         let app = app.clone();
@@ -53,12 +53,12 @@ pub async fn serve_app(config: &Config, app: Arc<App>) -> Result<(), Error> {
 
 /// `api/examples.rs`: every example route from one function. `vercel.json` rewrites
 /// `/api/examples/<name>` to `/api/examples?example=<name>`; the original path works too.
-pub async fn serve_examples(config: &Config) -> Result<(), Error> {
-    run_jobs_in_process(config);
+pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
+    run_jobs_in_process(parts);
     let apps: Arc<std::collections::HashMap<&'static str, Arc<App>>> = Arc::new(
         crate::catalogue::EXAMPLES
             .iter()
-            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app)))
+            .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app)))
             .collect(),
     );
     let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
@@ -87,8 +87,8 @@ pub async fn serve_examples(config: &Config) -> Result<(), Error> {
 }
 
 /// `api/queues/process-job.rs`: the queue consumer.
-pub async fn serve_consumer(config: &Config) -> Result<(), Error> {
-    let consumer = Arc::new(crate::consumer_from(config));
+pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
+    let consumer = Arc::new(crate::consumer(parts));
     serve(64 * 1024, move |request| {
         let consumer = consumer.clone();
         async move { consumer.handle(request).await }
@@ -97,8 +97,8 @@ pub async fn serve_consumer(config: &Config) -> Result<(), Error> {
 }
 
 /// `api/cron/sweep-jobs.rs`: the cron sweep.
-pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
-    let sweep = Arc::new(crate::sweep_from(config));
+pub async fn serve_sweep(parts: &Parts) -> Result<(), Error> {
+    let sweep = Arc::new(crate::sweep(parts));
     serve(16 * 1024, move |request| {
         let sweep = sweep.clone();
         async move { sweep.handle(request).await }
@@ -109,13 +109,13 @@ pub async fn serve_sweep(config: &Config) -> Result<(), Error> {
 /// `api/oauth-protected-resource.rs`: the RFC 9728 metadata document (both well-known paths are
 /// rewritten to it in `vercel.json`). It describes `/api/mcp`, scopes of its tools included, so
 /// the endpoint is composed once at start-up to read them.
-pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
-    let mcp = Arc::new(crate::mcp_app(config).auth().clone());
+pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
+    let mcp = Arc::new(crate::mcp_app(parts).auth().clone());
     // Each example route is its own protected resource, with its own document.
     let examples: Arc<std::collections::HashMap<&'static str, crate::security::Authenticator>> = Arc::new(
         crate::catalogue::EXAMPLES
             .iter()
-            .filter_map(|e| crate::example_app(e.name, config).map(|app| (e.name, app.auth().clone())))
+            .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app.auth().clone())))
             .collect(),
     );
     serve(1024, move |request| {
@@ -142,9 +142,9 @@ pub async fn serve_metadata(config: &Config) -> Result<(), Error> {
 /// in-process queue delivers to a consumer built from the same configuration, as the local run
 /// does. Otherwise each message would wait for a consumer that never comes, every job would stay
 /// pending, and the queue would grow with every submit.
-fn run_jobs_in_process(config: &Config) {
-    if let Some(queue) = &config.jobs.local_queue {
-        queue.connect_consumer(Arc::new(crate::consumer_from(config)));
+fn run_jobs_in_process(parts: &Parts) {
+    if let Some(queue) = &parts.jobs.local_queue {
+        queue.connect_consumer(Arc::new(crate::consumer(parts)));
         queue.spawn_worker();
     }
 }

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), vercel_runtime::Error> {
-    vercel_mcp::vercel::serve_consumer(&vercel_mcp::config_or_exit()).await
+    vercel_mcp::vercel::serve_consumer(&vercel_mcp::parts_or_exit()).await
 }

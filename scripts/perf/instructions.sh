@@ -13,8 +13,7 @@ cd "$(dirname "$0")/../.."
 for tool in valgrind callgrind_control wrk; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk)" >&2; exit 1; }
 done
-# MCP_CODE_LAYOUT=off: valgrind names only the functions of a section called .text (build.rs).
-export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only MCP_CODE_LAYOUT=off
+export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 cargo build --release --quiet --example perf_server --example floor --example mint_token
 workloads=("$@")
 [ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt)

@@ -273,13 +273,14 @@ def report(results, use_redis):
             w = row[name]
             lines.append(f"| {edge} | {name} | {w['rps']:.0f} | {w['rps']/f['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['cpu_us']:.1f} | {w['cpu_us']/f['cpu_us']:.2f} |")
     lines.append("")
-    lines.append("| edge | cold start ms | × floor | idle KiB | peak KiB (code / heap) | × floor peak | binary bytes | JWT CPU µs/req (list50+jwt − list50) |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| edge | cold start ms | × floor | idle KiB | anonymous KiB after load (RssAnon) | × floor RssAnon | peak RSS KiB (file-backed / anonymous) | binary bytes | JWT CPU µs/req (list50+jwt − list50) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for edge in ["floor", "local", "vercel"]:
         row = results[edge]
         jwt = row["list50+jwt"]["cpu_us"] - row["list50"]["cpu_us"] if "list50+jwt" in row else float("nan")
         split = row.get("peak_split", (0, 0))
-        lines.append(f"| {edge} | {row['cold_ms']:.1f} | {row['cold_ms']/floor['cold_ms']:.2f} | {row['idle_kib']} | {row['peak_kib']} ({split[0]} / {split[1]}) | {row['peak_kib']/floor['peak_kib']:.2f} | {row['size']} | {jwt:.1f} |")
+        anon_ratio = split[1] / floor["peak_split"][1] if floor["peak_split"][1] else float("nan")
+        lines.append(f"| {edge} | {row['cold_ms']:.1f} | {row['cold_ms']/floor['cold_ms']:.2f} | {row['idle_kib']} | {split[1]} | {anon_ratio:.2f} | {row['peak_kib']} ({split[0]} / {split[1]}) | {row['size']} | {jwt:.1f} |")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs/performance.md")
@@ -291,7 +292,8 @@ def report(results, use_redis):
     label = os.environ.get("PERF_LABEL", "harness run")
     label += f" (CPU pressure {pressure:.0f}%)" if pressure is not None else ""
     history = (f"| {date} | {label} | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
-               f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}× |")
+               f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}×, "
+               f"RssAnon {local['peak_split'][1]} KiB ({local['peak_split'][1]/max(floor['peak_split'][1], 1):.1f}× floor) |")
     text = text.rstrip("\n") + "\n" + history + "\n"
     open(path, "w").write(text)
     json.dump(results, open(os.path.join(ROOT, "target/perf-results.json"), "w"), indent=1)

@@ -2,7 +2,7 @@
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let config = vercel_mcp::config_or_exit();
+    let config = vercel_mcp::parts_or_exit();
     let routes = vercel_mcp::local::Routes::new(&config);
     routes.start_background_work();
     vercel_mcp::local::serve(routes, vercel_mcp::local::port_from_env()?).await

@@ -3,7 +3,7 @@
 //!
 //! * The scope table drives registration, listing and authorization: one source of truth.
 //! * Start-up refuses a credential grant that is too narrow *or* too broad, and a registered
-//!   tool missing from the table (drift guard): see [`validate_config`], run by `Config`.
+//!   tool missing from the table (drift guard): see [`validate_config`], run when the examples' settings are read (`catalogue::ExampleSettings`).
 //! * `tools/list` shows each verified principal only the tools its token's scopes cover; every
 //!   call re-authorizes first, before any lookup or bounds check (default deny: an undeclared
 //!   tool requires the whole union).

@@ -5,6 +5,7 @@
 
 pub mod async_jobs;
 pub mod auth_server;
+mod backends;
 pub mod db_adapter;
 pub mod elicitation;
 pub mod facade;
@@ -16,16 +17,16 @@ pub mod sampling;
 pub mod sandbox_isolation;
 pub mod secure_tools;
 
+pub use backends::{Backends, ExampleSettings, Services};
+
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::config::Config;
-use crate::jobs::Jobs;
-use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::types::InputRequest;
 use crate::server::McpServer;
 use crate::server::{InputRequired, Outcome, RequestContext, ToolError};
+use crate::store::{StoreError, StoreErrorKind};
 
 /// The scope the catalogue's read tools require when authentication is on.
 pub const READ_SCOPE: &str = "mcp:read";
@@ -55,30 +56,6 @@ pub fn ask<T>(
     Ok(Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key }))))
 }
 
-/// The facade example over the configuration's logger and randomness.
-pub fn facade_from(config: &Config) -> Arc<facade::Facade> {
-    let lines = Arc::new(facade::LogLines(config.logger()));
-    Arc::new(facade::Facade::new(lines.clone(), lines, config.random.clone()))
-}
-
-/// The db-adapter example over the configuration's product backend, logging reads as log lines.
-pub fn db_adapter_from(config: &Config) -> Arc<db_adapter::DbAdapter> {
-    Arc::new(db_adapter::DbAdapter::new(config.products.clone(), Arc::new(db_adapter::LoggedQueries(config.logger()))))
-}
-
-/// The error code the capped example stores' Lua scripts raise when the cap is reached.
-pub(crate) const STORE_FULL_CODE: &str = "STORE_FULL";
-
-/// Maps a capped example store's Redis error: the cap's own error code becomes `full`, anything
-/// else an outage naming `what` (never the server's message, which may carry key names).
-pub(crate) fn capped_store_error(error: &redis::RedisError, full: fn() -> StoreError, what: &str) -> StoreError {
-    if error.code() == Some(STORE_FULL_CODE) {
-        full()
-    } else {
-        StoreError::fault(format!("{what} unavailable: {:?}", error.kind()))
-    }
-}
-
 /// How a capped example store's error reaches the caller: a full store is an expected answer and
 /// goes out as it is; anything else is an outage, reported with a correlation id that its
 /// `store.fault` line shares (operation and detail stay in the log).
@@ -94,47 +71,14 @@ pub(crate) fn store_tool_error<'a>(
     }
 }
 
-/// The store error of an example store deployed without `REDIS_URL`.
-pub(crate) fn redis_url_unset(what: &str) -> StoreError {
-    StoreError::fault(format!("REDIS_URL is not set: {what} need a shared store (Redis) when deployed"))
-}
-
-/// The job service built from a configuration's store, queue, sealer, clock and randomness.
-pub fn jobs_from(config: &Config) -> Arc<Jobs> {
-    Arc::new(
-        Jobs::new(
-            config.jobs.store.clone(),
-            config.jobs.publisher.clone(),
-            config.sealer.clone(),
-            config.clock.clone(),
-            config.random.clone(),
-        )
-        .with_logger(config.logger())
-        .with_limits(config.job_limits),
-    )
-}
-
-/// The tasks extension service over a configuration's task store.
-pub fn tasks_from(config: &Config) -> Arc<crate::tasks::TaskService> {
-    Arc::new(
-        crate::tasks::TaskService::new(
-            config.jobs.task_store.clone(),
-            config.clock.clone(),
-            config.random.clone(),
-            config.bus.clone(),
-        )
-        .with_logger(config.logger()),
-    )
-}
-
 /// One reference example served alone at `/api/examples/<name>`.
 pub struct Example {
     /// The route segment, e.g. `minimal`.
     pub name: &'static str,
     /// The `serverInfo.name` the example reports.
     pub server_name: &'static str,
-    /// Registers its tools.
-    pub register: fn(&mut McpServer, &Config),
+    /// Registers its tools over the process's services.
+    pub register: fn(&mut McpServer, &Services),
 }
 
 /// Every example built so far, in the order `/api/mcp` lists their tools; each is also served
@@ -151,22 +95,22 @@ pub const EXAMPLES: &[Example] = &[
     Example {
         name: "query-command",
         server_name: "query-command-server",
-        register: |server, config| query_command::register(server, config.jobs.item_store.clone(), config.logger()),
+        register: |server, services| query_command::register(server, services.items.clone(), services.logger.clone()),
     },
     Example {
         name: "secure-tools",
         server_name: "secure-tools-server",
-        register: |server, config| secure_tools::register(server, config.jobs.name_list.clone(), config.logger()),
+        register: |server, services| secure_tools::register(server, services.names.clone(), services.logger.clone()),
     },
     Example {
         name: "facade",
         server_name: "facade-server",
-        register: |server, config| facade::register(server, facade_from(config)),
+        register: |server, services| facade::register(server, services.facade()),
     },
     Example {
         name: "auth-server",
         server_name: "auth-server",
-        register: |server, config| auth_server::register(server, config.logger()),
+        register: |server, services| auth_server::register(server, services.logger.clone()),
     },
     Example {
         name: "least-privilege",
@@ -176,17 +120,19 @@ pub const EXAMPLES: &[Example] = &[
     Example {
         name: "async-jobs",
         server_name: "async-jobs-server",
-        register: |server, config| async_jobs::register(server, jobs_from(config)),
+        register: |server, services| async_jobs::register(server, services.jobs.clone()),
     },
     Example {
         name: "db-adapter",
         server_name: db_adapter::SERVER_NAME,
-        register: |server, config| db_adapter::register(server, db_adapter_from(config)),
+        register: |server, services| db_adapter::register(server, services.db_adapter()),
     },
     Example {
         name: "sandbox-isolation",
         server_name: sandbox_isolation::SERVER_NAME,
-        register: |server, config| sandbox_isolation::register(server, config.sandbox.clone(), config.logger()),
+        register: |server, services| {
+            sandbox_isolation::register(server, services.sandbox.clone(), services.logger.clone())
+        },
     },
 ];
 
@@ -196,9 +142,9 @@ pub fn example(name: &str) -> Option<&'static Example> {
 }
 
 /// Registers the combined catalogue of `/api/mcp`: every example, plus the tasks extension.
-pub fn register_all(server: &mut McpServer, config: &Config) {
-    server.enable_tasks(tasks_from(config));
+pub fn register_all(server: &mut McpServer, services: &Services) {
+    server.enable_tasks(services.tasks.clone());
     for example in EXAMPLES {
-        (example.register)(server, config);
+        (example.register)(server, services);
     }
 }

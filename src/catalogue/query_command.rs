@@ -19,12 +19,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use super::{READ_SCOPE, WRITE_SCOPE};
-use crate::jobs::redis_store::RedisJobStore;
-use crate::jobs::store::{StoreError, StoreFuture};
 use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
+use crate::store::{Redis, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
 
 /// The longest item name, in characters.
 pub const MAX_NAME_LENGTH: usize = 64;
@@ -137,12 +136,12 @@ static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 /// for creation order, a hash of replay keys and a counter, all expiring together.
 #[derive(Clone, Debug)]
 pub struct RedisItemStore {
-    redis: RedisJobStore,
+    redis: Redis,
 }
 
 impl RedisItemStore {
-    /// Shares the job store's connection and prefix.
-    pub fn new(redis: RedisJobStore) -> Self {
+    /// On the shared connection, under its prefix.
+    pub fn new(redis: Redis) -> Self {
         Self { redis }
     }
 
@@ -154,7 +153,7 @@ impl RedisItemStore {
 }
 
 fn redis_error(error: redis::RedisError) -> StoreError {
-    super::capped_store_error(&error, full, "item store")
+    capped_fault_from(&error, "item store", full)
 }
 
 impl ItemStore for RedisItemStore {
@@ -219,7 +218,7 @@ pub struct UnconfiguredItemStore;
 
 impl UnconfiguredItemStore {
     fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
-        Box::pin(async { Err(super::redis_url_unset("items")) })
+        Box::pin(async { Err(redis_url_unset("items")) })
     }
 }
 
@@ -232,6 +231,16 @@ impl ItemStore for UnconfiguredItemStore {
     }
     fn list<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Vec<Item>> {
         self.fail()
+    }
+}
+
+/// The example's store for where shared records live: each process builds one and every route
+/// of the process shares it.
+pub fn item_store(shared: &Shared) -> Arc<dyn ItemStore> {
+    match shared {
+        Shared::Memory => Arc::new(MemoryItemStore::default()),
+        Shared::Redis(redis) => Arc::new(RedisItemStore::new(redis.clone())),
+        Shared::Unconfigured => Arc::new(UnconfiguredItemStore),
     }
 }
 

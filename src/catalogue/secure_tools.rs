@@ -13,12 +13,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use crate::jobs::redis_store::RedisJobStore;
-use crate::jobs::store::{StoreError, StoreFuture};
 use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
+use crate::store::{Redis, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
 
 /// The longest name, in characters.
 pub const MAX_NAME_LENGTH: usize = 64;
@@ -79,12 +78,12 @@ static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(APPEND));
 /// Names in a Redis list at `{prefix}:secure-items`, appended atomically under the cap.
 #[derive(Clone, Debug)]
 pub struct RedisNameList {
-    redis: RedisJobStore,
+    redis: Redis,
 }
 
 impl RedisNameList {
-    /// Shares the job store's connection and prefix.
-    pub fn new(redis: RedisJobStore) -> Self {
+    /// On the shared connection, under its prefix.
+    pub fn new(redis: Redis) -> Self {
         Self { redis }
     }
 }
@@ -99,7 +98,7 @@ impl NameList for RedisNameList {
                 .arg(super::query_command::ITEM_TTL_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
-                .map_err(|e| super::capped_store_error(&e, full, "item list"))
+                .map_err(|e| capped_fault_from(&e, "item list", full))
         })
     }
 }
@@ -110,7 +109,17 @@ pub struct UnconfiguredNameList;
 
 impl NameList for UnconfiguredNameList {
     fn append<'a>(&'a self, _: &'a str) -> StoreFuture<'a, usize> {
-        Box::pin(async { Err(super::redis_url_unset("items")) })
+        Box::pin(async { Err(redis_url_unset("items")) })
+    }
+}
+
+/// The example's store for where shared records live: each process builds one and every route
+/// of the process shares it.
+pub fn name_list(shared: &Shared) -> Arc<dyn NameList> {
+    match shared {
+        Shared::Memory => Arc::new(MemoryNameList::default()),
+        Shared::Redis(redis) => Arc::new(RedisNameList::new(redis.clone())),
+        Shared::Unconfigured => Arc::new(UnconfiguredNameList),
     }
 }
 

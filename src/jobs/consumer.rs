@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use super::model::JOBS_TOPIC;
 use super::queue::{JobMessage, Lease, QueueApi};
-use super::store::{JobStore, StoreError};
+use super::store::JobStore;
 use crate::body::Body;
 use crate::state::Clock;
+use crate::store::StoreError;
 
 /// What the consumer needs.
 #[derive(Clone)]

@@ -18,51 +18,60 @@ pub use consumer::Consumer;
 pub use model::{JobRecord, JobResult, JobState};
 pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, VercelQueue};
 pub use service::Jobs;
-pub use store::{JobStore, MemoryJobStore, StoreError, StoreErrorKind, UnconfiguredJobStore};
+pub use store::{JobStore, MemoryJobStore, UnconfiguredJobStore};
 pub use sweep::Sweep;
 
 use std::sync::Arc;
 
-/// The job infrastructure of one process, chosen from configuration.
+use crate::store::Shared;
+
+/// The job infrastructure of one process.
 #[derive(Clone)]
 pub struct JobsBackend {
     /// Where job records live.
     pub store: Arc<dyn JobStore>,
-    /// Where task records (the tasks extension) live.
-    pub task_store: Arc<dyn crate::tasks::TaskStore>,
-    /// Where the query-command example keeps its items (the same shared store).
-    pub item_store: Arc<dyn crate::catalogue::query_command::ItemStore>,
-    /// Where the secure-tools example appends names (the same shared store).
-    pub name_list: Arc<dyn crate::catalogue::secure_tools::NameList>,
     /// Where submits go.
     pub publisher: Arc<dyn Publisher>,
     /// Where leases are acknowledged.
     pub queue_api: Arc<dyn QueueApi>,
     /// The in-process queue, in the local run (the local router connects it to the consumer).
     pub local_queue: Option<LocalQueue>,
-    /// A human-readable description for the start-up banner.
-    pub description: String,
 }
 
 impl std::fmt::Debug for JobsBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.description)
+        let queue = if self.local_queue.is_some() { "in-process" } else { "Vercel Queues" };
+        f.debug_struct("JobsBackend").field("queue", &queue).finish_non_exhaustive()
     }
 }
 
 impl JobsBackend {
+    /// Job records where shared records live, submitted to `queue` (Vercel Queues) or, without
+    /// one, to an in-process queue (the local run).
+    pub fn new(shared: &Shared, queue: Option<Arc<VercelQueue>>) -> Self {
+        let store: Arc<dyn JobStore> = match shared {
+            Shared::Memory => Arc::new(MemoryJobStore::new()),
+            Shared::Redis(redis) => Arc::new(redis_store::RedisJobStore::new(redis.clone())),
+            Shared::Unconfigured => Arc::new(UnconfiguredJobStore(
+                "REDIS_URL is not set: async jobs need a shared store (Redis) when deployed",
+            )),
+        };
+        match queue {
+            Some(queue) => Self { store, publisher: queue.clone(), queue_api: queue, local_queue: None },
+            None => {
+                let local = LocalQueue::new();
+                Self {
+                    store,
+                    publisher: Arc::new(local.clone()),
+                    queue_api: Arc::new(local.clone()),
+                    local_queue: Some(local),
+                }
+            }
+        }
+    }
+
     /// The embedded defaults: memory store and in-process queue.
     pub fn local() -> Self {
-        let queue = LocalQueue::new();
-        Self {
-            store: Arc::new(MemoryJobStore::new()),
-            task_store: Arc::new(crate::tasks::MemoryTaskStore::default()),
-            item_store: Arc::new(crate::catalogue::query_command::MemoryItemStore::default()),
-            name_list: Arc::new(crate::catalogue::secure_tools::MemoryNameList::default()),
-            publisher: Arc::new(queue.clone()),
-            queue_api: Arc::new(queue.clone()),
-            local_queue: Some(queue),
-            description: "jobs: in-memory store, in-process queue".into(),
-        }
+        Self::new(&Shared::Memory, None)
     }
 }

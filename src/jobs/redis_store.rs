@@ -20,18 +20,17 @@
 //! Each operation is one Lua script, so it is atomic and costs one round trip: two instances
 //! racing on one principal can neither exceed a cap nor lose an update. Scripts run on a
 //! single-shard Redis (the index spans owners), which is what Vercel's Marketplace Redis is.
-//! The connection is a `ConnectionManager`: created lazily (nothing happens at start-up) and
+//! The connection is the shared [`Redis`]: opened lazily (nothing happens at start-up) and
 //! re-established on a dead socket.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use super::model::{JOB_RETENTION_MS, JobRecord};
-use super::store::{CreateRefused, JobStore, Quota, RATE_WINDOW_MS, StoreError, StoreFuture, SweepReport};
+use super::store::{CreateRefused, JobStore, Quota, RATE_WINDOW_MS, SweepReport};
+use crate::store::{Redis, StoreError, StoreFuture, fault_from};
 
 const CREATE: &str = r#"
 local now = tonumber(ARGV[2])
@@ -147,62 +146,23 @@ static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));
 /// Job records in Redis.
 #[derive(Clone)]
 pub struct RedisJobStore {
-    connection: ConnectionManager,
-    prefix: String,
+    redis: Redis,
 }
 
 impl std::fmt::Debug for RedisJobStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the URL: it carries the password.
-        f.debug_struct("RedisJobStore").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("RedisJobStore").field("prefix", &self.redis.prefix()).finish_non_exhaustive()
     }
 }
 
 fn store_error(error: redis::RedisError) -> StoreError {
-    // The redis error text names the failure kind, never the credentials.
-    StoreError::fault(format!("job store unavailable: {}", error.kind_label()))
-}
-
-trait KindLabel {
-    fn kind_label(&self) -> String;
-}
-
-impl KindLabel for redis::RedisError {
-    fn kind_label(&self) -> String {
-        if self.is_timeout() {
-            "timed out".into()
-        } else if self.is_connection_refusal() || self.is_io_error() || self.is_connection_dropped() {
-            "connection failed".into()
-        } else {
-            format!("{:?}", self.kind())
-        }
-    }
+    fault_from(&error, "job store")
 }
 
 impl RedisJobStore {
-    /// A store for `url` (`redis://` or `rediss://`); connects on first use, with bounded
-    /// connection and response timeouts so an outage becomes an error, not a hang.
-    pub fn new(url: &str, prefix: &str) -> Result<Self, String> {
-        let client =
-            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("redis client: {}", e.kind_label()))?;
-        Ok(Self { connection, prefix: prefix.to_owned() })
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// A handle on the shared, self-healing connection.
-    pub fn connection(&self) -> ConnectionManager {
-        self.connection.clone()
+    /// Job records on the shared connection, under its prefix.
+    pub fn new(redis: Redis) -> Self {
+        Self { redis }
     }
 
     fn owner_part(owner: &str) -> String {
@@ -210,23 +170,23 @@ impl RedisJobStore {
     }
 
     fn job_key(&self, owner: &str, job_id: &str) -> String {
-        format!("{}:job:{}:{}", self.prefix, Self::owner_part(owner), job_id)
+        format!("{}:job:{}:{}", self.redis.prefix(), Self::owner_part(owner), job_id)
     }
 
     fn active_key(&self, owner: &str) -> String {
-        format!("{}:active:{}", self.prefix, Self::owner_part(owner))
+        format!("{}:active:{}", self.redis.prefix(), Self::owner_part(owner))
     }
 
     fn index_key(&self) -> String {
-        format!("{}:index", self.prefix)
+        format!("{}:index", self.redis.prefix())
     }
 
     fn held_key(&self, owner: &str) -> String {
-        format!("{}:held:{}", self.prefix, Self::owner_part(owner))
+        format!("{}:held:{}", self.redis.prefix(), Self::owner_part(owner))
     }
 
     fn rate_key(&self, owner: &str, now: u64) -> String {
-        format!("{}:rate:{}:{}", self.prefix, Self::owner_part(owner), now / RATE_WINDOW_MS)
+        format!("{}:rate:{}:{}", self.redis.prefix(), Self::owner_part(owner), now / RATE_WINDOW_MS)
     }
 
     fn index_member(owner: &str, job_id: &str) -> String {
@@ -253,7 +213,7 @@ impl RedisJobStore {
         if let Some(extra) = extra {
             invocation.arg(extra);
         }
-        let raw: Option<String> = invocation.invoke_async(&mut self.connection.clone()).await.map_err(store_error)?;
+        let raw: Option<String> = invocation.invoke_async(&mut self.redis.connection()).await.map_err(store_error)?;
         raw.map(|raw| parse(&raw)).transpose()
     }
 }
@@ -288,7 +248,7 @@ impl JobStore for RedisJobStore {
                 .arg(quota.share)
                 .arg(quota.per_minute)
                 .arg(RATE_WINDOW_MS)
-                .invoke_async(&mut self.connection.clone())
+                .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(store_error)?;
             Ok(match outcome.as_str() {
@@ -306,7 +266,7 @@ impl JobStore for RedisJobStore {
         Box::pin(async move {
             let raw: Option<String> = redis::cmd("GET")
                 .arg(self.job_key(owner, job_id))
-                .query_async(&mut self.connection.clone())
+                .query_async(&mut self.redis.connection())
                 .await
                 .map_err(store_error)?;
             // A read stays one GET: a stuck job is failed in the copy returned, and stored as
@@ -342,7 +302,7 @@ impl JobStore for RedisJobStore {
                 .key(self.held_key(owner))
                 .arg(job_id)
                 .arg(Self::index_member(owner, job_id))
-                .invoke_async(&mut self.connection.clone())
+                .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(store_error)?;
             Ok(())
@@ -351,7 +311,7 @@ impl JobStore for RedisJobStore {
 
     fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
+            let mut connection = self.redis.connection();
             // Index scores are when a job may be forgotten: retention after it finished, or after
             // the deadline while it is active. So every job that may be stuck scores at most
             // `now + retention`, and so does every finished one (at most 256 in all).

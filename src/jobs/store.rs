@@ -5,70 +5,10 @@
 //! embedded default of the local run and of tests; `RedisJobStore` is what deployments use.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Mutex;
 
 use super::model::JobRecord;
-
-/// A boxed store future.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// A store call that did not do what was asked. The message is for the caller and the log, so it
-/// never carries secrets, key names or a server's own error text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreError {
-    kind: StoreErrorKind,
-    message: String,
-}
-
-/// What a [`StoreError`] means for the caller: a fault is an operator's problem (logged with a
-/// correlation id); the others are answers the caller can act on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreErrorKind {
-    /// Unreachable, not configured, or an unreadable answer.
-    Fault,
-    /// A capacity limit was reached.
-    Full,
-    /// Other writers kept winning a compare-and-set: retryable.
-    Contention,
-}
-
-impl StoreError {
-    /// The store is unreachable, not configured, or answered nonsense.
-    pub fn fault(message: impl Into<String>) -> Self {
-        Self { kind: StoreErrorKind::Fault, message: message.into() }
-    }
-
-    /// A capacity limit was reached.
-    pub fn full(message: impl Into<String>) -> Self {
-        Self { kind: StoreErrorKind::Full, message: message.into() }
-    }
-
-    /// A compare-and-set kept losing to other writers.
-    pub fn contention(message: impl Into<String>) -> Self {
-        Self { kind: StoreErrorKind::Contention, message: message.into() }
-    }
-
-    /// What the failure means for the caller.
-    pub fn kind(&self) -> StoreErrorKind {
-        self.kind
-    }
-
-    /// The text for the caller and the log.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for StoreError {}
+use crate::store::{StoreError, StoreFuture};
 
 /// Why a job was not created. Nothing is written in any of these cases.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,7 +92,7 @@ pub trait JobStore: Send + Sync + 'static {
 }
 
 /// The in-memory store: one map behind one lock. For the local run and tests only; a
-/// deployment refuses to use it (see `jobs::JobsConfig`).
+/// deployment refuses to use it (see `store::Shared::Unconfigured`).
 #[derive(Debug, Default)]
 pub struct MemoryJobStore {
     jobs: Mutex<HashMap<(String, String), JobRecord>>,

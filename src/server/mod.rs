@@ -244,6 +244,11 @@ impl McpServer {
         self.tools.iter().map(|t| t.name.as_str())
     }
 
+    /// Names of the tools `tools/list` shows `principal`, in listing order.
+    pub fn listed_tools<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a str> {
+        self.tools.iter().filter(|t| self.may_use(principal, t)).map(|t| t.name.as_str())
+    }
+
     /// Registers a tool whose arguments are the typed `A`. The advertised `inputSchema` is
     /// generated from `A`, and every call is validated against that same schema before `A` is
     /// deserialised and the handler runs.

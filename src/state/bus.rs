@@ -85,18 +85,17 @@ impl std::fmt::Debug for RedisBus {
 }
 
 impl RedisBus {
-    /// A bus on `{prefix}:changes`, sharing `publisher` (the job store's connection).
-    pub fn new(url: &str, prefix: &str, publisher: redis::aio::ConnectionManager) -> Result<Arc<Self>, String> {
-        let client =
-            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
-        Ok(Arc::new(Self {
+    /// A bus on `{prefix}:changes`: publishes on the shared connection and subscribes on one of
+    /// its own (a subscribed connection can send nothing else).
+    pub fn new(redis: &crate::store::Redis) -> Arc<Self> {
+        Arc::new(Self {
             local: broadcast::channel(256).0,
-            client,
-            publisher,
-            channel: format!("{prefix}:changes"),
+            client: redis.client().clone(),
+            publisher: redis.connection(),
+            channel: format!("{}:changes", redis.prefix()),
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
-        }))
+        })
     }
 
     fn ensure_subscribed(&self) {

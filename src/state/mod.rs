@@ -10,6 +10,6 @@ pub mod seal;
 
 pub use bus::{ChangeBus, ChangeEvent, LocalBus, RedisBus};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use nonce::{MemoryNonces, NonceStore, RedisNonces, UnconfiguredNonces};
+pub use nonce::{MemoryNonces, NonceStore, RedisNonces, UnconfiguredNonces, nonce_store};
 pub use random::{Random, SeededRandom, SystemRandom};
 pub use seal::{Purpose, SealError, Sealer};

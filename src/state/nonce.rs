@@ -57,9 +57,9 @@ pub struct RedisNonces {
 }
 
 impl RedisNonces {
-    /// Shares a connection (the job store's) and its key prefix.
-    pub fn new(connection: redis::aio::ConnectionManager, prefix: &str) -> Self {
-        Self { connection, prefix: prefix.to_owned() }
+    /// On the shared connection, under its prefix.
+    pub fn new(redis: &crate::store::Redis) -> Self {
+        Self { connection: redis.connection(), prefix: redis.prefix().to_owned() }
     }
 }
 
@@ -92,6 +92,16 @@ impl NonceStore for UnconfiguredNonces {
              (or MCP_REQUEST_STATE_SINGLE_USE=off)"
                 .to_owned(),
         )))
+    }
+}
+
+/// The nonce store for where shared records live.
+pub fn nonce_store(shared: &crate::store::Shared) -> std::sync::Arc<dyn NonceStore> {
+    use crate::store::Shared;
+    match shared {
+        Shared::Memory => std::sync::Arc::new(MemoryNonces::default()),
+        Shared::Redis(redis) => std::sync::Arc::new(RedisNonces::new(redis)),
+        Shared::Unconfigured => std::sync::Arc::new(UnconfiguredNonces),
     }
 }
 

@@ -10,18 +10,20 @@
 
 pub mod store;
 
-pub use store::{MemoryTaskStore, RedisTaskStore, TaskRecord, TaskStatus, TaskStore, UnconfiguredTaskStore};
+pub use store::{
+    MemoryTaskStore, RedisTaskStore, TaskRecord, TaskStatus, TaskStore, UnconfiguredTaskStore, task_store,
+};
 
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
-use crate::jobs::store::{StoreError, StoreErrorKind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::Principal;
 use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
+use crate::store::{StoreError, StoreErrorKind};
 
 /// How long a task (and its result) stays retrievable.
 pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;

@@ -10,10 +10,9 @@ use redis::Script;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
-use crate::jobs::redis_store::RedisJobStore;
-use crate::jobs::store::{StoreError, StoreFuture};
+use crate::store::{Redis, Shared, StoreError, StoreFuture, fault_from, redis_url_unset};
 
 /// Task statuses; the last three are terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,12 +135,12 @@ static REPLACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REPLACE))
 /// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL.
 #[derive(Clone, Debug)]
 pub struct RedisTaskStore {
-    redis: RedisJobStore,
+    redis: Redis,
 }
 
 impl RedisTaskStore {
-    /// Shares the job store's connection and prefix.
-    pub fn new(redis: RedisJobStore) -> Self {
+    /// Task records on the shared connection, under its prefix.
+    pub fn new(redis: Redis) -> Self {
         Self { redis }
     }
 
@@ -151,7 +150,7 @@ impl RedisTaskStore {
 }
 
 fn redis_error(error: redis::RedisError) -> StoreError {
-    StoreError::fault(format!("task store unavailable: {:?}", error.kind()))
+    fault_from(&error, "task store")
 }
 
 impl TaskStore for RedisTaskStore {
@@ -205,9 +204,7 @@ pub struct UnconfiguredTaskStore;
 
 impl UnconfiguredTaskStore {
     fn fail<T: Send + 'static>(&self) -> StoreFuture<'_, T> {
-        Box::pin(async {
-            Err(StoreError::fault("REDIS_URL is not set: tasks need a shared store (Redis) when deployed"))
-        })
+        Box::pin(async { Err(redis_url_unset("tasks")) })
     }
 }
 
@@ -220,5 +217,14 @@ impl TaskStore for UnconfiguredTaskStore {
     }
     fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
         self.fail()
+    }
+}
+
+/// The task store for where shared records live.
+pub fn task_store(shared: &Shared) -> Arc<dyn TaskStore> {
+    match shared {
+        Shared::Memory => Arc::new(MemoryTaskStore::default()),
+        Shared::Redis(redis) => Arc::new(RedisTaskStore::new(redis.clone())),
+        Shared::Unconfigured => Arc::new(UnconfiguredTaskStore),
     }
 }

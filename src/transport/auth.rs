@@ -19,6 +19,7 @@ pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Bod
     if let Ok(value) = HeaderValue::from_str(&challenge.www_authenticate) {
         headers.insert(header::WWW_AUTHENTICATE, value);
     }
+    response.extensions_mut().insert(crate::body::ResponseOutcome::AuthFailure);
     response
 }
 

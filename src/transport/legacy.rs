@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use super::headers;
 use super::{App, Body, accepted, error_response, respond_streaming};
 use crate::body::StreamEvent;
+use crate::body::{FinalResponse, ResponseOutcome};
 use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc, meta};
 use crate::security::Principal;
 use crate::server::{Reply, RequestContext};
@@ -173,7 +174,12 @@ pub(super) async fn handle(
     if method == "initialize" {
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let result = app.server.initialize(requested);
-        let mut response = super::json_response(StatusCode::OK, jsonrpc::result_response(&id, &result));
+        let initialized = FinalResponse {
+            status: StatusCode::OK,
+            body: jsonrpc::result_response(&id, &result),
+            outcome: ResponseOutcome::Ok,
+        };
+        let mut response = super::json_response(initialized);
         let capabilities = Value::Object(declared_capabilities(params.get("capabilities")));
         let data = json!({ "capabilities": capabilities });
         let session = app.sealer.seal(Purpose::LegacySession, SESSION_BINDING, SESSION_TTL_MS, data);
@@ -196,8 +202,7 @@ pub(super) async fn handle(
         .cloned();
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
-        let (status, body) = run(app, &request_id, ctx, &method, &params).await;
-        return super::json_response(status, body);
+        return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
     let app = app.clone();
     respond_streaming(move |outbox| async move {
@@ -240,20 +245,28 @@ async fn run(
     ctx: RequestContext,
     method: &str,
     params: &Map<String, Value>,
-) -> (StatusCode, Vec<u8>) {
+) -> FinalResponse {
     let id = ctx.id.clone();
     match fulfil(app, request_id, ctx, method, params).await {
         Ok(mut result) => {
             result.remove("resultType");
             result.remove("ttlMs");
             result.remove("cacheScope");
-            (StatusCode::OK, jsonrpc::result_response(&id, &Value::Object(result)))
+            let outcome = ResponseOutcome::of_tool_result(result.get("isError") == Some(&Value::Bool(true)));
+            FinalResponse {
+                status: StatusCode::OK,
+                body: jsonrpc::result_response(&id, &Value::Object(result)),
+                outcome,
+            }
         }
         Err(error) => {
             // 2025-11-25 ties no status to JSON-RPC errors on a POST response; keep the
             // modern statuses only for transport-level failures.
-            let status = if error.status == StatusCode::INTERNAL_SERVER_ERROR { StatusCode::OK } else { error.status };
-            (status, jsonrpc::error_response(Some(&id), &error))
+            let mut reply = super::error_reply(Some(&id), &error);
+            if reply.status == StatusCode::INTERNAL_SERVER_ERROR {
+                reply.status = StatusCode::OK;
+            }
+            reply
         }
     }
 }

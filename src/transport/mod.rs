@@ -16,13 +16,11 @@ pub use crate::body::Body;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use memchr::memmem::Finder;
 use serde_json::{Map, Value};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
-use crate::body::StreamEvent;
-use crate::config::Config;
+use crate::body::{FinalResponse, ResponseOutcome, StreamEvent};
 use crate::observe::{RequestRecord, trace_id_from};
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, OriginDecision, Principal};
@@ -48,32 +46,52 @@ pub struct App {
     pub(crate) request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
 }
 
-impl App {
-    /// Wires a configured server to the transport, as the endpoint `MCP_RESOURCE_URL` names.
-    pub fn new(server: McpServer, config: &Config) -> Self {
-        Self::with_authenticator(server, config, &config.auth)
-    }
+/// What one endpoint is served with, apart from its registry: chosen by the composition root.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Seals `requestState` and session ids.
+    pub sealer: Sealer,
+    /// The Origin allow-list.
+    pub origins: AllowedOrigins,
+    /// Change signals for listen streams.
+    pub bus: Arc<dyn ChangeBus>,
+    /// The largest accepted request body.
+    pub max_body_bytes: usize,
+    /// How long listen streams stay open, and their keep-alive.
+    pub listen: ListenLimits,
+    /// Open listen streams one caller, and one instance, may hold.
+    pub listen_caps: crate::server::listen::ListenCaps,
+    /// Who may call, as this endpoint's own protected resource.
+    pub auth: crate::security::Authenticator,
+    /// Where the request lines go.
+    pub logger: crate::observe::Logger,
+    /// Which request OIDC tokens name this deployment.
+    pub platform: crate::security::PlatformIdentity,
+    /// Used `requestState` nonces (single use); `None` when states may be replayed until they
+    /// expire.
+    pub request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
+}
 
-    /// Wires a configured server to the transport as its own protected resource: `auth` is the
-    /// deployment's authenticator for that endpoint ([`crate::security::Authenticator::for_endpoint`]).
-    pub fn with_authenticator(mut server: McpServer, config: &Config, auth: &crate::security::Authenticator) -> Self {
-        let bus = config.bus.clone();
-        server.scopes_enforced = config.auth.enforces_scopes();
+impl App {
+    /// Serves `server` as `endpoint` describes. Tools that declare scopes are enforced whenever
+    /// authentication is on, and the endpoint's metadata advertises them.
+    pub fn new(mut server: McpServer, endpoint: Endpoint) -> Self {
+        server.scopes_enforced = endpoint.auth.enforces_scopes();
         crate::observe::install_panic_hook();
         Self {
-            logger: config.logger(),
-            auth: auth.advertising(&server.scopes_in_use()),
+            logger: endpoint.logger,
+            auth: endpoint.auth.advertising(&server.scopes_in_use()),
             server: Arc::new(server),
-            sealer: config.sealer.clone(),
-            origins: config.allowed_origins.clone(),
-            bus,
-            max_body_bytes: config.max_body_bytes,
-            listen: ListenLimits { max_duration: config.listen_max_duration, keep_alive: config.keep_alive },
-            listen_caps: config.listen_caps,
+            sealer: endpoint.sealer,
+            origins: endpoint.origins,
+            bus: endpoint.bus,
+            max_body_bytes: endpoint.max_body_bytes,
+            listen: endpoint.listen,
+            listen_caps: endpoint.listen_caps,
             listen_slots: Arc::default(),
             pending: Default::default(),
-            platform: config.platform.clone(),
-            request_state_nonces: config.request_state_nonces.clone(),
+            platform: endpoint.platform,
+            request_state_nonces: endpoint.request_state_nonces,
         }
     }
 
@@ -127,36 +145,23 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     if record.trace_id.is_empty() {
         record.trace_id = app.logger.new_trace_id();
     }
-    let (outcome, code) = classify(&response);
+    let outcome = outcome_of(&response);
     let stream = response.body().is_stream();
     if let Ok(id) = HeaderValue::from_str(&record.request_id) {
         response.headers_mut().insert(headers::REQUEST_ID, id);
     }
-    record.finish(&app.logger, response.status().as_u16(), outcome, code, stream);
+    record.finish(&app.logger, response.status().as_u16(), outcome, stream);
     response
 }
 
-/// The outcome class of a response, read from its status and (for errors) its body.
-fn classify(response: &Response<Body>) -> (&'static str, Option<i64>) {
-    let status = response.status();
-    if (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN)
-        && response.headers().contains_key(header::WWW_AUTHENTICATE)
-    {
-        return ("auth_failure", None);
+/// What a response says, as its builder tagged it; an untagged response (a 202, a plain-text
+/// refusal) is read from its status.
+fn outcome_of(response: &Response<Body>) -> ResponseOutcome {
+    match response.extensions().get::<ResponseOutcome>() {
+        Some(outcome) => *outcome,
+        None if response.status().is_success() => ResponseOutcome::Ok,
+        None => ResponseOutcome::ProtocolError(None),
     }
-    let Some(body) = response.body().peek() else { return ("ok", None) };
-    let code = || serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("error")?.get("code")?.as_i64());
-    // Quotes inside JSON strings are escaped, so these byte patterns only match structure.
-    // The searchers are built once: building one costs more than searching a typical body.
-    static ERROR_MEMBER: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""error":{"code":"#));
-    static TOOL_ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""isError":true"#));
-    if ERROR_MEMBER.find(body).is_some() || !status.is_success() {
-        return ("protocol_error", code());
-    }
-    if TOOL_ERROR.find(body).is_some() {
-        return ("tool_error", None);
-    }
-    ("ok", None)
 }
 
 async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
@@ -255,15 +260,26 @@ fn accepted() -> Response<Body> {
     response
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Body::full(body));
-    *response.status_mut() = status;
+fn json_response(last: FinalResponse) -> Response<Body> {
+    let mut response = Response::new(Body::full(last.body));
+    *response.status_mut() = last.status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.extensions_mut().insert(last.outcome);
     response
 }
 
+/// A JSON-RPC error response, sent with the error's status.
 pub(crate) fn error_response(id: Option<&RequestId>, error: &McpError) -> Response<Body> {
-    json_response(error.status, jsonrpc::error_response(id, error))
+    json_response(error_reply(id, error))
+}
+
+/// A JSON-RPC error as a final response.
+pub(crate) fn error_reply(id: Option<&RequestId>, error: &McpError) -> FinalResponse {
+    FinalResponse {
+        status: error.status,
+        body: jsonrpc::error_response(id, error),
+        outcome: ResponseOutcome::ProtocolError(Some(error.code.0)),
+    }
 }
 
 fn sse_response(
@@ -284,18 +300,18 @@ fn sse_response(
 /// becomes an SSE stream carrying everything in order. Dropping the response aborts the task.
 pub(crate) async fn respond_streaming<F>(work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F) -> Response<Body>
 where
-    F: std::future::Future<Output = (StatusCode, Vec<u8>)> + Send + 'static,
+    F: std::future::Future<Output = FinalResponse> + Send + 'static,
 {
     use futures_util::FutureExt;
     let (tx, mut rx) = mpsc::channel(64);
     // A combinator, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
-    let task = tokio::spawn(work(tx.clone()).then(move |(status, body)| async move {
-        let _ = tx.send(StreamEvent::Response { status, body }).await;
+    let task = tokio::spawn(work(tx.clone()).then(move |last| async move {
+        let _ = tx.send(StreamEvent::Response(last)).await;
     }));
     let producer = task.abort_handle();
     match rx.recv().await {
-        Some(StreamEvent::Response { status, body }) => json_response(status, body),
+        Some(StreamEvent::Response(last)) => json_response(last),
         Some(first) => sse_response(first, rx, producer),
         None => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }

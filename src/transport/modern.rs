@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::headers::{self, HeaderProblem};
 use super::{App, Body, attach_server_info, error_response, respond_streaming};
+use crate::body::{FinalResponse, ResponseOutcome};
 use crate::protocol::types::CallToolResult;
 use crate::protocol::{Era, LogLevel, McpError, RequestId, SUPPORTED_VERSIONS, jsonrpc, meta};
 use crate::security::Principal;
@@ -90,19 +91,19 @@ pub(super) async fn handle(
             // Held for as long as the stream's task lives: its end, or its abort, frees the slot.
             let _slot = slot;
             ctx.outbox = Some(outbox);
-            match app.server.listen(&ctx, filter, app.listen).await {
-                Some(mut result) => (StatusCode::OK, finish(&app.server, &id, &mut result)),
+            let body = match app.server.listen(&ctx, filter, app.listen).await {
+                Some(mut result) => finish(&app.server, &id, &mut result),
                 // The client left: nothing to send.
-                None => (StatusCode::OK, Vec::new()),
-            }
+                None => Vec::new(),
+            };
+            FinalResponse { status: StatusCode::OK, body, outcome: ResponseOutcome::Ok }
         })
         .await;
     }
 
     let streams = ctx.progress_token.is_some() || ctx.log_level.is_some();
     if !streams {
-        let (status, body) = run(app, &request_id, ctx, &method, &params).await;
-        return json(status, body);
+        return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
     let app = app.clone();
     respond_streaming(move |outbox| async move {
@@ -112,10 +113,6 @@ pub(super) async fn handle(
     .await
 }
 
-fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    super::json_response(status, body)
-}
-
 /// Executes the request and serialises its response.
 async fn run(
     app: &App,
@@ -123,29 +120,34 @@ async fn run(
     ctx: RequestContext,
     method: &str,
     params: &Map<String, Value>,
-) -> (StatusCode, Vec<u8>) {
+) -> FinalResponse {
     let id = ctx.id.clone();
     let principal = ctx.principal.clone();
     let capabilities = ctx.client_capabilities.clone();
     let outcome = match super::execute(app, request_id, ctx, method, params).await {
-        Ok(Reply::Complete(mut result)) => Ok(finish(&app.server, &id, &mut result)),
-        Ok(Reply::Tool(result)) => Ok(finish_tool(&app.server, &id, &result)),
+        Ok(Reply::Complete(mut result)) => {
+            let said = ResponseOutcome::of_tool_result(result.get("isError") == Some(&Value::Bool(true)));
+            Ok((finish(&app.server, &id, &mut result), said))
+        }
+        Ok(Reply::Tool(result)) => {
+            Ok((finish_tool(&app.server, &id, &result), ResponseOutcome::of_tool_result(result.is_error)))
+        }
         Ok(Reply::Listing { mut result, key, items }) => {
-            Ok(finish_with(&app.server, &id, &mut result, Some((key, &items))))
+            Ok((finish_with(&app.server, &id, &mut result, Some((key, &items))), ResponseOutcome::Ok))
         }
         Ok(Reply::InputRequired(input)) => {
             mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(
                 |mut result| {
                     attach_server_info(&mut result, &app.server);
-                    jsonrpc::result_response(&id, &Value::Object(result))
+                    (jsonrpc::result_response(&id, &Value::Object(result)), ResponseOutcome::Ok)
                 },
             )
         }
         Err(error) => Err(error),
     };
     match outcome {
-        Ok(body) => (StatusCode::OK, body),
-        Err(error) => (error.status, jsonrpc::error_response(Some(&id), &error)),
+        Ok((body, outcome)) => FinalResponse { status: StatusCode::OK, body, outcome },
+        Err(error) => super::error_reply(Some(&id), &error),
     }
 }
 
@@ -355,7 +357,7 @@ fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::compose::Parts;
     use crate::state::SystemClock;
     use http::HeaderValue;
     use serde_json::json;
@@ -363,7 +365,7 @@ mod tests {
     fn app() -> App {
         let mut server = McpServer::new("t", "1");
         crate::catalogue::minimal::register(&mut server);
-        App::new(server, &Config::for_tests(Arc::new(SystemClock)))
+        App::new(server, Parts::for_tests(Arc::new(SystemClock)).endpoint())
     }
 
     fn headers(method: &str) -> HeaderMap {

@@ -9,7 +9,7 @@
 //! characters, because product text is reflected into a model's context.
 //!
 //! The backend is the in-process [`fixture::ReadOnlyStore`] by default and
-//! [`postgres::PostgresProducts`] when `DATABASE_URL` is set; `tests/db_adapter.rs` runs the
+//! [`postgres::PostgresProducts`] when `DATABASE_URL` is set; `tests/it/db_adapter.rs` runs the
 //! same checks against both.
 
 pub mod fixture;

@@ -1,0 +1,254 @@
+//! The composition root: the one module that knows every part. It turns [`Settings`] into the
+//! process's parts (where shared records live, the job backend, the change bus, the nonce store,
+//! the examples' backends) and builds from them each route's application, the queue consumer and
+//! the cron sweep. Nothing below it imports it; the edges (`vercel`, `local`, the binaries) call it.
+
+use std::sync::Arc;
+
+use crate::catalogue::{self, Backends, Services};
+use crate::jobs::{self, Jobs, JobsBackend, VercelQueue};
+use crate::observe::{LogSink, Logger, StderrSink};
+use crate::server::McpServer;
+use crate::server::listen::ListenLimits;
+use crate::settings::{ConfigError, Settings, listen_limit_for};
+use crate::state::{ChangeBus, Clock, LocalBus, NonceStore, Random, RedisBus, SystemRandom};
+use crate::store::{Redis, Shared};
+use crate::tasks::{TaskService, TaskStore};
+use crate::transport::{App, Endpoint};
+
+/// This crate's version, reported in `serverInfo`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything one process is built from, shared by every route it serves.
+#[derive(Clone)]
+pub struct Parts {
+    /// The parsed settings.
+    pub settings: Settings,
+    /// Randomness for identifiers.
+    pub random: Arc<dyn Random>,
+    /// Where structured log lines go (standard error by default).
+    pub log_sink: Arc<dyn LogSink>,
+    /// Where records shared between instances live.
+    pub shared: Shared,
+    /// Job store and queue: Redis and Vercel Queues when deployed; in-memory and in-process
+    /// locally unless `REDIS_URL` (store) or `MCP_QUEUE_BASE_URL` (queue) say otherwise.
+    pub jobs: JobsBackend,
+    /// Where task records (the tasks extension) live.
+    pub task_store: Arc<dyn TaskStore>,
+    /// Change signals for listen streams: Redis pub/sub with `REDIS_URL`, in-process otherwise.
+    pub bus: Arc<dyn ChangeBus>,
+    /// Where used `requestState` nonces are kept, or `None` when
+    /// `MCP_REQUEST_STATE_SINGLE_USE=off`.
+    pub request_state_nonces: Option<Arc<dyn NonceStore>>,
+    /// The examples' stores and clients.
+    pub examples: Backends,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts").field("settings", &self.settings).field("shared", &self.shared).finish_non_exhaustive()
+    }
+}
+
+impl Parts {
+    /// Reads the process environment and builds the parts.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::new(Settings::from_env()?)
+    }
+
+    /// Reads settings through `lookup` (tests pass a map) and builds the parts.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        Self::new(Settings::from_lookup(lookup, clock)?)
+    }
+
+    /// Builds the parts `settings` describe. Opens no connection: Redis and PostgreSQL connect on
+    /// first use. A Redis or database URL that does not parse is a start-up problem.
+    pub fn new(settings: Settings) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let shared = match &settings.redis {
+            Some(redis) => match Redis::connect(&redis.url, &redis.prefix) {
+                Ok(redis) => Shared::Redis(redis),
+                Err(problem) => {
+                    problems.push(format!("REDIS_URL: {problem}"));
+                    Shared::Memory
+                }
+            },
+            None if settings.deployed => Shared::Unconfigured,
+            None => Shared::Memory,
+        };
+        let examples = Backends::new(&settings.examples, &shared).map_err(|mut more| {
+            problems.append(&mut more);
+        });
+        let (Ok(examples), true) = (examples, problems.is_empty()) else { return Err(ConfigError(problems)) };
+        let queue = settings.queue.as_ref().map(|queue| {
+            Arc::new(VercelQueue::new(
+                queue.base_url.clone(),
+                queue.region.clone(),
+                queue.deployment_id.clone(),
+                queue.oidc_token.clone(),
+            ))
+        });
+        let bus: Arc<dyn ChangeBus> = match &shared {
+            Shared::Redis(redis) => RedisBus::new(redis),
+            Shared::Memory | Shared::Unconfigured => Arc::new(LocalBus::default()),
+        };
+        Ok(Self {
+            random: Arc::new(SystemRandom::default()),
+            log_sink: Arc::new(StderrSink),
+            jobs: JobsBackend::new(&shared, queue),
+            task_store: crate::tasks::task_store(&shared),
+            bus,
+            request_state_nonces: settings.request_state_single_use.then(|| crate::state::nonce_store(&shared)),
+            examples,
+            shared,
+            settings,
+        })
+    }
+
+    /// Parts for tests: local posture, a fixed sealing key, the given clock, everything in memory.
+    pub fn for_tests(clock: Arc<dyn Clock>) -> Self {
+        Self::new(Settings::for_tests(clock)).expect("test settings compose")
+    }
+
+    /// The logger every route of this process uses.
+    pub fn logger(&self) -> Logger {
+        Logger::new(self.log_sink.clone(), self.settings.sealer.clone(), self.random.clone())
+    }
+
+    /// One line for the start-up banner: where records live, which queue, which product data.
+    pub fn describe(&self) -> String {
+        let store = match &self.shared {
+            Shared::Memory => "in-memory store".to_owned(),
+            Shared::Redis(redis) => format!("Redis store (prefix {})", redis.prefix()),
+            Shared::Unconfigured => "no store (REDIS_URL unset)".to_owned(),
+        };
+        let queue = if self.jobs.local_queue.is_some() { "in-process queue" } else { "Vercel Queues" };
+        format!("jobs: {store}, {queue}; {}", self.examples.describe())
+    }
+
+    /// What `/api/mcp` is served with: the deployment's own protected resource.
+    pub fn endpoint(&self) -> Endpoint {
+        let settings = &self.settings;
+        Endpoint {
+            sealer: settings.sealer.clone(),
+            origins: settings.allowed_origins.clone(),
+            bus: self.bus.clone(),
+            max_body_bytes: settings.max_body_bytes,
+            listen: ListenLimits { max_duration: settings.listen_max_duration, keep_alive: settings.keep_alive },
+            listen_caps: settings.listen_caps,
+            auth: settings.auth.clone(),
+            logger: self.logger(),
+            platform: settings.platform.clone(),
+            request_state_nonces: self.request_state_nonces.clone(),
+        }
+    }
+
+    /// The job service over the process's store and queue.
+    pub fn job_service(&self) -> Arc<Jobs> {
+        let settings = &self.settings;
+        Arc::new(
+            Jobs::new(
+                self.jobs.store.clone(),
+                self.jobs.publisher.clone(),
+                settings.sealer.clone(),
+                settings.clock.clone(),
+                self.random.clone(),
+            )
+            .with_logger(self.logger())
+            .with_limits(settings.job_limits),
+        )
+    }
+
+    /// The tasks extension over the process's task store.
+    pub fn task_service(&self) -> Arc<TaskService> {
+        Arc::new(
+            TaskService::new(
+                self.task_store.clone(),
+                self.settings.clock.clone(),
+                self.random.clone(),
+                self.bus.clone(),
+            )
+            .with_logger(self.logger()),
+        )
+    }
+
+    /// What the examples' registrations receive.
+    pub fn services(&self) -> Services {
+        Services::new(&self.examples, self.logger(), self.random.clone(), self.job_service(), self.task_service())
+    }
+}
+
+/// Registers everything `/api/mcp` offers: every example, plus the tasks extension.
+pub fn configure_server(server: &mut McpServer, parts: &Parts) {
+    catalogue::register_all(server, &parts.services());
+}
+
+/// The `/api/mcp` application.
+pub fn mcp_app(parts: &Parts) -> Arc<App> {
+    let mut server = McpServer::new(parts.settings.server_name.clone(), VERSION);
+    configure_server(&mut server, parts);
+    Arc::new(App::new(server, parts.endpoint()))
+}
+
+/// The app of one example route (`/api/examples/<name>`), or `None` for an unknown name.
+/// Each example is its own protected resource: tokens must name its URL (the configured origin
+/// plus its path) as their audience, and its metadata is at
+/// `/.well-known/oauth-protected-resource/api/examples/<name>`.
+pub fn example_app(name: &str, parts: &Parts) -> Option<Arc<App>> {
+    let example = catalogue::example(name)?;
+    let settings = &parts.settings;
+    let mut server = McpServer::new(example.server_name, VERSION);
+    (example.register)(&mut server, &parts.services());
+    let scopes = settings
+        .example_route_scopes
+        .get(example.name)
+        .cloned()
+        .unwrap_or_else(|| settings.auth.config().route_scopes.clone());
+    let mut endpoint = parts.endpoint();
+    endpoint.auth = settings.auth.for_endpoint(&format!("/api/examples/{}", example.name), scopes);
+    // The examples share `api/examples.rs`, whose maxDuration is shorter than /api/mcp's.
+    endpoint.listen.max_duration = listen_limit_for("api/examples.rs", settings.listen_max_duration);
+    Some(Arc::new(App::new(server, endpoint)))
+}
+
+/// The queue consumer of `/api/queues/process-job`.
+pub fn consumer(parts: &Parts) -> jobs::Consumer {
+    jobs::Consumer {
+        store: parts.jobs.store.clone(),
+        queue: parts.jobs.queue_api.clone(),
+        clock: parts.settings.clock.clone(),
+        step_delay: parts.settings.job_step_delay,
+        budget: parts.settings.consumer_budget,
+        logger: Some(parts.logger()),
+    }
+}
+
+/// The cron sweep of `/api/cron/sweep-jobs`.
+pub fn sweep(parts: &Parts) -> jobs::Sweep {
+    jobs::Sweep {
+        store: parts.jobs.store.clone(),
+        clock: parts.settings.clock.clone(),
+        secret: parts.settings.cron_secret.clone(),
+    }
+}
+
+/// Reads the environment and builds the parts, or exits with a message naming every problem.
+/// Used by the binaries.
+pub fn parts_or_exit() -> Parts {
+    match Parts::from_env() {
+        Ok(parts) => {
+            eprintln!("{}", parts.describe());
+            if parts.settings.ephemeral_secret {
+                eprintln!(
+                    "warning: MCP_STATE_SECRET is not set; using an ephemeral sealing key. requestState and session ids \
+                     will not survive a restart or be accepted by another process. Set MCP_STATE_SECRET for anything shared."
+                );
+            }
+            parts
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            std::process::exit(2);
+        }
+    }
+}

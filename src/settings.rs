@@ -1,0 +1,650 @@
+//! Every environment variable the library reads, parsed and validated once at start-up, into
+//! [`Settings`]. Nothing here opens a connection or builds a store: that is `compose`'s work.
+//!
+//! Two postures: *deployed* (`VERCEL` is set), where anything that would silently keep state
+//! in one instance's memory or weaken security is refused; and *local*, where embedded
+//! defaults (an ephemeral sealing key, in-memory stores) let one command run everything.
+//! Problems are collected and reported together, each naming its variable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::security::auth::KeySource;
+use crate::security::jwks::{JwksCache, parse_jwks};
+use crate::security::resource::RESOURCE_URL_ENV;
+use crate::security::{AllowedOrigins, AuthConfig, AuthMode, Authenticator, CanonicalResource};
+use crate::state::{Clock, Sealer, SystemClock, seal::derived_key_id};
+use jsonwebtoken::Algorithm;
+
+/// Every setting, parsed and validated. The clock is an input because the sealing keys and the
+/// JWKS cache are judged by it.
+#[derive(Clone)]
+pub struct Settings {
+    /// Running on Vercel (`VERCEL` set).
+    pub deployed: bool,
+    /// `MCP_ALLOWED_ORIGINS`.
+    pub allowed_origins: AllowedOrigins,
+    /// Sealer built from `MCP_STATE_SECRET` (or an ephemeral key in the local run).
+    pub sealer: Sealer,
+    /// True when the sealing key was generated at start-up (local run only).
+    pub ephemeral_secret: bool,
+    /// `MCP_MAX_BODY_BYTES`: largest accepted request body.
+    pub max_body_bytes: usize,
+    /// `MCP_LISTEN_MAX_SECONDS`: when a listen stream closes gracefully.
+    pub listen_max_duration: Duration,
+    /// `MCP_KEEPALIVE_SECONDS`: keep-alive comment interval on long streams.
+    pub keep_alive: Duration,
+    /// `MCP_LISTEN_MAX_PER_PRINCIPAL`, `MCP_LISTEN_MAX_TOTAL`: open listen streams one caller, and
+    /// one instance, may hold.
+    pub listen_caps: crate::server::listen::ListenCaps,
+    /// `MCP_HEADER_TIMEOUT_SECONDS`, `MCP_BODY_TIMEOUT_SECONDS`, `MCP_MAX_CONNECTIONS`: how the local
+    /// run treats slow and numerous clients (on Vercel the platform terminates HTTP).
+    pub connection_limits: ConnectionLimits,
+    /// `MCP_SERVER_NAME`: the name reported in `serverInfo`.
+    pub server_name: String,
+    /// Time source for expiry everywhere.
+    pub clock: Arc<dyn Clock>,
+    /// `REDIS_URL` and `MCP_REDIS_PREFIX`: where shared records live, if anywhere.
+    pub redis: Option<RedisSettings>,
+    /// `MCP_QUEUE_BASE_URL`, `VERCEL_REGION`, `VERCEL_DEPLOYMENT_ID`, `VERCEL_OIDC_TOKEN`: Vercel
+    /// Queues, when deployed or pointed at a stand-in; `None` is the in-process queue.
+    pub queue: Option<QueueSettings>,
+    /// `CRON_SECRET`: the bearer token Vercel Cron presents to the sweep.
+    pub cron_secret: Option<String>,
+    /// `MCP_JOB_STEP_MS`: simulated work per job step.
+    pub job_step_delay: Duration,
+    /// `MCP_CONSUMER_BUDGET_SECONDS`: how long one delivery may work before deferring.
+    pub consumer_budget: Duration,
+    /// `MCP_JOB_CAP_ANONYMOUS`, `MCP_JOB_CAP_VERIFIED`, `MCP_MAX_JOBS_TOTAL`, `MCP_JOB_SHARE`,
+    /// `MCP_JOBS_PER_MINUTE`.
+    pub job_limits: crate::jobs::service::JobLimits,
+    /// Authentication (`MCP_AUTH_*`, `MCP_RESOURCE_URL`, `MCP_JWKS*`).
+    pub auth: Authenticator,
+    /// `MCP_AUTH_SCOPES_<EXAMPLE>` (e.g. `MCP_AUTH_SCOPES_ASYNC_JOBS`): the scopes every request to
+    /// `/api/examples/<example>` needs; an example without one needs `MCP_AUTH_SCOPES`.
+    pub example_route_scopes: std::collections::HashMap<&'static str, Vec<String>>,
+    /// `MCP_REQUEST_STATE_SINGLE_USE` (default on): whether used `requestState` nonces are kept.
+    pub request_state_single_use: bool,
+    /// `VERCEL_PROJECT_ID` and the environment: which request OIDC tokens name this deployment.
+    pub platform: crate::security::PlatformIdentity,
+    /// The examples' own settings.
+    pub examples: crate::catalogue::ExampleSettings,
+}
+
+/// Where the shared Redis is. The URL carries the password: never printed.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// `REDIS_URL`.
+    pub url: String,
+    /// `MCP_REDIS_PREFIX` (`mcp` by default): every key starts with it.
+    pub prefix: String,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+/// How to reach Vercel Queues.
+#[derive(Clone)]
+pub struct QueueSettings {
+    /// `MCP_QUEUE_BASE_URL`: a stand-in's URL (tests); the regional endpoint otherwise.
+    pub base_url: Option<String>,
+    /// `VERCEL_REGION`.
+    pub region: Option<String>,
+    /// `VERCEL_DEPLOYMENT_ID`.
+    pub deployment_id: Option<String>,
+    /// `VERCEL_OIDC_TOKEN`: the local run's credential (deployed, each request brings its own).
+    pub oidc_token: Option<String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets stay out: the sealer prints key ids only; the cron secret is not printed.
+        f.debug_struct("Settings")
+            .field("deployed", &self.deployed)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("sealer", &self.sealer)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("redis", &self.redis)
+            .field("queue", &self.queue.is_some())
+            .field("cron_secret_set", &self.cron_secret.is_some())
+            .field("auth", self.auth.config())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a client may take to send its request head and its body, and how many connections
+/// the local run serves at once (the rest wait in the listen backlog).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From accepting a connection (or finishing the previous request on it) to a complete head.
+    pub header_timeout: Duration,
+    /// To receive the whole body once the head is in.
+    pub body_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self { header_timeout: Duration::from_secs(10), body_timeout: Duration::from_secs(30), max_connections: 1024 }
+    }
+}
+
+/// Start-up refused: one line per problem, each naming its variable. Never contains secrets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub Vec<String>);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for problem in &self.0 {
+            writeln!(f, "  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Default largest request body: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Seconds a listen stream needs, after `MCP_LISTEN_MAX_SECONDS`, to send its result and close
+/// before the MCP function's `maxDuration` cuts it.
+pub const LISTEN_CLOSE_MARGIN_SECONDS: u64 = 10;
+/// Seconds a queue delivery needs, after `MCP_CONSUMER_BUDGET_SECONDS`, to save its progress and
+/// defer before the consumer's `maxDuration` cuts it.
+pub const CONSUMER_DEFER_MARGIN_SECONDS: u64 = 5;
+
+/// `vercel.json`, compiled in. The executables and the file deploy from one checkout, so a
+/// duration setting that would outlast its function is refused at start-up instead of being cut
+/// off by the platform in the middle of a stream or a job step.
+const VERCEL_JSON: &str = include_str!("../vercel.json");
+
+/// The `maxDuration` that `vercel.json` gives `function` (`api/mcp.rs`, say).
+pub fn max_duration_seconds(function: &str) -> Option<u64> {
+    let config: serde_json::Value = serde_json::from_str(VERCEL_JSON).ok()?;
+    config["functions"][function]["maxDuration"].as_u64()
+}
+
+/// The longest a listen stream may stay open on `function`: `configured`, shortened so the
+/// stream closes [`LISTEN_CLOSE_MARGIN_SECONDS`] before that function's `maxDuration`. The
+/// example routes share a function with a shorter `maxDuration` than `/api/mcp`'s.
+pub fn listen_limit_for(function: &str, configured: Duration) -> Duration {
+    match max_duration_seconds(function) {
+        Some(max) => configured.min(Duration::from_secs(max.saturating_sub(LISTEN_CLOSE_MARGIN_SECONDS).max(1))),
+        None => configured,
+    }
+}
+
+/// On Vercel, each duration setting must leave its function time to finish cleanly.
+fn check_durations(listen: u64, budget: u64, problems: &mut Vec<String>) {
+    let settings = [
+        ("MCP_LISTEN_MAX_SECONDS", listen, "api/mcp.rs", LISTEN_CLOSE_MARGIN_SECONDS, "close a listen stream"),
+        ("MCP_CONSUMER_BUDGET_SECONDS", budget, "api/queues/process-job.rs", CONSUMER_DEFER_MARGIN_SECONDS, "defer"),
+    ];
+    for (name, value, function, margin, what) in settings {
+        let Some(max) = max_duration_seconds(function) else { continue };
+        if value + margin > max {
+            problems.push(format!(
+                "{name} is {value} s but {function} may run {max} s (its maxDuration in vercel.json), and needs \
+                 {margin} s to {what}: set {name} to at most {} s, or raise that maxDuration",
+                max.saturating_sub(margin)
+            ));
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok(), Arc::new(SystemClock))
+    }
+
+    /// Reads configuration through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let deployed = lookup("VERCEL").is_some_and(|v| !v.is_empty());
+        let number = |name: &str, default: u64, min: u64, max: u64, problems: &mut Vec<String>| {
+            bounded_number(name, lookup(name), default, min..=max, problems)
+        };
+        let max_body_bytes =
+            number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
+        let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
+        let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
+        let listen_defaults = crate::server::listen::ListenCaps::default();
+        let listen_caps = crate::server::listen::ListenCaps {
+            per_principal: number(
+                "MCP_LISTEN_MAX_PER_PRINCIPAL",
+                listen_defaults.per_principal as u64,
+                1,
+                10_000,
+                &mut problems,
+            ) as usize,
+            total: number("MCP_LISTEN_MAX_TOTAL", listen_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
+        };
+        let connection_defaults = ConnectionLimits::default();
+        let connection_limits = ConnectionLimits {
+            header_timeout: Duration::from_secs(number(
+                "MCP_HEADER_TIMEOUT_SECONDS",
+                connection_defaults.header_timeout.as_secs(),
+                1,
+                300,
+                &mut problems,
+            )),
+            body_timeout: Duration::from_secs(number(
+                "MCP_BODY_TIMEOUT_SECONDS",
+                connection_defaults.body_timeout.as_secs(),
+                1,
+                600,
+                &mut problems,
+            )),
+            max_connections: number(
+                "MCP_MAX_CONNECTIONS",
+                connection_defaults.max_connections as u64,
+                1,
+                1_000_000,
+                &mut problems,
+            ) as usize,
+        };
+        let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
+        let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        if deployed {
+            check_durations(listen, budget, &mut problems);
+        }
+        let defaults = crate::jobs::service::JobLimits::default();
+        let job_limits = crate::jobs::service::JobLimits {
+            anonymous: number("MCP_JOB_CAP_ANONYMOUS", defaults.anonymous.into(), 0, 1_000_000, &mut problems) as u32,
+            verified: number("MCP_JOB_CAP_VERIFIED", defaults.verified.into(), 1, 1_000_000, &mut problems) as u32,
+            total: number("MCP_MAX_JOBS_TOTAL", defaults.total.into(), 1, 10_000_000, &mut problems) as u32,
+            share: number("MCP_JOB_SHARE", defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
+            per_minute: number("MCP_JOBS_PER_MINUTE", defaults.per_minute.into(), 1, 1_000_000, &mut problems) as u32,
+        };
+        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let single_use =
+            switch("MCP_REQUEST_STATE_SINGLE_USE", non_empty("MCP_REQUEST_STATE_SINGLE_USE"), true, &mut problems);
+        let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {
+            Some(raw) => match Sealer::from_env_value(&raw, clock.clone()) {
+                Ok(sealer) => (Some(sealer), false),
+                Err(problem) => {
+                    problems.push(format!("MCP_STATE_SECRET: {problem}"));
+                    (None, false)
+                }
+            },
+            None if deployed => {
+                problems.push(format!(
+                    "MCP_STATE_SECRET is required when deployed (at least 32 random bytes). Fix: {}",
+                    set_with("MCP_STATE_SECRET", "the output of `openssl rand -hex 32`")
+                ));
+                (None, false)
+            }
+            None => (Some(ephemeral_sealer(clock.clone())), true),
+        };
+        let examples = crate::catalogue::ExampleSettings::from_lookup(&non_empty).unwrap_or_else(|mut problems_of| {
+            problems.append(&mut problems_of);
+            crate::catalogue::ExampleSettings::default()
+        });
+        let auth = match auth_config(deployed, &non_empty, clock.clone()) {
+            Ok(auth) => Some(auth),
+            Err(mut auth_problems) => {
+                problems.append(&mut auth_problems);
+                None
+            }
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
+        let queue = (deployed || non_empty("MCP_QUEUE_BASE_URL").is_some()).then(|| QueueSettings {
+            base_url: non_empty("MCP_QUEUE_BASE_URL"),
+            region: non_empty("VERCEL_REGION"),
+            deployment_id: non_empty("VERCEL_DEPLOYMENT_ID"),
+            oidc_token: non_empty("VERCEL_OIDC_TOKEN"),
+        });
+        Ok(Self {
+            deployed,
+            allowed_origins: AllowedOrigins::parse(
+                lookup(crate::security::origin::ALLOWED_ORIGINS_ENV).as_deref(),
+                deployed,
+            ),
+            sealer: sealer.expect("sealer is set when there are no problems"),
+            ephemeral_secret,
+            max_body_bytes,
+            listen_max_duration: Duration::from_secs(listen),
+            keep_alive: Duration::from_secs(keep_alive),
+            listen_caps,
+            connection_limits,
+            server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
+            clock: clock.clone(),
+            redis: non_empty("REDIS_URL").map(|url| RedisSettings {
+                url,
+                prefix: non_empty("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into()),
+            }),
+            queue,
+            cron_secret: non_empty("CRON_SECRET"),
+            job_step_delay: Duration::from_millis(step_ms),
+            consumer_budget: Duration::from_secs(budget),
+            job_limits,
+            example_route_scopes: crate::catalogue::EXAMPLES
+                .iter()
+                .filter_map(|example| {
+                    let name = format!("MCP_AUTH_SCOPES_{}", example.name.to_ascii_uppercase().replace('-', "_"));
+                    let scopes =
+                        non_empty(&name)?.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+                    Some((example.name, scopes))
+                })
+                .collect(),
+            auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
+            request_state_single_use: single_use,
+            platform: crate::security::PlatformIdentity::from_lookup(&non_empty),
+            examples,
+        })
+    }
+
+    /// Settings for tests: local posture, a fixed sealing key, the given clock.
+    pub fn for_tests(clock: Arc<dyn Clock>) -> Self {
+        Self::from_lookup(
+            |name| (name == "MCP_STATE_SECRET").then(|| "test=0123456789abcdef0123456789abcdef".to_owned()),
+            clock,
+        )
+        .expect("test settings are valid")
+    }
+}
+
+/// Parses the authentication settings. Deployed, authentication is required unless
+/// `MCP_AUTH_MODE=off` says otherwise, and the shared-secret development mode is refused.
+fn auth_config(
+    deployed: bool,
+    var: &dyn Fn(&str) -> Option<String>,
+    clock: Arc<dyn Clock>,
+) -> Result<AuthConfig, Vec<String>> {
+    let mut problems = Vec::new();
+    let has_keys = ["MCP_JWKS", "MCP_JWKS_URL", "MCP_AUTH_HS256_SECRET"].iter().any(|v| var(v).is_some());
+    let mode = match var("MCP_AUTH_MODE").as_deref().map(str::trim) {
+        Some("required") => AuthMode::Required,
+        Some("optional") => AuthMode::Optional,
+        Some("off") => AuthMode::Off,
+        None if deployed || has_keys => AuthMode::Required,
+        None => AuthMode::Off,
+        Some(_) => {
+            problems.push("MCP_AUTH_MODE must be required, optional or off".to_owned());
+            AuthMode::Off
+        }
+    };
+    let resource_raw = var(RESOURCE_URL_ENV);
+    if deployed && mode != AuthMode::Off && resource_raw.is_none() {
+        problems.push(format!(
+            "{RESOURCE_URL_ENV} is required when deployed with authentication. Fix: {}",
+            set_with(RESOURCE_URL_ENV, "the URL clients call, e.g. https://<project>.vercel.app/api/mcp")
+        ));
+    }
+    let resource = CanonicalResource::resolve(resource_raw.as_deref()).unwrap_or_else(|problem| {
+        problems.push(problem);
+        CanonicalResource::resolve(None).expect("the default resource parses")
+    });
+    let list = |name: &str| -> Vec<String> {
+        var(name)
+            .map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let issuer = var("MCP_AUTH_ISSUER").unwrap_or_default();
+    let mut algorithms = Vec::new();
+    for name in list("MCP_AUTH_ALGORITHMS") {
+        match name.parse::<Algorithm>() {
+            Ok(alg) if !matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) => algorithms.push(alg),
+            _ => problems.push(format!("MCP_AUTH_ALGORITHMS: {name} is not an accepted asymmetric algorithm")),
+        }
+    }
+    if algorithms.is_empty() {
+        algorithms = vec![Algorithm::RS256, Algorithm::ES256];
+    }
+    let keys = match (var("MCP_JWKS"), var("MCP_JWKS_URL"), var("MCP_AUTH_HS256_SECRET")) {
+        (Some(jwks), None, None) => match parse_jwks(jwks.as_bytes()) {
+            Ok(keys) => Some(KeySource::Inline(Arc::new(keys))),
+            Err(problem) => {
+                problems.push(format!("MCP_JWKS: {problem}"));
+                None
+            }
+        },
+        (None, Some(url), None) => {
+            // Plain http only for a loopback test double; decided on the parsed host, not a prefix.
+            let parsed = url::Url::parse(&url).ok();
+            let loopback = parsed.as_ref().is_some_and(|u| {
+                u.scheme() == "http" && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"))
+            });
+            if !(parsed.as_ref().is_some_and(|u| u.scheme() == "https") || loopback) {
+                problems.push("MCP_JWKS_URL must be an https URL".to_owned());
+            }
+            let ttl = bounded_number(
+                "MCP_JWKS_CACHE_SECONDS",
+                var("MCP_JWKS_CACHE_SECONDS"),
+                300,
+                30..=86_400,
+                &mut problems,
+            );
+            Some(KeySource::Url(Arc::new(JwksCache::new(
+                url,
+                Duration::from_secs(ttl),
+                Duration::from_secs(30),
+                clock,
+            ))))
+        }
+        (None, None, Some(secret)) if deployed => {
+            let _ = secret;
+            problems.push("MCP_AUTH_HS256_SECRET is for local development only and is refused when deployed; use MCP_JWKS or MCP_JWKS_URL".to_owned());
+            None
+        }
+        (None, None, Some(secret)) => {
+            if secret.len() < 32 {
+                problems.push("MCP_AUTH_HS256_SECRET must be at least 32 bytes".to_owned());
+            }
+            algorithms = vec![Algorithm::HS256];
+            Some(KeySource::DevSecret(jsonwebtoken::DecodingKey::from_secret(secret.as_bytes())))
+        }
+        (None, None, None) => None,
+        _ => {
+            problems.push("set only one of MCP_JWKS, MCP_JWKS_URL and MCP_AUTH_HS256_SECRET".to_owned());
+            None
+        }
+    };
+    if mode != AuthMode::Off {
+        if keys.is_none() && !has_keys {
+            problems.push(format!(
+                "authentication is on but no keys are configured: MCP_JWKS_URL (or MCP_JWKS) is missing. Fix: {}; \
+                 or, for a private demo behind Deployment Protection only, {}",
+                set_with("MCP_JWKS_URL", "your authorization server's JWKS URL"),
+                set_with("MCP_AUTH_MODE", "off")
+            ));
+        }
+        if issuer.is_empty() {
+            problems.push(format!(
+                "MCP_AUTH_ISSUER is required when authentication is on. Fix: {}",
+                set_with("MCP_AUTH_ISSUER", "the exact `iss` of your authorization server")
+            ));
+        }
+    }
+    let max_lifetime_secs = bounded_number(
+        "MCP_AUTH_MAX_LIFETIME_SECONDS",
+        var("MCP_AUTH_MAX_LIFETIME_SECONDS"),
+        3600,
+        60..=86_400,
+        &mut problems,
+    );
+    let authorization_servers = {
+        let listed = list("MCP_AUTH_SERVERS");
+        if listed.is_empty() && !issuer.is_empty() { vec![issuer.clone()] } else { listed }
+    };
+    let client_credentials =
+        switch("MCP_AUTH_CLIENT_CREDENTIALS", var("MCP_AUTH_CLIENT_CREDENTIALS"), false, &mut problems);
+    let route_scopes = list("MCP_AUTH_SCOPES");
+    let mut scopes_supported = list("MCP_AUTH_SCOPES_SUPPORTED");
+    let scopes_supported_configured = !scopes_supported.is_empty();
+    if !scopes_supported_configured {
+        scopes_supported = route_scopes.clone();
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(AuthConfig {
+        mode,
+        resource,
+        issuer,
+        algorithms,
+        keys,
+        max_lifetime_secs,
+        route_scopes,
+        authorization_servers,
+        scopes_supported,
+        scopes_supported_configured,
+        client_credentials,
+    })
+}
+
+/// A whole-number variable within `range`: unset means `default`; anything else is a problem.
+fn bounded_number(
+    name: &str,
+    value: Option<String>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    problems: &mut Vec<String>,
+) -> u64 {
+    match value.as_deref().map(str::trim).map(str::parse::<u64>) {
+        None => default,
+        Some(Ok(n)) if range.contains(&n) => n,
+        Some(_) => {
+            problems.push(format!("{name} must be an integer from {} to {}", range.start(), range.end()));
+            default
+        }
+    }
+}
+
+/// An `on`/`off` variable: unset means `default`; anything else is a problem (and `default`).
+fn switch(name: &str, value: Option<String>, default: bool, problems: &mut Vec<String>) -> bool {
+    match value.as_deref().map(str::trim) {
+        None => default,
+        Some("on") => true,
+        Some("off") => false,
+        Some(_) => {
+            problems.push(format!("{name} must be on or off"));
+            default
+        }
+    }
+}
+
+/// How to set a missing variable on Vercel: the command, the value it wants, and the redeploy
+/// that picks it up (a variable changes nothing in deployments made before it).
+fn set_with(name: &str, value: &str) -> String {
+    format!("run `vercel env add {name}` with {value}, then redeploy (`vercel deploy`)")
+}
+
+fn ephemeral_sealer(clock: Arc<dyn Clock>) -> Sealer {
+    use ring::rand::SecureRandom;
+    let mut secret = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut secret).expect("the OS random source works");
+    let id = format!("eph{}", derived_key_id(&secret));
+    Sealer::new(vec![(id, secret.to_vec())], clock).expect("a fresh 32-byte key is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::from_lookup(|k| map.get(k).cloned(), Arc::new(SystemClock))
+    }
+
+    #[test]
+    fn local_run_generates_an_ephemeral_key() {
+        let config = load(&[]).unwrap();
+        assert!(!config.deployed && config.ephemeral_secret);
+        assert!(config.sealer.current_key_id().starts_with("eph"));
+    }
+
+    #[test]
+    fn deployed_without_a_secret_refuses_to_start() {
+        let error = load(&[("VERCEL", "1")]).unwrap_err();
+        assert!(error.0.iter().any(|p| p.contains("MCP_STATE_SECRET")));
+    }
+
+    #[test]
+    fn a_bare_deployment_names_each_variable_and_the_command_that_sets_it() {
+        let error = load(&[("VERCEL", "1")]).unwrap_err().to_string();
+        for variable in ["MCP_STATE_SECRET", "MCP_RESOURCE_URL", "MCP_JWKS_URL", "MCP_AUTH_ISSUER"] {
+            assert!(error.contains(&format!("`vercel env add {variable}`")), "{variable} in {error}");
+        }
+        assert!(error.contains("`vercel env add MCP_AUTH_MODE` with off"), "{error}");
+        assert!(error.contains("openssl rand -hex 32"), "{error}");
+        // The private-demo posture needs only the secret.
+        let demo = load(&[("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))]);
+        assert!(demo.is_ok(), "{demo:?}");
+    }
+
+    #[test]
+    fn reports_every_problem_without_echoing_secrets() {
+        let error = load(&[("MCP_STATE_SECRET", "tooshort-secret"), ("MCP_MAX_BODY_BYTES", "lots")]).unwrap_err();
+        assert_eq!(error.0.len(), 2);
+        assert!(!error.to_string().contains("tooshort-secret"));
+    }
+
+    #[test]
+    fn switches_take_on_or_off_and_name_themselves_otherwise() {
+        let error =
+            load(&[("MCP_REQUEST_STATE_SINGLE_USE", "yes"), ("MCP_AUTH_CLIENT_CREDENTIALS", "true")]).unwrap_err();
+        let text = error.to_string();
+        assert_eq!(error.0.len(), 2, "{text}");
+        assert!(text.contains("MCP_REQUEST_STATE_SINGLE_USE must be on or off"), "{text}");
+        assert!(text.contains("MCP_AUTH_CLIENT_CREDENTIALS must be on or off"), "{text}");
+        assert!(load(&[("MCP_REQUEST_STATE_SINGLE_USE", " off "), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]).is_ok());
+    }
+
+    #[test]
+    fn a_deployment_refuses_durations_its_functions_cannot_finish() {
+        let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off")];
+        let secret = "k".repeat(32);
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = deployed.to_vec();
+            vars.push(("MCP_STATE_SECRET", &secret));
+            vars.extend_from_slice(extra);
+            load(&vars)
+        };
+        let mcp = max_duration_seconds("api/mcp.rs").expect("vercel.json sets api/mcp.rs's maxDuration");
+        let consumer = max_duration_seconds("api/queues/process-job.rs").expect("and the consumer's");
+        let fits = (mcp - LISTEN_CLOSE_MARGIN_SECONDS).to_string();
+        let too_long = (mcp - LISTEN_CLOSE_MARGIN_SECONDS + 1).to_string();
+        let budget_fits = (consumer - CONSUMER_DEFER_MARGIN_SECONDS).to_string();
+        let budget_too_long = consumer.to_string();
+
+        assert!(with(&[("MCP_LISTEN_MAX_SECONDS", &fits), ("MCP_CONSUMER_BUDGET_SECONDS", &budget_fits)]).is_ok());
+        let error = with(&[("MCP_LISTEN_MAX_SECONDS", &too_long), ("MCP_CONSUMER_BUDGET_SECONDS", &budget_too_long)])
+            .unwrap_err();
+        let text = error.to_string();
+        assert_eq!(error.0.len(), 2, "{text}");
+        assert!(
+            text.contains(&format!("MCP_LISTEN_MAX_SECONDS is {too_long} s but api/mcp.rs may run {mcp} s")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("set MCP_LISTEN_MAX_SECONDS to at most {fits} s")), "{text}");
+        assert!(text.contains(&format!("set MCP_CONSUMER_BUDGET_SECONDS to at most {budget_fits} s")), "{text}");
+        // Locally nothing cuts a function off, so the same settings start.
+        assert!(load(&[("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")]).is_ok());
+    }
+
+    #[test]
+    fn junk_numbers_are_problems_not_silent_defaults() {
+        let jwks = [("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = jwks.to_vec();
+            vars.extend_from_slice(extra);
+            load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let junk = with(&[("MCP_JWKS_CACHE_SECONDS", "soon"), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "59")]);
+        assert!(junk.contains("MCP_JWKS_CACHE_SECONDS must be an integer from 30 to 86400"), "{junk}");
+        assert!(junk.contains("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400"), "{junk}");
+        let fine = with(&[("MCP_JWKS_CACHE_SECONDS", " 600 "), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "60")]);
+        assert!(!fine.contains("MCP_JWKS_CACHE_SECONDS") && !fine.contains("MCP_AUTH_MAX_LIFETIME_SECONDS"), "{fine}");
+    }
+}

@@ -1,0 +1,76 @@
+//! The one connection to the deployment's Redis, shared by every store of a process.
+
+use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+use super::{STORE_FULL_CODE, StoreError};
+
+/// A lazily opened, self-healing connection and the key prefix every store writes under.
+/// Cloning shares the connection.
+#[derive(Clone)]
+pub struct Redis {
+    client: redis::Client,
+    connection: ConnectionManager,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the URL: it carries the password.
+        f.debug_struct("Redis").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Redis {
+    /// A connection to `url` (`redis://` or `rediss://`). Nothing is sent until first use, and
+    /// connecting and each response are bounded, so an outage becomes an error, not a hang.
+    pub fn connect(url: &str, prefix: &str) -> Result<Self, String> {
+        let client =
+            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(|e| format!("redis client: {}", kind_label(&e)))?;
+        Ok(Self { client, connection, prefix: prefix.to_owned() })
+    }
+
+    /// The key prefix (`MCP_REDIS_PREFIX`, `mcp` by default).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A handle on the shared connection, for one command or script.
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
+    /// The client, for what needs a connection of its own (a pub/sub subscription).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+}
+
+/// A Redis error as an outage of `what` (`job store`, say). The server's message never goes out
+/// (it may carry key names); the error's kind does.
+pub fn fault_from(error: &redis::RedisError, what: &str) -> StoreError {
+    StoreError::fault(format!("{what} unavailable: {}", kind_label(error)))
+}
+
+/// The error of a capped store's script: the cap's own error code ([`STORE_FULL_CODE`]) becomes
+/// `full()`, anything else an outage as in [`fault_from`].
+pub fn capped_fault_from(error: &redis::RedisError, what: &str, full: fn() -> StoreError) -> StoreError {
+    if error.code() == Some(STORE_FULL_CODE) { full() } else { fault_from(error, what) }
+}
+
+fn kind_label(error: &redis::RedisError) -> String {
+    if error.is_timeout() {
+        "timed out".into()
+    } else if error.is_connection_refusal() || error.is_io_error() || error.is_connection_dropped() {
+        "connection failed".into()
+    } else {
+        format!("{:?}", error.kind())
+    }
+}

@@ -1,0 +1,344 @@
+//! db-adapter-server: schema bounds, value-only filters, a read-only credential and sanitised
+//! output. Every check runs twice, against the in-process fixture and against PostgreSQL
+//! through the read-only role of `db/db-adapter.sql` (`TEST_DATABASE_URL`, default the local
+//! server; the schema is applied with `TEST_PG_ADMIN_URL`).
+
+use crate::common;
+
+use common::TestServer;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::OnceCell;
+
+use vercel_mcp::catalogue::db_adapter::{
+    self, DbAdapter, DbError, PRODUCT_TEMPLATE, ProductBackend, RecordingQueryLog, Write, fixture::ReadOnlyStore,
+    postgres::PostgresProducts,
+};
+use vercel_mcp::state::SystemClock;
+use vercel_mcp::{App, McpServer, Parts};
+
+const ESC: char = '\u{1b}';
+
+fn admin_url() -> String {
+    std::env::var("TEST_PG_ADMIN_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn reader_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://mcp_products_reader@127.0.0.1:5432/test".into())
+}
+
+/// Applies `db/db-adapter.sql` once per test binary (it is idempotent and takes a lock).
+async fn schema() {
+    static APPLIED: OnceCell<()> = OnceCell::const_new();
+    APPLIED
+        .get_or_init(|| async {
+            let (client, connection) = tokio_postgres::connect(&admin_url(), tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL is required for these tests (TEST_PG_ADMIN_URL): {e}"));
+            let task = tokio::spawn(connection);
+            client.batch_execute(include_str!("../../db/db-adapter.sql")).await.expect("db/db-adapter.sql applies");
+            drop(client);
+            let _ = task.await;
+        })
+        .await;
+}
+
+struct Env {
+    server: TestServer,
+    adapter: Arc<DbAdapter>,
+    log: Arc<RecordingQueryLog>,
+}
+
+impl Env {
+    async fn over(backend: Arc<dyn ProductBackend>) -> Self {
+        let log = Arc::new(RecordingQueryLog::default());
+        let adapter = Arc::new(DbAdapter::new(backend, log.clone()));
+        let mut server = McpServer::new(db_adapter::SERVER_NAME, "0.1.0");
+        db_adapter::register(&mut server, adapter.clone());
+        let config = Parts::for_tests(Arc::new(SystemClock));
+        Self { server: TestServer::start(Arc::new(App::new(server, config.endpoint()))).await, adapter, log }
+    }
+
+    async fn fixture() -> Self {
+        Self::over(Arc::new(ReadOnlyStore)).await
+    }
+
+    async fn postgres() -> Self {
+        schema().await;
+        Self::over(Arc::new(PostgresProducts::new(&reader_url()).expect("TEST_DATABASE_URL parses"))).await
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        self.server.call_tool(tool, arguments).await
+    }
+
+    async fn products(&self, arguments: Value) -> Value {
+        common::payload(&self.call("get_products_by_category", arguments).await)
+    }
+
+    async fn read(&self, uri: &str) -> (Value, String) {
+        let reply = self.server.modern(json!(1), "resources/read", json!({ "uri": uri })).send().await.json();
+        let text = reply["result"]["contents"][0]["text"].as_str().unwrap_or_else(|| panic!("{reply}")).to_owned();
+        (serde_json::from_str(&text).unwrap(), text)
+    }
+}
+
+fn ids(rows: &Value) -> Vec<i64> {
+    rows.as_array().unwrap().iter().map(|r| r["id"].as_i64().unwrap()).collect()
+}
+
+fn has_raw_control(text: &str) -> bool {
+    text.chars().any(|c| c < ' ' || c == '\u{7f}')
+}
+
+async fn tools_advertise_their_bounds(env: Env) {
+    let reply = env.server.modern(json!(1), "tools/list", json!({})).send().await.json();
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["list_categories", "get_products_by_category"]);
+    let schema = &tools[1]["inputSchema"];
+    let limit = &schema["properties"]["limit"];
+    assert_eq!((limit["type"].clone(), limit["minimum"].clone()), (json!("integer"), json!(1)), "{schema}");
+    assert_eq!((limit["maximum"].clone(), limit["default"].clone()), (json!(50), json!(10)), "{schema}");
+    assert_eq!(schema["properties"]["category"]["maxLength"], 64);
+    assert_eq!(schema["required"], json!(["category"]), "limit is optional: {schema}");
+}
+
+async fn product_template_resolves_and_echoes_unknown_ids(env: Env) {
+    let reply = env.server.modern(json!(1), "resources/templates/list", json!({})).send().await.json();
+    let templates: Vec<&str> = reply["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["uriTemplate"].as_str().unwrap())
+        .collect();
+    assert_eq!(templates, [PRODUCT_TEMPLATE]);
+    let (one, _) = env.read("product://1").await;
+    assert_eq!(
+        one,
+        json!({"found": true, "product": {"id": 1, "name": "Widget", "category": "widgets", "price_cents": 1999}})
+    );
+    for id in ["9999", "not-a-number"] {
+        let (missing, _) = env.read(&format!("product://{id}")).await;
+        assert_eq!(missing, json!({"found": false, "product_id": id}));
+    }
+}
+
+async fn default_limit_lists_widgets_in_id_order(env: Env) {
+    assert_eq!(ids(&env.products(json!({"category": "widgets"})).await), [1, 2]);
+    assert_eq!(env.log.lines(), ["selectByCategory:widgets:10"]);
+    assert_eq!(ids(&env.products(json!({"category": "widgets", "limit": 1})).await), [1]);
+    assert_eq!(ids(&env.products(json!({"category": "gadgets", "limit": 5.0})).await), [3, 4], "5.0 is an integer");
+}
+
+async fn list_categories_is_distinct_and_sorted(env: Env) {
+    assert_eq!(common::payload(&env.call("list_categories", json!({})).await), json!(["gadgets", "gizmos", "widgets"]));
+}
+
+async fn limits_out_of_bounds_are_tool_errors_without_a_query(env: Env) {
+    for limit in [json!(0), json!(51), json!(2.5), json!("10"), json!(-1)] {
+        let result = env.call("get_products_by_category", json!({"category": "widgets", "limit": limit})).await;
+        let text = common::error_text(&result);
+        assert!(text.contains("limit"), "{limit}: {text}");
+    }
+    assert!(env.log.lines().is_empty(), "{:?}", env.log.lines());
+    let unknown =
+        env.server.modern(json!(1), "tools/call", json!({"name": "drop_products", "arguments": {}})).send().await;
+    let message = unknown.json()["error"]["message"].as_str().map(str::to_lowercase).unwrap_or_default();
+    assert!(message.contains("not found"), "{}", unknown.text());
+}
+
+async fn direct_queries_refuse_bad_bounds_before_querying(env: Env) {
+    for limit in [0.0, 51.0, 2.5, f64::NAN, f64::INFINITY] {
+        let error = env.adapter.query_products_by_category("widgets", limit).await.unwrap_err();
+        assert!(matches!(error, DbError::Validation(_)), "{limit}: {error:?}");
+    }
+    let too_long = "a".repeat(65);
+    assert!(matches!(env.adapter.query_products_by_category(&too_long, 10.0).await, Err(DbError::Validation(_))));
+    assert!(env.log.lines().is_empty());
+}
+
+async fn category_length_is_refused_not_truncated(env: Env) {
+    let result = env.call("get_products_by_category", json!({"category": "a".repeat(65)})).await;
+    assert!(common::error_text(&result).contains("category"));
+    assert!(env.log.lines().is_empty());
+    assert_eq!(env.products(json!({"category": "a".repeat(64)})).await, json!([]));
+    assert_eq!(env.log.lines().len(), 1);
+}
+
+async fn caller_text_is_escaped_in_not_found_payloads(env: Env) {
+    let tinted = env.adapter.resolve_product(&format!("9999{ESC}[31m")).await.unwrap();
+    assert_eq!(tinted, json!({"found": false, "product_id": "9999\\x1b[31m"}));
+    let forged = env.adapter.resolve_product("not-a-number\nforged").await.unwrap();
+    assert_eq!(forged["product_id"], "not-a-number\\x0aforged");
+    assert!(!has_raw_control(&forged.to_string()));
+    let huge = env.adapter.resolve_product("99999999999999999999").await.unwrap();
+    assert_eq!(huge, json!({"found": false, "product_id": "99999999999999999999"}));
+    assert!(env.log.lines().is_empty(), "a non-numeric or out-of-range id is never queried");
+    for uri in ["product://9999%1Bforged".to_owned(), format!("product://9999{ESC}forged")] {
+        let (payload, text) = env.read(&uri).await;
+        assert_eq!(payload["found"], false);
+        assert!(!has_raw_control(&text), "{text:?}");
+    }
+}
+
+async fn a_newline_in_the_filter_cannot_forge_a_log_line(env: Env) {
+    let rows = env.products(json!({"category": "widgets\nselectByCategory:forged:1"})).await;
+    assert_eq!(rows, json!([]));
+    let lines = env.log.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("\\x0a") && !has_raw_control(&lines[0]), "{lines:?}");
+    env.log.reset();
+    let direct = env.adapter.query_products_by_category(&format!("gadgets{ESC}[31m"), 1.0).await.unwrap();
+    assert!(direct.is_empty());
+    let lines = env.log.lines();
+    assert!(lines.len() == 1 && lines[0].contains("\\x1b") && !has_raw_control(&lines[0]), "{lines:?}");
+}
+
+async fn every_write_is_refused_and_nothing_changes(env: Env) {
+    for write in [Write::Insert, Write::Update, Write::Delete, Write::DropTable] {
+        let outcome = env.adapter.backend().attempt_write(write).await;
+        assert!(matches!(outcome, Err(DbError::ReadOnlyViolation(_))), "{write:?}: {outcome:?}");
+    }
+    assert_eq!(common::payload(&env.call("list_categories", json!({})).await), json!(["gadgets", "gizmos", "widgets"]));
+    assert_eq!(ids(&env.products(json!({"category": "widgets"})).await), [1, 2]);
+}
+
+async fn secrets_and_raw_escapes_never_leave_the_adapter(env: Env) {
+    let gadgets = env.call("get_products_by_category", json!({"category": "gadgets"})).await;
+    let tool_text = gadgets["content"][0]["text"].as_str().unwrap().to_owned();
+    let (product, resource_text) = env.read("product://4").await;
+    for text in [&tool_text, &resource_text] {
+        assert!(!text.contains("secret_cost_cents") && !text.contains("cost"), "{text}");
+        assert!(text.contains("\\\\x1b") || text.contains("\\x1b"), "{text}");
+        assert!(!text.contains(ESC), "{text:?}");
+    }
+    assert_eq!(product["product"]["name"], "Sprocket\\x1b[31m");
+    assert_eq!(product["product"].as_object().unwrap().len(), 4, "allowlisted columns only: {product}");
+    let rows: Value = serde_json::from_str(&tool_text).unwrap();
+    assert!(rows.as_array().unwrap().iter().all(|r| r.as_object().unwrap().len() == 4), "{rows}");
+}
+
+async fn sql_text_in_a_filter_is_only_a_value(env: Env) {
+    assert_eq!(env.products(json!({"category": "widgets'; DROP TABLE products;--"})).await, json!([]));
+    assert_eq!(env.products(json!({"category": "x' OR '1'='1"})).await, json!([]));
+    assert_eq!(ids(&env.products(json!({"category": "widgets"})).await), [1, 2], "the table is still there");
+}
+
+macro_rules! on_both_backends {
+    ($($check:ident),* $(,)?) => {
+        mod fixture {
+            $( #[tokio::test] async fn $check() { super::$check(super::Env::fixture().await).await } )*
+        }
+        mod postgres {
+            $( #[tokio::test] async fn $check() { super::$check(super::Env::postgres().await).await } )*
+        }
+    };
+}
+
+on_both_backends!(
+    tools_advertise_their_bounds,
+    product_template_resolves_and_echoes_unknown_ids,
+    default_limit_lists_widgets_in_id_order,
+    list_categories_is_distinct_and_sorted,
+    limits_out_of_bounds_are_tool_errors_without_a_query,
+    direct_queries_refuse_bad_bounds_before_querying,
+    category_length_is_refused_not_truncated,
+    caller_text_is_escaped_in_not_found_payloads,
+    a_newline_in_the_filter_cannot_forge_a_log_line,
+    every_write_is_refused_and_nothing_changes,
+    secrets_and_raw_escapes_never_leave_the_adapter,
+    sql_text_in_a_filter_is_only_a_value,
+);
+
+#[tokio::test]
+async fn the_reader_role_cannot_see_the_secret_column_or_write() {
+    schema().await;
+    let (client, connection) = tokio_postgres::connect(&reader_url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let denied = client.query("SELECT secret_cost_cents FROM products", &[]).await.unwrap_err();
+    assert_eq!(denied.code(), Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE));
+    let row = client
+        .query_one(
+            "SELECT has_table_privilege('products', 'INSERT'), has_table_privilege('products', 'UPDATE'), \
+             has_table_privilege('products', 'DELETE'), current_setting('default_transaction_read_only')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, bool>(0), row.get::<_, bool>(1), row.get::<_, bool>(2)), (false, false, false));
+    assert_eq!(row.get::<_, String>(3), "on");
+}
+
+#[tokio::test]
+async fn a_database_outage_is_a_clear_tool_error_that_leaks_nothing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://reader:hunter2@127.0.0.1:{port}/test");
+    let env = Env::over(Arc::new(PostgresProducts::new(&url).unwrap())).await;
+    let result = env.call("get_products_by_category", json!({"category": "widgets"})).await;
+    let text = common::error_text(&result);
+    assert!(text.contains("product database unavailable"), "{text}");
+    assert!(!text.contains("hunter2") && !text.contains(&port.to_string()), "{text}");
+    let (payload, _) = env.read("product://not-a-number").await;
+    assert_eq!(payload["found"], false, "non-numeric ids never need the database");
+    let reply = env.server.modern(json!(2), "resources/read", json!({"uri": "product://1"})).send().await.json();
+    assert!(reply["error"]["code"].is_i64(), "{reply}");
+    assert!(!reply.to_string().contains("hunter2"));
+}
+
+#[tokio::test]
+async fn database_url_selects_postgres_and_a_bad_one_is_a_startup_error() {
+    let config = |url: &str| {
+        let url = url.to_owned();
+        Parts::from_lookup(
+            move |name| match name {
+                "DATABASE_URL" => Some(url.clone()),
+                "MCP_STATE_SECRET" => Some("test=0123456789abcdef0123456789abcdef".into()),
+                _ => None,
+            },
+            Arc::new(SystemClock),
+        )
+    };
+    assert_eq!(config(&reader_url()).unwrap().examples.products.describe(), "PostgreSQL (DATABASE_URL)");
+    let error = config("postgres://u:hunter2@h:notaport/db").unwrap_err().to_string();
+    assert!(error.contains("DATABASE_URL") && !error.contains("hunter2"), "{error}");
+    assert_eq!(Parts::for_tests(Arc::new(SystemClock)).examples.products.describe(), "in-process read-only fixture");
+}
+
+#[tokio::test]
+async fn tls_is_verified_and_never_downgraded() {
+    schema().await;
+    // The local server offers TLS with a self-signed certificate (or no TLS at all): either way
+    // `sslmode=require` must refuse rather than fall back to plain text or trust the certificate.
+    let url = format!("{}?sslmode=require", reader_url());
+    let env = Env::over(Arc::new(PostgresProducts::new(&url).unwrap())).await;
+    let result = env.call("list_categories", json!({})).await;
+    assert_eq!(common::error_text(&result), "product database unavailable", "{result}");
+    // The same role in plain text on loopback (the default there) works, so the refusal was TLS.
+    let plain = Env::postgres().await;
+    assert_eq!(
+        common::payload(&plain.call("list_categories", json!({})).await),
+        json!(["gadgets", "gizmos", "widgets"])
+    );
+}
+
+/// The deployed server's `db_query` log line names the read and its limit, and carries the
+/// caller's filter and id only as keyed digests: argument values never reach the logs.
+#[tokio::test]
+async fn the_query_log_line_carries_no_argument_value() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    config.log_sink = logs.clone();
+    let adapter = DbAdapter::new(Arc::new(ReadOnlyStore), Arc::new(db_adapter::LoggedQueries(config.logger())));
+    let canary = "canary-category-3c9f";
+    adapter.query_products_by_category(canary, 5.0).await.unwrap();
+    adapter.resolve_product("424242").await.unwrap();
+    let raw = logs.raw().join("\n");
+    assert!(!raw.contains(canary) && !raw.contains("424242"), "{raw}");
+    let lines = logs.lines();
+    let queries: Vec<&Value> = lines.iter().filter(|l| l["event"] == "db_query").collect();
+    assert_eq!(queries.len(), 2, "{raw}");
+    assert_eq!((queries[0]["query"].as_str(), queries[0]["limit"].as_u64()), (Some("selectByCategory"), Some(5)));
+    assert!(queries[0]["category"].as_str().is_some_and(|d| !d.is_empty()), "a digest stands for the category");
+    assert_eq!(queries[1]["query"], "selectById");
+}

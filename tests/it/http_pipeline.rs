@@ -1,0 +1,771 @@
+//! The request pipeline over real loopback HTTP: every row of the error table, SSE framing,
+//! cancellation, MRTR sealing, subscriptions and pagination.
+
+use crate::common;
+
+use common::{fixture, read_events, with_meta};
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({ "name": name, "arguments": arguments })
+}
+
+#[tokio::test]
+async fn get_and_delete_are_405_with_allow() {
+    let f = fixture().await;
+    for method in ["GET", "DELETE", "PUT"] {
+        let reply = f.server.request(method, "/api/mcp").send().await;
+        assert_eq!(reply.status, 405, "{method}");
+        assert_eq!(reply.header("allow"), Some("POST, OPTIONS"));
+    }
+}
+
+#[tokio::test]
+async fn disallowed_origins_get_a_plain_403_that_echoes_nothing() {
+    let f = fixture().await;
+    for origin in ["https://evil.example", "null", "http://localhost:3000.evil.example", "not a url"] {
+        let reply = f.server.modern(json!(1), "tools/list", json!({})).header("Origin", origin).send().await;
+        assert_eq!(reply.status, 403, "{origin}");
+        assert!(reply.header("content-type").unwrap().starts_with("text/plain"));
+        assert_eq!(reply.text(), "Forbidden: Origin not allowed");
+    }
+    let allowed =
+        f.server.modern(json!(1), "tools/list", json!({})).header("Origin", "http://LOCALHOST:3000/").send().await;
+    assert_eq!(allowed.status, 200);
+    assert_eq!(f.server.modern(json!(1), "tools/list", json!({})).send().await.status, 200, "no Origin passes");
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_without_an_id() {
+    let f = fixture().await;
+    let cases = [
+        ("{not json", -32700),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600),
+        (r#"{"id":1,"method":"tools/list"}"#, -32600),
+    ];
+    for (body, code) in cases {
+        let reply = f.server.post(body).header("MCP-Protocol-Version", "2026-07-28").send().await;
+        assert_eq!((reply.status, reply.code()), (400, code), "{body}");
+        assert!(reply.json().get("id").is_none());
+    }
+    let wrong_type = f.server.post("{}").replace("Content-Type", "text/plain").send().await;
+    assert_eq!(wrong_type.status, 415);
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_and_the_server_keeps_serving() {
+    let f = fixture().await;
+    let big = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": with_meta(call("echo", json!({"message": "x".repeat(5000)})))});
+    let reply = f.server.post(big.to_string()).send().await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.code(), -32600);
+    assert_eq!(f.server.modern(json!(2), "tools/list", json!({})).send().await.status, 200);
+}
+
+#[tokio::test]
+async fn notifications_are_accepted_with_202() {
+    let f = fixture().await;
+    let reply =
+        f.server.post(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#).send().await;
+    assert_eq!(reply.status, 202);
+    assert!(reply.body.is_empty());
+}
+
+#[tokio::test]
+async fn header_and_meta_errors_follow_the_table() {
+    let f = fixture().await;
+    let s = &f.server;
+    // Missing MCP-Protocol-Version header, with a modern _meta.
+    let reply = s.modern(json!(1), "tools/list", json!({})).without("MCP-Protocol-Version").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32020));
+    assert_eq!(reply.json()["id"], 1);
+    // Missing _meta and missing keys.
+    let reply = s.modern(json!("a"), "tools/list", json!({"_meta": {}})).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32602));
+    assert_eq!(reply.json()["id"], "a");
+    let no_caps = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+    let reply = s.modern(json!(1), "tools/list", no_caps).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32602));
+    assert!(reply.json()["error"]["message"].as_str().unwrap().contains("clientCapabilities"));
+    // Header disagrees with _meta.
+    let reply = s.modern(json!(1), "tools/list", json!({})).replace("MCP-Protocol-Version", "2025-11-25").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32020));
+    // Unsupported version in both.
+    let old = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01", "io.modelcontextprotocol/clientCapabilities": {}}});
+    let reply = s.modern(json!(1), "tools/list", old).replace("MCP-Protocol-Version", "1900-01-01").send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32022));
+    assert_eq!(reply.json()["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1900-01-01"}));
+    // Mcp-Method missing, mismatched, differently cased, repeated.
+    for call in [
+        s.modern(json!(1), "tools/list", json!({})).without("Mcp-Method"),
+        s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "prompts/list"),
+        s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "TOOLS/LIST"),
+        s.modern(json!(1), "tools/list", json!({})).header("Mcp-Method", "tools/list"),
+    ] {
+        let reply = call.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
+    }
+    // Header names are case-insensitive.
+    let reply = s
+        .modern(json!(1), "tools/list", json!({}))
+        .without("Mcp-Method")
+        .header("MCP-METHOD", "tools/list")
+        .send()
+        .await;
+    assert_eq!(reply.status, 200);
+    // Mcp-Name missing, mismatched, undecodable; accepted with surrounding whitespace.
+    for call in [
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).without("Mcp-Name"),
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "fail"),
+        s.modern(json!(1), "tools/call", call("echo", json!({"message":"m"}))).replace("Mcp-Name", "=?base64?ZWNobw?="),
+    ] {
+        let reply = call.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
+    }
+    let reply = s
+        .modern(json!(1), "tools/call", call("echo", json!({"message":"m"})))
+        .replace("Mcp-Name", "  echo  ")
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = s
+        .modern(json!(1), "tools/call", call("echo", json!({"message":"m"})))
+        .replace("Mcp-Name", "=?base64?ZWNobw==?=")
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "the base64 sentinel is decoded: {}", reply.text());
+    // An invalid logLevel.
+    let bad_level = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/logLevel": "loud"}});
+    assert_eq!(s.modern(json!(1), "tools/list", bad_level).send().await.code(), -32602);
+}
+
+#[tokio::test]
+async fn unknown_and_removed_methods_are_404_with_a_body() {
+    let f = fixture().await;
+    for method in [
+        "nope/nothing",
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "prompts/list",
+        "completion/complete",
+    ] {
+        let reply = f.server.modern(json!(5), method, json!({})).send().await;
+        assert_eq!((reply.status, reply.code()), (404, -32601), "{method}");
+        assert_eq!(reply.json()["id"], 5);
+    }
+}
+
+#[tokio::test]
+async fn mcp_param_headers_must_mirror_the_arguments() {
+    let f = fixture().await;
+    let ok = f
+        .server
+        .modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"})))
+        .header("Mcp-Param-Region", "us-west1")
+        .send()
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let encoded = f
+        .server
+        .modern(json!(1), "tools/call", call("region", json!({"region": "Hello, 世界"})))
+        .header("mcp-param-region", "=?base64?SGVsbG8sIOS4lueVjA==?=")
+        .send()
+        .await;
+    assert_eq!(encoded.status, 200, "{}", encoded.text());
+    for header in [None, Some("eu-west1"), Some("=?base64?SGVsbG8?=")] {
+        let mut c = f.server.modern(json!(1), "tools/call", call("region", json!({"region": "us-west1"})));
+        if let Some(h) = header {
+            c = c.header("Mcp-Param-Region", h);
+        }
+        let reply = c.send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{header:?}");
+    }
+}
+
+#[tokio::test]
+async fn tools_validate_before_running_and_report_errors_in_band() {
+    let f = fixture().await;
+    let s = &f.server;
+    let unknown = s.modern(json!(1), "tools/call", call("nope", json!({}))).send().await;
+    assert_eq!(unknown.code(), -32602);
+    assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("not found"));
+    for bad in [json!({}), json!({"n": 0}), json!({"n": 11}), json!({"n": "3"}), json!({"n": 1.5})] {
+        let reply = s.modern(json!(1), "tools/call", call("count", bad.clone())).send().await;
+        let result = &reply.json()["result"];
+        assert_eq!(result["isError"], true, "{bad}: {}", reply.text());
+        assert_eq!(result["resultType"], "complete");
+    }
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "no handler ran for invalid arguments");
+    let ok = s.modern(json!(1), "tools/call", call("count", json!({"n": 2, "principal": "admin"}))).send().await;
+    assert_eq!(ok.json()["result"]["content"][0]["text"], "counted");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 2);
+    let failed = s.modern(json!(1), "tools/call", call("fail", json!({}))).send().await.json();
+    assert_eq!(failed["result"]["isError"], true);
+    assert_eq!(failed["result"]["content"][0]["text"], "backend said no: exactly this");
+    let info = &ok.json()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info, &json!({"name": "test-server", "version": "9.9.9"}));
+}
+
+#[tokio::test]
+async fn structured_output_is_checked_against_the_output_schema() {
+    let f = fixture().await;
+    let mut cursor = Value::Null;
+    let weather = loop {
+        let page =
+            f.server.modern(json!(1), "tools/list", json!({"cursor": cursor})).send().await.json()["result"].clone();
+        if let Some(tool) = page["tools"].as_array().unwrap().iter().find(|t| t["name"] == "weather") {
+            break tool.clone();
+        }
+        cursor = page["nextCursor"].clone();
+        assert!(cursor.is_string(), "weather is listed");
+    };
+    assert_eq!(weather["title"], "Weather");
+    assert_eq!(weather["annotations"], json!({"readOnlyHint": true, "openWorldHint": false}));
+    assert_eq!(weather["outputSchema"]["required"], json!(["temperature"]));
+    let result =
+        f.server.modern(json!(1), "tools/call", call("weather", json!({}))).send().await.json()["result"].clone();
+    assert_eq!(result["structuredContent"], json!({"temperature": 22.5}));
+    assert_eq!(result["content"][0], json!({"type": "text", "text": "{\"temperature\":22.5}"}));
+    assert_eq!(result["content"][1], json!({"type": "resource_link", "uri": "test://a", "name": "a"}));
+    let broken = f.server.modern(json!(1), "tools/call", call("weather", json!({"broken": true}))).send().await;
+    assert_eq!(broken.code(), -32603, "output that breaks the contract never reaches the client");
+}
+
+#[tokio::test]
+async fn a_refused_origin_never_reaches_the_handler() {
+    let f = fixture().await;
+    let reply = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+    let allowed = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://127.0.0.1:3000")
+        .send()
+        .await;
+    assert_eq!(allowed.json()["result"]["content"][0]["text"], "counted");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_contained() {
+    let f = fixture().await;
+    let reply = f.server.modern(json!(7), "tools/call", call("boom", json!({}))).send().await;
+    assert_eq!(reply.code(), -32603);
+    assert_eq!(reply.json()["id"], 7);
+    assert!(!reply.text().contains("tool bug"), "panic detail stays out of the response");
+    assert_eq!(f.server.modern(json!(8), "tools/list", json!({})).send().await.status, 200);
+}
+
+#[tokio::test]
+async fn lists_paginate_with_opaque_cursors_and_carry_cache_hints() {
+    let f = fixture().await;
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let result = f.server.modern(json!(1), "tools/list", params).send().await.json()["result"].clone();
+        assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("private")));
+        assert_eq!(result["resultType"], "complete");
+        names.extend(result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+        match result.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["echo", "count", "fail", "boom", "wait", "region", "logs", "ask", "weather", "change"]);
+    for bad in [json!("garbage!"), json!(42), json!("b3M6OTk5")] {
+        let reply = f.server.modern(json!(1), "tools/list", json!({"cursor": bad})).send().await;
+        assert_eq!(reply.code(), -32602, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn resources_not_found_is_32602_with_the_uri() {
+    let f = fixture().await;
+    let reply = f.server.modern(json!(1), "resources/read", json!({"uri": "test://missing"})).send().await;
+    assert_eq!(reply.code(), -32602);
+    assert_eq!(reply.json()["error"]["data"]["uri"], "test://missing");
+    let read = f.server.modern(json!(1), "resources/read", json!({"uri": "test://a"})).send().await.json();
+    assert_eq!(read["result"]["contents"][0]["text"], "A");
+    assert_eq!(read["result"]["cacheScope"], "private");
+}
+
+#[tokio::test]
+async fn discover_reports_versions_capabilities_and_cache_hints() {
+    let f = fixture().await;
+    let result = f.server.modern(json!(1), "server/discover", json!({})).send().await.json()["result"].clone();
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(result["capabilities"]["tools"], json!({"listChanged": true}));
+    assert!(result["capabilities"].get("prompts").is_none());
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("private")));
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "test-server");
+}
+
+#[tokio::test]
+async fn progress_and_logs_stream_as_sse_only_when_asked() {
+    let f = fixture().await;
+    let meta = |extra: Value| {
+        let mut meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+        meta.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        meta
+    };
+    let plain = f.server.modern(json!(1), "tools/call", call("logs", json!({}))).send().await;
+    assert_eq!(plain.header("content-type"), Some("application/json"), "no logLevel: no notifications, plain JSON");
+    let mut params = call("logs", json!({}));
+    params["_meta"] = meta(json!({"io.modelcontextprotocol/logLevel": "info"}));
+    let streamed = f.server.modern(json!(2), "tools/call", params).send().await;
+    assert_eq!(streamed.header("content-type"), Some("text/event-stream"));
+    assert_eq!(streamed.header("x-accel-buffering"), Some("no"));
+    let events = streamed.events();
+    let levels: Vec<&str> = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/message")
+        .map(|e| e["params"]["level"].as_str().unwrap())
+        .collect();
+    assert_eq!(levels, ["info", "error"], "only at or above the requested level");
+    assert_eq!(events.last().unwrap()["id"], 2, "the response ends the stream");
+    assert!(!streamed.text().contains("\nid:"), "no resumable event ids");
+}
+
+#[tokio::test]
+async fn closing_the_stream_cancels_the_handler() {
+    let f = fixture().await;
+    let mut params = call("wait", json!({}));
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "t1"});
+    let (status, head, mut stream) = f.server.modern(json!(1), "tools/call", params).open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"));
+    let events = read_events(&mut stream, 1).await;
+    assert_eq!(events[0]["params"]["progressToken"], "t1");
+    let cancelled = f.cancelled.notified();
+    drop(stream);
+    tokio::time::timeout(std::time::Duration::from_secs(10), cancelled).await.expect("the handler was dropped");
+}
+
+#[tokio::test]
+async fn mrtr_state_is_sealed_bound_and_expires() {
+    let f = fixture().await;
+    let s = &f.server;
+    // Without the elicitation capability the server may not ask: -32021 names what is missing.
+    let undeclared = s.modern(json!(1), "tools/call", call("ask", json!({}))).send().await;
+    assert_eq!((undeclared.status, undeclared.code()), (400, -32021));
+    assert_eq!(undeclared.json()["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"form": {}}}));
+    let with_caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first =
+        s.modern(json!(1), "tools/call", with_caps(call("ask", json!({})))).send().await.json()["result"].clone();
+    assert_eq!(first["resultType"], "input_required");
+    assert!(first.get("ttlMs").is_none());
+    assert_eq!(first["inputRequests"]["name"]["method"], "elicitation/create");
+    let state = first["requestState"].as_str().unwrap().to_owned();
+    let retry = |state: &str, arguments: Value| {
+        let mut params = call("ask", arguments);
+        params["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+        params["requestState"] = json!(state);
+        s.modern(json!(2), "tools/call", with_caps(params))
+    };
+    assert_eq!(first["inputRequests"].as_object().unwrap().len(), 1);
+    let done = retry(&state, json!({})).send().await.json();
+    assert_eq!(done["result"]["content"][0]["text"], "hi Ada");
+    // Tampered, replayed onto other arguments, wrong type.
+    let mut tampered = state.clone().into_bytes();
+    let middle = tampered.len() / 2;
+    tampered[middle] = if tampered[middle] == b'A' { b'B' } else { b'A' };
+    for (bad, args) in [
+        (String::from_utf8(tampered).unwrap(), json!({})),
+        (format!("{state}-TAMPERED"), json!({})),
+        (state.clone(), json!({"extra": 1})),
+    ] {
+        let reply = retry(&bad, args).send().await;
+        assert_eq!(reply.code(), -32602, "{}", reply.text());
+        assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
+    }
+    // Expired.
+    f.clock.advance_ms(10 * 60 * 1000);
+    let reply = retry(&state, json!({})).send().await;
+    assert_eq!(reply.code(), -32602);
+    assert_eq!(reply.json()["error"]["data"]["reason"], "expired");
+    // Non-object input responses are refused.
+    let mut params = call("ask", json!({}));
+    params["inputResponses"] = json!({"name": 12345});
+    assert_eq!(s.modern(json!(3), "tools/call", params).send().await.code(), -32602);
+}
+
+#[tokio::test]
+async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
+    let f = fixture().await;
+    let params = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}});
+    let (status, _, mut stream) = f.server.modern(json!(42), "subscriptions/listen", params).open().await;
+    assert_eq!(status, 200);
+    let ack = read_events(&mut stream, 1).await;
+    assert_eq!(ack[0]["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack[0]["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "prompts are not offered, so not honoured"
+    );
+    f.server.modern(json!(1), "tools/call", call("change", json!({}))).send().await;
+    let events = read_events(&mut stream, 2).await;
+    assert_eq!(events[0]["method"], "notifications/tools/list_changed");
+    for event in [&ack[0], &events[0]] {
+        assert_eq!(event["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
+    }
+    assert_eq!(events[1]["id"], 42, "graceful close with the listen result");
+    assert_eq!(events[1]["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
+    let with_tasks = json!({"notifications": {"taskIds": ["x"]}});
+    let reply = f.server.modern(json!(1), "subscriptions/listen", with_tasks).send().await;
+    assert_eq!((reply.status, reply.code()), (400, -32021));
+}
+
+/// A browser page on an allowed origin: the preflight is answered with the methods, headers and
+/// lifetime it needs, and the POST's answer (and its request id) is readable by that page.
+#[tokio::test]
+async fn an_allowed_origin_gets_cors_on_the_preflight_and_the_answer() {
+    let f = fixture().await;
+    let origin = "http://localhost:4012";
+    let preflight = f
+        .server
+        .request("OPTIONS", "/api/mcp")
+        .header("Origin", origin)
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type, mcp-protocol-version, mcp-method, mcp-name, mcp-param-n",
+        )
+        .send()
+        .await;
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(preflight.header("access-control-allow-methods"), Some("POST"));
+    assert_eq!(preflight.header("access-control-max-age"), Some("600"));
+    assert!(preflight.header("vary").unwrap().contains("Origin"));
+    let allowed: Vec<String> = preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    for name in [
+        "content-type",
+        "authorization",
+        "mcp-protocol-version",
+        "mcp-method",
+        "mcp-name",
+        "mcp-param-n",
+        "traceparent",
+    ] {
+        assert!(allowed.iter().any(|a| a == name), "{name} allowed: {allowed:?}");
+    }
+    assert!(preflight.body.is_empty());
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "a preflight runs nothing");
+
+    let reply =
+        f.server.modern(json!(1), "tools/call", call("count", json!({"n": 1}))).header("Origin", origin).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("access-control-allow-origin"), Some(origin));
+    assert_eq!(reply.header("vary"), Some("Origin"));
+    let exposed = reply.header("access-control-expose-headers").unwrap().to_ascii_lowercase();
+    for name in ["www-authenticate", "mcp-session-id", "x-mcp-request-id"] {
+        assert!(exposed.contains(name), "{name} exposed: {exposed}");
+    }
+    assert!(reply.header("x-mcp-request-id").is_some_and(|id| !id.is_empty()));
+    // Errors are readable too: a browser client must see why it was refused.
+    let error =
+        f.server.modern(json!(2), "tools/list", json!({})).header("Origin", origin).without("Mcp-Method").send().await;
+    assert_eq!(error.status, 400);
+    assert_eq!(error.header("access-control-allow-origin"), Some(origin));
+    // Without an Origin there is nothing to echo.
+    let plain = f.server.modern(json!(3), "tools/list", json!({})).send().await;
+    assert_eq!(plain.status, 200);
+    assert!(plain.header("access-control-allow-origin").is_none() && plain.header("vary").is_none());
+    let options = f.server.request("OPTIONS", "/api/mcp").send().await;
+    assert_eq!((options.status, options.header("allow")), (204, Some("POST, OPTIONS")));
+    assert!(options.header("access-control-allow-origin").is_none());
+}
+
+/// A refused origin gets the 403 and no CORS header, for the preflight and the request alike;
+/// so does a request that carries two `Origin` headers, even when one of them is allowed.
+#[tokio::test]
+async fn a_refused_origin_gets_no_cors_headers() {
+    let f = fixture().await;
+    let preflight = f
+        .server
+        .request("OPTIONS", "/api/mcp")
+        .header("Origin", "https://evil.example")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await;
+    assert_eq!(preflight.status, 403);
+    let post = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://localhost.evil.example:3000")
+        .send()
+        .await;
+    assert_eq!(post.status, 403);
+    let twice = f
+        .server
+        .modern(json!(1), "tools/call", call("count", json!({"n": 1})))
+        .header("Origin", "http://localhost:3000")
+        .header("Origin", "https://evil.example")
+        .send()
+        .await;
+    assert_eq!(twice.status, 403, "two Origin headers are refused");
+    for reply in [&preflight, &post, &twice] {
+        assert_eq!(reply.text(), "Forbidden: Origin not allowed");
+        for name in ["access-control-allow-origin", "access-control-allow-methods", "access-control-expose-headers"] {
+            assert!(reply.header(name).is_none(), "{name} on a refusal");
+        }
+    }
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "no refused request reached the tool");
+}
+
+/// The local run with small limits, for the slow-client tests.
+async fn limited(limits: vercel_mcp::settings::ConnectionLimits) -> common::TestServer {
+    let config = vercel_mcp::Parts::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    let routes = vercel_mcp::local::Routes::with_mcp(vercel_mcp::mcp_app(&config)).with_limits(limits);
+    common::TestServer::start_routes(routes).await
+}
+
+/// Reads until the server closes the connection, waiting at most 5 s (a slow client that the
+/// server never cuts off would hang here, and fail).
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_end(&mut received)).await; // shorter than common::NETWORK_WAIT: the cut-off is the point
+    assert!(read.is_ok(), "the server kept a slow connection open");
+    received
+}
+
+/// Slowloris and slow bodies: a head that never completes is cut off after the header timeout,
+/// and a body that stops short gets 408 after the body timeout; neither holds the connection.
+#[tokio::test]
+async fn slow_heads_and_bodies_are_cut_off() {
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    let server = limited(vercel_mcp::settings::ConnectionLimits {
+        header_timeout: Duration::from_millis(200),
+        body_timeout: Duration::from_millis(200),
+        max_connections: 16,
+    })
+    .await;
+    let mut slowloris = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slowloris.write_all(b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.unwrap();
+    let answer = until_closed(&mut slowloris).await;
+    assert!(!String::from_utf8_lossy(&answer).contains(" 200 "), "no request was served");
+
+    let mut slow_body = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slow_body
+        .write_all(b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"")
+        .await
+        .unwrap();
+    let answer = String::from_utf8(until_closed(&mut slow_body).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    let healthy = server.modern(json!(1), "tools/list", json!({})).send().await;
+    assert_eq!(healthy.status, 200, "a prompt client is served as before");
+}
+
+/// At most `max_connections` connections are served at once: a third client waits, unserved,
+/// while two idle connections hold the slots, and is served as soon as one of them goes.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_for_a_slot() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = limited(vercel_mcp::settings::ConnectionLimits {
+        header_timeout: Duration::from_secs(60),
+        body_timeout: Duration::from_secs(60),
+        max_connections: 2,
+    })
+    .await;
+    let first = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": with_meta(json!({}))}).to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut third = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    third.write_all(request.as_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut byte)).await;
+    assert!(early.is_err(), "the third connection was served while two held the slots");
+    drop(first);
+    let answer = String::from_utf8(until_closed(&mut third).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "served once a slot freed: {answer}");
+}
+
+/// One caller may hold at most `per_principal` listen streams (the anonymous caller is one
+/// caller); past that a listen gets 429 with a clear error, and closing a stream frees its slot.
+#[tokio::test]
+async fn listen_streams_are_capped_per_caller() {
+    let mut config = vercel_mcp::Parts::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 2, total: 10 };
+    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let listen =
+        || server.modern(json!(9), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    let (status, _, mut one) = listen().open().await;
+    assert_eq!(status, 200);
+    read_events(&mut one, 1).await;
+    let (status, _, mut two) = listen().open().await;
+    assert_eq!(status, 200);
+    read_events(&mut two, 1).await;
+    let refused = listen().send().await;
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("limit 2"), "{}", refused.text());
+    drop(one);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _, stream) = listen().open().await;
+        if status == 200 {
+            drop(stream);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "closing a stream never freed its slot");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// `requestState` is single-use by default: the retry that uses it is served once, and the same
+/// state again gets `-32602` "Invalid requestState: used" without running the handler. With
+/// `MCP_REQUEST_STATE_SINGLE_USE=off` a replay within the state's lifetime runs again.
+#[tokio::test]
+async fn request_state_is_single_use_unless_turned_off() {
+    for single_use in [true, false] {
+        let mut config = vercel_mcp::Parts::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+        if !single_use {
+            config.request_state_nonces = None;
+        }
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut server = vercel_mcp::McpServer::new("t", "1");
+        let counter = calls.clone();
+        server.tool(
+            vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
+            move |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| {
+                let counter = counter.clone();
+                async move {
+                    use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+                    use vercel_mcp::server::{InputRequired, Outcome, ToolError};
+                    if ctx.input_response("ok").is_none() {
+                        let ask = InputRequest::ElicitForm {
+                            message: "Book it?".into(),
+                            requested_schema: json!({"type": "object"}),
+                        };
+                        return Ok::<_, ToolError>(Outcome::InputRequired(InputRequired::new().request("ok", ask)));
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok(Outcome::Complete(CallToolResult::text("booked")))
+                }
+            },
+        );
+        let server =
+            common::TestServer::start(std::sync::Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+        let caps = |mut params: Value| {
+            params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+            params
+        };
+        let first = server.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+        let state = first["result"]["requestState"].as_str().expect("asked first").to_owned();
+        let retry = || {
+            let mut params = call("book", json!({}));
+            params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+            params["requestState"] = json!(state);
+            server.modern(json!(2), "tools/call", caps(params)).send()
+        };
+        assert_eq!(retry().await.json()["result"]["content"][0]["text"], "booked");
+        let replay = retry().await;
+        if single_use {
+            assert_eq!(replay.code(), -32602, "{}", replay.text());
+            assert_eq!(replay.json()["error"]["message"], "Invalid requestState: used");
+            assert_eq!(replay.json()["error"]["data"]["reason"], "used");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "the side effect ran once");
+        } else {
+            assert_eq!(replay.json()["result"]["content"][0]["text"], "booked");
+            assert_eq!(calls.load(Ordering::SeqCst), 2, "off: a replay runs again");
+        }
+        // A state sealed without a nonce (as an older release did) is genuine, correctly bound,
+        // and served when states are not single use; while they are, it is refused unrun.
+        let mut retry_params = call("book", json!({}));
+        retry_params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+        let binding = vercel_mcp::server::mrtr::binding(
+            &vercel_mcp::security::Principal::anonymous(),
+            "tools/call",
+            retry_params.as_object().unwrap(),
+        );
+        let old = config.settings.sealer.seal(
+            vercel_mcp::state::Purpose::RequestState,
+            &binding,
+            vercel_mcp::server::mrtr::REQUEST_STATE_TTL_MS,
+            json!({"s": null}),
+        );
+        retry_params["requestState"] = json!(old);
+        let before = calls.load(Ordering::SeqCst);
+        let answer = server.modern(json!(3), "tools/call", caps(retry_params)).send().await;
+        if single_use {
+            assert_eq!(answer.json()["error"]["message"], "Invalid requestState: invalid", "{}", answer.text());
+            assert_eq!(calls.load(Ordering::SeqCst), before, "refused before the handler");
+        } else {
+            assert_eq!(answer.json()["result"]["content"][0]["text"], "booked", "{}", answer.text());
+            assert_eq!(calls.load(Ordering::SeqCst), before + 1);
+        }
+    }
+}
+
+/// A `requestState` is bound to the tool it was minted for: the state `ask` sealed is refused on
+/// another tool, even one that never asks (other arguments on the same tool:
+/// `mrtr_state_is_sealed_bound_and_expires`).
+#[tokio::test]
+async fn request_state_is_bound_to_its_tool() {
+    let f = fixture().await;
+    let caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first = f.server.modern(json!(1), "tools/call", caps(call("ask", json!({})))).send().await.json();
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut elsewhere = call("count", json!({"n": 1}));
+    elsewhere["requestState"] = json!(state);
+    let reply = f.server.modern(json!(2), "tools/call", caps(elsewhere)).send().await;
+    assert_eq!(reply.code(), -32602, "{}", reply.text());
+    assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0, "the other tool never ran");
+}
+
+/// A plain JSON call (no progress token, so no stream) whose client goes away is cancelled too:
+/// the handler is dropped when the connection closes, not left running for nobody.
+#[tokio::test]
+async fn a_json_call_whose_client_leaves_is_cancelled() {
+    use tokio::io::AsyncWriteExt;
+    let f = fixture().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": with_meta(call("wait", json!({})))})
+        .to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(f.server.addr).await.unwrap();
+    let cancelled = f.cancelled.notified();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Give the server the request, then leave without reading an answer.
+    tokio::task::yield_now().await;
+    drop(stream);
+    common::bounded("the handler to be dropped", cancelled).await;
+}

@@ -1,0 +1,704 @@
+//! The async-jobs surface over loopback HTTP with the embedded store and a hand-driven queue:
+//! submit, poll, fetch, cancel, caps, retention, delivery semantics, the consumer contract and
+//! the cron sweep.
+
+use crate::common;
+
+use common::{TestServer, error_text, payload};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
+use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
+use vercel_mcp::jobs::store::{CreateRefused, Quota, SweepReport};
+use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, UnconfiguredJobStore};
+use vercel_mcp::local::Routes;
+use vercel_mcp::security::Principal;
+use vercel_mcp::state::{ManualClock, SeededRandom};
+use vercel_mcp::store::{StoreError, StoreFuture};
+use vercel_mcp::{Parts, mcp_app};
+
+struct Env {
+    server: TestServer,
+    store: Arc<MemoryJobStore>,
+    queue: LocalQueue,
+    clock: Arc<ManualClock>,
+}
+
+fn config(store: Arc<dyn JobStore>, clock: Arc<ManualClock>) -> Parts {
+    let mut config = Parts::for_tests(clock);
+    config.random = Arc::new(SeededRandom::new(42));
+    config.jobs.store = store;
+    config.settings.job_step_delay = std::time::Duration::ZERO;
+    config.settings.cron_secret = Some("cron-secret-for-tests-0123456789".into());
+    config
+}
+
+async fn env() -> Env {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = config(store.clone(), clock.clone());
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    Env { server: TestServer::start_routes(routes).await, store, queue, clock }
+}
+
+impl Env {
+    async fn submit(&self, steps: Value) -> Value {
+        self.server.call_tool("submit_job", json!({ "steps": steps })).await
+    }
+    async fn call(&self, tool: &str, handle: &str) -> Value {
+        self.server
+            .call_tool(tool, json!({ "jobId": handle, "principal": "sub:mallory", "ownerId": "sub:mallory" }))
+            .await
+    }
+}
+
+#[tokio::test]
+async fn the_four_tools_are_listed_without_identity_arguments() {
+    let env = env().await;
+    let tools = env.server.modern(json!(1), "tools/list", json!({})).send().await.json()["result"]["tools"].clone();
+    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let job_tools: Vec<&str> = names.iter().copied().filter(|n| n.contains("job")).collect();
+    assert_eq!(job_tools, ["submit_job", "get_job_status", "get_job_result", "cancel_job"]);
+    let by_name = |name: &str| tools.as_array().unwrap().iter().find(|t| t["name"] == name).unwrap().clone();
+    let submit = &by_name("submit_job");
+    assert_eq!(submit["inputSchema"]["properties"]["steps"]["type"], "integer");
+    assert_eq!(submit["annotations"], json!({"readOnlyHint": false, "idempotentHint": false}));
+    assert_eq!(by_name("get_job_result")["annotations"], json!({"readOnlyHint": true, "idempotentHint": true}));
+    for tool in tools.as_array().unwrap() {
+        let empty = serde_json::Map::new();
+        let properties = tool["inputSchema"]["properties"].as_object().unwrap_or(&empty);
+        assert!(!properties.contains_key("principal") && !properties.contains_key("ownerId"), "{}", tool["name"]);
+    }
+}
+
+#[tokio::test]
+async fn a_job_runs_to_completion_through_the_queue() {
+    let env = env().await;
+    let submitted = payload(&env.submit(json!(4)).await);
+    assert_eq!(submitted["state"], "pending");
+    assert_eq!(submitted["totalSteps"], 4);
+    assert!(submitted.get("ownerId").is_none());
+    let handle = submitted["jobId"].as_str().unwrap().to_owned();
+    assert!(!handle.contains("anonymous"), "the handle does not reveal its owner");
+    assert_eq!(payload(&env.call("get_job_status", &handle).await)["completedSteps"], 0, "submit does no work");
+    assert_eq!(env.queue.pending_len(), 1);
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!(status, json!({"jobId": handle, "state": "done", "completedSteps": 4, "totalSteps": 4}));
+    let first = payload(&env.call("get_job_result", &handle).await);
+    assert_eq!(first["result"], json!({"sum": 6, "stepsRun": 4}));
+    assert_eq!(payload(&env.call("get_job_result", &handle).await), first, "result fetch is idempotent");
+}
+
+#[tokio::test]
+async fn invalid_submits_are_tool_errors_and_leave_nothing_behind() {
+    let env = env().await;
+    for steps in [json!(0), json!(101), json!(1.5), json!("three"), json!(null)] {
+        let result = env.submit(steps.clone()).await;
+        assert_eq!(result["isError"], true, "{steps}");
+    }
+    assert!(env.store.is_empty());
+    assert_eq!(env.queue.pending_len(), 0);
+    let unknown = env.server.modern(json!(1), "tools/call", json!({"name": "nope", "arguments": {}})).send().await;
+    assert_eq!(unknown.code(), -32602);
+}
+
+#[tokio::test]
+async fn anonymous_callers_get_two_slots_and_finishing_frees_one() {
+    let env = env().await;
+    let a = payload(&env.submit(json!(3)).await)["jobId"].as_str().unwrap().to_owned();
+    payload(&env.submit(json!(3)).await);
+    let refused = error_text(&env.submit(json!(3)).await);
+    assert!(refused.contains("at most 2 active jobs"), "{refused}");
+    assert!(!refused.contains("anonymous"), "no owner information in errors");
+    assert_eq!(env.store.len(), 2, "the refused submit left no record");
+    payload(&env.call("cancel_job", &a).await);
+    payload(&env.submit(json!(3)).await);
+    assert_eq!(env.store.len(), 3);
+    assert!(error_text(&env.submit(json!(3)).await).contains("at most 2 active jobs"));
+    // Completion frees slots as cancellation does.
+    env.queue.drain().await;
+    payload(&env.submit(json!(1)).await);
+    payload(&env.submit(json!(1)).await);
+}
+
+#[tokio::test]
+async fn unknown_tampered_and_raw_handles_get_the_same_error() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    let raw_id = env.store.len();
+    assert_eq!(raw_id, 1);
+    for bad in ["bogus".to_owned(), format!("{handle}x"), handle.replace("v1.", "v2."), "A".repeat(22)] {
+        for tool in ["get_job_status", "get_job_result", "cancel_job"] {
+            assert_eq!(error_text(&env.call(tool, &bad).await), "unknown job handle", "{tool} {bad}");
+        }
+    }
+    assert_eq!(payload(&env.call("get_job_status", &handle).await)["state"], "pending", "the real job is untouched");
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_work_and_is_idempotent() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(5)).await)["jobId"].as_str().unwrap().to_owned();
+    let cancelled = payload(&env.call("cancel_job", &handle).await);
+    assert_eq!(cancelled["state"], "cancelled");
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!(
+        (status["state"].clone(), status["completedSteps"].clone()),
+        (json!("cancelled"), json!(0)),
+        "no step ran"
+    );
+    assert_eq!(payload(&env.call("get_job_result", &handle).await)["result"], Value::Null);
+    assert_eq!(payload(&env.call("cancel_job", &handle).await)["state"], "cancelled");
+    let done = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.drain().await;
+    assert_eq!(payload(&env.call("cancel_job", &done).await)["state"], "done", "a done job stays done");
+    assert_eq!(payload(&env.call("get_job_result", &done).await)["result"], json!({"sum": 1, "stepsRun": 2}));
+}
+
+#[tokio::test]
+async fn finished_jobs_are_retained_for_five_minutes_and_reads_do_not_extend_it() {
+    let env = env().await;
+    let done = payload(&env.submit(json!(1)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.drain().await;
+    let active = payload(&env.submit(json!(1)).await)["jobId"].as_str().unwrap().to_owned();
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    payload(&env.call("get_job_result", &done).await);
+    payload(&env.call("cancel_job", &done).await);
+    env.clock.advance_ms(1);
+    assert_eq!(error_text(&env.call("get_job_result", &done).await), "unknown job handle");
+    assert_eq!(payload(&env.call("get_job_status", &active).await)["state"], "pending", "active jobs are not evicted");
+    // A cancelled job is kept for the same window, counted from its cancellation.
+    env.clock.advance_ms(1000);
+    payload(&env.call("cancel_job", &active).await);
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    assert_eq!(payload(&env.call("get_job_status", &active).await)["state"], "cancelled");
+    env.clock.advance_ms(1);
+    assert_eq!(error_text(&env.call("get_job_status", &active).await), "unknown job handle");
+}
+
+#[tokio::test]
+async fn a_duplicated_message_applies_each_step_once() {
+    let env = env().await;
+    let handle = payload(&env.submit(json!(6)).await)["jobId"].as_str().unwrap().to_owned();
+    env.queue.duplicate_last();
+    assert_eq!(env.queue.pending_len(), 2);
+    env.queue.drain().await;
+    let status = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(6)));
+    assert_eq!(payload(&env.call("get_job_result", &handle).await)["result"], json!({"sum": 15, "stepsRun": 6}));
+}
+
+#[tokio::test]
+async fn the_consumer_validates_every_delivery() {
+    let env = env().await;
+    let path = "/api/queues/process-job";
+    let message = json!({"jobId": "AAAAAAAAAAAAAAAAAAAAAA", "ownerId": "anonymous", "steps": 3}).to_string();
+    let delivery = |body: &str| {
+        env.server
+            .post_to(path, body.to_owned())
+            .header("ce-type", "com.vercel.queue.v2beta")
+            .header("ce-vqsqueuename", "jobs")
+            .header("ce-vqsconsumergroup", "local")
+            .header("ce-vqsmessageid", "m1")
+            .header("ce-vqsregion", "iad1")
+            .header("ce-vqsreceipthandle", "r1")
+    };
+    let forged = delivery(&message).send().await;
+    assert_eq!(forged.status, 409, "a lease the queue never handed out is not acted on: {}", forged.text());
+    assert_eq!(
+        delivery(&message).replace("ce-vqsconsumergroup", "someone-elses-group").send().await.status,
+        400,
+        "another consumer group is refused before the queue is asked"
+    );
+    for bad in ["not json", "{}", r#"{"jobId":"AAAAAAAAAAAAAAAAAAAAAA","ownerId":"anonymous","steps":0}"#] {
+        assert_eq!(delivery(bad).send().await.status, 400, "{bad}");
+    }
+    for (header, value) in [
+        ("ce-type", "com.example.other"),
+        ("ce-vqsqueuename", "other"),
+        ("ce-vqsregion", "NOT-A-REGION"),
+        ("ce-vqsmessageid", "a/b"),
+    ] {
+        assert_eq!(delivery(&message).replace(header, value).send().await.status, 400, "{header}");
+    }
+    assert_eq!(delivery(&message).without("ce-vqsreceipthandle").send().await.status, 400);
+    assert_eq!(env.server.request("GET", path).send().await.status, 405);
+
+    // A real job, and a hand-made push naming it exactly: refused, and the job is untouched
+    // until the queue delivers it itself.
+    let handle = payload(&env.submit(json!(2)).await)["jobId"].as_str().unwrap().to_owned();
+    let (job_id, owner) = {
+        let pending = env.queue.pending_messages();
+        let message: Value = serde_json::from_slice(&pending[0]).unwrap();
+        (message["jobId"].as_str().unwrap().to_owned(), message["ownerId"].as_str().unwrap().to_owned())
+    };
+    let push = json!({"jobId": job_id, "ownerId": owner, "steps": 2}).to_string();
+    assert_eq!(delivery(&push).send().await.status, 409);
+    let untouched = payload(&env.call("get_job_status", &handle).await);
+    assert_eq!((untouched["state"].clone(), untouched["completedSteps"].clone()), (json!("pending"), json!(0)));
+    env.queue.drain().await;
+    assert_eq!(
+        payload(&env.call("get_job_status", &handle).await)["state"],
+        "done",
+        "the queue's own delivery runs it"
+    );
+}
+
+#[tokio::test]
+async fn the_sweep_requires_the_cron_secret() {
+    let env = env().await;
+    let path = "/api/cron/sweep-jobs";
+    assert_eq!(env.server.request("GET", path).send().await.status, 401);
+    assert_eq!(env.server.request("GET", path).header("Authorization", "Bearer wrong").send().await.status, 401);
+    payload(&env.submit(json!(2)).await);
+    env.clock.advance_ms(vercel_mcp::jobs::model::JOB_DEADLINE_MS);
+    let swept =
+        env.server.request("GET", path).header("Authorization", "Bearer cron-secret-for-tests-0123456789").send().await;
+    assert_eq!(swept.status, 200);
+    assert_eq!(swept.json(), json!({"evicted": 0, "failedStuck": 1}));
+}
+
+/// The service with two verified principals (authentication is the auth issue's; the service
+/// takes the principal explicitly).
+fn service(store: Arc<dyn JobStore>, clock: Arc<ManualClock>) -> (Jobs, LocalQueue) {
+    let config = config(store, clock);
+    let queue = config.jobs.local_queue.clone().unwrap();
+    (config.job_service().as_ref().clone(), queue)
+}
+
+#[tokio::test]
+async fn a_foreign_handle_is_indistinguishable_from_a_missing_one() {
+    let store = Arc::new(MemoryJobStore::new());
+    let (jobs, _queue) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    let alice = Principal::verified(Some("alice"), None, vec![]);
+    let bob = Principal::verified(Some("bob"), None, vec![]);
+    let handle = jobs.submit(&alice, 3, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let foreign = jobs.status(&bob, &handle).await.unwrap_err();
+    let missing = jobs.status(&bob, "bogus").await.unwrap_err();
+    assert_eq!(foreign, missing);
+    assert!(!foreign.contains("alice"));
+    assert_eq!(jobs.cancel(&bob, &handle).await.unwrap_err(), missing);
+    assert_eq!(jobs.result(&bob, &handle).await.unwrap_err(), missing);
+    assert_eq!(jobs.status(&alice, &handle).await.unwrap()["state"], "pending", "alice's job is untouched");
+    // Verified principals get eight slots; one principal at its cap does not block another.
+    for _ in 0..7 {
+        jobs.submit(&alice, 1, None).await.unwrap();
+    }
+    assert!(jobs.submit(&alice, 1, None).await.unwrap_err().contains("at most 8"));
+    jobs.submit(&bob, 1, None).await.unwrap();
+    assert_eq!(store.len(), 9);
+}
+
+#[tokio::test]
+async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
+    let store = Arc::new(MemoryJobStore::new());
+    let (mut jobs, _) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    jobs.set_publisher(Arc::new(FailingPublisher("queue down".into())));
+    let error = jobs.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
+    assert!(error.contains("could not enqueue the job: queue down"), "{error}");
+    assert!(error.contains("(correlation id "), "an outage is a logged fault: {error}");
+    assert!(store.is_empty());
+    // The local run's queue, full (nothing consumes it here): the second submission is refused
+    // and its record rolled back; the first stays queued.
+    jobs.set_publisher(Arc::new(LocalQueue::new().with_max_pending(1)));
+    jobs.submit(&Principal::anonymous(), 3, None).await.unwrap();
+    let error = jobs.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
+    assert_eq!(error, "could not enqueue the job: the local queue is full (limit 1); try again later", "no fault");
+    assert_eq!(store.len(), 1);
+    let (unconfigured, _) = service(
+        Arc::new(UnconfiguredJobStore("REDIS_URL is not set: async jobs need a shared store (Redis) when deployed")),
+        Arc::new(ManualClock::new(0)),
+    );
+    let error = unconfigured.submit(&Principal::anonymous(), 3, None).await.unwrap_err();
+    assert!(error.contains("REDIS_URL"), "{error}");
+}
+
+/// A test store around another: every operation goes to `inner()`, except where the hooks
+/// step in (a crash, a cancel, a count).
+trait Hooks: Send + Sync + 'static {
+    fn inner(&self) -> &dyn JobStore;
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner().advance(o, j, e, n)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.inner().sweep(n)
+    }
+}
+
+/// The [`JobStore`] of a set of [`Hooks`]; dereferences to them, so a test reads their counts.
+struct Hooked<H>(H);
+
+impl<H> std::ops::Deref for Hooked<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.0
+    }
+}
+
+impl<H: Hooks> JobStore for Hooked<H> {
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.0.inner().create(r, q, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.inner().get(o, j, n)
+    }
+    fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.inner().cancel(o, j, n)
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.advance(o, j, e, n)
+    }
+    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
+        self.0.inner().delete(o, j)
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.0.sweep(n)
+    }
+}
+
+/// A store that fails (as a crashed consumer would stop) after a number of steps.
+struct CrashAfter {
+    inner: Arc<dyn JobStore>,
+    steps_left: AtomicU32,
+}
+
+impl Hooks for CrashAfter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
+            return Box::pin(async { Err(StoreError::fault("consumer crashed")) });
+        }
+        self.inner.advance(o, j, e, n)
+    }
+}
+
+#[tokio::test]
+async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(0));
+    let (jobs, _) = service(store.clone(), clock.clone());
+    let owner = Principal::anonymous();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let config = config(store.clone(), clock.clone());
+    let mut crashing = vercel_mcp::consumer(&config);
+    crashing.store = Arc::new(Hooked(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) }));
+    let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
+    let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10 };
+    assert!(crashing.process(&message).await.is_err(), "the first delivery dies after 4 steps");
+    assert_eq!(jobs.status(&owner, &handle).await.unwrap()["completedSteps"], 4);
+    let healthy = vercel_mcp::consumer(&config);
+    healthy.process(&message).await.unwrap();
+    let result = jobs.result(&owner, &handle).await.unwrap();
+    assert_eq!(result["result"], json!({"sum": 45, "stepsRun": 10}), "every step ran exactly once");
+}
+
+/// Cancels the job after a number of steps, from inside the step loop (a client's cancel_job
+/// landing while the consumer works).
+struct CancelAfter {
+    inner: Arc<MemoryJobStore>,
+    steps: AtomicU32,
+    at: u32,
+}
+
+impl Hooks for CancelAfter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            if self.steps.fetch_add(1, Ordering::SeqCst) == self.at {
+                self.inner.cancel(o, j, n).await?;
+            }
+            self.inner.advance(o, j, e, n).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(0));
+    let (jobs, _) = service(store.clone(), clock.clone());
+    let owner = Principal::anonymous();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let config = config(store.clone(), clock);
+    let mut consumer = vercel_mcp::consumer(&config);
+    consumer.store = Arc::new(Hooked(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 }));
+    let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
+    consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10 }).await.unwrap();
+    let status = jobs.status(&owner, &handle).await.unwrap();
+    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("cancelled"), json!(2)));
+    assert_eq!(jobs.result(&owner, &handle).await.unwrap()["result"], Value::Null);
+}
+
+/// What a client sees of a stuck job does not depend on the sweep's schedule (Hobby runs it once
+/// a day): past its deadline the job reads `failed`, its slot is free, it cannot be cancelled or
+/// advanced, and it is forgotten its retention after the deadline, all with no sweep at all.
+#[tokio::test]
+async fn a_stuck_job_fails_at_its_deadline_without_the_sweep() {
+    use vercel_mcp::jobs::model::{JOB_DEADLINE_MS, JOB_RETENTION_MS, MAX_ACTIVE_JOBS_ANONYMOUS};
+    let env = env().await;
+    let mut handles = Vec::new();
+    for _ in 0..MAX_ACTIVE_JOBS_ANONYMOUS {
+        handles.push(payload(&env.submit(json!(3)).await)["jobId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(env.submit(json!(1)).await["isError"], true, "the anonymous cap is full");
+    env.clock.advance_ms(JOB_DEADLINE_MS - 1);
+    assert_eq!(payload(&env.call("get_job_status", &handles[0]).await)["state"], "pending", "not before the deadline");
+    env.clock.advance_ms(1);
+    let status = payload(&env.call("get_job_status", &handles[0]).await);
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(payload(&env.call("cancel_job", &handles[1]).await)["state"], "failed", "a cancel cannot revive it");
+    env.queue.drain().await;
+    assert_eq!(
+        payload(&env.call("get_job_status", &handles[0]).await)["completedSteps"],
+        0,
+        "a late delivery runs nothing"
+    );
+    let fresh = payload(&env.submit(json!(1)).await);
+    assert_eq!(fresh["state"], "pending", "the stuck jobs' slots are free: {fresh}");
+    env.clock.advance_ms(JOB_RETENTION_MS - 1);
+    assert_eq!(
+        payload(&env.call("get_job_status", &handles[0]).await)["state"],
+        "failed",
+        "retained from the deadline"
+    );
+    env.clock.advance_ms(1);
+    let gone = env.call("get_job_status", &handles[0]).await;
+    assert_eq!(gone["isError"], true, "forgotten a retention after the deadline: {gone}");
+    // Any operation sees the store as of its clock: reading the fresh job evicts the expired ones.
+    assert_eq!(payload(&env.call("get_job_status", fresh["jobId"].as_str().unwrap()).await)["state"], "pending");
+    assert_eq!(env.store.len(), 1, "only the fresh job is left, with no sweep run");
+}
+
+/// The capacity attack: one caller submits and cancels as fast as it can. Cancelling frees its
+/// active slot at once, but the cancelled jobs still count against its share until they expire,
+/// so it is stopped at its share and every other caller can still submit; the deployment-wide
+/// total is never reached. Its submission rate is capped per minute as well.
+#[tokio::test]
+async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
+    use vercel_mcp::jobs::model::JOB_RETENTION_MS;
+    use vercel_mcp::jobs::service::{DEFAULT_JOB_SHARE, DEFAULT_JOBS_PER_MINUTE};
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let (jobs, _queue) = service(store.clone(), clock.clone());
+    let (mallory, alice) =
+        (Principal::verified(Some("mallory"), None, vec![]), Principal::verified(Some("alice"), None, vec![]));
+    let mut refusal = None;
+    for _ in 0..1000 {
+        match jobs.submit(&mallory, 1, None).await {
+            Ok(job) => {
+                jobs.cancel(&mallory, job["jobId"].as_str().unwrap()).await.unwrap();
+            }
+            Err(error) => {
+                refusal = Some(error);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("the churn was stopped");
+    assert!(refusal.contains(&format!("at most {DEFAULT_JOB_SHARE} jobs per caller")), "{refusal}");
+    assert_eq!(store.len(), DEFAULT_JOB_SHARE as usize, "held no more than its share");
+    let fair = jobs.submit(&alice, 1, None).await;
+    assert!(fair.is_ok(), "another caller still gets a job: {fair:?}");
+    // Cancelled jobs leave the share when they expire.
+    clock.advance_ms(JOB_RETENTION_MS);
+    assert!(jobs.submit(&mallory, 1, None).await.is_ok(), "the share is free again once its jobs expire");
+
+    // The rate, with a share large enough not to stop it first: a fresh caller creates exactly
+    // DEFAULT_JOBS_PER_MINUTE jobs in one minute, and more in the next.
+    let limits = vercel_mcp::jobs::service::JobLimits { share: 1000, total: 1000, ..Default::default() };
+    let jobs = jobs.with_limits(limits);
+    clock.advance_ms(60_000 - vercel_mcp::state::Clock::now_ms(clock.as_ref()) % 60_000);
+    let eve = Principal::verified(Some("eve"), None, vec![]);
+    let mut created = 0;
+    let error = loop {
+        match jobs.submit(&eve, 1, None).await {
+            Ok(job) => {
+                created += 1;
+                jobs.cancel(&eve, job["jobId"].as_str().unwrap()).await.unwrap();
+            }
+            Err(error) => break error,
+        }
+    };
+    assert!(error.contains(&format!("at most {DEFAULT_JOBS_PER_MINUTE} a minute")), "{error}");
+    assert_eq!(created, DEFAULT_JOBS_PER_MINUTE);
+    clock.advance_ms(60_000);
+    assert!(jobs.submit(&eve, 1, None).await.is_ok(), "a new minute, a new allowance");
+}
+
+/// Records every step a store actually applies, independently of the job's result (which is
+/// computed from the step count, so it cannot show a step applied twice): each advance gets its
+/// own timestamp, and a call applied its step (the one after `expected`) exactly when the record
+/// it returns carries that timestamp and is not cancelled; a refused compare-and-set returns the
+/// record as another call left it. Two writes for one `expected` are one step applied twice. Its first
+/// `rendezvous` advances wait for each other, so duplicate deliveries reach the compare-and-set
+/// at the same moment.
+struct CountingStore {
+    inner: Arc<dyn JobStore>,
+    /// The step (its expected count before) of every advance that wrote the record.
+    applied: std::sync::Mutex<Vec<u32>>,
+    barrier: tokio::sync::Barrier,
+    arrivals: AtomicU32,
+    rendezvous: u32,
+}
+
+impl CountingStore {
+    fn new(inner: Arc<dyn JobStore>, rendezvous: u32) -> Self {
+        let barrier = tokio::sync::Barrier::new(rendezvous.max(1) as usize);
+        Self { inner, applied: Default::default(), barrier, arrivals: AtomicU32::new(0), rendezvous }
+    }
+}
+
+impl Hooks for CountingStore {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
+    }
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(async move {
+            let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst);
+            if arrival < self.rendezvous {
+                self.barrier.wait().await;
+            }
+            let stamp = n + 1 + u64::from(arrival);
+            let record = self.inner.advance(o, j, e, stamp).await?;
+            // Written by this call, and not a cancellation: a step was applied.
+            let cancelled = vercel_mcp::jobs::model::JobState::Cancelled;
+            if record.as_ref().is_some_and(|r| r.updated_at == stamp && r.state != cancelled) {
+                self.applied.lock().unwrap().push(e);
+            }
+            Ok(record)
+        })
+    }
+}
+
+/// Duplicate deliveries at the same time, at the start and in the middle of a job, against the
+/// memory store and Redis: each step is applied exactly once, counted where it is applied.
+async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
+    const STEPS: u32 = 6;
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let (jobs, _queue) = service(inner.clone(), clock.clone());
+    let owner = Principal::verified(Some("dup"), None, vec![]);
+    let config = config(inner.clone(), clock.clone());
+    for (copies, head_start) in [(2, 0), (3, 0), (2, 3)] {
+        let handle = jobs.submit(&owner, i64::from(STEPS), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+        let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
+        let message = JobMessage { job_id, owner_id: owner.id().into(), steps: STEPS };
+        // A first delivery runs `head_start` steps alone, then dies; the duplicates meet mid-job.
+        if head_start > 0 {
+            let mut partial = vercel_mcp::consumer(&config);
+            partial.store =
+                Arc::new(Hooked(CrashAfter { inner: inner.clone(), steps_left: AtomicU32::new(head_start) }));
+            assert!(partial.process(&message).await.is_err());
+        }
+        let counting = Arc::new(Hooked(CountingStore::new(inner.clone(), copies)));
+        let deliveries = (0..copies).map(|_| {
+            let mut consumer = vercel_mcp::consumer(&config);
+            consumer.store = counting.clone();
+            let message = message.clone();
+            tokio::spawn(async move { consumer.process(&message).await })
+        });
+        for delivery in deliveries.collect::<Vec<_>>() {
+            common::bounded("a duplicate delivery", delivery).await.unwrap().unwrap();
+        }
+        let mut applied = counting.applied.lock().unwrap().clone();
+        applied.sort_unstable();
+        let once: Vec<u32> = (head_start..STEPS).collect();
+        assert_eq!(applied, once, "{copies} copies from step {head_start}: each step applied exactly once");
+        let status = jobs.status(&owner, &handle).await.unwrap();
+        assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(STEPS)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn concurrent_duplicate_deliveries_apply_each_step_once_in_memory() {
+    duplicates_apply_each_step_once(Arc::new(MemoryJobStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn concurrent_duplicate_deliveries_apply_each_step_once_in_redis() {
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let store = vercel_mcp::jobs::redis_store::RedisJobStore::new(
+        vercel_mcp::store::Redis::connect(&url, &common::redis::unique_prefix("dup")).unwrap(),
+    );
+    duplicates_apply_each_step_once(Arc::new(store)).await;
+}
+
+/// Counts the sweeps that reach the store.
+struct SweepCounter {
+    inner: Arc<dyn JobStore>,
+    sweeps: AtomicU32,
+}
+
+impl Hooks for SweepCounter {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
+    }
+    fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
+        self.sweeps.fetch_add(1, Ordering::SeqCst);
+        self.inner.sweep(n)
+    }
+}
+
+/// The cron route is public: a call without `CRON_SECRET`, or with a wrong or differently long
+/// one, gets 401 and never reaches the store; only the right secret sweeps.
+#[tokio::test]
+async fn an_unauthorised_sweep_never_reaches_the_store() {
+    let counter = Arc::new(Hooked(SweepCounter { inner: Arc::new(MemoryJobStore::new()), sweeps: AtomicU32::new(0) }));
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = config(counter.clone(), clock);
+    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await;
+    let path = "/api/cron/sweep-jobs";
+    let secret = "cron-secret-for-tests-0123456789";
+    for authorization in [None, Some("Bearer wrong"), Some("Bearer cron-secret-for-tests-012345678"), Some(secret)] {
+        let mut call = server.request("GET", path);
+        if let Some(value) = authorization {
+            call = call.header("Authorization", value);
+        }
+        assert_eq!(call.send().await.status, 401, "{authorization:?}");
+    }
+    assert_eq!(counter.sweeps.load(Ordering::SeqCst), 0, "no refused call swept anything");
+    let swept = server.request("GET", path).header("Authorization", &format!("Bearer {secret}")).send().await;
+    assert_eq!(swept.status, 200);
+    assert_eq!(counter.sweeps.load(Ordering::SeqCst), 1);
+}
+
+/// The consumer acknowledges a delivery only when it is done with it: one that runs out of its
+/// time budget answers 202 and one whose store fails answers 500; neither acknowledges, so the
+/// queue keeps the message to offer again (the crash test shows a redelivery finishing a job).
+#[tokio::test]
+async fn deliveries_that_do_not_finish_are_not_acknowledged() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let mut config = config(store.clone(), clock.clone());
+    config.settings.consumer_budget = std::time::Duration::ZERO; // every delivery defers before its first step
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    let server = TestServer::start_routes(routes).await;
+    let handle =
+        payload(&server.call_tool("submit_job", json!({"steps": 2})).await)["jobId"].as_str().unwrap().to_owned();
+    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred");
+    assert_eq!(queue.pending_len(), 1, "not acknowledged: the message is offered again");
+    let status = payload(&server.call_tool("get_job_status", json!({"jobId": handle})).await);
+    assert_eq!(status["completedSteps"], 0);
+
+    // A store that fails: 500, not acknowledged either.
+    let mut failing = config.clone();
+    failing.jobs.store = Arc::new(UnconfiguredJobStore("the store is down"));
+    failing.settings.consumer_budget = std::time::Duration::from_secs(50);
+    let other = LocalQueue::new();
+    let mut consumer = vercel_mcp::consumer(&failing);
+    consumer.queue = Arc::new(other.clone());
+    other.connect_consumer(Arc::new(consumer));
+    let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "anonymous".into(), steps: 1 };
+    vercel_mcp::jobs::queue::Publisher::publish(&other, &message, None).await.unwrap();
+    assert_eq!(other.deliver_next().await, Some(http::StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(other.pending_len(), 1, "still not acknowledged");
+}

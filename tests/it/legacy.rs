@@ -1,0 +1,178 @@
+//! The stateless 2025-11-25 path over loopback HTTP.
+
+use crate::common;
+
+use common::{fixture, read_events};
+use serde_json::{Value, json};
+
+fn legacy(f: &common::Fixture, body: serde_json::Value) -> common::Call {
+    f.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
+}
+
+#[tokio::test]
+async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
+    let f = fixture().await;
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+    let reply = f.server.post(body.to_string()).send().await;
+    assert_eq!(reply.status, 200);
+    let result = &reply.json()["result"];
+    assert_eq!(result["protocolVersion"], "2025-06-18");
+    assert_eq!(result["serverInfo"], json!({"name": "test-server", "version": "9.9.9"}));
+    assert!(result["capabilities"]["tools"].is_object());
+    assert!(result.get("resultType").is_none());
+    let session = reply.header("mcp-session-id").expect("a session id").to_owned();
+    assert!(session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    let unknown = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01"}});
+    assert_eq!(f.server.post(unknown.to_string()).send().await.json()["result"]["protocolVersion"], "2025-11-25");
+
+    let initialized = legacy(&f, json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .await;
+    assert_eq!(initialized.status, 202);
+    // Any instance accepts the session id; none needs to remember it.
+    let list = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .await;
+    let result = &list.json()["result"];
+    assert!(result["tools"].is_array());
+    for key in ["resultType", "ttlMs", "cacheScope", "_meta"] {
+        assert!(result.get(key).is_none(), "{key} is not a 2025 field");
+    }
+    let forged = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+        .header("Mcp-Session-Id", &format!("{session}x"))
+        .send()
+        .await;
+    assert_eq!(forged.status, 404);
+}
+
+#[tokio::test]
+async fn legacy_shapes_and_codes() {
+    let f = fixture().await;
+    let ping = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"ping","params":{}})).send().await;
+    assert_eq!(ping.json()["result"], json!({}));
+    let level =
+        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info"}})).send().await;
+    assert_eq!(level.json()["result"], json!({}));
+    let missing =
+        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://missing"}}))
+            .send()
+            .await;
+    assert_eq!(missing.code(), -32002, "2025 clients get the 2025 code");
+    let call = legacy(
+        &f,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"old"}}}),
+    )
+    .send()
+    .await;
+    assert_eq!(call.json()["result"], json!({"content":[{"type":"text","text":"old"}]}));
+    let discover = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})).send().await;
+    assert_eq!(discover.code(), -32601);
+    let unknown_response = legacy(&f, json!({"jsonrpc":"2.0","id":"srv-unknown","result":{}})).send().await;
+    assert_eq!(unknown_response.status, 400);
+    assert_eq!(f.server.request("GET", "/api/mcp").header("Accept", "text/event-stream").send().await.status, 405);
+}
+
+/// `initialize` with `capabilities`, returning the sealed session id that carries them.
+async fn session_declaring(f: &common::Fixture, capabilities: Value) -> String {
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":capabilities,"clientInfo":{"name":"c","version":"1"}}});
+    legacy(f, body).send().await.header("mcp-session-id").expect("a session id").to_owned()
+}
+
+/// A 2025 client that did not declare elicitation is never sent an elicitation request: the
+/// tool call ends in a tool error saying what is missing, with or without a session id.
+#[tokio::test]
+async fn a_legacy_client_is_asked_only_for_what_it_declared() {
+    let f = fixture().await;
+    let without = session_declaring(&f, json!({"sampling": {}, "elicitation": {"unknown-mode": {}}})).await;
+    let ask = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+    for session in [Some(without.as_str()), None] {
+        let mut call = legacy(&f, ask.clone());
+        if let Some(session) = session {
+            call = call.header("Mcp-Session-Id", session);
+        }
+        let reply = call.send().await;
+        assert!(reply.header("content-type").unwrap().starts_with("application/json"), "no stream, no request");
+        let result = &reply.json()["result"];
+        assert_eq!(result["isError"], true, "{}", reply.text());
+        assert!(common::error_text(result).contains("elicitation/create"), "{result}");
+    }
+}
+
+#[tokio::test]
+async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
+    let f = fixture().await;
+    let session = session_declaring(&f, json!({"elicitation": {}})).await;
+    let call = legacy(&f, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}))
+        .header("Mcp-Session-Id", &session);
+    let (status, head, mut stream) = call.open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"));
+    let request = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Name?");
+    let id = request["id"].as_str().unwrap().to_owned();
+    assert!(id.len() >= 32, "server request ids are unguessable");
+    let answer = json!({"jsonrpc":"2.0","id":id,"result":{"action":"accept","content":{"name":"Grace"}}});
+    assert_eq!(legacy(&f, answer.clone()).send().await.status, 202);
+    let result = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(result["id"], 9);
+    assert_eq!(result["result"]["content"][0]["text"], "hi Grace");
+    // The same answer again has nobody waiting for it.
+    assert_eq!(legacy(&f, answer).send().await.status, 400);
+}
+
+/// The legacy path with authentication on: the route and tool scopes hold as on the modern path
+/// (a listing shows only what the token allows, a call without the scope gets 403), and a
+/// pending server-to-client request can be answered only by the principal whose call asked.
+#[tokio::test]
+async fn legacy_calls_with_authentication_are_scoped_and_answered_only_by_their_caller() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let (reader, alice, bob) =
+        (bearer("reader", "mcp:read"), bearer("alice", "mcp:read mcp:write"), bearer("bob", "mcp:read mcp:write"));
+    let post = |who: &str, body: Value| {
+        server.post(body.to_string()).header("Authorization", who).header("MCP-Protocol-Version", "2025-11-25")
+    };
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = post(&alice, init).send().await.header("mcp-session-id").unwrap().to_owned();
+
+    let list = post(&reader, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}})).send().await.json();
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"get_job_status") && !names.contains(&"book_meeting"), "filtered by scope: {names:?}");
+    let book = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"book_meeting","arguments":{"topic":"Q3"}}});
+    let refused = post(&reader, book.clone()).header("Mcp-Session-Id", &session).send().await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+
+    let (status, _, mut stream) = post(&alice, book).header("Mcp-Session-Id", &session).open().await;
+    assert_eq!(status, 200);
+    let asked = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(asked["method"], "elicitation/create");
+    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"action":"accept","content":{"approved":true}}});
+    assert_eq!(post(&bob, answer.clone()).send().await.status, 400, "another principal cannot answer alice's request");
+    assert_eq!(post(&alice, answer).send().await.status, 202, "alice can, and her call was still waiting");
+    let done = read_events(&mut stream, 1).await.remove(0);
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap().starts_with("Booked:"), "{done}");
+}
+
+/// A 2025 client that closes its call's stream cancels the call: the handler is dropped, as on
+/// the modern path.
+#[tokio::test]
+async fn closing_a_legacy_stream_cancels_the_handler() {
+    let f = fixture().await;
+    let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/call",
+        "params":{"name":"wait","arguments":{},"_meta":{"progressToken":"p1"}}});
+    let (status, head, mut stream) = legacy(&f, body).open().await;
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
+    assert_eq!(read_events(&mut stream, 1).await[0]["params"]["progressToken"], "p1");
+    let cancelled = f.cancelled.notified();
+    drop(stream);
+    common::bounded("the legacy handler to be dropped", cancelled).await;
+}

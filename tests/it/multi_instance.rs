@@ -1,0 +1,257 @@
+//! Several processes sharing Redis, as on Vercel: two MCP instances (the local-run binary) and
+//! the queue consumer binary under `vercel_runtime`'s local mode, with a loopback stand-in for
+//! the Vercel Queues REST API. A job submitted on one instance is polled on the other, survives
+//! an instance restart, is run by the consumer, and finishes exactly once even when its message
+//! is delivered twice.
+
+use crate::common;
+
+use bytes::Bytes;
+use common::redis::{redis, unique_prefix};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
+const OIDC: &str = "test-oidc-token";
+
+/// What the stand-in for Vercel Queues saw. As the documented API does, it confirms (PATCH) and
+/// deletes (DELETE) only leases it handed out, of its one consumer group.
+#[derive(Default)]
+struct FakeQueue {
+    published: Vec<(Option<String>, Option<String>, Bytes)>,
+    /// Receipts of deliveries the stand-in made (the test delivers for it).
+    leased: Vec<String>,
+    confirmed: Vec<String>,
+    acked: Vec<String>,
+    requests: usize,
+}
+
+const GROUP: &str = "api_Squeues_Sprocess-job_Drs";
+
+async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
+    let state = Arc::new(Mutex::new(FakeQueue::default()));
+    let shared = state.clone();
+    let addr = common::upstream::serve(move |request| {
+        let state = shared.clone();
+        async move {
+            let auth = request.header("authorization");
+            let mut state = state.lock().unwrap();
+            state.requests += 1;
+            let lease = request
+                .path()
+                .strip_prefix(&format!("/api/v3/topic/jobs/consumer/{GROUP}/lease/"))
+                .filter(|receipt| state.leased.iter().any(|r| r == receipt))
+                .map(str::to_owned);
+            let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
+                401
+            } else if request.method == http::Method::POST && request.path() == "/api/v3/topic/jobs" {
+                state.published.push((auth, request.header("vqs-idempotency-key"), request.body));
+                201
+            } else if let (true, Some(receipt)) = (request.method == http::Method::PATCH, &lease) {
+                state.confirmed.push(receipt.clone());
+                204
+            } else if let (true, Some(receipt)) = (request.method == http::Method::DELETE, lease) {
+                state.leased.retain(|r| *r != receipt);
+                state.acked.push(receipt);
+                204
+            } else {
+                404
+            };
+            (status, Bytes::from_static(b"{}"))
+        }
+    })
+    .await;
+    (addr, state)
+}
+
+/// A child process, and its stdout kept open so late writes never hit a closed pipe.
+struct Process(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAddr) -> Process {
+    let queue = format!("http://{queue}");
+    spawn_with(
+        binary,
+        port,
+        &[
+            ("REDIS_URL", redis_url),
+            ("MCP_REDIS_PREFIX", prefix),
+            ("MCP_STATE_SECRET", SECRET),
+            ("MCP_QUEUE_BASE_URL", &queue),
+            ("VERCEL_OIDC_TOKEN", OIDC),
+            ("MCP_JOB_STEP_MS", "0"),
+        ],
+    )
+}
+
+fn spawn_with(binary: &str, port: u16, vars: &[(&str, &str)]) -> Process {
+    let mut command = Command::new(binary);
+    // Only what the test passes: nothing inherited decides the store or the queue.
+    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "DATABASE_URL"] {
+        command.env_remove(inherited);
+    }
+    command.env("PORT", port.to_string()).env("VERCEL_DEV_PORT", port.to_string());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("the binary starts");
+    // Both binaries announce readiness on stdout once their socket is bound.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "{binary} exited before listening");
+    }
+    Process(child, stdout)
+}
+
+async fn call(port: u16, tool: &str, arguments: Value) -> Value {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    common::payload(&server.call_tool(tool, arguments).await)
+}
+
+async fn deliver(port: u16, body: &Bytes, receipt: &str) -> (u16, Value) {
+    deliver_from(port, body, receipt, GROUP).await
+}
+
+async fn deliver_from(port: u16, body: &Bytes, receipt: &str, group: &str) -> (u16, Value) {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let reply = server
+        .post_to("/api/queues/process-job", String::from_utf8(body.to_vec()).unwrap())
+        .header("ce-type", "com.vercel.queue.v2beta")
+        .header("ce-vqsqueuename", "jobs")
+        .header("ce-vqsconsumergroup", group)
+        .header("ce-vqsmessageid", "msg-1")
+        .header("ce-vqsregion", "iad1")
+        .header("ce-vqsreceipthandle", receipt)
+        .header("x-vercel-oidc-token", OIDC)
+        .send()
+        .await;
+    (reply.status, reply.json())
+}
+
+#[tokio::test]
+async fn the_mcp_function_serves_under_vercel_runtime_local_mode() {
+    let (queue_addr, _) = start_fake_queue().await;
+    let port = free_port();
+    // No REDIS_URL needed for this: the function starts, announces itself and answers MCP.
+    let _mcp = spawn_with(
+        env!("CARGO_BIN_EXE_mcp"),
+        port,
+        &[("MCP_STATE_SECRET", SECRET), ("MCP_QUEUE_BASE_URL", &format!("http://{queue_addr}"))],
+    );
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let discover = server.modern(json!(1), "server/discover", json!({})).send().await;
+    assert_eq!(discover.status, 200);
+    assert_eq!(discover.json()["result"]["supportedVersions"], json!(["2026-07-28"]));
+    let legacy = server
+        .post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#)
+        .send()
+        .await;
+    assert_eq!(legacy.json()["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(server.request("GET", "/_vercel/ping").send().await.text(), "OK", "the runtime's own health route");
+}
+
+/// Calls `tool` on the MCP route at `path` and returns the job payload.
+async fn call_at(port: u16, path: &str, tool: &str, arguments: Value) -> Value {
+    let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let reply =
+        server.modern(json!(1), "tools/call", json!({"name": tool, "arguments": arguments})).at(path).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    common::payload(&reply.json()["result"])
+}
+
+/// Without Vercel Queues (no `MCP_QUEUE_BASE_URL`, not deployed), each function process runs
+/// the jobs it submits through its in-process queue, as the local run does. Before this, the
+/// messages waited for a consumer that was never connected: jobs stayed pending and the queue
+/// grew with every submit.
+#[tokio::test]
+async fn a_function_alone_runs_its_own_jobs_in_local_mode() {
+    for (binary, path) in
+        [(env!("CARGO_BIN_EXE_mcp"), "/api/mcp"), (env!("CARGO_BIN_EXE_example-routes"), "/api/examples/async-jobs")]
+    {
+        let port = free_port();
+        let _function = spawn_with(binary, port, &[("MCP_STATE_SECRET", SECRET), ("MCP_JOB_STEP_MS", "0")]);
+        let handle = call_at(port, path, "submit_job", json!({"steps": 3})).await["jobId"].as_str().unwrap().to_owned();
+        // Polled until done: a generous bound, since the worker runs in another process.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = call_at(port, path, "get_job_status", json!({"jobId": handle})).await;
+        while status["state"] != "done" && std::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+            status = call_at(port, path, "get_job_status", json!({"jobId": handle})).await;
+        }
+        assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(3)), "{binary}");
+        let result = call_at(port, path, "get_job_result", json!({"jobId": handle})).await;
+        assert_eq!(result["result"], json!({"sum": 3, "stepsRun": 3}), "{binary}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_crosses_instances_and_finishes_exactly_once() {
+    let Some((redis_url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("multi");
+    let (queue_addr, queue) = start_fake_queue().await;
+    let (port_a, port_b, port_consumer) = (free_port(), free_port(), free_port());
+    let local = env!("CARGO_BIN_EXE_local");
+    let _a = spawn(local, port_a, &redis_url, &prefix, queue_addr);
+    let b = spawn(local, port_b, &redis_url, &prefix, queue_addr);
+    let _consumer = spawn(env!("CARGO_BIN_EXE_process-job"), port_consumer, &redis_url, &prefix, queue_addr);
+
+    let submitted = call(port_a, "submit_job", json!({"steps": 5})).await;
+    let handle = submitted["jobId"].as_str().unwrap().to_owned();
+    let (key, message) = {
+        let queue = queue.lock().unwrap();
+        assert_eq!(queue.published.len(), 1, "submit published one message");
+        (queue.published[0].1.clone().unwrap(), queue.published[0].2.clone())
+    };
+    let message_json: Value = serde_json::from_slice(&message).unwrap();
+    assert_eq!(message_json["jobId"], key, "the idempotency key is the job id");
+    assert_eq!(message_json["steps"], 5);
+
+    assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["state"], "pending", "B sees A's job");
+    drop(b);
+    let _b = spawn(local, port_b, &redis_url, &prefix, queue_addr);
+    assert_eq!(
+        call(port_b, "get_job_status", json!({"jobId": handle})).await["state"],
+        "pending",
+        "a restarted instance still sees it"
+    );
+
+    // A push the queue never made (a receipt it did not hand out) runs nothing.
+    let (status, _) = deliver(port_consumer, &message, "forged-receipt").await;
+    assert_eq!(status, 409, "an unconfirmed lease is refused");
+    assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["completedSteps"], 0);
+    assert!(queue.lock().unwrap().acked.is_empty(), "and nothing is acknowledged");
+    let asked = queue.lock().unwrap().requests;
+    let (status, _) = deliver_from(port_consumer, &message, "receipt-1", "someone-elses-group").await;
+    assert_eq!(status, 400, "another consumer group is refused");
+    assert_eq!(queue.lock().unwrap().requests, asked, "without the deployment's token going anywhere");
+
+    queue.lock().unwrap().leased.extend(["receipt-1".to_owned(), "receipt-2".to_owned()]);
+    let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;
+    assert_eq!((status, outcome["status"].clone()), (200, json!("success")));
+    assert_eq!(queue.lock().unwrap().confirmed, ["receipt-1"], "the lease was confirmed before any step");
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-1"], "the lease is acknowledged after success");
+    let done = call(port_b, "get_job_status", json!({"jobId": handle})).await;
+    assert_eq!((done["state"].clone(), done["completedSteps"].clone()), (json!("done"), json!(5)));
+    let result = call(port_a, "get_job_result", json!({"jobId": handle})).await;
+    assert_eq!(result["result"], json!({"sum": 10, "stepsRun": 5}));
+
+    let (status, _) = deliver(port_consumer, &message, "receipt-2").await;
+    assert_eq!(status, 200, "a redelivered message is acknowledged");
+    assert_eq!(call(port_a, "get_job_result", json!({"jobId": handle})).await, result, "and changes nothing");
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-1", "receipt-2"]);
+}

@@ -1,0 +1,279 @@
+//! Structured logs: one JSON line per request with hashed identifiers, lifecycle events for
+//! jobs, contained panics with correlation ids, and no secret reaching any line.
+
+use crate::common;
+
+use common::TestServer;
+use common::tokens::{auth_config, bearer, stub_jwks, token};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use vercel_mcp::observe::MemorySink;
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+use vercel_mcp::server::{InputRequired, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::{App, McpServer};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Secretive {
+    secret: String,
+}
+
+struct Env {
+    server: TestServer,
+    logs: Arc<MemorySink>,
+    logger: vercel_mcp::observe::Logger,
+    queue: vercel_mcp::jobs::LocalQueue,
+}
+
+async fn env() -> Env {
+    let (jwks, _) = stub_jwks().await;
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "optional")]);
+    let logs = Arc::new(MemorySink::default());
+    config.log_sink = logs.clone();
+    config.settings.job_step_delay = std::time::Duration::ZERO;
+    let mut server = McpServer::new("observed", "1");
+    vercel_mcp::configure_server(&mut server, &config);
+    server.tool(ToolDef::new("boom").description("Panics with its argument"), |_, args: Secretive| async move {
+        if !args.secret.is_empty() {
+            panic!("the secret was {}", args.secret);
+        }
+        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
+    });
+    server.tool(ToolDef::new("fail").description("Fails naming its argument"), |_, args: Secretive| async move {
+        Err::<CallToolResult, _>(ToolError::Execution(format!("could not use {}", args.secret)))
+    });
+    server.tool(
+        ToolDef::new("looks_failed").description("Succeeds with output shaped like an error"),
+        |_, _: NoArguments| async move {
+            Ok::<_, ToolError>(CallToolResult::structured(json!({"isError": true, "error": {"code": -1}})))
+        },
+    );
+    server.tool(ToolDef::new("ask").description("MRTR with state"), |ctx, args: Secretive| async move {
+        if ctx.request_state().is_some() {
+            return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text("done")));
+        }
+        let request = InputRequest::ElicitForm {
+            message: "ok?".into(),
+            requested_schema: json!({"type": "object", "properties": {}}),
+        };
+        Ok(Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({ "kept": args.secret }))))
+    });
+    let _ = NoArguments {};
+    let logger = config.logger();
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint()))).with_jobs(&config);
+    Env { server: TestServer::start_routes(routes).await, logs, logger, queue }
+}
+
+fn request_line<'a>(lines: &'a [Value], request_id: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["event"] == "request" && l["requestId"] == request_id)
+        .unwrap_or_else(|| panic!("no line for {request_id}"))
+}
+
+#[tokio::test]
+async fn one_line_per_request_with_hashed_identity_and_trace() {
+    let env = env().await;
+    let reply = env
+        .server
+        .modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}))
+        .header("Authorization", &bearer("alice", "mcp:read"))
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .send()
+        .await;
+    let id = reply.header("x-mcp-request-id").expect("a request id").to_owned();
+    let lines = env.logs.lines();
+    let line = request_line(&lines, &id);
+    assert_eq!(line["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(
+        (line["method"].clone(), line["name"].clone(), line["era"].clone()),
+        (json!("tools/call"), json!("echo"), json!("modern"))
+    );
+    assert_eq!(line["outcome"], "ok");
+    assert_eq!(line["principal"], env.logger.digest("principal", b"sub:alice"));
+    assert!(line["arguments"].as_str().unwrap().len() == 16);
+    assert!(line["latencyMs"].as_f64().is_some() && line["ts"].as_str().unwrap().ends_with('Z'));
+
+    let meta_trace = json!({"name": "echo", "arguments": {"message": "x"}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}});
+    let reply = env.server.modern(json!(2), "tools/call", meta_trace).send().await;
+    let lines = env.logs.lines();
+    let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
+    assert_eq!(line["traceId"], "0af7651916cd43dd8448eb211c80319c", "_meta trace context is the fallback");
+    assert_eq!(line["principal"], env.logger.digest("principal", b"anonymous"));
+
+    let fresh = env.server.modern(json!(3), "tools/list", json!({})).send().await;
+    let lines = env.logs.lines();
+    assert_eq!(request_line(&lines, fresh.header("x-mcp-request-id").unwrap())["traceId"].as_str().unwrap().len(), 32);
+}
+
+/// A 2025-11-25 request (no session: the tools need none).
+fn legacy(env: &Env, method: &str, params: Value) -> common::Call {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    env.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
+}
+
+#[tokio::test]
+async fn outcomes_are_classified() {
+    let env = env().await;
+    let cases = [
+        (
+            env.server.modern(json!(1), "tools/call", json!({"name": "fail", "arguments": {"secret": "x"}})),
+            "tool_error",
+            None,
+        ),
+        (
+            env.server.modern(json!(1), "tools/call", json!({"name": "nope", "arguments": {}})),
+            "protocol_error",
+            Some(-32602),
+        ),
+        (env.server.modern(json!(1), "nope/nothing", json!({})), "protocol_error", Some(-32601)),
+        (
+            env.server.modern(json!(1), "tools/list", json!({})).header("Authorization", "Bearer nonsense"),
+            "auth_failure",
+            None,
+        ),
+        // The outcome is what the handler returned, not what its output looks like.
+        (env.server.modern(json!(1), "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
+        // The legacy path classifies the same way.
+        (legacy(&env, "tools/call", json!({"name": "fail", "arguments": {"secret": "x"}})), "tool_error", None),
+        (legacy(&env, "tools/call", json!({"name": "nope", "arguments": {}})), "protocol_error", Some(-32602)),
+        (legacy(&env, "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
+    ];
+    for (call, outcome, code) in cases {
+        let reply = call.send().await;
+        let lines = env.logs.lines();
+        let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
+        assert_eq!(line["outcome"], outcome);
+        assert_eq!(line["code"].as_i64(), code);
+    }
+}
+
+#[tokio::test]
+async fn a_panic_is_contained_with_a_correlation_id() {
+    let env = env().await;
+    let reply = env
+        .server
+        .modern(json!(7), "tools/call", json!({"name": "boom", "arguments": {"secret": "canary-panic-7f3a"}}))
+        .send()
+        .await;
+    let id = reply.header("x-mcp-request-id").unwrap().to_owned();
+    assert_eq!(reply.code(), -32603);
+    assert_eq!(reply.json()["error"]["data"]["correlationId"], id);
+    let lines = env.logs.lines();
+    let panic = lines.iter().find(|l| l["event"] == "panic").expect("a panic event");
+    assert_eq!(panic["requestId"], id);
+    assert!(panic["location"].as_str().unwrap().contains("tests/it/observability.rs"));
+    assert_eq!(request_line(&lines, &id)["level"], "error");
+    let next = env
+        .server
+        .modern(json!(8), "tools/call", json!({"name": "echo", "arguments": {"message": "still here"}}))
+        .send()
+        .await;
+    assert_eq!(next.json()["result"]["content"][0]["text"], "still here");
+}
+
+#[tokio::test]
+async fn no_secret_reaches_any_log_line() {
+    let env = env().await;
+    let valid_token = token(json!({"sub": "alice", "scope": "mcp:read mcp:write"}));
+    let canaries = [
+        "canary-arg-51c2",
+        "canary-header-9d0e",
+        "canary-meta-44b1",
+        "canary-error-12aa",
+        "canary-panic-7f3a",
+        "canary-state-6e6e",
+        "canary-bad-token-0c0c",
+    ];
+    let auth = format!("Bearer {valid_token}");
+    let s = &env.server;
+    s.modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": canaries[0]}}))
+        .header("Authorization", &auth)
+        .header("X-Debug", canaries[1])
+        .send()
+        .await;
+    let meta = json!({"name": "echo", "arguments": {"message": "m"}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": canaries[2], "version": "1"}, "progressToken": canaries[2]}});
+    s.modern(json!(2), "tools/call", meta).header("Authorization", &auth).send().await;
+    s.modern(json!(3), "tools/call", json!({"name": "fail", "arguments": {"secret": canaries[3]}}))
+        .header("Authorization", &auth)
+        .send()
+        .await;
+    s.modern(json!(4), "tools/call", json!({"name": "boom", "arguments": {"secret": canaries[4]}}))
+        .header("Authorization", &auth)
+        .send()
+        .await;
+    let mut ask = json!({"name": "ask", "arguments": {"secret": canaries[5]}});
+    ask["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let first = s.modern(json!(5), "tools/call", ask.clone()).header("Authorization", &auth).send().await.json();
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    ask["requestState"] = json!(state);
+    ask["inputResponses"] = json!({"ok": {"action": "accept"}});
+    s.modern(json!(6), "tools/call", ask).header("Authorization", &auth).send().await;
+    s.modern(json!(7), "tools/list", json!({}))
+        .header("Authorization", &format!("Bearer {}", canaries[6]))
+        .send()
+        .await;
+    let submitted = s
+        .modern(json!(8), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 2}}))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .json();
+    let handle = common::payload(&submitted["result"])["jobId"].as_str().unwrap().to_owned();
+    s.modern(json!(9), "tools/call", json!({"name": "get_job_status", "arguments": {"jobId": handle}}))
+        .header("Authorization", &auth)
+        .send()
+        .await;
+    env.queue.drain().await;
+    s.modern(json!(10), "tools/call", json!({"name": "cancel_job", "arguments": {"jobId": handle}}))
+        .header("Authorization", &auth)
+        .send()
+        .await;
+
+    let raw = env.logs.raw().join("\n");
+    for secret in canaries.iter().copied().chain([valid_token.as_str(), state.as_str(), handle.as_str(), "alice"]) {
+        assert!(!raw.contains(secret), "a log line contains {secret:.24}");
+    }
+    let lines = env.logs.lines();
+    let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+    for expected in
+        ["request", "panic", "job.submit", "job.retrieve", "job.progress", "job.finish", "job.run", "job.cancel"]
+    {
+        assert!(events.contains(&expected), "missing {expected} event");
+    }
+    let submit = lines.iter().find(|l| l["event"] == "job.submit").unwrap();
+    let retrieve = lines.iter().find(|l| l["event"] == "job.retrieve").unwrap();
+    assert_eq!(submit["job"], retrieve["job"], "job events correlate through a digest of the job id");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_never_mix_principals() {
+    let env = Arc::new(env().await);
+    let calls = (0..24).map(|i| {
+        let env = env.clone();
+        tokio::spawn(async move {
+            let sub = if i % 2 == 0 { "alice" } else { "bob" };
+            let reply = env
+                .server
+                .modern(json!(i), "tools/call", json!({"name": "echo", "arguments": {"message": "m"}}))
+                .header("Authorization", &bearer(sub, "mcp:read"))
+                .send()
+                .await;
+            (sub, reply.header("x-mcp-request-id").unwrap().to_owned())
+        })
+    });
+    let mut results = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        results.push(call.await.unwrap());
+    }
+    let lines = env.logs.lines();
+    for (sub, id) in results {
+        let expected = env.logger.digest("principal", format!("sub:{sub}").as_bytes());
+        assert_eq!(request_line(&lines, &id)["principal"], expected, "request {id} logged the wrong principal");
+    }
+}

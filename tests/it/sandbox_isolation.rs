@@ -1,0 +1,468 @@
+//! sandbox-isolation-server over HTTP with a recording stub in place of the Vercel Sandbox API:
+//! fixed create options, capped and framed output, bounded commands, and no secret in anything
+//! that leaves the server. The command never runs on this host.
+
+use crate::common;
+
+use common::TestServer;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+use vercel_mcp::catalogue::sandbox_isolation::{
+    self, MAX_OUTPUT_CHARS, SANDBOX_ALLOWED_HOSTS, SANDBOX_IMAGE, SANDBOX_TIMEOUT_MS, SandboxClient, SandboxError,
+    SandboxFuture, SandboxRunRequest, SandboxRunResult, UNTRUSTED_OUTPUT_BEGIN, UNTRUSTED_OUTPUT_END,
+    build_sandbox_create_options, truncate_output,
+};
+use vercel_mcp::observe::MemorySink;
+use vercel_mcp::state::SystemClock;
+use vercel_mcp::{App, McpServer, Parts};
+
+/// A secret that must never appear in options, requests, results or logs.
+const CANARY: &str = "supersecrettoken1234";
+
+#[derive(Default)]
+struct RecordingSandbox {
+    runs: Mutex<Vec<(SandboxRunRequest, Option<String>)>>,
+    result: Mutex<Option<Result<SandboxRunResult, SandboxError>>>,
+}
+
+impl RecordingSandbox {
+    fn answering(result: Result<SandboxRunResult, SandboxError>) -> Arc<Self> {
+        let stub = Arc::new(Self::default());
+        *stub.result.lock().unwrap() = Some(result);
+        stub
+    }
+    fn runs(&self) -> Vec<(SandboxRunRequest, Option<String>)> {
+        self.runs.lock().unwrap().clone()
+    }
+}
+
+impl SandboxClient for RecordingSandbox {
+    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a> {
+        self.runs.lock().unwrap().push((request.clone(), oidc_token.map(str::to_owned)));
+        let result = self.result.lock().unwrap().clone().unwrap_or_else(|| {
+            Ok(SandboxRunResult { exit_code: 0, stdout: "out text".into(), stderr: "err text".into() })
+        });
+        Box::pin(std::future::ready(result))
+    }
+}
+
+fn ok(stdout: &str, stderr: &str, exit_code: i32) -> Result<SandboxRunResult, SandboxError> {
+    Ok(SandboxRunResult { exit_code, stdout: stdout.into(), stderr: stderr.into() })
+}
+
+async fn env(stub: Arc<RecordingSandbox>) -> (TestServer, Arc<MemorySink>) {
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    let sink = Arc::new(MemorySink::default());
+    config.log_sink = sink.clone();
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, stub, config.logger());
+    (TestServer::start(Arc::new(App::new(server, config.endpoint()))).await, sink)
+}
+
+async fn run(server: &TestServer, arguments: Value) -> (Value, String) {
+    let reply =
+        server.modern(json!(1), "tools/call", json!({"name": "run_in_sandbox", "arguments": arguments})).send().await;
+    let text = reply.text();
+    (reply.json()["result"].clone(), text)
+}
+
+fn text_of(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap()
+}
+
+#[test]
+fn create_options_are_fixed_deny_by_default_and_carry_no_env() {
+    let options = serde_json::to_value(build_sandbox_create_options()).unwrap();
+    assert_eq!(
+        options,
+        json!({
+            "image": "vercel/sandbox/node:22",
+            "timeout": 30000,
+            "resources": {"vcpus": 1},
+            "networkPolicy": {"allow": ["registry.npmjs.org", "api.example.com"]},
+            "persistent": false,
+        }),
+        "exactly these keys: no env, no runtime, no allow-all"
+    );
+    let policy = options["networkPolicy"].as_object().unwrap();
+    assert_eq!(policy.keys().collect::<Vec<_>>(), ["allow"]);
+    assert!(!SANDBOX_ALLOWED_HOSTS.is_empty(), "deny by default means a list, and it is not empty");
+    assert_eq!(policy["allow"], json!(SANDBOX_ALLOWED_HOSTS), "only the listed hosts");
+    let (repo, version) = SANDBOX_IMAGE.rsplit_once(':').unwrap();
+    let name = repo.strip_prefix("vercel/sandbox/").unwrap();
+    assert!(!name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase()), "{SANDBOX_IMAGE}");
+    assert!(!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit() || b == b'.'), "{SANDBOX_IMAGE}");
+    assert_eq!(options["timeout"], SANDBOX_TIMEOUT_MS);
+    // No canary is planted in the environment (setting variables in a multi-threaded test
+    // process is unsound); `the_sandbox_code_reads_no_environment` shows nothing could read one.
+    // Each call builds its own value: what one caller does with its copy cannot reach the next.
+    let mut first = serde_json::to_value(build_sandbox_create_options()).unwrap();
+    first["networkPolicy"] = json!("allow-all");
+    first["persistent"] = json!(true);
+    assert_eq!(serde_json::to_value(build_sandbox_create_options()).unwrap(), options, "the next copy is pristine");
+}
+
+#[test]
+fn output_is_stripped_of_controls_and_capped_with_a_marker() {
+    assert_eq!(truncate_output("short", MAX_OUTPUT_CHARS), "short");
+    let exact = "x".repeat(2000);
+    assert_eq!(truncate_output(&exact, MAX_OUTPUT_CHARS), exact);
+    let long = "abcde".repeat(1000);
+    let capped = truncate_output(&long, MAX_OUTPUT_CHARS);
+    let marker = "[truncated 3000 chars]";
+    assert!(capped.ends_with(marker) && capped.len() <= 2000 + marker.len(), "{}", capped.len());
+    assert_eq!(&capped[..2000], &long[..2000]);
+    assert_eq!(truncate_output("a\u{1b}[31mb\u{7f}\r\u{0}c\n\td", MAX_OUTPUT_CHARS), "a[31mbc\n\td");
+    let wide = "é".repeat(2001);
+    assert_eq!(truncate_output(&wide, 2000), format!("{}[truncated 1 chars]", "é".repeat(2000)), "counts characters");
+}
+
+#[tokio::test]
+async fn lists_one_destructive_open_world_tool() {
+    let (server, _) = env(Arc::new(RecordingSandbox::default())).await;
+    let list = server.modern(json!(1), "tools/list", json!({})).send().await.json();
+    let tools = list["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0]["name"], "run_in_sandbox");
+    assert_eq!(tools[0]["inputSchema"]["properties"]["command"]["type"], "string");
+    assert_eq!(tools[0]["inputSchema"]["properties"]["command"]["maxLength"], 500);
+    assert_eq!(tools[0]["annotations"], json!({"destructiveHint": true, "openWorldHint": true}));
+    assert!(tools[0]["description"].as_str().unwrap().contains("deny-by-default"));
+}
+
+#[tokio::test]
+async fn a_run_sends_exactly_the_command_and_the_fixed_options() {
+    let stub = Arc::new(RecordingSandbox::default());
+    let (server, _) = env(stub.clone()).await;
+    let (result, _) = run(&server, json!({"command": "echo hi", "env": {"SECRET": CANARY}, "persistent": true})).await;
+    assert_ne!(result["isError"], true, "{result}");
+    let runs = stub.runs();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].0.command, "echo hi");
+    assert_eq!(runs[0].0.options, build_sandbox_create_options(), "arguments cannot change the options");
+    let text = text_of(&result);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"exit 0"));
+    assert_eq!(lines.get(1), Some(&UNTRUSTED_OUTPUT_BEGIN));
+    assert_eq!(lines.last(), Some(&UNTRUSTED_OUTPUT_END));
+    assert!(text.contains("stdout:\nout text") && text.contains("stderr:\nerr text"), "{text}");
+    let raw = result.to_string();
+    for forbidden in [CANARY, "****", "SANDBOX_API_TOKEN"] {
+        assert!(!raw.contains(forbidden), "{forbidden} in {raw}");
+    }
+    let recorded = format!("{:?} {}", runs[0].0, serde_json::to_string(&runs[0].0.options).unwrap());
+    assert!(!recorded.contains(CANARY) && !recorded.contains("env"), "{recorded}");
+}
+
+/// The sandbox module reads no environment variable at all (the canary can only stay out of
+/// requests if nothing reads it); its credential comes from the request or the configuration.
+#[test]
+fn the_sandbox_code_reads_no_environment() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/catalogue/sandbox_isolation");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let source = std::fs::read_to_string(&path).unwrap();
+        for needle in ["std::env", "env::var", "SANDBOX_API_TOKEN", "std::process", "Command::new"] {
+            assert!(!source.contains(needle), "{} uses {needle}", path.display());
+        }
+    }
+}
+
+/// The request's OIDC token reaches the sandbox client (and nothing else: not the reply, not the
+/// logs) when it names this deployment's project; a client's token for another project is never
+/// used, so no caller can point a sandbox at an account of its choosing.
+#[tokio::test]
+async fn the_request_oidc_token_is_passed_to_the_client_only() {
+    let stub = Arc::new(RecordingSandbox::default());
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    config.settings.platform =
+        vercel_mcp::security::PlatformIdentity { project_id: Some("prj_2".into()), environment: None };
+    let sink = Arc::new(MemorySink::default());
+    config.log_sink = sink.clone();
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, stub.clone(), config.logger());
+    let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let token = oidc_token();
+    let call = |token: String| {
+        server
+            .modern(json!(1), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "true"}}))
+            .header("x-vercel-oidc-token", &token)
+            .send()
+    };
+    let reply = call(token.clone()).await;
+    assert_eq!(stub.runs()[0].1.as_deref(), Some(token.as_str()));
+    assert!(!reply.text().contains(&token));
+    assert!(sink.raw().iter().all(|line| !line.contains(&token)));
+    let foreign = oidc_token_for("prj_attacker");
+    call(foreign).await;
+    assert_eq!(stub.runs()[1].1, None, "a token for another project is never passed on");
+}
+
+#[tokio::test]
+async fn long_output_is_capped_inside_the_frame() {
+    let stub = RecordingSandbox::answering(ok(&"y".repeat(5000), "", 0));
+    let (server, _) = env(stub).await;
+    let (result, _) = run(&server, json!({"command": "yes | head"})).await;
+    let text = text_of(&result);
+    let marker = text.find("[truncated 3000 chars]").expect("a marker");
+    assert!(marker < text.find(UNTRUSTED_OUTPUT_END).unwrap() && marker > text.find(UNTRUSTED_OUTPUT_BEGIN).unwrap());
+}
+
+#[tokio::test]
+async fn a_nonzero_exit_is_a_tool_error_with_the_framed_output() {
+    let stub = RecordingSandbox::answering(ok("", "boom", 7));
+    let (server, _) = env(stub).await;
+    let (result, _) = run(&server, json!({"command": "exit 7"})).await;
+    assert_eq!(result["isError"], true);
+    let text = text_of(&result);
+    assert!(text.contains("exit 7") && text.contains("boom") && text.contains(UNTRUSTED_OUTPUT_BEGIN), "{text}");
+}
+
+#[tokio::test]
+async fn a_failing_client_is_a_tool_error_that_leaks_nothing() {
+    let stub = RecordingSandbox::answering(Err(SandboxError::Failed { detail: format!("upstream said {CANARY}") }));
+    let (server, sink) = env(stub).await;
+    let (result, raw) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(result["isError"], true);
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    for forbidden in [CANARY, "****", "SANDBOX_API_TOKEN"] {
+        assert!(!raw.contains(forbidden), "{forbidden} in {raw}");
+    }
+    assert!(sink.raw().iter().any(|line| line.contains("sandbox_failed")), "the detail goes to the server log");
+}
+
+#[tokio::test]
+async fn without_a_token_the_error_says_how_to_get_one() {
+    let stub = RecordingSandbox::answering(Err(SandboxError::NoCredential));
+    let (server, _) = env(stub).await;
+    let (result, _) = run(&server, json!({"command": "ls"})).await;
+    let text = common::error_text(&result);
+    assert!(text.contains("no Vercel OIDC token") && text.contains("VERCEL_OIDC_TOKEN"), "{text}");
+}
+
+#[tokio::test]
+async fn bad_commands_are_refused_before_any_run() {
+    let stub = Arc::new(RecordingSandbox::default());
+    let (server, _) = env(stub.clone()).await;
+    for command in [json!(42), json!(""), json!("x".repeat(501)), Value::Null] {
+        let (result, _) = run(&server, json!({"command": command})).await;
+        assert_eq!(result["isError"], true, "{command}: {result}");
+    }
+    let (missing, _) = run(&server, json!({})).await;
+    assert_eq!(missing["isError"], true);
+    assert!(stub.runs().is_empty(), "no run for a refused command");
+    let unknown = server.modern(json!(1), "tools/call", json!({"name": "nope", "arguments": {}})).send().await;
+    assert!(unknown.json()["error"]["message"].as_str().unwrap().to_lowercase().contains("not found"));
+}
+
+#[test]
+fn the_function_may_outlive_the_sandbox() {
+    let config: Value = serde_json::from_str(include_str!("../../vercel.json")).unwrap();
+    let max_duration = config["functions"]["api/examples.rs"]["maxDuration"].as_u64().expect("a positive integer");
+    assert!(max_duration * 1000 > SANDBOX_TIMEOUT_MS, "{max_duration} s must exceed the sandbox timeout");
+    // Create, run (the sandbox's timeout plus slack) and stop, each at its limit, still fit.
+    let worst = SANDBOX_TIMEOUT_MS + 3 * sandbox_isolation::vercel::CALL_TIMEOUT.as_millis() as u64;
+    assert!(max_duration * 1000 >= worst, "{max_duration} s < worst case {worst} ms");
+}
+
+/// How the stand-in Sandbox API behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// Create, run (exit 3, with logs), stop.
+    Healthy,
+    /// The run answers HTTP 500.
+    RunFails,
+    /// The run's stream reports an error line instead of finishing.
+    ErrorLine,
+    /// The create answers a session id that would steer later paths elsewhere.
+    HostileSessionId,
+}
+
+/// A stand-in for the Vercel Sandbox API on loopback that records every request.
+struct FakeSandboxApi {
+    requests: Vec<(String, String, Option<String>, Value)>,
+    upstream: Upstream,
+}
+
+async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi>>) {
+    let state = Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream }));
+    let shared = state.clone();
+    let addr = common::upstream::serve(move |request| {
+        let state = shared.clone();
+        async move {
+            let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let mut state = state.lock().unwrap();
+            let path = request.path().to_owned();
+            state.requests.push((
+                request.method.to_string(),
+                request.target.clone(),
+                request.header("authorization"),
+                body,
+            ));
+            let ndjson = |lines: &[Value]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+            let (status, text) = match path.as_str() {
+                "/v2/sandboxes" if state.upstream == Upstream::HostileSessionId => {
+                    (200, json!({"session": {"id": "../../v1/projects"}}).to_string())
+                }
+                "/v2/sandboxes" => (
+                    200,
+                    json!({"sandbox": {"name": "sbx", "currentSessionId": "ses_1"}, "session": {"id": "ses_1"}})
+                        .to_string(),
+                ),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::RunFails => (500, "{}".to_owned()),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::ErrorLine => (
+                    200,
+                    ndjson(&[
+                        json!({"command": {"id": "cmd_1", "exitCode": null}}),
+                        json!({"stream": "error", "data": {"code": "sandbox_stopped", "message": "gone"}}),
+                    ]),
+                ),
+                "/v2/sandboxes/sessions/ses_1/cmd" => (
+                    200,
+                    ndjson(&[
+                        json!({"command": {"id": "cmd_1", "exitCode": null}}),
+                        json!({"stream": "stdout", "data": "hello "}),
+                        json!({"stream": "stderr", "data": "warn"}),
+                        json!({"stream": "stdout", "data": "world"}),
+                        json!({"command": {"id": "cmd_1", "exitCode": 3}}),
+                    ]),
+                ),
+                "/v2/sandboxes/sessions/ses_1/stop" => (200, json!({"session": {"id": "ses_1"}}).to_string()),
+                _ => (404, "{}".to_owned()),
+            };
+            (status, bytes::Bytes::from(text))
+        }
+    })
+    .await;
+    (format!("http://{addr}"), state)
+}
+
+/// An OIDC-shaped token (unsigned here; the real API verifies it) naming team and project.
+fn oidc_token() -> String {
+    oidc_token_for("prj_2")
+}
+
+fn oidc_token_for(project: &str) -> String {
+    use base64::Engine as _;
+    let payload = json!({"owner_id": "team_1", "project_id": project, "sub": "owner:x:project:y"});
+    format!("eyJhbGciOiJSUzI1NiJ9.{}.sig", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload.to_string()))
+}
+
+fn sandbox_env(base: &str, local_token: Option<&str>) -> Parts {
+    let vars = [
+        ("MCP_SANDBOX_API_BASE_URL", base.to_owned()),
+        ("VERCEL_OIDC_TOKEN", local_token.unwrap_or("").to_owned()),
+        ("VERCEL_PROJECT_ID", "prj_2".to_owned()),
+    ];
+    Parts::from_lookup(
+        move |name| match name {
+            "MCP_STATE_SECRET" => Some("test=0123456789abcdef0123456789abcdef".into()),
+            _ => vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()),
+        },
+        Arc::new(SystemClock),
+    )
+    .unwrap()
+}
+
+async fn serve(config: Parts) -> TestServer {
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, config.examples.sandbox.clone(), config.logger());
+    TestServer::start(Arc::new(App::new(server, config.endpoint()))).await
+}
+
+#[tokio::test]
+async fn the_vercel_client_creates_runs_reads_and_always_stops() {
+    let (base, api) = start_fake_api(Upstream::Healthy).await;
+    let server = serve(sandbox_env(&base, None)).await;
+    let token = oidc_token();
+    let reply = server
+        .modern(json!(1), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "echo hello"}}))
+        .header("x-vercel-oidc-token", &token)
+        .send()
+        .await
+        .json();
+    let result = &reply["result"];
+    assert_eq!(result["isError"], true, "exit 3 is an error: {reply}");
+    let text = text_of(result);
+    assert!(text.starts_with("exit 3\n") && text.contains("stdout:\nhello world\nstderr:\nwarn"), "{text}");
+    let requests = api.lock().unwrap().requests.clone();
+    let calls: Vec<(&str, &str)> = requests.iter().map(|(m, t, _, _)| (m.as_str(), t.as_str())).collect();
+    assert_eq!(
+        calls,
+        [
+            ("POST", "/v2/sandboxes?teamId=team_1"),
+            ("POST", "/v2/sandboxes/sessions/ses_1/cmd?teamId=team_1"),
+            ("POST", "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1"),
+        ]
+    );
+    let bearer = format!("Bearer {token}");
+    assert!(requests.iter().all(|(_, _, auth, _)| auth.as_deref() == Some(bearer.as_str())));
+    assert_eq!(
+        requests[0].3,
+        json!({
+            "projectId": "prj_2", "runtime": "node22", "timeout": 30000, "resources": {"vcpus": 1},
+            "networkPolicy": {"allow": ["registry.npmjs.org", "api.example.com"]},
+            "persistent": false, "ports": [],
+        })
+    );
+    assert_eq!(
+        requests[1].3,
+        json!({"command": "sh", "args": ["-c", "echo hello"], "env": {}, "sudo": false, "wait": true, "logs": true})
+    );
+}
+
+#[tokio::test]
+async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
+    let (base, api) = start_fake_api(Upstream::RunFails).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, raw) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    assert!(!raw.contains("ses_1") && !raw.contains("team_1"), "{raw}");
+    let requests = api.lock().unwrap().requests.clone();
+    assert_eq!(
+        requests.last().unwrap().1,
+        "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1",
+        "the local token was used and the sandbox stopped"
+    );
+}
+
+#[tokio::test]
+async fn no_token_anywhere_is_a_clear_error_and_no_call() {
+    let (base, api) = start_fake_api(Upstream::Healthy).await;
+    let server = serve(sandbox_env(&base, None)).await;
+    let (result, _) = run(&server, json!({"command": "ls"})).await;
+    assert!(common::error_text(&result).contains("no Vercel OIDC token"));
+    let claimless = server
+        .modern(json!(2), "tools/call", json!({"name": "run_in_sandbox", "arguments": {"command": "ls"}}))
+        .header("x-vercel-oidc-token", "opaque-token")
+        .send()
+        .await
+        .json();
+    assert!(
+        common::error_text(&claimless["result"]).contains("no Vercel OIDC token"),
+        "a token naming no project is ignored"
+    );
+    assert!(api.lock().unwrap().requests.is_empty(), "nothing reaches the API without a usable token");
+}
+
+#[tokio::test]
+async fn an_error_in_the_command_stream_fails_the_run_and_still_stops() {
+    let (base, api) = start_fake_api(Upstream::ErrorLine).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, raw) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    assert!(!raw.contains("sandbox_stopped") && !raw.contains("gone"), "upstream text stays in the log: {raw}");
+    let requests = api.lock().unwrap().requests.clone();
+    assert_eq!(requests.last().unwrap().1, "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1");
+}
+
+#[tokio::test]
+async fn a_hostile_session_id_is_refused_before_any_further_call() {
+    let (base, api) = start_fake_api(Upstream::HostileSessionId).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, _) = run(&server, json!({"command": "ls"})).await;
+    assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
+    let paths: Vec<String> = api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect();
+    assert_eq!(paths, ["/v2/sandboxes?teamId=team_1"], "no path is built from the untrusted id");
+}

@@ -1,0 +1,291 @@
+//! The tasks extension across two instances sharing Redis: a task created on one instance is
+//! read, answered and cancelled through the other; foreign principals and undeclared clients
+//! are refused.
+
+use crate::common;
+
+use common::TestServer;
+use common::redis::{redis, unique_prefix};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::state::SystemClock;
+use vercel_mcp::store::Redis;
+use vercel_mcp::tasks::{RedisTaskStore, TaskSupport};
+use vercel_mcp::{App, Parts};
+
+fn registry(config: &Parts) -> McpServer {
+    let mut server = McpServer::new("tasks-test", "1");
+    server.enable_tasks(config.task_service());
+    server.tool(
+        ToolDef::new("ask_twice").description("Two questions, then a summary").task_support(TaskSupport::Required),
+        |ctx, _: NoArguments| async move {
+            let name =
+                |key: &str| ctx.input_response(key).and_then(|r| r["content"]["name"].as_str()).map(str::to_owned);
+            if let (Some(a), Some(b)) = (name("a"), name("b")) {
+                return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text(format!("{a} and {b}"))));
+            }
+            let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+            let mut input = InputRequired::new();
+            for key in ["a", "b"] {
+                if name(key).is_none() {
+                    input = input.request(
+                        key,
+                        InputRequest::ElicitForm { message: key.into(), requested_schema: schema.clone() },
+                    );
+                }
+            }
+            Ok(Outcome::InputRequired(input))
+        },
+    );
+    server.tool(
+        ToolDef::new("forever").description("Runs until cancelled").task_support(TaskSupport::Optional),
+        |_, _: NoArguments| async {
+            std::future::pending::<()>().await;
+            Ok::<_, ToolError>(CallToolResult::text("never"))
+        },
+    );
+    server
+}
+
+async fn instance(redis_url: &str, prefix: &str) -> TestServer {
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    // Short enough that a notification that never comes fails the test soon, not in 280 s.
+    config.settings.listen_max_duration = std::time::Duration::from_secs(20);
+    let redis = Redis::connect(redis_url, prefix).unwrap();
+    config.bus = vercel_mcp::state::RedisBus::new(&redis);
+    config.task_store = Arc::new(RedisTaskStore::new(redis));
+    TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await
+}
+
+fn meta(caps: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps})
+}
+
+fn with_tasks() -> Value {
+    meta(json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}))
+}
+
+async fn task_call(server: &TestServer, method: &str, mut params: Value) -> common::Reply {
+    params["_meta"] = with_tasks();
+    let mut call = server.modern(json!(1), method, params.clone());
+    if let Some(task_id) = params["taskId"].as_str() {
+        call = call.header("Mcp-Name", task_id);
+    }
+    call.send().await
+}
+
+async fn wait_for(server: &TestServer, task_id: &str, status: &str) -> Value {
+    for _ in 0..5000 {
+        let task = task_call(server, "tasks/get", json!({"taskId": task_id})).await.json()["result"].clone();
+        if task["status"] == status {
+            return task;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("task {task_id} never reached {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_moves_between_instances() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("tasks");
+    let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
+
+    let created =
+        task_call(&a, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
+    assert_eq!(created["resultType"], "task");
+    for absent in ["result", "error", "inputRequests", "requestState"] {
+        assert!(created.get(absent).is_none(), "{absent} is not part of a CreateTaskResult");
+    }
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    let parked = wait_for(&b, &task_id, "input_required").await;
+    assert_eq!(parked["inputRequests"].as_object().unwrap().len(), 2, "instance B sees A's task");
+
+    // A listen stream on B hears about the task when A changes it.
+    let mut listen = json!({"notifications": {"taskIds": [task_id, "someone-elses-task"]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut stream) = b.modern(json!("L1"), "subscriptions/listen", listen).open().await;
+    let ack = common::read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(ack["params"]["notifications"]["taskIds"][0], task_id);
+
+    let ack = task_call(&a, "tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}, "zzz": {"ignored": true}}})).await;
+    assert_eq!(ack.json()["result"]["resultType"], "complete");
+    let partial = task_call(&a, "tasks/get", json!({"taskId": task_id})).await.json()["result"].clone();
+    assert_eq!(partial["status"], "input_required");
+    assert_eq!(
+        partial["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["b"],
+        "the answered key is gone at once"
+    );
+    task_call(
+        &a,
+        "tasks/update",
+        json!({"taskId": task_id, "inputResponses": {"b": {"action": "accept", "content": {"name": "Grace"}}}}),
+    )
+    .await;
+    let done = wait_for(&b, &task_id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Ada and Grace");
+    // ... and the listener on B heard the status change A made: the task's full state, tagged
+    // with the subscription.
+    let heard: Vec<Value> = common::read_events(&mut stream, 2).await.into_iter().skip(1).collect();
+    let completed = heard.iter().find(|e| e["params"]["status"] == "completed").unwrap_or(&heard[0]);
+    assert_eq!(completed["method"], "notifications/tasks", "{heard:?}");
+    assert_eq!(completed["params"]["taskId"], task_id);
+    assert_eq!(completed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1");
+    assert!(done.get("requestState").is_none());
+
+    let running =
+        task_call(&a, "tools/call", json!({"name": "forever", "arguments": {}})).await.json()["result"]["taskId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    assert_eq!(
+        task_call(&b, "tasks/cancel", json!({"taskId": running})).await.json()["result"]["resultType"],
+        "complete"
+    );
+    assert_eq!(task_call(&a, "tasks/get", json!({"taskId": running})).await.json()["result"]["status"], "cancelled");
+    let again = task_call(&a, "tasks/cancel", json!({"taskId": task_id})).await.json()["result"].clone();
+    assert_eq!(again.get("status"), None, "cancelling a finished task is a bare ack");
+    assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
+}
+
+#[tokio::test]
+async fn undeclared_clients_unknown_ids_and_removed_methods() {
+    let Some((url, _guard)) = redis() else { return };
+    let server = instance(&url, &unique_prefix("tasks-neg")).await;
+    let mut plain = json!({"name": "ask_twice", "arguments": {}});
+    plain["_meta"] = meta(json!({"elicitation": {}}));
+    let refused = server.modern(json!(1), "tools/call", plain).send().await;
+    assert_eq!((refused.status, refused.code()), (400, -32021));
+    assert_eq!(
+        refused.json()["error"]["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
+    let mut get = json!({"taskId": "nope"});
+    get["_meta"] = meta(json!({}));
+    assert_eq!(server.modern(json!(1), "tasks/get", get).header("Mcp-Name", "nope").send().await.code(), -32021);
+    assert_eq!(task_call(&server, "tasks/get", json!({"taskId": "AAAAAAAAAAAAAAAAAAAAAA"})).await.code(), -32602);
+    for removed in ["tasks/result", "tasks/list"] {
+        let mut params = json!({"taskId": "x"});
+        params["_meta"] = with_tasks();
+        assert_eq!(server.modern(json!(1), removed, params).send().await.code(), -32601, "{removed}");
+    }
+    // `forever` is optional: with the extension declared it becomes a task.
+    let created =
+        task_call(&server, "tools/call", json!({"name": "forever", "arguments": {}})).await.json()["result"].clone();
+    assert_eq!(created["resultType"], "task");
+    let discover = server.modern(json!(1), "server/discover", json!({})).send().await.json();
+    assert_eq!(discover["result"]["capabilities"]["extensions"], json!({"io.modelcontextprotocol/tasks": {}}));
+    assert!(discover["result"]["capabilities"].get("tasks").is_none());
+}
+
+/// A task store that cannot be reached: creating a task is a `-32603` whose correlation id a
+/// `task.fault` log line carries with the detail, and nothing is left behind.
+#[tokio::test]
+async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    config.log_sink = logs.clone();
+    config.task_store = Arc::new(RedisTaskStore::new(Redis::connect("redis://127.0.0.1:1", "down").unwrap()));
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    for (method, params, operation) in [
+        ("tools/call", json!({"name": "ask_twice", "arguments": {}}), "create"),
+        ("tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}), "get"),
+    ] {
+        let reply = task_call(&server, method, params).await.json();
+        assert_eq!(reply["error"]["code"], -32603, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
+        common::assert_fault_logged(message, &logs, "task.fault", operation);
+    }
+}
+
+/// A task belongs to its creator: another principal can neither read nor cancel it (both answer
+/// as for an unknown id, and the task runs on), and its listen stream, though it names the task,
+/// hears nothing of it.
+#[tokio::test]
+async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    config.settings.listen_max_duration = std::time::Duration::from_millis(500);
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
+    let as_caller = |who: &str, method: &str, mut params: Value| {
+        params["_meta"] = with_tasks();
+        let mut call = server.modern(json!(1), method, params.clone()).header("Authorization", who);
+        if let Some(task_id) = params["taskId"].as_str() {
+            call = call.header("Mcp-Name", task_id);
+        }
+        call.send()
+    };
+    let created = as_caller(&alice, "tools/call", json!({"name": "forever", "arguments": {}})).await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut bobs_stream) =
+        server.modern(json!("B"), "subscriptions/listen", listen).header("Authorization", &bob).open().await;
+    common::read_events(&mut bobs_stream, 1).await;
+
+    for method in ["tasks/get", "tasks/cancel"] {
+        let foreign = as_caller(&bob, method, json!({"taskId": task_id})).await.json();
+        assert!(foreign["error"].is_object(), "{method} by another principal is refused: {foreign}");
+        let unknown = as_caller(&bob, method, json!({"taskId": "no-such-task"})).await.json();
+        assert_eq!(foreign["error"]["code"], unknown["error"]["code"], "indistinguishable from an unknown id");
+    }
+    let mine = as_caller(&alice, "tasks/get", json!({"taskId": task_id})).await.json();
+    assert_eq!(mine["result"]["status"], "working", "bob's attempts changed nothing: {mine}");
+    as_caller(&alice, "tasks/cancel", json!({"taskId": task_id})).await;
+    // Bob's stream ends after its short lifetime; nothing about alice's task was on it.
+    let mut events = Vec::new();
+    loop {
+        let event = common::read_events(&mut bobs_stream, events.len() + 1).await.pop().unwrap();
+        let last = event.get("id").is_some();
+        events.push(event);
+        if last {
+            break;
+        }
+    }
+    assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
+}
+
+/// Cancelling a running task stops its work: the handler's future is dropped, not left running
+/// with its result discarded.
+#[tokio::test]
+async fn cancelling_a_task_drops_its_running_handler() {
+    struct Dropped(Arc<tokio::sync::Notify>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.notify_one();
+        }
+    }
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let (started, stopped) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let mut server = McpServer::new("tasks-test", "1");
+    server.enable_tasks(config.task_service());
+    let (on_start, on_stop) = (started.clone(), stopped.clone());
+    server.tool(
+        ToolDef::new("long").description("Works until cancelled").task_support(TaskSupport::Required),
+        move |_, _: NoArguments| {
+            let (on_start, guard) = (on_start.clone(), Dropped(on_stop.clone()));
+            async move {
+                let _guard = guard;
+                on_start.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>(CallToolResult::text("never"))
+            }
+        },
+    );
+    let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let created = task_call(&server, "tools/call", json!({"name": "long", "arguments": {}})).await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    common::bounded("the task to start", started.notified()).await;
+    let stop = stopped.notified();
+    task_call(&server, "tasks/cancel", json!({"taskId": task_id})).await;
+    common::bounded("the cancelled task's handler to be dropped", stop).await;
+    assert_eq!(wait_for(&server, &task_id, "cancelled").await["status"], "cancelled");
+}
