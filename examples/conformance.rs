@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use vercel_mcp::protocol::types::{
-    CallToolResult, Completion, Content, GetPromptResult, InputRequest, Prompt, PromptArgument, PromptMessage,
-    Resource, ResourceContents, ResourceTemplate,
+    CallToolResult, Completion, Content, GetPromptResult, InputRequest, Prompt, PromptMessage, Resource,
+    ResourceContents, ResourceTemplate,
 };
 use vercel_mcp::protocol::{LogLevel, McpError};
 use vercel_mcp::server::{
@@ -98,25 +98,25 @@ fn register_content_tools(server: &mut McpServer) {
         |_, _: NoArguments| async { text("This is a simple text response for testing.") },
     );
     server.tool(ToolDef::new("test_image_content").description("Returns an image"), |_, _: NoArguments| async {
-        Ok(CallToolResult::new(vec![Content::image(PNG, "image/png")]))
+        CallToolResult::new(vec![Content::image(PNG, "image/png")])
     });
     server.tool(ToolDef::new("test_audio_content").description("Returns audio"), |_, _: NoArguments| async {
-        Ok(CallToolResult::new(vec![Content::audio(WAV, "audio/wav")]))
+        CallToolResult::new(vec![Content::audio(WAV, "audio/wav")])
     });
     server.tool(
         ToolDef::new("test_embedded_resource").description("Returns an embedded resource"),
         |_, _: NoArguments| async {
-            Ok(CallToolResult::new(vec![Content::resource(ResourceContents::text(
+            CallToolResult::new(vec![Content::resource(ResourceContents::text(
                 "test://embedded-resource",
                 "text/plain",
                 "This is an embedded resource content.",
-            ))]))
+            ))])
         },
     );
     server.tool(
         ToolDef::new("test_multiple_content_types").description("Returns text, image and resource content"),
         |_, _: NoArguments| async {
-            Ok(CallToolResult::new(vec![
+            CallToolResult::new(vec![
                 Content::text("Multiple content types test:"),
                 Content::image(PNG, "image/png"),
                 Content::resource(ResourceContents::text(
@@ -124,7 +124,7 @@ fn register_content_tools(server: &mut McpServer) {
                     "application/json",
                     r#"{"test":"data","value":123}"#,
                 )),
-            ]))
+            ])
         },
     );
     server.tool(
@@ -435,21 +435,27 @@ fn register_mrtr_tools(server: &mut McpServer) {
     );
 }
 
+/// The arguments of `test_prompt_with_arguments`.
+#[derive(Deserialize, JsonSchema)]
+struct TwoArguments {
+    /// First test argument
+    arg1: String,
+    /// Second test argument
+    arg2: String,
+}
+
+/// The argument of `test_prompt_with_embedded_resource`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct EmbedArguments {
+    /// URI of the resource to embed
+    resource_uri: String,
+}
+
 fn register_prompts(server: &mut McpServer) {
-    let prompt = |name: &str, title: &str, description: &str, arguments: Vec<PromptArgument>| Prompt {
-        name: name.into(),
-        title: Some(title.into()),
-        description: Some(description.into()),
-        arguments,
-    };
-    let required = |name: &str, description: &str| PromptArgument {
-        name: name.into(),
-        description: Some(description.into()),
-        required: true,
-    };
     server.prompt(
-        prompt("test_simple_prompt", "Simple Test Prompt", "A simple prompt without arguments", vec![]),
-        |_, _| async {
+        Prompt::new("test_simple_prompt").title("Simple Test Prompt").description("A simple prompt without arguments"),
+        |_, _: NoArguments| async {
             Ok(GetPromptResult {
                 description: None,
                 messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))],
@@ -457,30 +463,24 @@ fn register_prompts(server: &mut McpServer) {
         },
     );
     server.prompt(
-        prompt(
-            "test_prompt_with_arguments",
-            "Prompt With Arguments",
-            "A prompt with required arguments",
-            vec![required("arg1", "First test argument"), required("arg2", "Second test argument")],
-        ),
-        |_, args: HashMap<String, String>| async move {
-            let text = format!("Prompt with arguments: arg1='{}', arg2='{}'", args["arg1"], args["arg2"]);
+        Prompt::new("test_prompt_with_arguments")
+            .title("Prompt With Arguments")
+            .description("A prompt with required arguments"),
+        |_, args: TwoArguments| async move {
+            let text = format!("Prompt with arguments: arg1='{}', arg2='{}'", args.arg1, args.arg2);
             Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text(text))] })
         },
     );
     server.prompt(
-        prompt(
-            "test_prompt_with_embedded_resource",
-            "Prompt With Embedded Resource",
-            "A prompt that includes an embedded resource",
-            vec![required("resourceUri", "URI of the resource to embed")],
-        ),
-        |_, args: HashMap<String, String>| async move {
+        Prompt::new("test_prompt_with_embedded_resource")
+            .title("Prompt With Embedded Resource")
+            .description("A prompt that includes an embedded resource"),
+        |_, args: EmbedArguments| async move {
             Ok(GetPromptResult {
                 description: None,
                 messages: vec![
                     PromptMessage::user(Content::resource(ResourceContents::text(
-                        args["resourceUri"].clone(),
+                        args.resource_uri,
                         "text/plain",
                         "Embedded resource content for testing.",
                     ))),
@@ -490,8 +490,10 @@ fn register_prompts(server: &mut McpServer) {
         },
     );
     server.prompt(
-        prompt("test_prompt_with_image", "Prompt With Image", "A prompt that includes image content", vec![]),
-        |_, _| async {
+        Prompt::new("test_prompt_with_image")
+            .title("Prompt With Image")
+            .description("A prompt that includes image content"),
+        |_, _: NoArguments| async {
             Ok(GetPromptResult {
                 description: None,
                 messages: vec![
@@ -502,13 +504,10 @@ fn register_prompts(server: &mut McpServer) {
         },
     );
     server.prompt(
-        prompt(
-            "test_input_required_result_prompt",
-            "MRTR Prompt",
-            "MRTR: prompt that requires elicitation input",
-            vec![],
-        ),
-        |ctx, _| async move {
+        Prompt::new("test_input_required_result_prompt")
+            .title("MRTR Prompt")
+            .description("MRTR: prompt that requires elicitation input"),
+        |ctx, _: NoArguments| async move {
             match answer(&ctx, "user_context", "context").and_then(Value::as_str) {
                 Some(context) => Ok(Outcome::Complete(GetPromptResult {
                     description: None,
@@ -532,56 +531,36 @@ fn register_prompts(server: &mut McpServer) {
 }
 
 fn register_resources(server: &mut McpServer) {
-    let resource = |uri: &str, name: &str, title: &str, description: &str, mime: &str| Resource {
-        uri: uri.into(),
-        name: name.into(),
-        title: Some(title.into()),
-        description: Some(description.into()),
-        mime_type: Some(mime.into()),
-    };
     server.resource(
-        resource(
-            "test://static-text",
-            "static-text",
-            "Static Text Resource",
-            "A static text resource for testing",
-            "text/plain",
-        ),
-        None,
+        Resource::new("test://static-text", "static-text")
+            .title("Static Text Resource")
+            .description("A static text resource for testing")
+            .mime_type("text/plain"),
         |_, uri| async move {
             Ok(vec![ResourceContents::text(uri, "text/plain", "This is the content of the static text resource.")])
         },
     );
     server.resource(
-        resource(
-            "test://static-binary",
-            "static-binary",
-            "Static Binary Resource",
-            "A static binary resource (image) for testing",
-            "image/png",
-        ),
-        None,
+        Resource::new("test://static-binary", "static-binary")
+            .title("Static Binary Resource")
+            .description("A static binary resource (image) for testing")
+            .mime_type("image/png"),
         |_, uri| async move { Ok(vec![ResourceContents::blob(uri, "image/png", PNG)]) },
     );
-    server.resource(
-        resource(
-            "test://watched-resource",
-            "watched-resource",
-            "Watched Resource",
-            "A resource clients can subscribe to",
-            "text/plain",
-        ),
-        Some(CacheHint { ttl_ms: 0, scope: CacheScope::Private }),
-        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "Watched resource content")]) },
-    );
+    server
+        .resource(
+            Resource::new("test://watched-resource", "watched-resource")
+                .title("Watched Resource")
+                .description("A resource clients can subscribe to")
+                .mime_type("text/plain"),
+            |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "Watched resource content")]) },
+        )
+        .cache(CacheHint { ttl_ms: 0, scope: CacheScope::Private });
     server.resource_template(
-        ResourceTemplate {
-            uri_template: "test://template/{id}/data".into(),
-            name: "template".into(),
-            title: Some("Resource Template".into()),
-            description: Some("A resource template with parameter substitution".into()),
-            mime_type: Some("application/json".into()),
-        },
+        ResourceTemplate::new("test://template/{id}/data", "template")
+            .title("Resource Template")
+            .description("A resource template with parameter substitution")
+            .mime_type("application/json"),
         |_, uri, vars: HashMap<String, String>| async move {
             let id = &vars["id"];
             let body = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") });

@@ -58,8 +58,8 @@ fn answers(result: &Value) -> Value {
 
 async fn standard_headers(client: &Client) -> Result<(), ClientError> {
     let tools = client.list_tools().await?;
-    if let Some(name) = tools.first().and_then(|t| t.get("name")).and_then(Value::as_str) {
-        client.call_tool(name, json!({})).await?;
+    if let Some(tool) = tools.first() {
+        client.call_tool(&tool.name, json!({})).await?;
     }
     let resources = client.request("resources/list", Map::new()).await?;
     if let Some(uri) =
@@ -109,8 +109,7 @@ async fn run(scenario: &str, url: &str) -> Result<(), ClientError> {
         "http-invalid-tool-headers" => {
             // Tools with invalid x-mcp-header annotations are dropped by list_tools.
             for tool in client.list_tools().await? {
-                let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-                client.call_tool(name, json!({ "region": "us-west1" })).await?;
+                client.call_tool(&tool.name, json!({ "region": "us-west1" })).await?;
             }
         }
         "json-schema-ref-no-deref" => {

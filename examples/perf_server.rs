@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
 use vercel_mcp::security::Principal;
-use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef};
 use vercel_mcp::{App, local};
 
 fn register_workload_tools(server: &mut McpServer) {
@@ -19,20 +19,20 @@ fn register_workload_tools(server: &mut McpServer) {
             for step in 1..=10 {
                 ctx.progress(f64::from(step), Some(10.0), None).await;
             }
-            Ok::<_, ToolError>(CallToolResult::text("done"))
+            CallToolResult::text("done")
         },
     );
     server.tool(
         ToolDef::new("confirm").description("One MRTR round: asks, then answers"),
         |ctx, _: NoArguments| async move {
             if ctx.request_state().is_some() && ctx.input_response("ok").is_some() {
-                return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text("confirmed")));
+                return Outcome::Complete(CallToolResult::text("confirmed"));
             }
             let request = InputRequest::ElicitForm {
                 message: "OK?".into(),
                 requested_schema: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
             };
-            Ok(Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({"step": 1}))))
+            Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({"step": 1})))
         },
     );
     let mut n = 0;
@@ -42,7 +42,7 @@ fn register_workload_tools(server: &mut McpServer) {
         n += 1;
         server.tool(
             ToolDef::new(format!("filler_{n:02}")).description("A tool that exists to make the list realistic"),
-            |_, _: NoArguments| async { Ok::<_, ToolError>(CallToolResult::text("ok")) },
+            |_, _: NoArguments| async { CallToolResult::text("ok") },
         );
     }
 }

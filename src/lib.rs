@@ -15,7 +15,8 @@
 //! - [`transport`]: the Streamable HTTP pipeline (`App`, `handle`).
 //! - [`jobs`], [`client`]: async jobs behind a queue; the MCP client and orchestrator host.
 //! - [`catalogue`]: the reference examples, each owning its backends.
-//! - [`settings`], [`compose`]: the environment parsed; the composition root.
+//! - [`settings`], [`compose`], [`testing`]: the environment parsed; the composition root; an
+//!   in-process client for tests of one's own tools.
 //! - [`vercel`], [`local`]: the edges that put the apps on a socket.
 
 pub mod body;
@@ -34,6 +35,7 @@ pub mod settings;
 pub mod state;
 pub mod store;
 pub mod tasks;
+pub mod testing;
 pub mod transport;
 pub mod vercel;
 

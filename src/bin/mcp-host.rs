@@ -79,7 +79,7 @@ async fn main() {
             let tools: Vec<Value> = host
                 .tools()
                 .iter()
-                .map(|t| json!({ "name": t.name, "readOnly": t.read_only, "description": t.definition.get("description") }))
+                .map(|t| json!({ "name": t.name, "readOnly": t.read_only, "description": t.definition.description }))
                 .collect();
             println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
         }

@@ -44,49 +44,52 @@ const IDENTITY: &str = "The caller is identified by the access token; principal-
 
 /// Registers `submit_job`, `get_job_status`, `get_job_result` and `cancel_job`.
 pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
-    let service = jobs.clone();
-    server.tool(
-        ToolDef::new("submit_job")
-            .description(format!("Start a job of `steps` steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
-            .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() })
-            .scopes(&[READ, WRITE]),
-        move |ctx: RequestContext, args: SubmitArgs| {
-            let jobs = service.clone();
-            async move { reply(jobs.submit(ctx.principal(), args.steps, ctx.platform_token()).await) }
-        },
-    );
-    let service = jobs.clone();
-    server.tool(
-        ToolDef::new("get_job_status")
-            .description(format!("Report a job's state and progress (completed and total steps). {IDENTITY}"))
-            .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() })
-            .scopes(&[READ]),
-        move |ctx: RequestContext, args: HandleArgs| {
-            let jobs = service.clone();
-            async move { reply(jobs.status(ctx.principal(), &args.job_id).await) }
-        },
-    );
-    let service = jobs.clone();
-    server.tool(
-        ToolDef::new("get_job_result")
-            .description(format!(
-                "Fetch a job's result: null until the job is done, then the same payload on every call. {IDENTITY}"
-            ))
-            .annotations(annotations(true, true))
-            .scopes(&[READ]),
-        move |ctx: RequestContext, args: HandleArgs| {
-            let jobs = service.clone();
-            async move { reply(jobs.result(ctx.principal(), &args.job_id).await) }
-        },
-    );
-    server.tool(
-        ToolDef::new("cancel_job")
-            .description(format!("Cancel a job: it stops at the next step boundary and frees its slot; a finished job stays finished. Safe to repeat. {IDENTITY}"))
-            .annotations(annotations(false, true))
-            .scopes(&[READ, WRITE]),
-        move |ctx: RequestContext, args: HandleArgs| {
-            let jobs = jobs.clone();
-            async move { reply(jobs.cancel(ctx.principal(), &args.job_id).await) }
-        },
-    );
+    server
+        .with_state(jobs)
+        .tool(
+            ToolDef::new("submit_job")
+                .description(format!("Start a job of `steps` steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
+                .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() })
+                .scopes(&[READ, WRITE]),
+            submit_job,
+        )
+        .tool(
+            ToolDef::new("get_job_status")
+                .description(format!("Report a job's state and progress (completed and total steps). {IDENTITY}"))
+                .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() })
+                .scopes(&[READ]),
+            get_job_status,
+        )
+        .tool(
+            ToolDef::new("get_job_result")
+                .description(format!(
+                    "Fetch a job's result: null until the job is done, then the same payload on every call. {IDENTITY}"
+                ))
+                .annotations(annotations(true, true))
+                .scopes(&[READ]),
+            get_job_result,
+        )
+        .tool(
+            ToolDef::new("cancel_job")
+                .description(format!("Cancel a job: it stops at the next step boundary and frees its slot; a finished job stays finished. Safe to repeat. {IDENTITY}"))
+                .annotations(annotations(false, true))
+                .scopes(&[READ, WRITE]),
+            cancel_job,
+        );
+}
+
+async fn submit_job(ctx: RequestContext, jobs: Arc<Jobs>, args: SubmitArgs) -> Result<CallToolResult, ToolError> {
+    reply(jobs.submit(ctx.principal(), args.steps, ctx.platform_token()).await)
+}
+
+async fn get_job_status(ctx: RequestContext, jobs: Arc<Jobs>, args: HandleArgs) -> Result<CallToolResult, ToolError> {
+    reply(jobs.status(ctx.principal(), &args.job_id).await)
+}
+
+async fn get_job_result(ctx: RequestContext, jobs: Arc<Jobs>, args: HandleArgs) -> Result<CallToolResult, ToolError> {
+    reply(jobs.result(ctx.principal(), &args.job_id).await)
+}
+
+async fn cancel_job(ctx: RequestContext, jobs: Arc<Jobs>, args: HandleArgs) -> Result<CallToolResult, ToolError> {
+    reply(jobs.cancel(ctx.principal(), &args.job_id).await)
 }

@@ -16,14 +16,11 @@ pub const WHOAMI_SCOPE: &str = super::READ_SCOPE;
 
 /// Registers `whoami`, auditing successful calls through `audit`.
 pub fn register(server: &mut McpServer, audit: Logger) {
-    server.tool(
+    server.with_state(audit).tool(
         ToolDef::new("whoami")
             .description("Report the caller's identity as established by the access token.")
             .scopes(&[WHOAMI_SCOPE]),
-        move |ctx: RequestContext, _: NoArguments| {
-            let audit = audit.clone();
-            async move { whoami(&ctx, &audit) }
-        },
+        |ctx: RequestContext, audit: Logger, _: NoArguments| async move { whoami(&ctx, &audit) },
     );
 }
 

@@ -93,7 +93,7 @@ pub fn confirm_form(topic: &str) -> InputRequest {
 
 /// Registers `book_meeting`, booking into `calendar`.
 pub fn register(server: &mut McpServer, calendar: Arc<dyn Calendar>) {
-    server.tool(
+    server.with_state(calendar).tool(
         ToolDef::new("book_meeting")
             .description(
                 "Book a meeting on the user's calendar. The user confirms the topic and picks a start time \
@@ -106,9 +106,8 @@ pub fn register(server: &mut McpServer, calendar: Arc<dyn Calendar>) {
                 ..Default::default()
             })
             .scopes(&[super::WRITE_SCOPE]),
-        move |ctx: RequestContext, args: BookMeetingArgs| {
-            let calendar = calendar.clone();
-            async move { book_meeting(&ctx, &args.topic, calendar.as_ref()) }
+        |ctx: RequestContext, calendar: Arc<dyn Calendar>, args: BookMeetingArgs| async move {
+            book_meeting(&ctx, &args.topic, calendar.as_ref())
         },
     );
 }

@@ -235,23 +235,22 @@ fn answer(result: Result<String, BackendError>) -> Result<CallToolResult, ToolEr
 
 /// Registers `weather_get` and `directory_lookup` over `facade`.
 pub fn register(server: &mut McpServer, facade: Arc<Facade>) {
-    let weather = facade.clone();
-    server.tool(
-        ToolDef::new("weather_get")
-            .description("Current weather for a city, from the weather backend.")
-            .scopes(&[super::READ_SCOPE]),
-        move |_: RequestContext, args: WeatherArgs| {
-            let facade = weather.clone();
-            async move { answer(facade.dispatch("weather", &args.city)) }
-        },
-    );
-    server.tool(
-        ToolDef::new("directory_lookup")
-            .description("A person's e-mail address, from the directory backend.")
-            .scopes(&[super::READ_SCOPE]),
-        move |_: RequestContext, args: DirectoryArgs| {
-            let facade = facade.clone();
-            async move { answer(facade.dispatch("directory", &args.person)) }
-        },
-    );
+    server
+        .with_state(facade)
+        .tool(
+            ToolDef::new("weather_get")
+                .description("Current weather for a city, from the weather backend.")
+                .scopes(&[super::READ_SCOPE]),
+            |_: RequestContext, facade: Arc<Facade>, args: WeatherArgs| async move {
+                answer(facade.dispatch("weather", &args.city))
+            },
+        )
+        .tool(
+            ToolDef::new("directory_lookup")
+                .description("A person's e-mail address, from the directory backend.")
+                .scopes(&[super::READ_SCOPE]),
+            |_: RequestContext, facade: Arc<Facade>, args: DirectoryArgs| async move {
+                answer(facade.dispatch("directory", &args.person))
+            },
+        );
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
 
-use crate::protocol::types::{CallToolResult, ToolAnnotations};
+use crate::protocol::types::ToolAnnotations;
 use crate::security::Principal;
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
 
@@ -141,14 +141,9 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
             })
             .scopes(&scopes_of("read_invoice"))
             .scopes_always_enforced(),
-        |ctx: RequestContext, args: ReadInvoiceArgs| async move {
-            authorize(ctx.principal(), "read_invoice")?;
-            let invoice =
-                json!({ "invoiceId": args.invoice_id, "status": "open", "amountCents": STUB_INVOICE_AMOUNT_CENTS });
-            Ok::<_, ToolError>(CallToolResult::text(invoice.to_string()))
-        },
+        read_invoice,
     );
-    server.tool(
+    server.with_state(ledger).tool(
         ToolDef::new("issue_refund")
             .description(format!("Refund part or all of an invoice. {IDENTITY}"))
             .annotations(ToolAnnotations {
@@ -159,24 +154,32 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
             })
             .scopes(&scopes_of("issue_refund"))
             .scopes_always_enforced(),
-        move |ctx: RequestContext, args: IssueRefundArgs| {
-            let ledger = ledger.clone();
-            async move {
-                authorize(ctx.principal(), "issue_refund")?;
-                if args.amount_cents > STUB_INVOICE_AMOUNT_CENTS {
-                    return Err(ToolError::Execution(format!(
-                        "refund of {} cents exceeds invoice amount of {STUB_INVOICE_AMOUNT_CENTS} cents",
-                        args.amount_cents
-                    )));
-                }
-                check_outbound("api.payments.example")?;
-                ledger.record(&args.invoice_id, args.amount_cents);
-                let refund =
-                    json!({ "invoiceId": args.invoice_id, "refundedCents": args.amount_cents, "status": "refunded" });
-                Ok(CallToolResult::text(refund.to_string()))
-            }
-        },
+        issue_refund,
     );
+}
+
+async fn read_invoice(ctx: RequestContext, args: ReadInvoiceArgs) -> Result<String, ToolError> {
+    authorize(ctx.principal(), "read_invoice")?;
+    let invoice = json!({ "invoiceId": args.invoice_id, "status": "open", "amountCents": STUB_INVOICE_AMOUNT_CENTS });
+    Ok(invoice.to_string())
+}
+
+async fn issue_refund(
+    ctx: RequestContext,
+    ledger: Arc<dyn RefundLedger>,
+    args: IssueRefundArgs,
+) -> Result<String, ToolError> {
+    authorize(ctx.principal(), "issue_refund")?;
+    if args.amount_cents > STUB_INVOICE_AMOUNT_CENTS {
+        return Err(ToolError::Execution(format!(
+            "refund of {} cents exceeds invoice amount of {STUB_INVOICE_AMOUNT_CENTS} cents",
+            args.amount_cents
+        )));
+    }
+    check_outbound("api.payments.example")?;
+    ledger.record(&args.invoice_id, args.amount_cents);
+    let refund = json!({ "invoiceId": args.invoice_id, "refundedCents": args.amount_cents, "status": "refunded" });
+    Ok(refund.to_string())
 }
 
 #[cfg(test)]

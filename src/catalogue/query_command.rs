@@ -279,63 +279,71 @@ fn json_text<T: Serialize>(value: &T) -> CallToolResult {
     CallToolResult::text(serde_json::to_string(value).expect("items serialise"))
 }
 
+/// What the item tools share: the store, and the log that outages are reported to.
+#[derive(Clone)]
+struct Items {
+    store: Arc<dyn ItemStore>,
+    logger: Logger,
+}
+
 /// Registers `list_items`, `get_item` and `create_item` over `store`.
 pub fn register(server: &mut McpServer, store: Arc<dyn ItemStore>, logger: Logger) {
-    let (list_store, list_logger) = (store.clone(), logger.clone());
-    server.tool(
-        ToolDef::new("list_items").description("List your items (a query).").annotations(QUERY).scopes(&[READ_SCOPE]),
-        move |ctx: RequestContext, _: NoArguments| {
-            let (store, logger) = (list_store.clone(), list_logger.clone());
-            async move {
-                let items = store.list(ctx.principal().id()).await.map_err(store_fault(&logger, "items.list"))?;
-                Ok::<_, ToolError>(json_text(&items))
-            }
-        },
-    );
-    let (get_store, get_logger) = (store.clone(), logger.clone());
-    server.tool(
-        ToolDef::new("get_item")
-            .description("Read one of your items by id (a query).")
-            .annotations(QUERY)
-            .scopes(&[READ_SCOPE]),
-        move |ctx: RequestContext, args: GetItemArgs| {
-            let (store, logger) = (get_store.clone(), get_logger.clone());
-            async move {
-                let item = store.get(ctx.principal().id(), &args.item_id).await;
-                match item.map_err(store_fault(&logger, "items.get"))? {
-                    Some(item) => Ok(json_text(&item)),
-                    None => Err(ToolError::Execution(format!(
-                        "no item with id {}",
-                        crate::protocol::error::truncate_for_message(&args.item_id)
-                    ))),
-                }
-            }
-        },
-    );
-    server.tool(
-        ToolDef::new("create_item")
-            .description(
-                "Create an item (a command: get the user's consent first). idempotentHint reflects the key-replay \
-                 guarantee, not an absence of side effects: the same idempotency_key returns the original item and \
-                 changes nothing. Keys and items belong to the calling principal.",
-            )
-            .annotations(ToolAnnotations {
-                read_only_hint: Some(false),
-                destructive_hint: Some(true),
-                idempotent_hint: Some(true),
-                ..Default::default()
-            })
-            .scopes(&[WRITE_SCOPE]),
-        move |ctx: RequestContext, args: CreateItemArgs| {
-            let (store, logger) = (store.clone(), logger.clone());
-            async move {
-                let key = scoped_key(ctx.principal(), &args.idempotency_key);
-                let created = store
-                    .create_if_absent(ctx.principal().id(), &key, &args.name)
-                    .await
-                    .map_err(store_fault(&logger, "items.create"))?;
-                Ok::<_, ToolError>(json_text(&created))
-            }
-        },
-    );
+    server
+        .with_state(Items { store, logger })
+        .tool(
+            ToolDef::new("list_items")
+                .description("List your items (a query).")
+                .annotations(QUERY)
+                .scopes(&[READ_SCOPE]),
+            list_items,
+        )
+        .tool(
+            ToolDef::new("get_item")
+                .description("Read one of your items by id (a query).")
+                .annotations(QUERY)
+                .scopes(&[READ_SCOPE]),
+            get_item,
+        )
+        .tool(
+            ToolDef::new("create_item")
+                .description(
+                    "Create an item (a command: get the user's consent first). idempotentHint reflects the key-replay \
+                     guarantee, not an absence of side effects: the same idempotency_key returns the original item and \
+                     changes nothing. Keys and items belong to the calling principal.",
+                )
+                .annotations(ToolAnnotations {
+                    read_only_hint: Some(false),
+                    destructive_hint: Some(true),
+                    idempotent_hint: Some(true),
+                    ..Default::default()
+                })
+                .scopes(&[WRITE_SCOPE]),
+            create_item,
+        );
+}
+
+async fn list_items(ctx: RequestContext, items: Items, _: NoArguments) -> Result<CallToolResult, ToolError> {
+    let list = items.store.list(ctx.principal().id()).await.map_err(store_fault(&items.logger, "items.list"))?;
+    Ok(json_text(&list))
+}
+
+async fn get_item(ctx: RequestContext, items: Items, args: GetItemArgs) -> Result<CallToolResult, ToolError> {
+    let item = items.store.get(ctx.principal().id(), &args.item_id).await;
+    match item.map_err(store_fault(&items.logger, "items.get"))? {
+        Some(item) => Ok(json_text(&item)),
+        None => Err(ToolError::Execution(format!(
+            "no item with id {}",
+            crate::protocol::error::truncate_for_message(&args.item_id)
+        ))),
+    }
+}
+
+async fn create_item(ctx: RequestContext, items: Items, args: CreateItemArgs) -> Result<CallToolResult, ToolError> {
+    let key = scoped_key(ctx.principal(), &args.idempotency_key);
+    let created = items
+        .store
+        .create_if_absent(ctx.principal().id(), &key, &args.name)
+        .await
+        .map_err(store_fault(&items.logger, "items.create"))?;
+    Ok(json_text(&created))
 }

@@ -21,24 +21,15 @@ const TEXT: &str = "text/plain";
 /// Registers `welcome-note` and `topic-note`.
 pub fn register(server: &mut McpServer) {
     server.resource(
-        Resource {
-            uri: WELCOME_URI.into(),
-            name: "welcome-note".into(),
-            title: None,
-            description: Some("Static direct resource: same content for every read.".into()),
-            mime_type: Some(TEXT.into()),
-        },
-        None,
+        Resource::new(WELCOME_URI, "welcome-note")
+            .description("Static direct resource: same content for every read.")
+            .mime_type(TEXT),
         |_, uri| async move { Ok(vec![ResourceContents::text(uri, TEXT, WELCOME_TEXT)]) },
     );
     server.resource_template(
-        ResourceTemplate {
-            uri_template: TOPIC_TEMPLATE.into(),
-            name: "topic-note".into(),
-            title: None,
-            description: Some("Resource template: the {topic} segment is bound per read request.".into()),
-            mime_type: Some(TEXT.into()),
-        },
+        ResourceTemplate::new(TOPIC_TEMPLATE, "topic-note")
+            .description("Resource template: the {topic} segment is bound per read request.")
+            .mime_type(TEXT),
         |_, uri, vars: HashMap<String, String>| async move {
             let text = format!("You asked about: {}", vars.get("topic").map_or("", String::as_str));
             Ok(vec![ResourceContents::text(uri, TEXT, text)])

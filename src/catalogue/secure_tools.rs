@@ -14,7 +14,7 @@ use serde::Deserialize;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::observe::Logger;
-use crate::protocol::types::{CallToolResult, ToolAnnotations};
+use crate::protocol::types::ToolAnnotations;
 use crate::security::Principal;
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
 use crate::store::{Redis, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
@@ -145,7 +145,7 @@ pub fn name_is_valid(name: &str) -> bool {
 
 /// Registers `add_item`, appending to `list`.
 pub fn register(server: &mut McpServer, list: Arc<dyn NameList>, logger: Logger) {
-    server.tool(
+    server.with_state(Names { list, logger }).tool(
         ToolDef::new("add_item")
             .description(
                 "Append a named item and return the new item count. This is a write tool: the host should get the \
@@ -159,18 +159,22 @@ pub fn register(server: &mut McpServer, list: Arc<dyn NameList>, logger: Logger)
                 ..Default::default()
             })
             .scopes(&[REQUIRED_SCOPE]),
-        move |ctx: RequestContext, args: AddItemArgs| {
-            let (list, logger) = (list.clone(), logger.clone());
-            async move {
-                authorize(ctx.principal())?;
-                if !name_is_valid(&args.name) {
-                    return Err(ToolError::Execution(
-                        "name must be 1 to 64 characters without control characters".into(),
-                    ));
-                }
-                let count = list.append(&args.name).await.map_err(super::store_tool_error(&logger, "names.append"))?;
-                Ok(CallToolResult::text(format!("ok: {count} items")))
-            }
-        },
+        add_item,
     );
+}
+
+/// What `add_item` shares: the list, and the log that outages are reported to.
+#[derive(Clone)]
+struct Names {
+    list: Arc<dyn NameList>,
+    logger: Logger,
+}
+
+async fn add_item(ctx: RequestContext, names: Names, args: AddItemArgs) -> Result<String, ToolError> {
+    authorize(ctx.principal())?;
+    if !name_is_valid(&args.name) {
+        return Err(ToolError::Execution("name must be 1 to 64 characters without control characters".into()));
+    }
+    let count = names.list.append(&args.name).await.map_err(super::store_tool_error(&names.logger, "names.append"))?;
+    Ok(format!("ok: {count} items"))
 }

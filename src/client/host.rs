@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{Client, ClientError, ClientOptions};
+use crate::protocol::types::{CallToolResult, Tool};
 
 /// A tool as the host presents it.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,7 +25,7 @@ pub struct AggregatedTool {
     /// Whether the server marks it read-only (and so it needs no consent).
     pub read_only: bool,
     /// Its definition as the server listed it.
-    pub definition: Value,
+    pub definition: Tool,
 }
 
 /// Why a host call failed.
@@ -129,9 +130,8 @@ impl Host {
         let mut tools = Vec::new();
         for (id, client) in &self.sessions {
             for definition in client.list_tools().await.map_err(HostError::Client)? {
-                let tool_name = definition.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let read_only =
-                    definition.get("annotations").and_then(|a| a.get("readOnlyHint")) == Some(&Value::Bool(true));
+                let tool_name = definition.name.clone();
+                let read_only = definition.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
                 tools.push(AggregatedTool {
                     name: format!("{id}.{tool_name}"),
                     tool_name,
@@ -152,7 +152,7 @@ impl Host {
 
     /// Calls `server.tool`. Unknown servers fail before consent; anything not positively
     /// read-only (unknown tools included) needs an explicit yes from `consent`.
-    pub async fn call(&self, name: &str, arguments: Value, consent: &ConsentFn) -> Result<Value, HostError> {
+    pub async fn call(&self, name: &str, arguments: Value, consent: &ConsentFn) -> Result<CallToolResult, HostError> {
         let (server_id, tool_name) = name.split_once('.').unwrap_or((name, ""));
         let client = self
             .sessions
@@ -177,15 +177,10 @@ impl Host {
             Err(error @ ClientError::Rpc { .. }) => return Err(failure(error.to_string(), Some(error))),
             Err(other) => return Err(HostError::Client(other)),
         };
-        if result.get("isError") == Some(&Value::Bool(true)) {
-            let text = result
-                .get("content")
-                .and_then(Value::as_array)
-                .and_then(|blocks| {
-                    blocks.iter().find_map(|b| b.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()))
-                })
-                .unwrap_or("tool call failed (no error text returned)");
-            return Err(failure(text.to_owned(), None));
+        if result.is_error {
+            let text = result.joined_text();
+            let text = if text.is_empty() { "tool call failed (no error text returned)".to_owned() } else { text };
+            return Err(failure(text, None));
         }
         Ok(result)
     }

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::protocol::types::{CallToolResult, Tool};
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION, meta};
 use crate::transport::headers::encode_value;
 
@@ -156,9 +157,21 @@ impl ClientOptions {
     }
 }
 
+/// Where a client's requests go.
+#[derive(Clone)]
+enum Target {
+    /// A server over HTTP.
+    Http(String),
+    /// An application in this process, called without a socket (tests of one's own tools).
+    InProcess(Arc<crate::transport::App>),
+}
+
+/// A response body from either target.
+type ResponseBody = http_body_util::combinators::UnsyncBoxBody<Bytes, String>;
+
 /// A connection to one MCP server.
 pub struct Client {
-    url: String,
+    target: Target,
     options: ClientOptions,
     negotiated: Negotiated,
     session: Option<String>,
@@ -179,8 +192,18 @@ impl Client {
     /// Connects: probes `server/discover`, and falls back to `initialize` when the server does
     /// not answer with a modern response.
     pub async fn connect(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        Self::connect_to(Target::Http(url.to_owned()), options).await
+    }
+
+    /// Connects to `app` in this process: every request goes through the same transport a
+    /// deployment runs (headers, `_meta`, authentication, MRTR, SSE), without a socket.
+    pub async fn in_process(app: Arc<crate::transport::App>, options: ClientOptions) -> Result<Self, ClientError> {
+        Self::connect_to(Target::InProcess(app), options).await
+    }
+
+    async fn connect_to(target: Target, options: ClientOptions) -> Result<Self, ClientError> {
         let mut client = Self {
-            url: url.to_owned(),
+            target,
             options,
             negotiated: Negotiated::Modern,
             session: None,
@@ -360,15 +383,7 @@ impl Client {
         method: &str,
         params: Option<&Map<String, Value>>,
     ) -> Result<Exchange, ClientError> {
-        let mut request = Request::post(&self.url);
-        for (name, value) in self.headers_for(method, params) {
-            let value = HeaderValue::from_str(&value)
-                .map_err(|_| ClientError::Protocol(format!("invalid {name} header value")))?;
-            request = request.header(name, value);
-        }
-        let payload = Bytes::from(serde_json::to_vec(body).expect("json"));
-        let request = request.body(Full::new(payload)).map_err(|_| ClientError::Protocol("invalid request".into()))?;
-        let response = crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+        let response = self.send(body, method, params).await?;
         let status = response.status();
         let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let is_sse = response
@@ -437,6 +452,43 @@ impl Client {
         Ok(Exchange { status, message: None, session })
     }
 
+    /// POSTs `body` with the headers `method` needs, to whichever target this client has.
+    async fn send(
+        &self,
+        body: &Value,
+        method: &str,
+        params: Option<&Map<String, Value>>,
+    ) -> Result<http::Response<ResponseBody>, ClientError> {
+        let headers = self.headers_for(method, params);
+        let payload = Bytes::from(serde_json::to_vec(body).expect("json"));
+        let with_headers = |url: &str| {
+            let mut request = Request::post(url);
+            for (name, value) in &headers {
+                let value = HeaderValue::from_str(value)
+                    .map_err(|_| ClientError::Protocol(format!("invalid {name} header value")))?;
+                request = request.header(name, value);
+            }
+            Ok::<_, ClientError>(request)
+        };
+        match &self.target {
+            Target::Http(url) => {
+                let request = with_headers(url)?
+                    .body(Full::new(payload))
+                    .map_err(|_| ClientError::Protocol("invalid request".into()))?;
+                let response =
+                    crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+                Ok(response.map(|body| body.map_err(|error| error.to_string()).boxed_unsync()))
+            }
+            Target::InProcess(app) => {
+                let request = with_headers("/api/mcp")?
+                    .body(payload)
+                    .map_err(|_| ClientError::Protocol("invalid request".into()))?;
+                let response = crate::transport::handle(app, request).await;
+                Ok(response.map(|body| body.map_err(|never| match never {}).boxed_unsync()))
+            }
+        }
+    }
+
     async fn answer_server_request(&self, method: &str, id: Value, params: Option<Value>) -> Result<(), ClientError> {
         let reply = match self.options.handlers.get(method) {
             Some(handler) => match handler(params.unwrap_or(json!({}))).await {
@@ -474,14 +526,7 @@ impl Client {
         );
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params });
-        let mut request = Request::post(&self.url);
-        for (name, value) in self.headers_for("subscriptions/listen", Some(&params)) {
-            request = request.header(name, value);
-        }
-        let request = request
-            .body(Full::new(Bytes::from(serde_json::to_vec(&body).expect("json"))))
-            .map_err(|_| ClientError::Protocol("invalid request".into()))?;
-        let response = crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+        let response = self.send(&body, "subscriptions/listen", Some(&params)).await?;
         if !response.status().is_success() {
             let status = response.status().as_u16();
             let bytes = response.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
@@ -515,7 +560,7 @@ impl Client {
 
     /// Every tool (following `nextCursor`), remembering `x-mcp-header` annotations. A tool whose
     /// annotations break the rules is dropped, as the spec asks of clients.
-    pub async fn list_tools(&self) -> Result<Vec<Value>, ClientError> {
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, ClientError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..self.options.max_pages {
@@ -526,13 +571,11 @@ impl Client {
             let page = self.request("tools/list", params).await?;
             for tool in page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
-                match header_annotations(&tool) {
-                    Ok(annotations) => {
-                        self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
-                        tools.push(tool);
-                    }
-                    Err(_) => continue,
-                }
+                let Ok(annotations) = header_annotations(&tool) else { continue };
+                let typed = serde_json::from_value::<Tool>(tool.clone())
+                    .map_err(|e| ClientError::Protocol(format!("tools/list entry {name}: {e}")))?;
+                self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
+                tools.push(typed);
             }
             match page.get("nextCursor").and_then(Value::as_str) {
                 Some(next) if cursor.as_deref() == Some(next) => {
@@ -545,12 +588,15 @@ impl Client {
         Err(ClientError::Protocol(format!("tools/list has more than {} pages", self.options.max_pages)))
     }
 
-    /// Calls a tool, fulfilling `input_required` rounds through the registered handlers.
-    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
+    /// Calls a tool, fulfilling `input_required` rounds through the registered handlers. A
+    /// tool that failed is an `Ok` result with `is_error` set (its text says why); a refused
+    /// call is a [`ClientError`].
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<CallToolResult, ClientError> {
         let mut params = Map::new();
         params.insert("name".into(), json!(name));
         params.insert("arguments".into(), arguments);
-        self.call_with_input("tools/call", params).await
+        let result = self.call_with_input("tools/call", params).await?;
+        serde_json::from_value(result).map_err(|e| ClientError::Protocol(format!("tools/call result: {e}")))
     }
 
     /// Sends an MRTR-capable request (`tools/call`, `prompts/get`, `resources/read`) and

@@ -4,8 +4,10 @@
 //! inside. It sits below `tasks` and `server`, which both depend on it.
 
 mod context;
+mod result;
 
 pub use context::RequestContext;
+pub use result::{IntoToolResult, Json};
 
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
@@ -94,7 +96,7 @@ impl From<&str> for ToolError {
     }
 }
 
-/// The result every tool handler produces.
+/// The result every tool handler's return value becomes ([`IntoToolResult`]).
 pub type ToolResult = Result<Outcome<CallToolResult>, ToolError>;
 
 /// Arguments for a tool that takes none: advertises `{"type":"object","additionalProperties":false}`.

@@ -1,7 +1,8 @@
-//! The MCP data types the server produces: tools, content blocks, resources, prompts and the
-//! MRTR input requests. Serialised with serde; optional fields are omitted, never `null`.
+//! The MCP data types: tools, content blocks, resources, prompts and the MRTR input requests.
+//! The server serialises them (optional fields are omitted, never `null`) and the client reads
+//! its results back into the same types.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 fn is_false(b: &bool) -> bool {
@@ -9,7 +10,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Optional hints on a content block.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ContentAnnotations {
     /// Who the content is for: `"user"`, `"assistant"`.
@@ -24,7 +25,7 @@ pub struct ContentAnnotations {
 }
 
 /// The body of an embedded resource or a `resources/read` entry.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(untagged)]
 pub enum ResourceContents {
     /// UTF-8 text.
@@ -84,7 +85,7 @@ impl ResourceContents {
 }
 
 /// One content block of a tool result or prompt message.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Content {
     /// Plain text.
@@ -171,7 +172,7 @@ impl Content {
 }
 
 /// The result of `tools/call` when the tool finished.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CallToolResult {
     /// Content blocks.
@@ -180,7 +181,7 @@ pub struct CallToolResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub structured_content: Option<Value>,
     /// True for tool execution errors (reported in-band, not as JSON-RPC errors).
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub is_error: bool,
 }
 
@@ -208,14 +209,52 @@ impl CallToolResult {
         }
     }
 
+    /// The text of every text block, joined with newlines (what a test usually compares).
+    pub fn joined_text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                Content::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
     /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
     pub fn structured(value: Value) -> Self {
         Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
     }
 }
 
+/// A tool as `tools/list` describes it (what a client reads back).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Tool {
+    /// Name, unique within the server.
+    pub name: String,
+    /// Display title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments.
+    pub input_schema: Value,
+    /// The JSON Schema its `structuredContent` conforms to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Behaviour hints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+    /// Extension metadata.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
 /// Behavioural hints on a tool. Absent hints take the spec's defaults.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolAnnotations {
     /// Display title.
@@ -236,7 +275,7 @@ pub struct ToolAnnotations {
 }
 
 /// A resource listed by `resources/list`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Resource {
     /// The URI.
@@ -254,8 +293,33 @@ pub struct Resource {
     pub mime_type: Option<String>,
 }
 
+impl Resource {
+    /// A resource at `uri` called `name`; add what else it has with the setters.
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { uri: uri.into(), name: name.into(), title: None, description: None, mime_type: None }
+    }
+
+    /// A display title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// What it holds, for the model.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Its media type.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.mime_type = Some(mime_type.into());
+        self
+    }
+}
+
 /// A resource template listed by `resources/templates/list`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceTemplate {
     /// RFC 6570 template.
@@ -273,8 +337,33 @@ pub struct ResourceTemplate {
     pub mime_type: Option<String>,
 }
 
+impl ResourceTemplate {
+    /// A template (RFC 6570 level 1, e.g. `weather://{city}`) called `name`.
+    pub fn new(uri_template: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { uri_template: uri_template.into(), name: name.into(), title: None, description: None, mime_type: None }
+    }
+
+    /// A display title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// What its resources hold, for the model.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// The media type of its resources.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.mime_type = Some(mime_type.into());
+        self
+    }
+}
+
 /// A prompt argument.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct PromptArgument {
     /// Name.
     pub name: String,
@@ -282,12 +371,12 @@ pub struct PromptArgument {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Whether `prompts/get` fails without it.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub required: bool,
 }
 
 /// A prompt listed by `prompts/list`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Prompt {
     /// Name.
     pub name: String,
@@ -298,15 +387,41 @@ pub struct Prompt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Arguments.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arguments: Vec<PromptArgument>,
 }
 
+impl Prompt {
+    /// A prompt called `name`. Its arguments come from the handler's argument type when it is
+    /// registered, or from [`Prompt::argument`].
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into(), title: None, description: None, arguments: Vec::new() }
+    }
+
+    /// A display title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// What the prompt is for.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Declares an argument by hand.
+    pub fn argument(mut self, name: impl Into<String>, description: impl Into<String>, required: bool) -> Self {
+        self.arguments.push(PromptArgument { name: name.into(), description: Some(description.into()), required });
+        self
+    }
+}
+
 /// A message of a `prompts/get` result.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct PromptMessage {
     /// `"user"` or `"assistant"`.
-    pub role: &'static str,
+    pub role: String,
     /// One content block.
     pub content: Content,
 }
@@ -314,17 +429,17 @@ pub struct PromptMessage {
 impl PromptMessage {
     /// A user message.
     pub fn user(content: Content) -> Self {
-        Self { role: "user", content }
+        Self { role: "user".into(), content }
     }
 
     /// An assistant message.
     pub fn assistant(content: Content) -> Self {
-        Self { role: "assistant", content }
+        Self { role: "assistant".into(), content }
     }
 }
 
 /// The result of `prompts/get`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct GetPromptResult {
     /// Description.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -334,7 +449,7 @@ pub struct GetPromptResult {
 }
 
 /// The result of `completion/complete`.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Completion {
     /// At most 100 values.

@@ -20,8 +20,11 @@ pub mod mrtr;
 pub mod schema;
 mod template;
 mod tool;
+mod with_state;
 
-pub use crate::handler::{BoxFuture, InputRequired, NoArguments, Outcome, RequestContext, ToolError, ToolResult};
+pub use crate::handler::{
+    BoxFuture, InputRequired, IntoToolResult, Json, NoArguments, Outcome, RequestContext, ToolError, ToolResult,
+};
 pub(crate) use crate::handler::{ToolFn, catch_unwind};
 pub use cache::{CacheHint, CacheScope, CacheableMethod};
 pub use dispatch::Reply;
@@ -29,6 +32,7 @@ pub use template::UriTemplate;
 pub use tool::ToolDef;
 pub(crate) use tool::{ToolEntry, is_tchar};
 use tool::{header_params, valid_tool_name};
+pub use with_state::WithState;
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -39,9 +43,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::protocol::McpError;
-use crate::protocol::types::{
-    CallToolResult, Completion, GetPromptResult, Prompt, Resource, ResourceContents, ResourceTemplate,
-};
+use crate::protocol::types::{Completion, GetPromptResult, Prompt, Resource, ResourceContents, ResourceTemplate};
 use crate::security::Principal;
 use crate::tasks::TaskService;
 
@@ -89,14 +91,32 @@ pub(crate) struct TemplateEntry {
     pub handler: TemplateFn,
 }
 
-/// What registering a resource or template hands back: `.scopes(&[…])` makes listing and
-/// reading it need them, as a tool's scopes do. Ignore it for a resource anyone may read.
+/// What registering a resource template hands back: `.scopes(&[…])` makes listing and
+/// reading it need them, as a tool's scopes do. Ignore it for a template anyone may read.
 pub struct ResourceScopes<'a>(&'a mut Vec<String>);
 
 impl ResourceScopes<'_> {
     /// The scopes a caller needs to see and read this resource.
     pub fn scopes(self, scopes: &[&str]) {
         *self.0 = scopes.iter().map(|s| s.to_string()).collect();
+    }
+}
+
+/// What registering a static resource hands back: `.scopes(&[…])` as for templates, and
+/// `.cache(…)` for the cache hint its reads carry. Ignore it for a public, uncached resource.
+pub struct ResourceOptions<'a>(&'a mut ResourceEntry);
+
+impl ResourceOptions<'_> {
+    /// The scopes a caller needs to see and read this resource.
+    pub fn scopes(self, scopes: &[&str]) -> Self {
+        self.0.scopes = scopes.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// The cache hint (`ttlMs`, `cacheScope`) its reads carry.
+    pub fn cache(self, hint: CacheHint) -> Self {
+        self.0.cache = Some(hint);
+        self
     }
 }
 
@@ -251,17 +271,18 @@ impl McpServer {
 
     /// Registers a tool whose arguments are the typed `A`. The advertised `inputSchema` is
     /// generated from `A`, and every call is validated against that same schema before `A` is
-    /// deserialised and the handler runs.
+    /// deserialised and the handler runs. The handler returns anything [`IntoToolResult`]; a
+    /// [`Json`] return type also advertises its `outputSchema` (unless `def` sets one).
     ///
     /// # Panics
     /// On a duplicate or ill-formed name, or a schema using keywords the validator cannot
     /// enforce: both are programming errors that must fail at start-up, not at call time.
-    pub fn tool<A, F, Fut, R>(&mut self, def: ToolDef, handler: F)
+    pub fn tool<A, F, Fut>(&mut self, mut def: ToolDef, handler: F) -> &mut Self
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
         F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
-        R: Into<Outcome<CallToolResult>> + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoToolResult,
     {
         let mut schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
             .into_root_schema_for::<A>()
@@ -282,27 +303,39 @@ impl McpServer {
             Box::pin(async move {
                 let args: A = serde_json::from_value(Value::Object(arguments))
                     .map_err(|e| ToolError::Execution(format!("Invalid arguments: {e}")))?;
-                handler(ctx, args).await.map(Into::into)
+                handler(ctx, args).await.into_tool_result()
             })
         });
+        if def.output_schema.is_none() {
+            def.output_schema = <Fut::Output as IntoToolResult>::output_schema();
+        }
         self.insert_tool(def.input_schema(schema), erased);
+        self
+    }
+
+    /// Registrations whose handlers also receive `state`, cloned for each call (share an `Arc`,
+    /// or a struct of them): `server.with_state(store).tool(def, handler)`, where `handler` is an
+    /// `async fn(RequestContext, S, A)`.
+    pub fn with_state<S: Clone + Send + Sync + 'static>(&mut self, state: S) -> WithState<'_, S> {
+        WithState::new(self, state)
     }
 
     /// Registers a tool with a hand-written `inputSchema` (set on `def`); the handler receives
     /// the validated argument object. Keywords the validator does not know are advertised but
     /// not enforced, so the handler must check what they express.
-    pub fn tool_raw<F, Fut, R>(&mut self, def: ToolDef, handler: F)
+    pub fn tool_raw<F, Fut>(&mut self, def: ToolDef, handler: F) -> &mut Self
     where
         F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
-        R: Into<Outcome<CallToolResult>> + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoToolResult,
     {
         let handler = Arc::new(handler);
         let erased: ToolFn = Arc::new(move |ctx, arguments| {
             let handler = handler.clone();
-            Box::pin(async move { handler(ctx, arguments).await.map(Into::into) })
+            Box::pin(async move { handler(ctx, arguments).await.into_tool_result() })
         });
         self.insert_tool(def, erased);
+        self
     }
 
     fn insert_tool(&mut self, mut def: ToolDef, handler: ToolFn) {
@@ -335,13 +368,9 @@ impl McpServer {
         });
     }
 
-    /// Registers a static resource.
-    pub fn resource<F, Fut, R>(
-        &mut self,
-        resource: Resource,
-        cache: Option<CacheHint>,
-        handler: F,
-    ) -> ResourceScopes<'_>
+    /// Registers a static resource: `server.resource(Resource::new(uri, name), handler)`; the
+    /// returned options set its scopes and cache hint.
+    pub fn resource<F, Fut, R>(&mut self, resource: Resource, handler: F) -> ResourceOptions<'_>
     where
         F: Fn(RequestContext, String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, McpError>> + Send + 'static,
@@ -352,14 +381,14 @@ impl McpServer {
         self.resource_index.insert(resource.uri.clone(), self.resources.len());
         self.resources.push(ResourceEntry {
             resource,
-            cache,
+            cache: None,
             scopes: Vec::new(),
             handler: Arc::new(move |ctx, uri| {
                 let handler = handler.clone();
                 Box::pin(async move { handler(ctx, uri).await.map(Into::into) })
             }),
         });
-        ResourceScopes(&mut self.resources.last_mut().expect("just pushed").scopes)
+        ResourceOptions(self.resources.last_mut().expect("just pushed"))
     }
 
     /// Registers a resource template; the handler receives the URI and its variables.
@@ -384,23 +413,38 @@ impl McpServer {
         ResourceScopes(&mut self.templates.last_mut().expect("just pushed").scopes)
     }
 
-    /// Registers a prompt; required arguments are checked before the handler runs.
-    pub fn prompt<F, Fut, R>(&mut self, prompt: Prompt, handler: F)
+    /// Registers a prompt whose arguments are the typed `A` (string fields; `Option` ones are
+    /// optional). Unless `prompt` declares its arguments by hand, they are listed from `A`'s
+    /// fields, descriptions included; required ones are checked before the handler runs.
+    ///
+    /// # Panics
+    /// On a duplicate name.
+    pub fn prompt<A, F, Fut, R>(&mut self, mut prompt: Prompt, handler: F) -> &mut Self
     where
-        F: Fn(RequestContext, HashMap<String, String>) -> Fut + Send + Sync + 'static,
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, McpError>> + Send + 'static,
         R: Into<Outcome<GetPromptResult>> + 'static,
     {
         assert!(!self.prompt_index.contains_key(&prompt.name), "prompt {} is registered twice", prompt.name);
+        if prompt.arguments.is_empty() {
+            prompt.arguments = prompt_arguments::<A>();
+        }
         let handler = Arc::new(handler);
         self.prompt_index.insert(prompt.name.clone(), self.prompts.len());
         self.prompts.push(PromptEntry {
             prompt,
             handler: Arc::new(move |ctx, args| {
                 let handler = handler.clone();
-                Box::pin(async move { handler(ctx, args).await.map(Into::into) })
+                Box::pin(async move {
+                    let object = args.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                    let args: A = serde_json::from_value(Value::Object(object))
+                        .map_err(|e| McpError::invalid_params(format!("Invalid arguments: {e}")))?;
+                    handler(ctx, args).await.map(Into::into)
+                })
             }),
         });
+        self
     }
 
     /// Registers completion of the arguments of a prompt or resource template.
@@ -436,4 +480,23 @@ impl McpServer {
     pub(crate) fn cache_hint(&self, method: CacheableMethod) -> CacheHint {
         self.cache_hints.get(&method).copied().unwrap_or_default()
     }
+}
+
+/// The prompt arguments `A` declares: one per property of its schema, with its description,
+/// required when the schema requires it.
+fn prompt_arguments<A: JsonSchema>() -> Vec<crate::protocol::types::PromptArgument> {
+    let schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+        .into_root_schema_for::<A>()
+        .to_value();
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let Some(properties) = schema["properties"].as_object() else { return Vec::new() };
+    properties
+        .iter()
+        .map(|(name, property)| crate::protocol::types::PromptArgument {
+            name: name.clone(),
+            description: property["description"].as_str().map(str::to_owned),
+            required: required.contains(&name.as_str()),
+        })
+        .collect()
 }

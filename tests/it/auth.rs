@@ -385,7 +385,7 @@ fn configuration_refuses_unsafe_setups() {
 #[tokio::test]
 async fn refused_requests_never_reach_a_handler() {
     use vercel_mcp::protocol::types::CallToolResult;
-    use vercel_mcp::server::{McpServer, NoArguments, ToolDef, ToolError};
+    use vercel_mcp::server::{McpServer, NoArguments, ToolDef};
     let (jwks_url, _) = stub_jwks().await;
     let config = auth_config(jwks_url, &[]);
     let calls = Arc::new(AtomicUsize::new(0));
@@ -393,7 +393,7 @@ async fn refused_requests_never_reach_a_handler() {
     let mut server = McpServer::new("count", "1");
     server.tool(ToolDef::new("count").description("Counts").scopes(&["mcp:write"]), move |_, _: NoArguments| {
         counter.fetch_add(1, Ordering::SeqCst);
-        async { Ok::<_, ToolError>(CallToolResult::text("counted")) }
+        async { CallToolResult::text("counted") }
     });
     let server = TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
     let call = |auth: Option<String>| {

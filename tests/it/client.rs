@@ -28,13 +28,17 @@ async fn speaks_2026_07_28_by_default() {
     let tools = client.list_tools().await.unwrap();
     assert_eq!(tools.len(), 10, "every page is followed");
     let echo = client.call_tool("echo", json!({"message": "héllo"})).await.unwrap();
-    assert_eq!(echo["content"][0]["text"], "héllo");
-    assert_eq!(echo["resultType"], "complete");
+    assert_eq!(echo.joined_text(), "héllo");
+    let raw = client.call_with_input(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "x"}}).as_object().unwrap().clone(),
+    );
+    assert_eq!(raw.await.unwrap()["resultType"], "complete");
     // x-mcp-header arguments travel as Mcp-Param-* headers (the server refuses the call otherwise),
     // base64-encoded when they are not plain ASCII.
     for region in ["us-west1", "Zürich 1"] {
         let result = client.call_tool("region", json!({"region": region})).await.unwrap();
-        assert_eq!(result["content"][0]["text"], region);
+        assert_eq!(result.joined_text(), region);
     }
 }
 
@@ -43,7 +47,7 @@ async fn input_required_is_fulfilled_through_handlers() {
     let f = fixture().await;
     let client = Client::connect(&url(&f.server), with_elicitation()).await.unwrap();
     let result = client.call_tool("ask", json!({})).await.unwrap();
-    assert_eq!(result["content"][0]["text"], "hi Ada");
+    assert_eq!(result.joined_text(), "hi Ada");
     let without = Client::connect(&url(&f.server), ClientOptions::default()).await.unwrap();
     match without.call_tool("ask", json!({})).await {
         Err(ClientError::Rpc { code: -32021, .. }) => {}
@@ -57,9 +61,9 @@ async fn falls_back_to_the_legacy_handshake() {
     let options = ClientOptions { modern: false, ..with_elicitation() };
     let client = Client::connect(&url(&f.server), options).await.unwrap();
     assert_eq!(client.negotiated(), Negotiated::Legacy("2025-11-25"));
-    assert_eq!(client.call_tool("echo", json!({"message": "old"})).await.unwrap()["content"][0]["text"], "old");
+    assert_eq!(client.call_tool("echo", json!({"message": "old"})).await.unwrap().joined_text(), "old");
     // The 2025 server asks on the stream; the client answers by POST and gets the result.
-    assert_eq!(client.call_tool("ask", json!({})).await.unwrap()["content"][0]["text"], "hi Ada");
+    assert_eq!(client.call_tool("ask", json!({})).await.unwrap().joined_text(), "hi Ada");
 }
 
 #[tokio::test]
@@ -71,7 +75,7 @@ async fn errors_are_typed() {
         other => panic!("{other:?}"),
     }
     let failed = client.call_tool("fail", json!({})).await.unwrap();
-    assert_eq!(failed["isError"], true, "a tool error is a result, not a client error");
+    assert!(failed.is_error, "a tool error is a result, not a client error");
     match Client::connect("http://127.0.0.1:1/api/mcp", ClientOptions::default()).await {
         Err(ClientError::Transport(_)) => {}
         other => panic!("{:?}", other.map(|_| ())),
@@ -150,7 +154,7 @@ async fn the_host_namespaces_routes_and_gates() {
     let read_only_asked = Arc::new(AtomicUsize::new(0));
     let deny = consent(Ok(false), read_only_asked.clone());
     let weather = host.call("alpha.weather", json!({}), &deny).await.unwrap();
-    assert_eq!(weather["structuredContent"]["temperature"], 22.5);
+    assert_eq!(weather.structured_content.unwrap()["temperature"], 22.5);
     assert_eq!(read_only_asked.load(Ordering::SeqCst), 0, "read-only tools need no consent");
 
     match host.call("alpha.fail", json!({}), &approve).await {

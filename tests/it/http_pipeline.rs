@@ -661,16 +661,16 @@ async fn request_state_is_single_use_unless_turned_off() {
                 let counter = counter.clone();
                 async move {
                     use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
-                    use vercel_mcp::server::{InputRequired, Outcome, ToolError};
+                    use vercel_mcp::server::{InputRequired, Outcome};
                     if ctx.input_response("ok").is_none() {
                         let ask = InputRequest::ElicitForm {
                             message: "Book it?".into(),
                             requested_schema: json!({"type": "object"}),
                         };
-                        return Ok::<_, ToolError>(Outcome::InputRequired(InputRequired::new().request("ok", ask)));
+                        return Outcome::InputRequired(InputRequired::new().request("ok", ask));
                     }
                     counter.fetch_add(1, Ordering::SeqCst);
-                    Ok(Outcome::Complete(CallToolResult::text("booked")))
+                    Outcome::Complete(CallToolResult::text("booked"))
                 }
             },
         );

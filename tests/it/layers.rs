@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["transport"],
     &["jobs", "client"],
     &["catalogue"],
-    &["settings", "compose"],
+    &["settings", "compose", "testing"],
     &["vercel", "local", "lib", "bin"],
 ];
 

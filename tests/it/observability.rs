@@ -37,26 +37,24 @@ async fn env() -> Env {
         if !args.secret.is_empty() {
             panic!("the secret was {}", args.secret);
         }
-        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
+        CallToolResult::text("unreachable")
     });
     server.tool(ToolDef::new("fail").description("Fails naming its argument"), |_, args: Secretive| async move {
         Err::<CallToolResult, _>(ToolError::Execution(format!("could not use {}", args.secret)))
     });
     server.tool(
         ToolDef::new("looks_failed").description("Succeeds with output shaped like an error"),
-        |_, _: NoArguments| async move {
-            Ok::<_, ToolError>(CallToolResult::structured(json!({"isError": true, "error": {"code": -1}})))
-        },
+        |_, _: NoArguments| async move { CallToolResult::structured(json!({"isError": true, "error": {"code": -1}})) },
     );
     server.tool(ToolDef::new("ask").description("MRTR with state"), |ctx, args: Secretive| async move {
         if ctx.request_state().is_some() {
-            return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text("done")));
+            return Outcome::Complete(CallToolResult::text("done"));
         }
         let request = InputRequest::ElicitForm {
             message: "ok?".into(),
             requested_schema: json!({"type": "object", "properties": {}}),
         };
-        Ok(Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({ "kept": args.secret }))))
+        Outcome::InputRequired(InputRequired::new().request("ok", request).state(json!({ "kept": args.secret })))
     });
     let _ = NoArguments {};
     let logger = config.logger();

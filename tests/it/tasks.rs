@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
-use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef};
 use vercel_mcp::state::SystemClock;
 use vercel_mcp::store::Redis;
 use vercel_mcp::tasks::{RedisTaskStore, TaskSupport};
@@ -25,7 +25,7 @@ fn registry(config: &Parts) -> McpServer {
             let name =
                 |key: &str| ctx.input_response(key).and_then(|r| r["content"]["name"].as_str()).map(str::to_owned);
             if let (Some(a), Some(b)) = (name("a"), name("b")) {
-                return Ok::<_, ToolError>(Outcome::Complete(CallToolResult::text(format!("{a} and {b}"))));
+                return Outcome::Complete(CallToolResult::text(format!("{a} and {b}")));
             }
             let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
             let mut input = InputRequired::new();
@@ -37,14 +37,14 @@ fn registry(config: &Parts) -> McpServer {
                     );
                 }
             }
-            Ok(Outcome::InputRequired(input))
+            Outcome::InputRequired(input)
         },
     );
     server.tool(
         ToolDef::new("forever").description("Runs until cancelled").task_support(TaskSupport::Optional),
         |_, _: NoArguments| async {
             std::future::pending::<()>().await;
-            Ok::<_, ToolError>(CallToolResult::text("never"))
+            CallToolResult::text("never")
         },
     );
     server
@@ -276,7 +276,7 @@ async fn cancelling_a_task_drops_its_running_handler() {
                 let _guard = guard;
                 on_start.notify_one();
                 std::future::pending::<()>().await;
-                Ok::<_, ToolError>(CallToolResult::text("never"))
+                CallToolResult::text("never")
             }
         },
     );

@@ -317,33 +317,27 @@ fn tool_result(result: Result<impl Serialize, DbError>) -> Result<CallToolResult
 
 /// Registers `list_categories`, `get_products_by_category` and `product://{product_id}`.
 pub fn register(server: &mut McpServer, adapter: Arc<DbAdapter>) {
-    let categories = adapter.clone();
-    server.tool(
-        ToolDef::new("list_categories").description("Distinct product categories, sorted.").scopes(&[READ_SCOPE]),
-        move |_: RequestContext, _: NoArguments| {
-            let adapter = categories.clone();
-            async move { tool_result(adapter.list_categories().await) }
-        },
-    );
-    let products = adapter.clone();
-    server.tool(
-        ToolDef::new("get_products_by_category")
-            .description("Products in one category, ordered by id (read-only; secret columns never returned).")
-            .scopes(&[READ_SCOPE]),
-        move |_: RequestContext, args: CategoryArgs| {
-            let adapter = products.clone();
-            async move { tool_result(adapter.query_products_by_category(&args.category, args.limit).await) }
-        },
-    );
+    server
+        .with_state(adapter.clone())
+        .tool(
+            ToolDef::new("list_categories").description("Distinct product categories, sorted.").scopes(&[READ_SCOPE]),
+            |_: RequestContext, adapter: Arc<DbAdapter>, _: NoArguments| async move {
+                tool_result(adapter.list_categories().await)
+            },
+        )
+        .tool(
+            ToolDef::new("get_products_by_category")
+                .description("Products in one category, ordered by id (read-only; secret columns never returned).")
+                .scopes(&[READ_SCOPE]),
+            |_: RequestContext, adapter: Arc<DbAdapter>, args: CategoryArgs| async move {
+                tool_result(adapter.query_products_by_category(&args.category, args.limit).await)
+            },
+        );
     server
         .resource_template(
-            ResourceTemplate {
-                uri_template: PRODUCT_TEMPLATE.into(),
-                name: "product".into(),
-                title: None,
-                description: Some("One product by numeric id; unknown or non-numeric ids answer found:false.".into()),
-                mime_type: Some("application/json".into()),
-            },
+            ResourceTemplate::new(PRODUCT_TEMPLATE, "product")
+                .description("One product by numeric id; unknown or non-numeric ids answer found:false.")
+                .mime_type("application/json"),
             move |_, uri, vars| {
                 let adapter = adapter.clone();
                 async move {

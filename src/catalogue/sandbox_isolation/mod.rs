@@ -187,7 +187,7 @@ pub struct RunArgs {
 
 /// Registers `run_in_sandbox` over `client`; failures are logged through `logger`.
 pub fn register(server: &mut McpServer, client: Arc<dyn SandboxClient>, logger: Logger) {
-    server.tool(
+    server.with_state(Sandbox { client, logger }).tool(
         ToolDef::new("run_in_sandbox")
             .description(
                 "Run a shell command in an isolated, non-persistent Vercel Sandbox microVM with deny-by-default \
@@ -199,22 +199,27 @@ pub fn register(server: &mut McpServer, client: Arc<dyn SandboxClient>, logger: 
                 ..ToolAnnotations::default()
             })
             .scopes(&[WRITE_SCOPE]),
-        move |ctx: RequestContext, args: RunArgs| {
-            let client = client.clone();
-            let logger = logger.clone();
-            async move {
-                let request = SandboxRunRequest { command: args.command, options: build_sandbox_create_options() };
-                match client.run(&request, ctx.platform_token()).await {
-                    Ok(result) if result.exit_code == 0 => Ok(CallToolResult::text(format_result(&result))),
-                    Ok(result) => Ok(CallToolResult::error(format_result(&result))),
-                    Err(error) => {
-                        if let SandboxError::Failed { detail } = &error {
-                            logger.event("error", "sandbox_failed", serde_json::json!({ "detail": detail }));
-                        }
-                        Err(ToolError::Execution(error.to_string()))
-                    }
-                }
-            }
-        },
+        run_in_sandbox,
     );
+}
+
+/// What `run_in_sandbox` shares: the Sandbox API client, and the log that failures go to.
+#[derive(Clone)]
+struct Sandbox {
+    client: Arc<dyn SandboxClient>,
+    logger: Logger,
+}
+
+async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) -> Result<CallToolResult, ToolError> {
+    let request = SandboxRunRequest { command: args.command, options: build_sandbox_create_options() };
+    match sandbox.client.run(&request, ctx.platform_token()).await {
+        Ok(result) if result.exit_code == 0 => Ok(CallToolResult::text(format_result(&result))),
+        Ok(result) => Ok(CallToolResult::error(format_result(&result))),
+        Err(error) => {
+            if let SandboxError::Failed { detail } = &error {
+                sandbox.logger.event("error", "sandbox_failed", serde_json::json!({ "detail": detail }));
+            }
+            Err(ToolError::Execution(error.to_string()))
+        }
+    }
 }

@@ -320,7 +320,7 @@ pub async fn fixture() -> Fixture {
         let counter = counter.clone();
         async move {
             counter.fetch_add(args.n as usize, Ordering::SeqCst);
-            Ok::<_, ToolError>(CallToolResult::text("counted"))
+            CallToolResult::text("counted")
         }
     });
     server.tool(ToolDef::new("fail").description("Fails"), |_, _: NoArguments| async {
@@ -330,7 +330,7 @@ pub async fn fixture() -> Fixture {
         if true {
             panic!("tool bug");
         }
-        Ok::<_, ToolError>(CallToolResult::text("unreachable"))
+        CallToolResult::text("unreachable")
     });
     let signal = cancelled.clone();
     server.tool(
@@ -341,26 +341,26 @@ pub async fn fixture() -> Fixture {
                 let _guard = guard;
                 ctx.progress(1.0, Some(2.0), Some("started")).await;
                 std::future::pending::<()>().await;
-                Ok::<_, ToolError>(CallToolResult::text("never"))
+                CallToolResult::text("never")
             }
         },
     );
     server.tool(ToolDef::new("region").description("Has an x-mcp-header"), |_, args: RegionArgs| async move {
-        Ok::<_, ToolError>(CallToolResult::text(args.region))
+        CallToolResult::text(args.region)
     });
     server.tool(ToolDef::new("logs").description("Logs at three levels"), |ctx, _: NoArguments| async move {
         for level in [LogLevel::Debug, LogLevel::Info, LogLevel::Error] {
             ctx.log(level, None, json!(level.as_str())).await;
         }
-        Ok::<_, ToolError>(CallToolResult::text("logged"))
+        CallToolResult::text("logged")
     });
     server.tool(ToolDef::new("ask").description("MRTR round trip"), |ctx, _: NoArguments| async move {
         let name = ctx.input_response("name").and_then(|r| r["content"]["name"].as_str());
         match (name, ctx.request_state()) {
             (Some(name), Some(state)) if state["step"] == 1 => {
-                Ok(Outcome::Complete(CallToolResult::text(format!("hi {name}"))))
+                Outcome::Complete(CallToolResult::text(format!("hi {name}")))
             }
-            _ => Ok::<_, ToolError>(Outcome::InputRequired(
+            _ => Outcome::InputRequired(
                 InputRequired::new()
                     .request(
                         "name",
@@ -370,7 +370,7 @@ pub async fn fixture() -> Fixture {
                         },
                     )
                     .state(json!({ "step": 1 })),
-            )),
+            ),
         }
     });
     server.tool(
@@ -392,24 +392,16 @@ pub async fn fixture() -> Fixture {
                 CallToolResult::structured(json!({"temperature": 22.5}))
             };
             result.content.push(vercel_mcp::protocol::types::Content::resource_link("test://a", "a"));
-            Ok::<_, ToolError>(result)
+            result
         },
     );
     server.tool(ToolDef::new("change").description("Announces a tool list change"), |ctx, _: NoArguments| async move {
         ctx.publish_change(ChangeEvent::ToolsListChanged);
-        Ok::<_, ToolError>(CallToolResult::text("changed"))
+        CallToolResult::text("changed")
     });
-    server.resource(
-        Resource {
-            uri: "test://a".into(),
-            name: "a".into(),
-            title: None,
-            description: None,
-            mime_type: Some("text/plain".into()),
-        },
-        None,
-        |_, uri| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "A")]) },
-    );
+    server.resource(Resource::new("test://a", "a").mime_type("text/plain"), |_, uri| async move {
+        Ok(vec![ResourceContents::text(uri, "text/plain", "A")])
+    });
     server.set_page_size(4);
     let mut config = Parts::for_tests(clock.clone());
     config.settings.listen_max_duration = std::time::Duration::from_millis(300);

@@ -1,0 +1,131 @@
+//! What a tool handler may return. Handlers return what they have (a `String`, a typed value
+//! wrapped in [`Json`], a whole `CallToolResult`, an [`InputRequired`] question, or a `Result` of
+//! any of these whose error converts into [`ToolError`]) and the registry turns it into a result.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{InputRequired, Outcome, ToolError, ToolResult};
+use crate::protocol::types::CallToolResult;
+
+/// A value a tool handler may return.
+pub trait IntoToolResult {
+    /// The result, or the error to report.
+    fn into_tool_result(self) -> ToolResult;
+
+    /// The `outputSchema` this return type promises, if any: advertised with the tool, and
+    /// every `structuredContent` it produces conforms to it.
+    fn output_schema() -> Option<Value> {
+        None
+    }
+}
+
+/// Structured output: serialised into `structuredContent` (and mirrored as JSON text, as the spec
+/// recommends), with the type's JSON Schema advertised as the tool's `outputSchema`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Json<T>(pub T);
+
+impl IntoToolResult for CallToolResult {
+    fn into_tool_result(self) -> ToolResult {
+        Ok(Outcome::Complete(self))
+    }
+}
+
+impl IntoToolResult for Outcome<CallToolResult> {
+    fn into_tool_result(self) -> ToolResult {
+        Ok(self)
+    }
+}
+
+impl IntoToolResult for InputRequired {
+    fn into_tool_result(self) -> ToolResult {
+        Ok(Outcome::InputRequired(self))
+    }
+}
+
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> ToolResult {
+        Ok(Outcome::Complete(CallToolResult::text(self)))
+    }
+}
+
+impl IntoToolResult for &'static str {
+    fn into_tool_result(self) -> ToolResult {
+        Ok(Outcome::Complete(CallToolResult::text(self)))
+    }
+}
+
+impl<T: Serialize + JsonSchema> IntoToolResult for Json<T> {
+    fn into_tool_result(self) -> ToolResult {
+        match serde_json::to_value(self.0) {
+            Ok(value) => Ok(Outcome::Complete(CallToolResult::structured(value))),
+            Err(error) => Err(ToolError::Execution(format!("the result could not be serialised: {error}"))),
+        }
+    }
+
+    fn output_schema() -> Option<Value> {
+        let mut schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+            .into_root_schema_for::<T>()
+            .to_value();
+        let map = schema.as_object_mut()?;
+        map.remove("$schema");
+        map.remove("title");
+        // The spec requires an object at the root; any other type is served without a schema.
+        (map.get("type") == Some(&Value::String("object".into()))).then_some(schema)
+    }
+}
+
+impl<T: IntoToolResult, E: Into<ToolError>> IntoToolResult for Result<T, E> {
+    fn into_tool_result(self) -> ToolResult {
+        self.map_err(Into::into).and_then(IntoToolResult::into_tool_result)
+    }
+
+    fn output_schema() -> Option<Value> {
+        T::output_schema()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn complete(result: ToolResult) -> CallToolResult {
+        match result {
+            Ok(Outcome::Complete(result)) => result,
+            other => panic!("not a complete result: {other:?}"),
+        }
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    struct Weather {
+        /// Degrees Celsius.
+        celsius: f64,
+    }
+
+    #[test]
+    fn each_return_type_becomes_its_result() {
+        assert_eq!(complete("hi".into_tool_result()), CallToolResult::text("hi"));
+        assert_eq!(complete(String::from("hi").into_tool_result()), CallToolResult::text("hi"));
+        let weather = complete(Json(Weather { celsius: 21.5 }).into_tool_result());
+        assert_eq!(weather.structured_content, Some(json!({"celsius": 21.5})));
+        assert_eq!(weather.content, CallToolResult::text(r#"{"celsius":21.5}"#).content, "mirrored as text");
+        let failed: Result<String, &str> = Err("no such city");
+        match failed.into_tool_result() {
+            Err(ToolError::Execution(message)) => assert_eq!(message, "no such city"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(InputRequired::new().into_tool_result(), Ok(Outcome::InputRequired(_))));
+    }
+
+    #[test]
+    fn only_object_outputs_advertise_a_schema() {
+        let schema = <Result<Json<Weather>, ToolError>>::output_schema().expect("an object schema");
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["properties"]["celsius"]["description"], "Degrees Celsius.");
+        assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
+        assert_eq!(<Json<Vec<u32>>>::output_schema(), None, "an array is not an object");
+        assert_eq!(String::output_schema(), None);
+    }
+}
