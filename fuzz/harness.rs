@@ -27,7 +27,7 @@ pub fn fresh_app() -> Arc<App> {
     let mut config = Parts::for_tests(Arc::new(ManualClock::new(NOW)));
     config.log_sink = Arc::new(Discard);
     let mut server = McpServer::new("fuzz", "0.0.0");
-    vercel_mcp::configure_server(&mut server, &config);
+    vercel_mcp::catalogue::register_all(&mut server, &config.services());
     Arc::new(App::new(server, config.endpoint()))
 }
 

@@ -9,6 +9,8 @@ trap 'rm -f "$log"' EXIT
 mkdir -p target
 rm -f target/test-skips.log
 cargo test --all-targets 2>&1 | tee "$log"
+# The guide's snippets (docs/guide.md) and the other doc examples, compiled and run.
+cargo test --doc 2>&1 | tee -a "$log"
 scripts/conformance.sh
 if [[ -s target/test-skips.log ]]; then
   echo "== skipped (MCP_TEST_SKIP_REDIS=1): $(wc -l <target/test-skips.log) tests"

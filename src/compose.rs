@@ -178,9 +178,31 @@ impl Parts {
     }
 }
 
-/// Registers everything `/api/mcp` offers: every example, plus the tasks extension.
+/// What `/api/mcp` serves: the one list to edit when this kit becomes your server.
+///
+/// Register your own tools here (`docs/guide.md` shows how). Every reference example is served
+/// on its own at `/api/examples/<name>` whatever this list says; a line below also serves one on
+/// `/api/mcp`. The default is small: `echo`, the async job tools (a job through Vercel Queues),
+/// and `whoami` (who the access token says the caller is).
 pub fn configure_server(server: &mut McpServer, parts: &Parts) {
-    catalogue::register_all(server, &parts.services());
+    let services = parts.services();
+    server.enable_tasks(services.tasks.clone());
+
+    // Your tools, e.g. `my_tools::register(server, &services);`
+
+    // Reference examples, opt-in on /api/mcp:
+    catalogue::minimal::register(server);
+    catalogue::async_jobs::register(server, services.jobs.clone());
+    catalogue::auth_server::register(server, services.logger.clone());
+    // catalogue::resources::register(server);
+    // catalogue::elicitation::register(server, Arc::new(catalogue::elicitation::NoCalendar));
+    // catalogue::sampling::register(server);
+    // catalogue::query_command::register(server, services.items.clone(), services.logger.clone());
+    // catalogue::secure_tools::register(server, services.names.clone(), services.logger.clone());
+    // catalogue::facade::register(server, services.facade());
+    // catalogue::least_privilege::register(server, Arc::new(catalogue::least_privilege::DiscardLedger));
+    // catalogue::db_adapter::register(server, services.db_adapter());
+    // catalogue::sandbox_isolation::register(server, services.sandbox.clone(), services.logger.clone());
 }
 
 /// The `/api/mcp` application.

@@ -43,3 +43,8 @@ pub use compose::{Parts, VERSION, configure_server, consumer, example_app, mcp_a
 pub use server::McpServer;
 pub use settings::Settings;
 pub use transport::App;
+
+/// `docs/guide.md`, whose snippets `cargo test --doc` compiles and runs.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct Guide;

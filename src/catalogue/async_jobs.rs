@@ -26,7 +26,7 @@ pub struct SubmitArgs {
 /// Arguments of the handle-taking tools.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct HandleArgs {
-    /// The handle `submit_job` returned.
+    /// The job handle that submit_job returned.
     #[serde(rename = "jobId")]
     #[schemars(length(min = 1, max = 512))]
     pub job_id: String,
@@ -48,7 +48,7 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
         .with_state(jobs)
         .tool(
             ToolDef::new("submit_job")
-                .description(format!("Start a job of `steps` steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
+                .description(format!("Start a job of the given number of steps and return its handle immediately; no work is done in this call. Poll get_job_status for progress. {IDENTITY}"))
                 .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(false), ..Default::default() })
                 .scopes(&[READ, WRITE]),
             submit_job,

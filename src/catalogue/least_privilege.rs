@@ -103,7 +103,7 @@ impl RefundLedger for DiscardLedger {
 /// Arguments of `read_invoice`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadInvoiceArgs {
-    /// The invoice id, `inv-<digits>`.
+    /// The invoice id: "inv-" followed by digits.
     #[serde(rename = "invoiceId")]
     #[schemars(length(min = 1, max = 64), regex(pattern = r"^inv-[0-9]+$"))]
     pub invoice_id: String,
@@ -112,7 +112,7 @@ pub struct ReadInvoiceArgs {
 /// Arguments of `issue_refund`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct IssueRefundArgs {
-    /// The invoice id, `inv-<digits>`.
+    /// The invoice id: "inv-" followed by digits.
     #[serde(rename = "invoiceId")]
     #[schemars(length(min = 1, max = 64), regex(pattern = r"^inv-[0-9]+$"))]
     pub invoice_id: String,

@@ -247,7 +247,7 @@ pub fn item_store(shared: &Shared) -> Arc<dyn ItemStore> {
 /// Arguments of `get_item`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetItemArgs {
-    /// The item's id, `item-<n>`.
+    /// The item's id (item-<n>), as list_items or create_item returned it.
     pub item_id: String,
 }
 

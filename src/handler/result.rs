@@ -69,8 +69,10 @@ impl<T: Serialize + JsonSchema> IntoToolResult for Json<T> {
             .into_root_schema_for::<T>()
             .to_value();
         let map = schema.as_object_mut()?;
+        // The type's name and doc comment are for Rust readers, not the model.
         map.remove("$schema");
         map.remove("title");
+        map.remove("description");
         // The spec requires an object at the root; any other type is served without a schema.
         (map.get("type") == Some(&Value::String("object".into()))).then_some(schema)
     }

@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod jsonrpc;
+pub mod params;
 pub mod types;
 
 pub use error::{ErrorCode, McpError};

@@ -7,11 +7,14 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
 
 use super::{
     CacheableMethod, CompletionRef, CompletionRequest, InputRequired, McpServer, Outcome, RequestContext, ToolError,
     schema,
+};
+use crate::protocol::params::{
+    CallToolParams, CompleteParams, CompletionReference, GetPromptParams, ListParams, ReadResourceParams, TaskParams,
+    invalid_cursor,
 };
 use crate::protocol::types::{CallToolResult, ResourceContents};
 use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
@@ -64,7 +67,7 @@ impl McpServer {
                     .filter(|t| self.may_use(&ctx.principal, t))
                     .map(|t| t.listing_json.as_str())
                     .collect();
-                let (start, end) = self.page_bounds(params, visible.len())?;
+                let (start, end) = self.page_bounds(&ListParams::parse(params)?, visible.len())?;
                 let mut items =
                     String::with_capacity(visible[start..end].iter().map(|t| t.len() + 1).sum::<usize>() + 2);
                 items.push('[');
@@ -85,7 +88,7 @@ impl McpServer {
                 }
                 Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
-            "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, params).await,
+            "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, CallToolParams::parse(params)?).await,
             "resources/list" if self.has_resources() => {
                 let listing: Vec<Value> = self
                     .resources
@@ -109,15 +112,19 @@ impl McpServer {
                     CacheableMethod::ResourceTemplatesList,
                 )?)
             }
-            "resources/read" if self.has_resources() => self.read_resource(ctx, params).await,
+            "resources/read" if self.has_resources() => {
+                self.read_resource(ctx, ReadResourceParams::parse(params)?).await
+            }
             "prompts/list" if !self.prompts.is_empty() => {
                 let listing: Vec<Value> = self.prompts.iter().map(|p| json!(p.prompt)).collect();
                 complete(self.page(params, "prompts", listing.iter(), CacheableMethod::PromptsList)?)
             }
-            "prompts/get" if !self.prompts.is_empty() => self.get_prompt(ctx, params).await,
-            "completion/complete" if !self.completions.is_empty() => complete(self.complete(params)?),
+            "prompts/get" if !self.prompts.is_empty() => self.get_prompt(ctx, GetPromptParams::parse(params)?).await,
+            "completion/complete" if !self.completions.is_empty() => {
+                complete(self.complete(CompleteParams::parse(params)?)?)
+            }
             "tasks/get" | "tasks/update" | "tasks/cancel" if ctx.era == Era::Modern && self.tasks.is_some() => {
-                self.task_method(ctx, method, params).await
+                self.task_method(ctx, method, TaskParams::parse(params)).await
             }
             // 2025-era methods with no state behind them, answered only on the legacy path.
             "ping" | "logging/setLevel" if ctx.era == Era::Legacy => complete(json!({})),
@@ -174,7 +181,7 @@ impl McpServer {
         method: CacheableMethod,
     ) -> Result<Value, McpError> {
         let total = items.len();
-        let (start, end) = self.page_bounds(params, total)?;
+        let (start, end) = self.page_bounds(&ListParams::parse(params)?, total)?;
         let page: Vec<Value> = items.skip(start).take(end - start).cloned().collect();
         let mut result = json!({ key: page });
         if end < total {
@@ -184,21 +191,17 @@ impl McpServer {
         Ok(result)
     }
 
-    /// The `[start, end)` slice of a list of `total` entries that `params.cursor` asks for.
-    fn page_bounds(&self, params: &Map<String, Value>, total: usize) -> Result<(usize, usize), McpError> {
-        let start = match params.get("cursor") {
-            None | Some(Value::Null) => 0,
-            Some(Value::String(cursor)) => decode_cursor(cursor).filter(|s| *s <= total).ok_or_else(invalid_cursor)?,
-            Some(_) => return Err(invalid_cursor()),
+    /// The `[start, end)` slice of a list of `total` entries that the cursor asks for.
+    fn page_bounds(&self, params: &ListParams<'_>, total: usize) -> Result<(usize, usize), McpError> {
+        let start = match params.cursor {
+            None => 0,
+            Some(cursor) => decode_cursor(cursor).filter(|s| *s <= total).ok_or_else(invalid_cursor)?,
         };
         Ok((start, (start + self.page_size).min(total)))
     }
 
-    async fn call_tool(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("tools/call requires a string name"))?;
+    async fn call_tool(&self, ctx: RequestContext, params: CallToolParams<'_>) -> Result<Reply, McpError> {
+        let name = params.name;
         let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
         if !self.may_use(&ctx.principal, tool) {
             // Defence in depth: the transport refuses with 403 before dispatch.
@@ -208,11 +211,7 @@ impl McpServer {
             )));
         }
         let empty = Value::Object(Map::new());
-        let given = match params.get("arguments") {
-            None | Some(Value::Null) => &empty,
-            Some(arguments @ Value::Object(_)) => arguments,
-            Some(_) => return Err(McpError::invalid_params("tools/call arguments must be an object")),
-        };
+        let given = params.arguments.unwrap_or(&empty);
         // Validate the arguments where they are; copy them only once they are known good.
         if let Err(problem) = schema::validate_arguments(&tool.input_schema, given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
@@ -282,25 +281,18 @@ impl McpServer {
         &self,
         ctx: RequestContext,
         method: &str,
-        params: &Map<String, Value>,
+        params: Result<TaskParams<'_>, McpError>,
     ) -> Result<Reply, McpError> {
         let tasks = self.tasks.as_ref().ok_or_else(|| McpError::method_not_found(method))?;
         if !ctx.has_extension(TASKS_EXTENSION) {
             return Err(tasks::extension_required());
         }
-        let task_id = params
-            .get("taskId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("taskId must be a string"))?;
+        // Parsed before, refused after: a request without the extension learns nothing else.
+        let TaskParams { task_id, input_responses } = params?;
         match method {
             "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
             "tasks/update" => {
-                let responses = match params.get("inputResponses") {
-                    None | Some(Value::Null) => Map::new(),
-                    Some(Value::Object(responses)) => responses.clone(),
-                    Some(_) => return Err(McpError::invalid_params("inputResponses must be an object")),
-                };
-                if let Some(record) = tasks.update(&ctx.principal, task_id, &responses).await? {
+                if let Some(record) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
                     if let Some(&index) = self.tool_index.get(&record.tool) {
                         tasks.resume(record, self.tools[index].handler.clone());
                     }
@@ -314,11 +306,8 @@ impl McpServer {
         }
     }
 
-    async fn read_resource(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let uri = params
-            .get("uri")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("resources/read requires a string uri"))?;
+    async fn read_resource(&self, ctx: RequestContext, params: ReadResourceParams<'_>) -> Result<Reply, McpError> {
+        let uri = params.uri;
         if let Some(required) = self.missing_resource_scopes(&ctx.principal, uri) {
             // Defence in depth: the transport refuses with 403 before dispatch.
             return Err(McpError::new(
@@ -346,15 +335,11 @@ impl McpServer {
         }
     }
 
-    async fn get_prompt(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Reply, McpError> {
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("prompts/get requires a string name"))?;
+    async fn get_prompt(&self, ctx: RequestContext, params: GetPromptParams<'_>) -> Result<Reply, McpError> {
+        let GetPromptParams { name, arguments } = params;
         let entry = self.prompt_index.get(name).map(|&i| &self.prompts[i]).ok_or_else(|| {
             McpError::invalid_params(format!("Prompt {} not found", crate::protocol::error::truncate_for_message(name)))
         })?;
-        let arguments = string_map(params.get("arguments"), "prompts/get arguments")?;
         if let Some(missing) = entry.prompt.arguments.iter().find(|a| a.required && !arguments.contains_key(&a.name)) {
             return Err(McpError::invalid_params(format!("Missing required argument: {}", missing.name)));
         }
@@ -364,26 +349,12 @@ impl McpServer {
         }
     }
 
-    fn complete(&self, params: &Map<String, Value>) -> Result<Value, McpError> {
-        let reference =
-            params.get("ref").ok_or_else(|| McpError::invalid_params("completion/complete requires ref"))?;
-        let reference =
-            match (reference.get("type").and_then(Value::as_str), reference.get("name"), reference.get("uri")) {
-                (Some("ref/prompt"), Some(Value::String(name)), _) => CompletionRef::Prompt(name.clone()),
-                (Some("ref/resource"), _, Some(Value::String(uri))) => CompletionRef::ResourceTemplate(uri.clone()),
-                _ => {
-                    return Err(McpError::invalid_params("completion/complete ref must be ref/prompt or ref/resource"));
-                }
-            };
-        let argument =
-            params.get("argument").ok_or_else(|| McpError::invalid_params("completion/complete requires argument"))?;
-        let (Some(arg_name), Some(value)) =
-            (argument.get("name").and_then(Value::as_str), argument.get("value").and_then(Value::as_str))
-        else {
-            return Err(McpError::invalid_params("completion/complete argument needs a name and a value"));
+    fn complete(&self, params: CompleteParams<'_>) -> Result<Value, McpError> {
+        let CompleteParams { reference, argument, value, context } = params;
+        let reference = match reference {
+            CompletionReference::Prompt(name) => CompletionRef::Prompt(name.to_owned()),
+            CompletionReference::ResourceTemplate(uri) => CompletionRef::ResourceTemplate(uri.to_owned()),
         };
-        let context =
-            string_map(params.get("context").and_then(|c| c.get("arguments")), "completion context arguments")?;
         let known = match &reference {
             CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
             CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
@@ -394,7 +365,7 @@ impl McpServer {
         let mut completion = match self.completions.get(&reference) {
             Some(handler) => handler(&CompletionRequest {
                 reference,
-                argument: arg_name.to_owned(),
+                argument: argument.to_owned(),
                 value: value.to_owned(),
                 context,
             }),
@@ -420,20 +391,6 @@ fn into_map(value: Value) -> Map<String, Value> {
     }
 }
 
-fn string_map(value: Option<&Value>, what: &str) -> Result<HashMap<String, String>, McpError> {
-    match value {
-        None | Some(Value::Null) => Ok(HashMap::new()),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                _ => Err(McpError::invalid_params(format!("{what}: values must be strings"))),
-            })
-            .collect(),
-        Some(_) => Err(McpError::invalid_params(format!("{what} must be an object"))),
-    }
-}
-
 /// `-32602` for a tool name nobody registered.
 pub(crate) fn unknown_tool(name: &str) -> McpError {
     McpError::invalid_params(format!("Tool {} not found", crate::protocol::error::truncate_for_message(name)))
@@ -448,10 +405,6 @@ pub(crate) fn resource_not_found(uri: &str, era: Era) -> McpError {
         Era::Modern => error,
         Era::Legacy => McpError { code: ErrorCode::LEGACY_RESOURCE_NOT_FOUND, ..error },
     }
-}
-
-fn invalid_cursor() -> McpError {
-    McpError::invalid_params("Invalid cursor")
 }
 
 fn encode_cursor(offset: usize) -> String {

@@ -264,6 +264,14 @@ impl McpServer {
         self.tools.iter().map(|t| t.name.as_str())
     }
 
+    /// Every registered tool as `tools/list` describes it, in listing order, whoever may see it.
+    pub fn tools(&self) -> Vec<crate::protocol::types::Tool> {
+        self.tools
+            .iter()
+            .map(|t| serde_json::from_str(&t.listing_json).expect("a listing entry reads back as a tool"))
+            .collect()
+    }
+
     /// Names of the tools `tools/list` shows `principal`, in listing order.
     pub fn listed_tools<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a str> {
         self.tools.iter().filter(|t| self.may_use(principal, t)).map(|t| t.name.as_str())
@@ -288,8 +296,11 @@ impl McpServer {
             .into_root_schema_for::<A>()
             .to_value();
         if let Value::Object(map) = &mut schema {
+            // The type's name and its doc comment are for Rust readers; the tool's description
+            // is what the model reads.
             map.remove("$schema");
             map.remove("title");
+            map.remove("description");
         }
         let unsupported = schema::unsupported_keywords(&schema);
         assert!(

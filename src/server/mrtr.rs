@@ -113,11 +113,7 @@ pub fn open_retry(
     method: &str,
     params: &Map<String, Value>,
 ) -> Result<(Map<String, Value>, Option<OpenedState>), McpError> {
-    let responses = match params.get("inputResponses") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(responses)) => responses.clone(),
-        Some(_) => return Err(McpError::invalid_params("inputResponses must be an object")),
-    };
+    let responses = crate::protocol::params::input_responses(params)?;
     let state = match params.get("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use vercel_mcp::Parts;
 use vercel_mcp::local::Routes;
 use vercel_mcp::observe::MemorySink;
-use vercel_mcp::{Parts, mcp_app};
 
 struct Env {
     server: TestServer,
@@ -26,7 +26,11 @@ async fn env(mode: &str, route_scopes: &str) -> Env {
     let mut config = auth_config(jwks_url, &[("MCP_AUTH_MODE", mode), ("MCP_AUTH_SCOPES", route_scopes)]);
     let logs = Arc::new(MemorySink::default());
     config.log_sink = logs.clone();
-    Env { server: TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await, fetches, logs }
+    Env {
+        server: TestServer::start_routes(Routes::with_mcp(common::everything_app(&config)).with_jobs(&config)).await,
+        fetches,
+        logs,
+    }
 }
 
 impl Env {
@@ -433,7 +437,7 @@ async fn a_remembered_verification_still_expires_with_its_token() {
     ]);
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
     let config = Parts::from_lookup(|k| vars.get(k).cloned(), clock.clone()).unwrap();
-    let server = TestServer::start(mcp_app(&config)).await;
+    let server = TestServer::start(common::everything_app(&config)).await;
     let auth = format!("Bearer {}", token(json!({"exp": NOW + 60})));
     let list = || server.modern(json!(1), "tools/list", json!({})).header("Authorization", &auth).send();
     assert_eq!(list().await.status, 200);
@@ -515,7 +519,7 @@ async fn a_token_without_a_usable_subject_is_refused_unless_client_credentials_a
 
     let (jwks_url, _) = stub_jwks().await;
     let config = auth_config(jwks_url, &[("MCP_AUTH_MODE", "required"), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]);
-    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let server = TestServer::start_routes(Routes::with_mcp(common::everything_app(&config))).await;
     let client_token = token(json!({"sub": null, "client_id": "batch-client"}));
     let reply = server
         .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
@@ -565,7 +569,7 @@ async fn the_metadata_lists_the_route_and_tool_scopes() {
     }
     let (jwks_url, _) = stub_jwks().await;
     let config = auth_config(jwks_url, &[("MCP_AUTH_SCOPES_SUPPORTED", "only:this")]);
-    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let server = TestServer::start_routes(Routes::with_mcp(common::everything_app(&config))).await;
     let fixed = server.request("GET", "/.well-known/oauth-protected-resource").send().await.json();
     assert_eq!(fixed["scopes_supported"], json!(["only:this"]));
 }
@@ -755,7 +759,7 @@ async fn token_claims_algorithms_and_size_beyond_the_matrix() {
         format!("http://{addr}/jwks.json"),
         &[("MCP_AUTH_MODE", "required"), ("MCP_AUTH_ALGORITHMS", "RS256,RS384,ES256,ES384")],
     );
-    let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config))).await;
+    let server = TestServer::start_routes(Routes::with_mcp(common::everything_app(&config))).await;
     let whoami = |token: String| {
         server
             .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))

@@ -182,7 +182,7 @@ async fn a_server_side_refusal_is_a_typed_error_not_success() {
     // so the anonymous caller is refused (before its handler runs), which the host must surface
     // as a failure of that tool.
     let config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
-    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let server = common::TestServer::start(common::everything_app(&config)).await;
     let host = Host::connect(&[ServerSpec::new("billing", url(&server), ClientOptions::default())]).await.unwrap();
     let approve = consent(Ok(true), Arc::new(AtomicUsize::new(0)));
     match host.call("billing.issue_refund", json!({"invoiceId": "inv-1", "amountCents": 100}), &approve).await {

@@ -236,3 +236,20 @@ async fn a_read_never_echoes_raw_control_characters_in_the_uri() {
     let plain = server.modern(json!(2), "resources/read", json!({ "uri": "notes://mcp" })).send().await;
     assert_eq!(plain.json()["result"]["contents"][0]["uri"], "notes://mcp", "a clean URI is unchanged");
 }
+
+/// `/api/mcp` serves what `configure_server` lists, which starts small; the examples left out of
+/// it are still served on their own routes.
+#[tokio::test]
+async fn api_mcp_serves_the_configured_list_and_every_example_keeps_its_route() {
+    use vercel_mcp::client::{Client, ClientOptions};
+    let parts = vercel_mcp::Parts::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    let names = |tools: Vec<vercel_mcp::protocol::types::Tool>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    let mcp = Client::in_process(vercel_mcp::mcp_app(&parts), ClientOptions::default()).await.unwrap();
+    assert_eq!(
+        names(mcp.list_tools().await.unwrap()),
+        ["echo", "submit_job", "get_job_status", "get_job_result", "cancel_job", "whoami"]
+    );
+    let items = vercel_mcp::example_app("query-command", &parts).unwrap();
+    let items = Client::in_process(items, ClientOptions::default()).await.unwrap();
+    assert_eq!(names(items.list_tools().await.unwrap()), ["list_items", "get_item", "create_item"]);
+}

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["transport"],
     &["jobs", "client"],
-    &["catalogue"],
+    &["catalogue", "tools"],
     &["settings", "compose", "testing"],
     &["vercel", "local", "lib", "bin"],
 ];

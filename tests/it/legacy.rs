@@ -132,7 +132,7 @@ async fn legacy_calls_with_authentication_are_scoped_and_answered_only_by_their_
     use common::tokens::{auth_config, bearer, stub_jwks};
     let (jwks, _) = stub_jwks().await;
     let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
-    let server = common::TestServer::start(vercel_mcp::mcp_app(&config)).await;
+    let server = common::TestServer::start(common::everything_app(&config)).await;
     let (reader, alice, bob) =
         (bearer("reader", "mcp:read"), bearer("alice", "mcp:read mcp:write"), bearer("bob", "mcp:read mcp:write"));
     let post = |who: &str, body: Value| {

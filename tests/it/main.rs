@@ -7,6 +7,7 @@ mod common;
 mod auth;
 mod client;
 mod db_adapter;
+mod descriptions;
 mod elicitation;
 mod examples;
 mod facade;

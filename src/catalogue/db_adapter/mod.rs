@@ -292,8 +292,9 @@ pub struct CategoryArgs {
     /// The category to list, compared as a value.
     #[schemars(length(max = 64))]
     pub category: String,
-    /// How many rows at most: any JSON number here, because the schema (an integer from 1 to 50)
-    /// has already been enforced, and `5.0` is an integer there.
+    /// How many products to return at most, from 1 to 50 (10 when omitted).
+    // Read as any JSON number: the advertised schema (an integer from 1 to 50) is enforced before
+    // the handler runs, and 5.0 is an integer there.
     #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 50), default = "advertised_default_limit", with = "u32")]
     pub limit: f64,

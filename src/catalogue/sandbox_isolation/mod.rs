@@ -180,7 +180,7 @@ pub fn format_result(result: &SandboxRunResult) -> String {
 /// Arguments of `run_in_sandbox`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunArgs {
-    /// The shell command, run as `sh -c` inside the sandbox.
+    /// The shell command to run; it runs under sh -c inside the sandbox.
     #[schemars(length(min = 1, max = 500))]
     pub command: String,
 }

@@ -422,3 +422,11 @@ pub fn assert_fault_logged(message: &str, logs: &vercel_mcp::observe::MemorySink
     assert_eq!((lines[0]["operation"].as_str(), lines[0]["detail"].as_str()), (Some(operation), Some(description)));
     assert_eq!(lines[0]["level"], "warn");
 }
+
+/// `/api/mcp` as it would be with every reference example opted in (the tests of the examples'
+/// behaviour behind `/api/mcp`: scopes, legacy calls, the combined listing).
+pub fn everything_app(parts: &Parts) -> Arc<App> {
+    let mut server = vercel_mcp::McpServer::new(parts.settings.server_name.clone(), vercel_mcp::VERSION);
+    vercel_mcp::catalogue::register_all(&mut server, &parts.services());
+    Arc::new(App::new(server, parts.endpoint()))
+}
