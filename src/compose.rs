@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use crate::catalogue::{self, Backends, Services};
-use crate::jobs::{self, Jobs, JobsBackend, VercelQueue};
+use crate::jobs::{self, Jobs, JobsBackend, RedisStreamQueue, Transport, VercelQueue};
 use crate::observe::{LogSink, Logger, StderrSink};
 use crate::server::McpServer;
 use crate::server::listen::ListenLimits;
-use crate::settings::{ConfigError, Settings, listen_limit_for};
+use crate::settings::{ConfigError, QueueChoice, Settings, listen_limit_for};
 use crate::state::{ChangeBus, Clock, LocalBus, NonceStore, Random, RedisBus, SystemRandom};
 use crate::store::{Redis, Shared};
 use crate::tasks::{TaskService, TaskStore};
@@ -80,14 +80,19 @@ impl Parts {
             problems.append(&mut more);
         });
         let (Ok(examples), true) = (examples, problems.is_empty()) else { return Err(ConfigError(problems)) };
-        let queue = settings.queue.as_ref().map(|queue| {
-            Arc::new(VercelQueue::new(
+        let transport = match (&settings.queue, &shared) {
+            (QueueChoice::Vercel(queue), _) => Transport::Vercel(Arc::new(VercelQueue::new(
                 queue.base_url.clone(),
                 queue.region.clone(),
                 queue.deployment_id.clone(),
                 queue.oidc_token.clone(),
-            ))
-        });
+            ))),
+            (QueueChoice::RedisStreams(streams), Shared::Redis(redis)) => {
+                Transport::RedisStreams(Arc::new(RedisStreamQueue::new(redis.clone(), consumer_name(), *streams)))
+            }
+            // Settings choose Redis Streams only with REDIS_URL, which makes the store Redis.
+            (QueueChoice::RedisStreams(_) | QueueChoice::Local, _) => Transport::Local,
+        };
         let bus: Arc<dyn ChangeBus> = match &shared {
             Shared::Redis(redis) => RedisBus::new(redis),
             Shared::Memory | Shared::Unconfigured => Arc::new(LocalBus::default()),
@@ -95,7 +100,7 @@ impl Parts {
         Ok(Self {
             random: Arc::new(SystemRandom::default()),
             log_sink: Arc::new(StderrSink),
-            jobs: JobsBackend::new(&shared, queue),
+            jobs: JobsBackend::new(&shared, transport),
             task_store: crate::tasks::task_store(&shared),
             bus,
             request_state_nonces: settings.request_state_single_use.then(|| crate::state::nonce_store(&shared)),
@@ -122,8 +127,7 @@ impl Parts {
             Shared::Redis(redis) => format!("Redis store (prefix {})", redis.prefix()),
             Shared::Unconfigured => "no store (REDIS_URL unset)".to_owned(),
         };
-        let queue = if self.jobs.local_queue.is_some() { "in-process queue" } else { "Vercel Queues" };
-        format!("jobs: {store}, {queue}; {}", self.examples.describe())
+        format!("jobs: {store}, {}; {}", self.settings.queue.name(), self.examples.describe())
     }
 
     /// What `/api/mcp` is served with: the deployment's own protected resource.
@@ -176,6 +180,15 @@ impl Parts {
     pub fn services(&self) -> Services {
         Services::new(&self.examples, self.logger(), self.random.clone(), self.job_service(), self.task_service())
     }
+}
+
+/// This process's name among the stream's consumers: unique per process, so a restarted process
+/// is a new consumer and what the old one held is reclaimed rather than waited for.
+fn consumer_name() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 6];
+    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the OS random source works");
+    format!("{}-{}", std::process::id(), crate::state::seal::hex(&bytes))
 }
 
 /// What `/api/mcp` serves: the one list to edit when this kit becomes your server.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::compose::Parts;
-use crate::jobs::{Consumer, LocalQueue, Sweep};
+use crate::jobs::{Consumer, LocalQueue, RedisStreamQueue, Sweep};
 use crate::settings::ConnectionLimits;
 use crate::transport::{self, App, Body};
 
@@ -27,6 +27,9 @@ pub struct Routes {
     consumer: Option<Arc<Consumer>>,
     sweep: Option<Arc<Sweep>>,
     local_queue: Option<LocalQueue>,
+    stream_queue: Option<Arc<RedisStreamQueue>>,
+    /// The stream worker, once started: shutting down waits for it.
+    workers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     limits: ConnectionLimits,
 }
 
@@ -64,6 +67,8 @@ impl Routes {
             consumer: None,
             sweep: None,
             local_queue: None,
+            stream_queue: None,
+            workers: Arc::default(),
             limits: ConnectionLimits::default(),
         }
     }
@@ -75,15 +80,33 @@ impl Routes {
             queue.connect_consumer(consumer.clone());
             self.local_queue = Some(queue.clone());
         }
+        self.stream_queue = parts.jobs.stream_queue.clone();
         self.consumer = Some(consumer);
         self.sweep = Some(Arc::new(crate::sweep(parts)));
         self
     }
 
-    /// Starts the in-process queue's delivery loop (the local run; tests drive it by hand).
+    /// Starts the queue's worker: the in-process queue's delivery loop, or this instance's
+    /// reader of the Redis stream (the local run; tests drive the in-process queue by hand).
     pub fn start_background_work(&self) {
         if let Some(queue) = &self.local_queue {
             queue.spawn_worker();
+        }
+        if let (Some(stream), Some(consumer)) = (&self.stream_queue, &self.consumer) {
+            let worker = tokio::spawn(stream.clone().work(consumer.clone()));
+            self.workers.lock().expect("workers lock").push(worker);
+        }
+    }
+
+    /// Stops taking deliveries: the stream worker hands back what it holds (another instance
+    /// resumes it at once) and this resolves when it has.
+    pub async fn shut_down(&self) {
+        if let Some(stream) = &self.stream_queue {
+            stream.shut_down();
+        }
+        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        for worker in workers {
+            let _ = worker.await;
         }
     }
 
@@ -149,12 +172,32 @@ pub fn port_from_env() -> std::io::Result<u16> {
     }
 }
 
-/// Binds 127.0.0.1:`port` (0 picks a free port) and serves until the process ends.
+/// Binds 127.0.0.1:`port` (0 picks a free port) and serves until SIGTERM or Ctrl-C, then shuts
+/// the job worker down ([`Routes::shut_down`]) and returns.
 pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
     let addr = listener.local_addr()?;
     println!("MCP server listening on http://{addr}/api/mcp");
-    serve_listener(routes, listener).await
+    tokio::select! {
+        served = serve_listener(routes.clone(), listener) => served,
+        () = termination() => {
+            eprintln!("shutting down: handing back queued work");
+            routes.shut_down().await;
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGTERM (a container stop, a deploy) or SIGINT (Ctrl-C).
+async fn termination() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }
 
 /// Serves on an already bound listener (tests bind port 0 and read the address first).

@@ -46,9 +46,8 @@ pub struct Settings {
     pub clock: Arc<dyn Clock>,
     /// `REDIS_URL` and `MCP_REDIS_PREFIX`: where shared records live, if anywhere.
     pub redis: Option<RedisSettings>,
-    /// `MCP_QUEUE_BASE_URL`, `VERCEL_REGION`, `VERCEL_DEPLOYMENT_ID`, `VERCEL_OIDC_TOKEN`: Vercel
-    /// Queues, when deployed or pointed at a stand-in; `None` is the in-process queue.
-    pub queue: Option<QueueSettings>,
+    /// `MCP_QUEUE` (and what each transport reads): which queue carries jobs.
+    pub queue: QueueChoice,
     /// `CRON_SECRET`: the bearer token Vercel Cron presents to the sweep.
     pub cron_secret: Option<String>,
     /// `MCP_JOB_STEP_MS`: simulated work per job step.
@@ -86,6 +85,31 @@ impl std::fmt::Debug for RedisSettings {
     }
 }
 
+/// Which queue carries jobs (`MCP_QUEUE=vercel|redis|local`). Unset: Vercel Queues when
+/// deployed (or pointed at a stand-in with `MCP_QUEUE_BASE_URL`), a Redis stream off Vercel with
+/// `REDIS_URL`, and the in-process queue otherwise.
+#[derive(Clone, Debug)]
+pub enum QueueChoice {
+    /// Vercel Queues.
+    Vercel(QueueSettings),
+    /// A Redis stream every instance consumes (`MCP_QUEUE_MAX_LEN`, `MCP_QUEUE_RECLAIM_IDLE_MS`,
+    /// `MCP_QUEUE_MAX_DELIVERIES`, `MCP_QUEUE_CONCURRENCY`).
+    RedisStreams(crate::jobs::queue::StreamSettings),
+    /// The in-process queue: the local run without Redis.
+    Local,
+}
+
+impl QueueChoice {
+    /// The setting's value, for the start-up banner.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Vercel(_) => "Vercel Queues",
+            Self::RedisStreams(_) => "Redis Streams",
+            Self::Local => "in-process queue",
+        }
+    }
+}
+
 /// How to reach Vercel Queues.
 #[derive(Clone)]
 pub struct QueueSettings {
@@ -99,6 +123,17 @@ pub struct QueueSettings {
     pub oidc_token: Option<String>,
 }
 
+impl std::fmt::Debug for QueueSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a credential.
+        f.debug_struct("QueueSettings")
+            .field("base_url", &self.base_url)
+            .field("region", &self.region)
+            .field("deployment_id", &self.deployment_id)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Secrets stay out: the sealer prints key ids only; the cron secret is not printed.
@@ -108,7 +143,7 @@ impl std::fmt::Debug for Settings {
             .field("sealer", &self.sealer)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("redis", &self.redis)
-            .field("queue", &self.queue.is_some())
+            .field("queue", &self.queue.name())
             .field("cron_secret_set", &self.cron_secret.is_some())
             .field("auth", self.auth.config())
             .finish_non_exhaustive()
@@ -294,15 +329,59 @@ impl Settings {
                 None
             }
         };
-        if !problems.is_empty() {
-            return Err(ConfigError(problems));
-        }
-        let queue = (deployed || non_empty("MCP_QUEUE_BASE_URL").is_some()).then(|| QueueSettings {
+        let vercel = || QueueSettings {
             base_url: non_empty("MCP_QUEUE_BASE_URL"),
             region: non_empty("VERCEL_REGION"),
             deployment_id: non_empty("VERCEL_DEPLOYMENT_ID"),
             oidc_token: non_empty("VERCEL_OIDC_TOKEN"),
-        });
+        };
+        let defaults = crate::jobs::queue::StreamSettings::default();
+        let streams = crate::jobs::queue::StreamSettings {
+            max_len: number("MCP_QUEUE_MAX_LEN", defaults.max_len.into(), 1, 10_000_000, &mut problems) as u32,
+            reclaim_idle: Duration::from_millis(number(
+                "MCP_QUEUE_RECLAIM_IDLE_MS",
+                defaults.reclaim_idle.as_millis() as u64,
+                100,
+                3_600_000,
+                &mut problems,
+            )),
+            max_deliveries: number("MCP_QUEUE_MAX_DELIVERIES", defaults.max_deliveries.into(), 1, 1000, &mut problems)
+                as u32,
+            concurrency: number("MCP_QUEUE_CONCURRENCY", defaults.concurrency as u64, 1, 1024, &mut problems) as usize,
+        };
+        let has_redis = non_empty("REDIS_URL").is_some();
+        let queue = match non_empty("MCP_QUEUE").as_deref().map(str::trim) {
+            Some("vercel") => QueueChoice::Vercel(vercel()),
+            Some("redis") if !has_redis => {
+                problems.push("MCP_QUEUE=redis needs REDIS_URL".to_owned());
+                QueueChoice::Local
+            }
+            Some("redis") if deployed => {
+                problems.push(
+                    "MCP_QUEUE=redis is refused when deployed: a Vercel Function runs only while it serves a request, \
+                     so nothing would read the stream. Unset MCP_QUEUE (Vercel Queues is the default there)"
+                        .to_owned(),
+                );
+                QueueChoice::Local
+            }
+            Some("redis") => QueueChoice::RedisStreams(streams),
+            Some("local") if deployed => {
+                problems
+                    .push("MCP_QUEUE=local is refused when deployed: jobs would live in one instance's memory".into());
+                QueueChoice::Local
+            }
+            Some("local") => QueueChoice::Local,
+            Some(_) => {
+                problems.push("MCP_QUEUE must be vercel, redis or local".to_owned());
+                QueueChoice::Local
+            }
+            None if deployed || non_empty("MCP_QUEUE_BASE_URL").is_some() => QueueChoice::Vercel(vercel()),
+            None if has_redis => QueueChoice::RedisStreams(streams),
+            None => QueueChoice::Local,
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError(problems));
+        }
         Ok(Self {
             deployed,
             allowed_origins: AllowedOrigins::parse(
@@ -647,4 +726,27 @@ mod tests {
         let fine = with(&[("MCP_JWKS_CACHE_SECONDS", " 600 "), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "60")]);
         assert!(!fine.contains("MCP_JWKS_CACHE_SECONDS") && !fine.contains("MCP_AUTH_MAX_LIFETIME_SECONDS"), "{fine}");
     }
+
+    #[test]
+    fn the_queue_follows_the_posture_and_the_setting() {
+        let name = |vars: &[(&str, &str)]| load(vars).map(|settings| settings.queue.name());
+        let redis = ("REDIS_URL", "redis://127.0.0.1:6379");
+        assert_eq!(name(&[]), Ok("in-process queue"));
+        assert_eq!(name(&[redis]), Ok("Redis Streams"), "off Vercel with Redis, the stream by default");
+        assert_eq!(name(&[redis, ("MCP_QUEUE", "local")]), Ok("in-process queue"));
+        assert_eq!(name(&[("MCP_QUEUE_BASE_URL", "http://127.0.0.1:9")]), Ok("Vercel Queues"), "a stand-in");
+        let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32)), redis];
+        assert_eq!(name(&deployed), Ok("Vercel Queues"));
+        let refused = |vars: &[(&str, &str)]| load(vars).unwrap_err().to_string();
+        assert!(refused(&[("MCP_QUEUE", "redis")]).contains("MCP_QUEUE=redis needs REDIS_URL"));
+        let mut deployed_redis = deployed.to_vec();
+        deployed_redis.push(("MCP_QUEUE", "redis"));
+        assert!(refused(&deployed_redis).contains("MCP_QUEUE=redis is refused when deployed"));
+        deployed_redis.pop();
+        deployed_redis.push(("MCP_QUEUE", "local"));
+        assert!(refused(&deployed_redis).contains("MCP_QUEUE=local is refused when deployed"));
+        assert!(refused(&[("MCP_QUEUE", "kafka")]).contains("MCP_QUEUE must be vercel, redis or local"));
+        assert!(refused(&[redis, ("MCP_QUEUE_RECLAIM_IDLE_MS", "5")]).contains("MCP_QUEUE_RECLAIM_IDLE_MS"));
+    }
+
 }

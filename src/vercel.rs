@@ -147,4 +147,8 @@ fn run_jobs_in_process(parts: &Parts) {
         queue.connect_consumer(Arc::new(crate::consumer(parts)));
         queue.spawn_worker();
     }
+    // Off Vercel with Redis, the process reads the stream, as every instance of the local run does.
+    if let Some(stream) = &parts.jobs.stream_queue {
+        tokio::spawn(stream.clone().work(Arc::new(crate::consumer(parts))));
+    }
 }

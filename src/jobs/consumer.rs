@@ -141,21 +141,7 @@ impl Consumer {
             }
             Err(error) => return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error })),
         }
-        let outcome = self.process(&message).await;
-        if let Some(logger) = &self.logger {
-            let (result, state) = match &outcome {
-                Ok(Processed::Finished(state)) => ("finished", *state),
-                Ok(Processed::Skipped(reason)) => ("skipped", *reason),
-                Ok(Processed::Deferred) => ("deferred", ""),
-                Err(_) => ("store_error", ""),
-            };
-            logger.event(
-                if outcome.is_err() { "warn" } else { "info" },
-                "job.run",
-                json!({ "job": logger.digest("job", message.job_id.as_bytes()), "result": result, "state": state }),
-            );
-        }
-        match outcome {
+        match self.run(&message).await {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),
             Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
             Ok(outcome) => {
@@ -172,6 +158,26 @@ impl Consumer {
                 }
             }
         }
+    }
+
+    /// Runs a delivered message ([`Consumer::process`]) and logs how the delivery ended. Every
+    /// transport (a Vercel Queues push, a Redis Streams read, the in-process queue) comes here.
+    pub async fn run(&self, message: &JobMessage) -> Result<Processed, StoreError> {
+        let outcome = self.process(message).await;
+        if let Some(logger) = &self.logger {
+            let (result, state) = match &outcome {
+                Ok(Processed::Finished(state)) => ("finished", *state),
+                Ok(Processed::Skipped(reason)) => ("skipped", *reason),
+                Ok(Processed::Deferred) => ("deferred", ""),
+                Err(_) => ("store_error", ""),
+            };
+            logger.event(
+                if outcome.is_err() { "warn" } else { "info" },
+                "job.run",
+                json!({ "job": logger.digest("job", message.job_id.as_bytes()), "result": result, "state": state }),
+            );
+        }
+        outcome
     }
 
     /// Runs the job's remaining steps, honouring cancellation between steps.
@@ -194,11 +200,13 @@ impl Consumer {
             if !self.step_delay.is_zero() {
                 tokio::time::sleep(self.step_delay).await;
             }
-            job = match self.store.advance(owner, id, job.completed_steps, self.clock.now_ms()).await? {
-                Some(job) => job,
+            let applied;
+            (job, applied) = match self.store.advance(owner, id, job.completed_steps, self.clock.now_ms()).await? {
+                Some(advanced) => (advanced.record, advanced.applied),
                 None => return Ok(Processed::Skipped("not_found")),
             };
-            if let Some(logger) = &self.logger {
+            // A step another delivery of the same message applied is its to report.
+            if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };
                 logger.event(
                     "info",

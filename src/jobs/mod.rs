@@ -16,7 +16,7 @@ pub mod sweep;
 
 pub use consumer::Consumer;
 pub use model::{JobRecord, JobResult, JobState};
-pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, VercelQueue};
+pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, RedisStreamQueue, VercelQueue};
 pub use service::Jobs;
 pub use store::{JobStore, MemoryJobStore, UnconfiguredJobStore};
 pub use sweep::Sweep;
@@ -36,19 +36,34 @@ pub struct JobsBackend {
     pub queue_api: Arc<dyn QueueApi>,
     /// The in-process queue, in the local run (the local router connects it to the consumer).
     pub local_queue: Option<LocalQueue>,
+    /// The Redis stream, off Vercel with Redis (each process runs a worker on it).
+    pub stream_queue: Option<Arc<RedisStreamQueue>>,
+}
+
+/// Which queue a process publishes jobs to.
+pub enum Transport {
+    /// Vercel Queues.
+    Vercel(Arc<VercelQueue>),
+    /// A Redis stream.
+    RedisStreams(Arc<RedisStreamQueue>),
+    /// The in-process queue.
+    Local,
 }
 
 impl std::fmt::Debug for JobsBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queue = if self.local_queue.is_some() { "in-process" } else { "Vercel Queues" };
+        let queue = match (&self.local_queue, &self.stream_queue) {
+            (Some(_), _) => "in-process",
+            (None, Some(_)) => "Redis Streams",
+            (None, None) => "Vercel Queues",
+        };
         f.debug_struct("JobsBackend").field("queue", &queue).finish_non_exhaustive()
     }
 }
 
 impl JobsBackend {
-    /// Job records where shared records live, submitted to `queue` (Vercel Queues) or, without
-    /// one, to an in-process queue (the local run).
-    pub fn new(shared: &Shared, queue: Option<Arc<VercelQueue>>) -> Self {
+    /// Job records where shared records live, submitted through `transport`.
+    pub fn new(shared: &Shared, transport: Transport) -> Self {
         let store: Arc<dyn JobStore> = match shared {
             Shared::Memory => Arc::new(MemoryJobStore::new()),
             Shared::Redis(redis) => Arc::new(redis_store::RedisJobStore::new(redis.clone())),
@@ -56,15 +71,25 @@ impl JobsBackend {
                 "REDIS_URL is not set: async jobs need a shared store (Redis) when deployed",
             )),
         };
-        match queue {
-            Some(queue) => Self { store, publisher: queue.clone(), queue_api: queue, local_queue: None },
-            None => {
+        match transport {
+            Transport::Vercel(queue) => {
+                Self { store, publisher: queue.clone(), queue_api: queue, local_queue: None, stream_queue: None }
+            }
+            Transport::RedisStreams(queue) => Self {
+                store,
+                publisher: queue.clone(),
+                queue_api: queue.clone(),
+                local_queue: None,
+                stream_queue: Some(queue),
+            },
+            Transport::Local => {
                 let local = LocalQueue::new();
                 Self {
                     store,
                     publisher: Arc::new(local.clone()),
                     queue_api: Arc::new(local.clone()),
                     local_queue: Some(local),
+                    stream_queue: None,
                 }
             }
         }
@@ -72,6 +97,6 @@ impl JobsBackend {
 
     /// The embedded defaults: memory store and in-process queue.
     pub fn local() -> Self {
-        Self::new(&Shared::Memory, None)
+        Self::new(&Shared::Memory, Transport::Local)
     }
 }

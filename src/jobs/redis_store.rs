@@ -29,7 +29,7 @@ use redis::Script;
 use std::sync::LazyLock;
 
 use super::model::{JOB_RETENTION_MS, JobRecord};
-use super::store::{CreateRefused, JobStore, Quota, RATE_WINDOW_MS, SweepReport};
+use super::store::{Advanced, CreateRefused, JobStore, Quota, RATE_WINDOW_MS, SweepReport};
 use crate::store::{Redis, StoreError, StoreFuture, fault_from};
 
 const CREATE: &str = r#"
@@ -107,7 +107,7 @@ if job.completedSteps ~= tonumber(ARGV[5]) then return raw end
 if job.cancelRequested then
   job.state = 'cancelled'
   job.finishedAt = now
-  return store(job, now, tonumber(ARGV[4]))
+  return 'A' .. store(job, now, tonumber(ARGV[4]))
 end
 job.completedSteps = job.completedSteps + 1
 job.state = 'running'
@@ -116,7 +116,7 @@ if job.completedSteps >= job.totalSteps then
   job.finishedAt = now
   job.result = { sum = job.completedSteps * (job.completedSteps - 1) / 2, stepsRun = job.completedSteps }
 end
-return store(job, now, tonumber(ARGV[4]))
+return 'A' .. store(job, now, tonumber(ARGV[4]))
 "#;
 
 const FAIL_IF_STUCK: &str = r#"
@@ -201,6 +201,19 @@ impl RedisJobStore {
         now: u64,
         extra: Option<u32>,
     ) -> Result<Option<JobRecord>, StoreError> {
+        let raw = self.mutate_raw(script, owner, job_id, now, extra).await?;
+        raw.map(|raw| parse(&raw)).transpose()
+    }
+
+    /// Runs a mutating script; its answer, unparsed.
+    async fn mutate_raw(
+        &self,
+        script: &Script,
+        owner: &str,
+        job_id: &str,
+        now: u64,
+        extra: Option<u32>,
+    ) -> Result<Option<String>, StoreError> {
         let mut invocation = script.key(self.job_key(owner, job_id));
         invocation
             .key(self.active_key(owner))
@@ -213,8 +226,7 @@ impl RedisJobStore {
         if let Some(extra) = extra {
             invocation.arg(extra);
         }
-        let raw: Option<String> = invocation.invoke_async(&mut self.redis.connection()).await.map_err(store_error)?;
-        raw.map(|raw| parse(&raw)).transpose()
+        invocation.invoke_async(&mut self.redis.connection()).await.map_err(store_error)
     }
 }
 
@@ -289,8 +301,17 @@ impl JobStore for RedisJobStore {
         job_id: &'a str,
         expected: u32,
         now: u64,
-    ) -> StoreFuture<'a, Option<JobRecord>> {
-        Box::pin(self.mutate(&ADVANCE_SCRIPT, owner, job_id, now, Some(expected)))
+    ) -> StoreFuture<'a, Option<Advanced>> {
+        Box::pin(async move {
+            // The script marks a record it changed with a leading `A`; a record it only read
+            // (the step was applied already, or the job is over) comes back as it is.
+            let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some(expected)).await?;
+            raw.map(|raw| match raw.strip_prefix('A') {
+                Some(changed) => parse(changed).map(|record| Advanced { record, applied: true }),
+                None => parse(&raw).map(|record| Advanced { record, applied: false }),
+            })
+            .transpose()
+        })
     }
 
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {

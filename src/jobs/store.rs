@@ -10,6 +10,15 @@ use std::sync::Mutex;
 use super::model::JobRecord;
 use crate::store::{StoreError, StoreFuture};
 
+/// What [`JobStore::advance`] did: the record as it now is, and whether this call changed it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Advanced {
+    /// The record after the call.
+    pub record: JobRecord,
+    /// This call applied the step (or the cancel it found requested).
+    pub applied: bool,
+}
+
 /// Why a job was not created. Nothing is written in any of these cases.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CreateRefused {
@@ -75,14 +84,15 @@ pub trait JobStore: Send + Sync + 'static {
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
     /// Cancels the owner's job if active; returns the record as it now is.
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
-    /// Applies step `expected + 1` if exactly `expected` steps have run (see [`JobRecord::advance`]).
+    /// Applies step `expected + 1` if exactly `expected` steps have run (see [`JobRecord::advance`]),
+    /// and says whether this call applied it (a concurrent duplicate delivery finds it applied).
     fn advance<'a>(
         &'a self,
         owner: &'a str,
         job_id: &'a str,
         expected: u32,
         now: u64,
-    ) -> StoreFuture<'a, Option<JobRecord>>;
+    ) -> StoreFuture<'a, Option<Advanced>>;
     /// Removes a job (rolling back a submit whose publish failed).
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()>;
     /// Fails active jobs past their deadline and evicts finished jobs past retention. Every
@@ -185,11 +195,11 @@ impl JobStore for MemoryJobStore {
         job_id: &'a str,
         expected: u32,
         now: u64,
-    ) -> StoreFuture<'a, Option<JobRecord>> {
+    ) -> StoreFuture<'a, Option<Advanced>> {
         let job = self.with(now, |jobs| {
             let job = jobs.get_mut(&key(owner, job_id))?;
-            job.advance(expected, now);
-            Some(job.clone())
+            let applied = job.advance(expected, now);
+            Some(Advanced { record: job.clone(), applied })
         });
         Box::pin(async move { Ok(job) })
     }
@@ -236,7 +246,7 @@ impl JobStore for UnconfiguredJobStore {
     fn cancel<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.fail()
     }
-    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.fail()
     }
     fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {

@@ -51,6 +51,18 @@ impl Redis {
     pub fn client(&self) -> &redis::Client {
         &self.client
     }
+
+    /// A connection of its own, for blocking commands (`XREADGROUP … BLOCK`) that would hold up
+    /// every other command on the shared one; each response may take up to `response_timeout`.
+    pub fn dedicated(&self, response_timeout: Duration) -> Result<ConnectionManager, String> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| format!("redis client: {}", kind_label(&e)))
+    }
 }
 
 /// A Redis error as an outage of `what` (`job store`, say). The server's message never goes out

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
 use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
-use vercel_mcp::jobs::store::{CreateRefused, Quota, SweepReport};
+use vercel_mcp::jobs::store::{Advanced, CreateRefused, Quota, SweepReport};
 use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, UnconfiguredJobStore};
 use vercel_mcp::local::Routes;
 use vercel_mcp::security::Principal;
@@ -322,7 +322,7 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
 /// step in (a crash, a cancel, a count).
 trait Hooks: Send + Sync + 'static {
     fn inner(&self) -> &dyn JobStore;
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.inner().advance(o, j, e, n)
     }
     fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
@@ -350,7 +350,7 @@ impl<H: Hooks> JobStore for Hooked<H> {
     fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.0.inner().cancel(o, j, n)
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.0.advance(o, j, e, n)
     }
     fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
@@ -371,7 +371,7 @@ impl Hooks for CrashAfter {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
             return Box::pin(async { Err(StoreError::fault("consumer crashed")) });
         }
@@ -411,7 +411,7 @@ impl Hooks for CancelAfter {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         Box::pin(async move {
             if self.steps.fetch_add(1, Ordering::SeqCst) == self.at {
                 self.inner.cancel(o, j, n).await?;
@@ -561,20 +561,20 @@ impl Hooks for CountingStore {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         Box::pin(async move {
             let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst);
             if arrival < self.rendezvous {
                 self.barrier.wait().await;
             }
             let stamp = n + 1 + u64::from(arrival);
-            let record = self.inner.advance(o, j, e, stamp).await?;
-            // Written by this call, and not a cancellation: a step was applied.
+            let advanced = self.inner.advance(o, j, e, stamp).await?;
+            // Applied by this call, and not a cancellation: a step was applied.
             let cancelled = vercel_mcp::jobs::model::JobState::Cancelled;
-            if record.as_ref().is_some_and(|r| r.updated_at == stamp && r.state != cancelled) {
+            if advanced.as_ref().is_some_and(|a| a.applied && a.record.state != cancelled) {
                 self.applied.lock().unwrap().push(e);
             }
-            Ok(record)
+            Ok(advanced)
         })
     }
 }

@@ -3,7 +3,7 @@
 //! trailing `#[cfg(test)]` module aside), so an import that points up fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Bottom to top. Modules on one line are one layer and may use each other.
 const LAYERS: &[&[&str]] = &[
@@ -100,28 +100,33 @@ fn uses(text: &str) -> BTreeSet<String> {
     found
 }
 
-fn upward_edges() -> BTreeMap<(String, String), Vec<String>> {
+/// Every `.rs` file under `src/`: its path below `src/`, and its text.
+fn source_files() -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut files = Vec::new();
     let mut stack = vec![root.clone()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 stack.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                files.push((path.strip_prefix(&root).unwrap().to_owned(), text));
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(&root).unwrap().to_owned();
-            let from = module_of(&relative);
-            let text = std::fs::read_to_string(&path).unwrap();
-            for to in uses(&text) {
-                let to = module_of_root_item(&to);
-                if to != from && layer_of(&to) > layer_of(&from) {
-                    edges.entry((from.clone(), to)).or_default().push(relative.display().to_string());
-                }
+        }
+    }
+    files
+}
+
+fn upward_edges() -> BTreeMap<(String, String), Vec<String>> {
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (relative, text) in source_files() {
+        let from = module_of(&relative);
+        for to in uses(&text) {
+            let to = module_of_root_item(&to);
+            if to != from && layer_of(&to) > layer_of(&from) {
+                edges.entry((from.clone(), to)).or_default().push(relative.display().to_string());
             }
         }
     }
@@ -151,26 +156,16 @@ fn example_modules() -> Vec<String> {
 fn only_the_catalogue_and_the_composition_root_name_an_example() {
     let examples = example_modules();
     assert!(examples.contains(&"query_command".to_owned()) && examples.len() >= 10, "{examples:?}");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut found = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let relative = path.strip_prefix(&root).unwrap().display().to_string();
-            let may = relative.starts_with("catalogue/") || relative == "compose.rs" || relative == "settings.rs";
-            if may || path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let code = without_test_module(&std::fs::read_to_string(&path).unwrap());
-            for example in &examples {
-                if code.contains(&format!("catalogue::{example}")) {
-                    found.push(format!("{relative} names {example}"));
-                }
+    for (relative, text) in source_files() {
+        let relative = relative.display().to_string();
+        if relative.starts_with("catalogue/") || relative == "compose.rs" || relative == "settings.rs" {
+            continue;
+        }
+        let code = without_test_module(&text);
+        for example in &examples {
+            if code.contains(&format!("catalogue::{example}")) {
+                found.push(format!("{relative} names {example}"));
             }
         }
     }

@@ -69,9 +69,13 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     let record = JobRecord::new(id(1), "sub:a:b".into(), 3, NOW);
     store.create(&record, &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     let after_one = store.advance("sub:a:b", &id(1), 0, NOW + 1).await.unwrap().unwrap();
-    assert_eq!((after_one.state, after_one.completed_steps), (JobState::Running, 1));
+    assert_eq!(
+        (after_one.record.state, after_one.record.completed_steps, after_one.applied),
+        (JobState::Running, 1, true)
+    );
     let duplicate = store.advance("sub:a:b", &id(1), 0, NOW + 2).await.unwrap().unwrap();
-    assert_eq!(duplicate.completed_steps, 1, "a redelivered step is not applied twice");
+    assert_eq!(duplicate.record.completed_steps, 1, "a redelivered step is not applied twice");
+    assert!(!duplicate.applied, "and the call says so");
     assert_eq!(store.get("sub:a", &id(1), NOW).await.unwrap(), None, "the owner is part of the key");
     for key in keys(&url, &format!("{prefix}:*")).await {
         assert!(pttl(&url, &key).await > 0, "{key} has a TTL");
@@ -79,7 +83,8 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     let cancelled = store.cancel("sub:a:b", &id(1), NOW + 3).await.unwrap().unwrap();
     assert_eq!((cancelled.state, cancelled.finished_at), (JobState::Cancelled, Some(NOW + 3)));
     let after_cancel = store.advance("sub:a:b", &id(1), 1, NOW + 4).await.unwrap().unwrap();
-    assert_eq!((after_cancel.state, after_cancel.completed_steps), (JobState::Cancelled, 1), "no step after cancel");
+    let after_cancel = (after_cancel.record.state, after_cancel.record.completed_steps, after_cancel.applied);
+    assert_eq!(after_cancel, (JobState::Cancelled, 1, false), "no step after cancel");
     let again = store.cancel("sub:a:b", &id(1), NOW + 5).await.unwrap().unwrap();
     assert_eq!(again.finished_at, Some(NOW + 3), "repeated cancels do not extend retention");
     let ttl = pttl(&url, &format!("{prefix}:job:{}:{}", "c3ViOmE6Yg", id(1))).await;
@@ -87,7 +92,7 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     // Finishing frees the slot: a cap of 1 admits a new job.
     let next = JobRecord::new(id(2), "sub:a:b".into(), 1, NOW);
     assert_eq!(store.create(&next, &Quota::new(1, 256), NOW).await.unwrap(), Ok(()));
-    let done = store.advance("sub:a:b", &id(2), 0, NOW + 6).await.unwrap().unwrap();
+    let done = store.advance("sub:a:b", &id(2), 0, NOW + 6).await.unwrap().unwrap().record;
     assert_eq!((done.state, done.result.map(|r| r.sum)), (JobState::Done, Some(0)));
 }
 
@@ -133,11 +138,12 @@ async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
     );
     // Job 1 is first touched by a late step, job 3 by a cancel: each stores the failure.
     let advanced = store.advance("sub:a", &id(1), 0, deadline + 20).await.unwrap().unwrap();
-    assert_eq!((advanced.state, advanced.completed_steps), (JobState::Failed, 0), "no step after the deadline");
+    let advanced = (advanced.record.state, advanced.record.completed_steps, advanced.applied);
+    assert_eq!(advanced, (JobState::Failed, 0, false), "no step after the deadline");
     let cancelled = store.cancel("sub:a", &id(3), deadline + 20).await.unwrap().unwrap();
     assert_eq!((cancelled.state, cancelled.finished_at), (JobState::Failed, Some(deadline)), "not cancelled");
     assert_eq!(store.cancel("sub:a", &id(1), deadline + 30).await.unwrap().unwrap().state, JobState::Failed);
-    assert_eq!(store.advance("sub:a", &id(3), 0, deadline + 30).await.unwrap().unwrap().completed_steps, 0);
+    assert_eq!(store.advance("sub:a", &id(3), 0, deadline + 30).await.unwrap().unwrap().record.completed_steps, 0);
     // Stored with a TTL that ends retention after the deadline, not after the write.
     let until = JOB_RETENTION_MS as i64 - 20;
     for n in [1, 3] {

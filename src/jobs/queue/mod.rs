@@ -1,17 +1,23 @@
 //! The job queue: the message format, publishing, and acknowledging leases.
 //!
-//! Deployed, jobs go through Vercel Queues: [`VercelQueue`] publishes with the REST API and
-//! acknowledges leases after the consumer succeeds. In the local run, [`LocalQueue`] plays the
-//! platform's part in-process: it delivers each message to the same consumer handler over the
-//! same HTTP contract (a v2beta binary-mode CloudEvent) and redelivers until it is acknowledged.
+//! Three transports, one consumer contract ([`crate::jobs::Consumer::run`]):
+//! - deployed, Vercel Queues: [`VercelQueue`] publishes with the REST API and acknowledges
+//!   leases after the consumer succeeds;
+//! - off Vercel with Redis, a Redis stream ([`RedisStreamQueue`]): every instance is a consumer
+//!   of one group, and a delivery whose consumer died is reclaimed by another;
+//! - without Redis, the in-process [`LocalQueue`]: it delivers each message to the consumer
+//!   handler over the same HTTP contract as Vercel (a v2beta binary-mode CloudEvent) and
+//!   redelivers until it is acknowledged.
 //!
-//! This file holds the message and the two sides' traits; `vercel.rs` the REST client;
-//! `local.rs` the in-process queue.
+//! This file holds the message and the two sides' traits; `vercel.rs`, `redis_stream.rs` and
+//! `local.rs` the transports.
 
 mod local;
+mod redis_stream;
 mod vercel;
 
 pub use local::{CONCURRENT_DELIVERIES, DeliverFn, LOCAL_CONSUMER_GROUP, LocalQueue, MAX_PENDING};
+pub use redis_stream::{RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamSettings};
 pub use vercel::{VERCEL_CONSUMER_GROUP, VercelQueue};
 
 use serde::{Deserialize, Serialize};

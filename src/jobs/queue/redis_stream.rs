@@ -1,0 +1,402 @@
+//! [`RedisStreamQueue`]: jobs that survive any instance off Vercel. The queue is a Redis stream
+//! with one consumer group; every instance is a consumer of it.
+//!
+//! ```text
+//! {prefix}:queue:jobs        the stream: one entry per job message (field `body`), deleted
+//!                            once acknowledged, so its length is the backlog
+//! {prefix}:queue:jobs:dead   dead letters: messages that can never run, or failed too often
+//! ```
+//!
+//! Publishing is one script (`XLEN` against the bound, then `XADD`): a full stream refuses the
+//! message, and the caller's job record is rolled back. Each instance reads new entries with
+//! `XREADGROUP` on a connection of its own (the read blocks), runs each through the same
+//! [`Consumer::run`] as a Vercel Queues push (validation, compare-and-set steps, cancel between
+//! steps), and acknowledges (`XACK` and `XDEL`, one script) only after the job's steps are
+//! stored. While it works it keeps its entries fresh (`XCLAIM … JUSTID`), so a long job is not
+//! taken over. An entry whose consumer died stays pending; once it has been idle for the
+//! reclaim time, any instance claims it (`XCLAIM`) and resumes from the stored record, so no
+//! step runs twice. A message delivered more times than the limit goes to the dead-letter
+//! stream. On shutdown an instance stops reading and hands back what it holds (the entry is
+//! added again and the old one removed, in one script), so another instance resumes it at once.
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
+
+use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use crate::jobs::consumer::{Consumer, Processed};
+use crate::jobs::model::JOBS_TOPIC;
+use crate::store::Redis;
+
+/// How the stream queue behaves (`MCP_QUEUE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// Messages the stream holds before it refuses more.
+    pub max_len: u32,
+    /// How long an entry may sit unacknowledged, its consumer silent, before another takes it.
+    pub reclaim_idle: Duration,
+    /// Deliveries after which a message goes to the dead-letter stream.
+    pub max_deliveries: u32,
+    /// Deliveries one instance works on at once.
+    pub concurrency: usize,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self { max_len: 10_000, reclaim_idle: Duration::from_secs(30), max_deliveries: 5, concurrency: 4 }
+    }
+}
+
+/// The consumer group every instance belongs to.
+pub const STREAM_CONSUMER_GROUP: &str = "jobs";
+
+/// How long one read waits for new entries before the worker looks around (shutdown, reclaim).
+const READ_BLOCK: Duration = Duration::from_millis(1000);
+
+/// The pause after a failed read (Redis unreachable) before the next.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Dead letters kept, at most (older ones are trimmed).
+const DEAD_LETTERS_KEPT: u32 = 10_000;
+
+const PUBLISH: &str = r#"
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end
+return redis.call('XADD', KEYS[1], '*', 'body', ARGV[2])
+"#;
+
+const ACK: &str = r#"
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('XDEL', KEYS[1], ARGV[2])
+"#;
+
+/// Hands an entry back: the same fields as a new entry (which any instance's read picks up at
+/// once), and the old one acknowledged and deleted, in one step.
+const HAND_BACK: &str = r#"
+local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+if #entry == 0 then return 0 end
+redis.call('XADD', KEYS[1], '*', unpack(entry[1][2]))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+"#;
+
+/// Moves an entry to the dead letters, if this consumer could claim it (it is still pending and
+/// has been idle at least `ARGV[3]` ms, or `ARGV[3]` is 0 for an entry this consumer holds).
+const DEAD_LETTER: &str = r#"
+local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if #claimed == 0 or not claimed[1][2] then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
+  return 0
+end
+local fields = claimed[1][2]
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'id', ARGV[4], 'reason', ARGV[5], unpack(fields))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
+redis.call('XDEL', KEYS[1], ARGV[4])
+return 1
+"#;
+
+static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH));
+static ACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACK));
+static DEAD_LETTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DEAD_LETTER));
+static HAND_BACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HAND_BACK));
+
+/// One stream entry: its id and its fields, flat (`field, value, …`).
+type Entry = (String, Vec<Vec<u8>>);
+
+/// The Redis Streams job queue of one instance.
+pub struct RedisStreamQueue {
+    redis: Redis,
+    stream: String,
+    dead: String,
+    consumer_name: String,
+    settings: StreamSettings,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for RedisStreamQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStreamQueue")
+            .field("stream", &self.stream)
+            .field("consumer", &self.consumer_name)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStreamQueue {
+    /// The jobs stream under `redis`'s prefix; this instance reads as `consumer_name` (unique
+    /// per process: a restarted process is a new consumer, and what the old one held is
+    /// reclaimed).
+    pub fn new(redis: Redis, consumer_name: impl Into<String>, settings: StreamSettings) -> Self {
+        let stream = format!("{}:queue:{JOBS_TOPIC}", redis.prefix());
+        Self {
+            dead: format!("{stream}:dead"),
+            stream,
+            redis,
+            consumer_name: consumer_name.into(),
+            settings,
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// The stream's key.
+    pub fn stream_key(&self) -> &str {
+        &self.stream
+    }
+
+    /// The dead-letter stream's key.
+    pub fn dead_letter_key(&self) -> &str {
+        &self.dead
+    }
+
+    /// Stops reading: the worker hands back what it holds and ends.
+    pub fn shut_down(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Runs the worker until [`RedisStreamQueue::shut_down`]: reads, reclaims, runs and
+    /// acknowledges. Resolves once everything it held is settled or handed back.
+    pub async fn work(self: Arc<Self>, consumer: Arc<Consumer>) {
+        let Ok(reader) = self.redis.dedicated(READ_BLOCK + Duration::from_secs(2)) else { return };
+        let slots = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
+        let stop = self.stop.subscribe();
+        let reclaim_every = (self.settings.reclaim_idle / 2).max(Duration::from_millis(50));
+        let mut next_reclaim = tokio::time::Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut group_ready = false;
+        while !*stop.borrow() {
+            if !group_ready {
+                group_ready = self.ensure_group().await.is_ok();
+            }
+            let free = slots.available_permits();
+            // Reads are never cancelled midway: an entry Redis handed over would otherwise sit
+            // unseen in this consumer's pending list until the reclaim time.
+            let entries = if tokio::time::Instant::now() >= next_reclaim {
+                next_reclaim = tokio::time::Instant::now() + reclaim_every;
+                self.reclaim(free).await
+            } else {
+                self.read(reader.clone(), free).await
+            };
+            let entries = match entries {
+                Ok(entries) => entries,
+                Err(_) => {
+                    // Redis is unreachable, or lost the group (restarted without its data).
+                    group_ready = false;
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            for (id, fields) in entries {
+                if *stop.borrow() {
+                    let _ = self.hand_back(&id).await;
+                    continue;
+                }
+                let Ok(slot) = slots.clone().acquire_owned().await else { break };
+                let (queue, consumer, stop) = (self.clone(), consumer.clone(), stop.clone());
+                tasks.spawn(async move {
+                    queue.deliver(&consumer, &id, &fields, stop).await;
+                    drop(slot);
+                });
+            }
+            while tasks.try_join_next().is_some() {}
+            if slots.available_permits() == 0 {
+                // Every slot busy: wait for one before reading more.
+                let _ = slots.acquire().await;
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Creates the group (from the stream's start, so messages published before any instance
+    /// started are delivered); a group that exists is fine.
+    async fn ensure_group(&self) -> redis::RedisResult<()> {
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.redis.connection())
+            .await;
+        match created {
+            Err(error) if error.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// New entries, up to `count`, waiting up to [`READ_BLOCK`] for one.
+    async fn read(&self, mut reader: ConnectionManager, count: usize) -> redis::RedisResult<Vec<Entry>> {
+        let reply: Option<Vec<(String, Vec<Entry>)>> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .arg("COUNT")
+            .arg(count.max(1))
+            .arg("BLOCK")
+            .arg(READ_BLOCK.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(&self.stream)
+            .arg(">")
+            .query_async(&mut reader)
+            .await?;
+        Ok(reply.into_iter().flatten().flat_map(|(_, entries)| entries).collect())
+    }
+
+    /// Entries idle past the reclaim time (their consumer died, or handed them back), claimed
+    /// for this instance, up to `count`; those delivered too often go to the dead letters.
+    async fn reclaim(&self, count: usize) -> redis::RedisResult<Vec<Entry>> {
+        let idle = self.settings.reclaim_idle.as_millis() as u64;
+        // [id, consumer, idle ms, deliveries] of each entry idle long enough.
+        let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
+            .arg(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("IDLE")
+            .arg(idle)
+            .arg("-")
+            .arg("+")
+            .arg(count.max(1))
+            .query_async(&mut self.redis.connection())
+            .await?;
+        let mut claimable = Vec::new();
+        for (id, _, _, deliveries) in pending {
+            if deliveries >= self.settings.max_deliveries {
+                self.dead_letter(&id, idle, "delivered too often").await?;
+            } else {
+                claimable.push(id);
+            }
+        }
+        if claimable.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claimed: Vec<Option<Entry>> = redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .arg(idle)
+            .arg(&claimable)
+            .query_async(&mut self.redis.connection())
+            .await?;
+        Ok(claimed.into_iter().flatten().collect())
+    }
+
+    /// Runs one entry and settles it: acknowledged once its job is finished (or cannot be run),
+    /// left pending when the work stopped short (a store failure, a deferral, a shutdown).
+    async fn deliver(&self, consumer: &Consumer, id: &str, fields: &[Vec<u8>], mut stop: watch::Receiver<bool>) {
+        let body = fields.chunks(2).find(|pair| pair[0] == b"body").and_then(|pair| pair.get(1));
+        let Some(message) = body.and_then(|body| JobMessage::parse(body)) else {
+            // It can never run: no retries.
+            let _ = self.dead_letter(id, 0, "not a job message").await;
+            return;
+        };
+        if *stop.borrow() {
+            let _ = self.hand_back(id).await;
+            return;
+        }
+        let mut heartbeat = tokio::time::interval((self.settings.reclaim_idle / 3).max(Duration::from_millis(20)));
+        heartbeat.tick().await;
+        let run = consumer.run(&message);
+        tokio::pin!(run);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut run => break Some(outcome),
+                _ = heartbeat.tick() => { let _ = self.touch(id).await; }
+                _ = stop.changed() => break None,
+            }
+        };
+        match outcome {
+            Some(Ok(Processed::Finished(_) | Processed::Skipped(_))) => {
+                // Not acknowledged if this fails: the entry is reclaimed, and the job reads as done.
+                let _: redis::RedisResult<i64> = ACK_SCRIPT
+                    .key(&self.stream)
+                    .arg(STREAM_CONSUMER_GROUP)
+                    .arg(id)
+                    .invoke_async(&mut self.redis.connection())
+                    .await;
+            }
+            Some(Ok(Processed::Deferred) | Err(_)) => {}
+            // Shutting down: hand it back now rather than after the reclaim time.
+            None => {
+                let _ = self.hand_back(id).await;
+            }
+        }
+    }
+
+    /// Resets an entry's idle time, so no other instance takes over work in progress.
+    async fn touch(&self, id: &str) -> redis::RedisResult<()> {
+        redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .arg(0)
+            .arg(id)
+            .arg("JUSTID")
+            .query_async(&mut self.redis.connection())
+            .await
+    }
+
+    /// Puts an entry this instance holds back on the stream as a new entry, which the next read
+    /// anywhere picks up (the job resumes from its stored record).
+    async fn hand_back(&self, id: &str) -> redis::RedisResult<i64> {
+        HAND_BACK_SCRIPT
+            .key(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(id)
+            .invoke_async(&mut self.redis.connection())
+            .await
+    }
+
+    async fn dead_letter(&self, id: &str, min_idle_ms: u64, reason: &str) -> redis::RedisResult<i64> {
+        DEAD_LETTER_SCRIPT
+            .key(&self.stream)
+            .key(&self.dead)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .arg(min_idle_ms)
+            .arg(id)
+            .arg(reason)
+            .arg(DEAD_LETTERS_KEPT)
+            .invoke_async(&mut self.redis.connection())
+            .await
+    }
+}
+
+impl Publisher for RedisStreamQueue {
+    fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> PublishFuture<'a> {
+        Box::pin(async move {
+            let body = serde_json::to_string(message).expect("messages serialise");
+            let added: Option<String> = PUBLISH_SCRIPT
+                .key(&self.stream)
+                .arg(self.settings.max_len)
+                .arg(body)
+                .invoke_async(&mut self.redis.connection())
+                .await
+                .map_err(|error| {
+                    PublishError::Failed(crate::store::fault_from(&error, "job queue").message().into())
+                })?;
+            match added {
+                Some(_) => Ok(()),
+                None => Err(PublishError::Full(format!(
+                    "the job queue is full ({} waiting); try again later",
+                    self.settings.max_len
+                ))),
+            }
+        })
+    }
+}
+
+/// Deliveries of this queue are pulled, never pushed: a push to the consumer route is refused.
+impl QueueApi for RedisStreamQueue {
+    fn consumer_group(&self) -> &str {
+        STREAM_CONSUMER_GROUP
+    }
+
+    fn confirm<'a>(&'a self, _: &'a Lease, _: Duration) -> QueueFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn ack<'a>(&'a self, _: &'a Lease) -> QueueFuture<'a, ()> {
+        Box::pin(async { Err("this queue acknowledges its own deliveries".to_owned()) })
+    }
+}

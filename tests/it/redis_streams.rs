@@ -1,0 +1,293 @@
+//! The Redis Streams job queue against a real Redis, in one process: delivery and
+//! acknowledgement, several workers, the bound, dead letters, a consumer that died mid-job or
+//! between storing its last step and acknowledging, and shutdown handing work back.
+//! `stream_instances.rs` does the same with real processes and real signals.
+
+use crate::common;
+
+use common::redis::{redis, unique_prefix};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vercel_mcp::jobs::consumer::Consumer;
+use vercel_mcp::jobs::queue::{RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamSettings};
+use vercel_mcp::jobs::redis_store::RedisJobStore;
+use vercel_mcp::jobs::{JobStore, Jobs};
+use vercel_mcp::observe::{Logger, MemorySink};
+use vercel_mcp::security::Principal;
+use vercel_mcp::state::{Sealer, SeededRandom, SystemClock};
+use vercel_mcp::store::Redis;
+
+/// One test's world: a key prefix of its own in the shared Redis.
+struct World {
+    redis: Redis,
+    store: Arc<RedisJobStore>,
+    alice: Principal,
+}
+
+impl World {
+    fn new(url: &str, name: &str) -> Self {
+        let redis = Redis::connect(url, &unique_prefix(name)).unwrap();
+        Self {
+            store: Arc::new(RedisJobStore::new(redis.clone())),
+            redis,
+            alice: Principal::verified(Some("alice"), None, vec![]),
+        }
+    }
+
+    fn queue(&self, consumer: &str, settings: StreamSettings) -> Arc<RedisStreamQueue> {
+        Arc::new(RedisStreamQueue::new(self.redis.clone(), consumer, settings))
+    }
+
+    fn jobs(&self, queue: &Arc<RedisStreamQueue>) -> Jobs {
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], Arc::new(SystemClock)).unwrap();
+        Jobs::new(self.store.clone(), queue.clone(), sealer, Arc::new(SystemClock), Arc::new(SeededRandom::new(9)))
+    }
+
+    /// A consumer over this world's store that logs to `sink`, `step` per step.
+    fn consumer(&self, queue: &Arc<RedisStreamQueue>, step: Duration, sink: &Arc<MemorySink>) -> Arc<Consumer> {
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], Arc::new(SystemClock)).unwrap();
+        Arc::new(Consumer {
+            store: self.store.clone(),
+            queue: queue.clone(),
+            clock: Arc::new(SystemClock),
+            step_delay: step,
+            budget: Duration::from_secs(60),
+            logger: Some(Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(3)))),
+        })
+    }
+
+    async fn command<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut command = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            command.arg(*arg);
+        }
+        command.query_async(&mut self.redis.connection()).await.unwrap()
+    }
+}
+
+/// Fast reclaims for tests; `reclaim_idle` is the time a dead consumer's entry waits.
+fn settings(reclaim_idle_ms: u64) -> StreamSettings {
+    StreamSettings { reclaim_idle: Duration::from_millis(reclaim_idle_ms), ..StreamSettings::default() }
+}
+
+/// Polls `status` until the job is no longer active, for at most `limit`.
+async fn finished(jobs: &Jobs, principal: &Principal, handle: &str, limit: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let status = jobs.status(principal, handle).await.unwrap();
+        if !matches!(status["state"].as_str(), Some("pending" | "running")) {
+            return status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not finished within {limit:?}: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn handle_of(submitted: &Value) -> String {
+    submitted["jobId"].as_str().unwrap().to_owned()
+}
+
+/// The completed-step counts a consumer logged, in order.
+fn logged_steps(sink: &MemorySink) -> Vec<u64> {
+    sink.lines()
+        .iter()
+        .filter(|l| matches!(l["event"].as_str(), Some("job.progress" | "job.finish")))
+        .map(|l| l["completedSteps"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn jobs_run_once_through_the_stream_and_their_entries_are_gone() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-once");
+    let queue = world.queue("a", settings(30_000));
+    let jobs = world.jobs(&queue);
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+    let handles: Vec<String> =
+        futures_util::future::join_all((1..=3).map(|steps| jobs.submit(&world.alice, steps, None)))
+            .await
+            .iter()
+            .map(|s| handle_of(s.as_ref().unwrap()))
+            .collect();
+    for (handle, steps) in handles.iter().zip(1..=3) {
+        let status = finished(&jobs, &world.alice, handle, Duration::from_secs(10)).await;
+        assert_eq!((status["state"].as_str(), status["completedSteps"].as_u64()), (Some("done"), Some(steps)));
+    }
+    queue.shut_down();
+    worker.await.unwrap();
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 0, "acknowledged entries are deleted");
+    let pending: (u64, redis::Value, redis::Value, redis::Value) =
+        world.command(&["XPENDING", queue.stream_key(), STREAM_CONSUMER_GROUP]).await;
+    assert_eq!(pending.0, 0, "nothing left unacknowledged");
+    assert_eq!(logged_steps(&sink).len(), 6, "1 + 2 + 3 steps, each once");
+}
+
+#[tokio::test]
+async fn two_workers_and_a_duplicate_message_still_run_every_step_once() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-two");
+    let (a, b) = (world.queue("a", settings(30_000)), world.queue("b", settings(30_000)));
+    let jobs = world.jobs(&a);
+    let submitted = jobs.submit(&world.alice, 4, None).await.unwrap();
+    // The same message again, as a retried publish would leave it.
+    let body: Vec<(String, Vec<String>)> = world.command(&["XRANGE", a.stream_key(), "-", "+"]).await;
+    world.command::<String>(&["XADD", a.stream_key(), "*", "body", &body[0].1[1]]).await;
+    let more: Vec<String> = futures_util::future::join_all((0..6).map(|_| jobs.submit(&world.alice, 2, None)))
+        .await
+        .iter()
+        .map(|s| handle_of(s.as_ref().unwrap()))
+        .collect();
+    let (sink_a, sink_b) = (Arc::new(MemorySink::default()), Arc::new(MemorySink::default()));
+    let step = Duration::from_millis(5);
+    let workers = [
+        tokio::spawn(a.clone().work(world.consumer(&a, step, &sink_a))),
+        tokio::spawn(b.clone().work(world.consumer(&b, step, &sink_b))),
+    ];
+    let first = finished(&jobs, &world.alice, &handle_of(&submitted), Duration::from_secs(10)).await;
+    assert_eq!(first["completedSteps"], 4);
+    for handle in &more {
+        assert_eq!(finished(&jobs, &world.alice, handle, Duration::from_secs(10)).await["completedSteps"], 2);
+    }
+    a.shut_down();
+    b.shut_down();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let steps = logged_steps(&sink_a).len() + logged_steps(&sink_b).len();
+    assert_eq!(steps, 4 + 6 * 2, "every step stored once, whichever worker and however many copies");
+    assert_eq!(world.command::<u64>(&["XLEN", a.stream_key()]).await, 0);
+}
+
+#[tokio::test]
+async fn a_full_stream_refuses_and_the_job_is_rolled_back() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-full");
+    let queue = world.queue("a", StreamSettings { max_len: 1, ..settings(30_000) });
+    let jobs = world.jobs(&queue);
+    jobs.submit(&world.alice, 1, None).await.unwrap();
+    let refused = jobs.submit(&world.alice, 1, None).await.unwrap_err();
+    assert!(refused.contains("the job queue is full") && refused.contains("try again later"), "{refused}");
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1);
+    let active: u64 = world.command(&["ZCARD", &format!("{}:active:{}", world.redis.prefix(), b64("sub:alice"))]).await;
+    assert_eq!(active, 1, "the refused job's record was deleted");
+}
+
+fn b64(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+#[tokio::test]
+async fn what_can_never_run_or_keeps_failing_goes_to_the_dead_letters() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-dead");
+    let queue = world.queue("a", StreamSettings { max_deliveries: 3, ..settings(100) });
+    let jobs = world.jobs(&queue);
+    // Not a job message: dead at once, never retried.
+    world.command::<String>(&["XADD", queue.stream_key(), "*", "body", "{\"jobId\":\"nonsense\"}"]).await;
+    // A job whose record has become unreadable: every delivery fails, until the limit.
+    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
+    let keys: Vec<String> = world.command(&["KEYS", &format!("{}:job:*", world.redis.prefix())]).await;
+    world.command::<()>(&["SET", &keys[0], "not json", "KEEPTTL"]).await;
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let dead = loop {
+        let dead: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.dead_letter_key(), "-", "+"]).await;
+        if dead.len() == 2 || tokio::time::Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    queue.shut_down();
+    worker.await.unwrap();
+    let reasons: Vec<&str> = dead.iter().map(|(_, fields)| fields[3].as_str()).collect();
+    assert_eq!(reasons, ["not a job message", "delivered too often"], "{dead:?}");
+    let runs = sink.lines().iter().filter(|l| l["event"] == "job.run" && l["result"] == "store_error").count();
+    assert_eq!(runs, 3, "exactly the delivery limit");
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 0, "nothing left to retry");
+    let _ = submitted;
+}
+
+/// A consumer that read a job and died: after storing three of its steps, or after storing all
+/// of them but before acknowledging. Another instance takes it over once it has been idle for
+/// the reclaim time and resumes from what is stored: no step runs twice.
+#[tokio::test]
+async fn a_consumer_that_died_is_taken_over_and_no_step_runs_twice() {
+    let Some((url, _guard)) = redis() else { return };
+    for (stored, name) in [(3u32, "streams-died-mid-job"), (8, "streams-died-before-ack")] {
+        let world = World::new(&url, name);
+        let queue = world.queue("survivor", settings(200));
+        let jobs = world.jobs(&queue);
+        let submitted = jobs.submit(&world.alice, 8, None).await.unwrap();
+        // The consumer that dies: it reads the entry, stores `stored` steps, and is gone.
+        world.command::<()>(&["XGROUP", "CREATE", queue.stream_key(), STREAM_CONSUMER_GROUP, "0", "MKSTREAM"]).await;
+        let read: redis::Value = world
+            .command(&[
+                "XREADGROUP",
+                "GROUP",
+                STREAM_CONSUMER_GROUP,
+                "dead",
+                "COUNT",
+                "1",
+                "STREAMS",
+                queue.stream_key(),
+                ">",
+            ])
+            .await;
+        assert_ne!(read, redis::Value::Nil, "the dead consumer held the entry");
+        let body: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
+        let message: Value = serde_json::from_str(&body[0].1[1]).unwrap();
+        let (owner, id) = (message["ownerId"].as_str().unwrap(), message["jobId"].as_str().unwrap());
+        for step in 0..stored {
+            assert!(world.store.advance(owner, id, step, now()).await.unwrap().unwrap().applied);
+        }
+        let sink = Arc::new(MemorySink::default());
+        let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+        let status = finished(&jobs, &world.alice, &handle_of(&submitted), Duration::from_secs(10)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while world.command::<u64>(&["XLEN", queue.stream_key()]).await > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the taken-over entry was never acknowledged");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        queue.shut_down();
+        worker.await.unwrap();
+        assert_eq!((status["state"].as_str(), status["completedSteps"].as_u64()), (Some("done"), Some(8)));
+        let expected: Vec<u64> = (u64::from(stored) + 1..=8).collect();
+        assert_eq!(logged_steps(&sink), expected, "{name}: the survivor stored only the steps the dead one had not");
+    }
+}
+
+#[tokio::test]
+async fn shutting_down_hands_work_back_at_once() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-shutdown");
+    // A reclaim time far longer than the test: only a hand-back can move the job in time.
+    let (a, b) = (world.queue("a", settings(600_000)), world.queue("b", settings(600_000)));
+    let jobs = world.jobs(&a);
+    let submitted = jobs.submit(&world.alice, 20, None).await.unwrap();
+    let (sink_a, sink_b) = (Arc::new(MemorySink::default()), Arc::new(MemorySink::default()));
+    let worker_a = tokio::spawn(a.clone().work(world.consumer(&a, Duration::from_millis(50), &sink_a)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while logged_steps(&sink_a).len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "worker a never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.shut_down();
+    tokio::time::timeout(Duration::from_secs(5), worker_a).await.expect("a stops promptly").unwrap();
+    let worker_b = tokio::spawn(b.clone().work(world.consumer(&b, Duration::ZERO, &sink_b)));
+    let status = finished(&jobs, &world.alice, &handle_of(&submitted), Duration::from_secs(10)).await;
+    b.shut_down();
+    worker_b.await.unwrap();
+    assert_eq!(status["completedSteps"], 20);
+    let (by_a, by_b) = (logged_steps(&sink_a), logged_steps(&sink_b));
+    assert_eq!(by_a.len() + by_b.len(), 20, "a: {by_a:?}, b: {by_b:?}");
+    assert_eq!(by_b.first().copied(), by_a.last().map(|s| s + 1), "b resumed where a stopped");
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}

@@ -1,0 +1,220 @@
+//! Several instances of the local run sharing one Redis, with jobs on the Redis stream: an
+//! instance killed with SIGKILL mid-job, one stopped with SIGTERM, and Redis itself restarted
+//! mid-run. Every job finishes with exactly its steps, each step stored once (counted from the
+//! instances' own logs), and reads the same from every instance.
+
+use crate::common;
+
+use common::redis::PrivateRedis;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "streams=0123456789abcdef0123456789abcdef";
+
+/// One instance of the local run, its log going to a file the test reads.
+struct Instance {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Instance {
+    fn start(redis: &str, prefix: &str, vars: &[(&str, &str)]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::env::temp_dir().join(format!("stream-instance-{}-{port}.log", std::process::id()));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_local"));
+        for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE", "DATABASE_URL"] {
+            command.env_remove(inherited);
+        }
+        command
+            .env("PORT", port.to_string())
+            .env("REDIS_URL", redis)
+            .env("MCP_REDIS_PREFIX", prefix)
+            .env("MCP_STATE_SECRET", SECRET)
+            .env("MCP_JOB_CAP_ANONYMOUS", "50")
+            .env("MCP_JOB_STEP_MS", "300")
+            .env("MCP_QUEUE_RECLAIM_IDLE_MS", "1000");
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let stderr = std::fs::File::create(&log).unwrap();
+        let mut child = command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("the local run starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening") {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "the instance exited before listening");
+        }
+        Self { child, port, log, _stdout: stdout }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        let server = common::TestServer { addr: ([127, 0, 0, 1], self.port).into() };
+        common::payload(&server.call_tool(tool, arguments).await)
+    }
+
+    /// The `(job, completedSteps)` of every step this instance logged storing.
+    fn steps(&self) -> Vec<(String, u64)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|l| matches!(l["event"].as_str(), Some("job.progress" | "job.finish")))
+            .map(|l| (l["job"].as_str().unwrap().to_owned(), l["completedSteps"].as_u64().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn prefix(test: &str) -> String {
+    common::redis::unique_prefix(test)
+}
+
+/// Submits `count` jobs of `steps` steps on `instance`; their handles.
+async fn submit(instance: &Instance, count: usize, steps: u64) -> Vec<String> {
+    let mut handles = Vec::new();
+    for _ in 0..count {
+        let submitted = instance.call("submit_job", json!({ "steps": steps })).await;
+        handles.push(submitted["jobId"].as_str().unwrap().to_owned());
+    }
+    handles
+}
+
+/// Waits until `instance` has logged at least `steps` stored steps.
+async fn until_working(instance: &Instance, steps: usize) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while instance.steps().len() < steps {
+        assert!(Instant::now() < deadline, "the instance never started working");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Polls every handle on `reader` until each is done, within `limit`; how long that took.
+async fn all_done(reader: &Instance, handles: &[String], steps: u64, limit: Duration) -> Duration {
+    let started = Instant::now();
+    for handle in handles {
+        loop {
+            let status = reader.call("get_job_status", json!({ "jobId": handle })).await;
+            if status["state"] == "done" {
+                assert_eq!(status["completedSteps"], steps, "{status}");
+                break;
+            }
+            assert!(!matches!(status["state"].as_str(), Some("failed" | "cancelled")), "{status}");
+            assert!(started.elapsed() < limit, "not done within {limit:?}: {status}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    started.elapsed()
+}
+
+/// Across every instance's log, no step of any job was stored twice, and each job's last step
+/// was stored. (An instance stopped between storing a step and writing its log line leaves that
+/// line out; the stored record, read by the caller, says all steps ran.)
+fn no_step_twice(instances: &[&Instance], jobs: usize, steps: u64) {
+    let mut by_job: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for instance in instances {
+        for (job, step) in instance.steps() {
+            by_job.entry(job).or_default().push(step);
+        }
+    }
+    assert_eq!(by_job.len(), jobs, "{by_job:?}");
+    for (job, mut logged) in by_job {
+        logged.sort_unstable();
+        let before = logged.len();
+        logged.dedup();
+        assert_eq!(logged.len(), before, "job {job}: a step was stored twice: {logged:?}");
+        assert_eq!(logged.last(), Some(&steps), "job {job}: {logged:?}");
+        assert!(logged.len() as u64 >= steps - 1, "job {job}: {logged:?}");
+    }
+}
+
+fn private_redis(persistent: bool) -> Option<PrivateRedis> {
+    let redis = if persistent { PrivateRedis::start_persistent() } else { PrivateRedis::start() };
+    if redis.is_none() && std::env::var("MCP_TEST_SKIP_REDIS").as_deref() != Ok("1") {
+        panic!("redis-server is required on PATH (these tests start their own)");
+    }
+    redis
+}
+
+/// SIGKILL mid-job: the dead instance's deliveries are reclaimed once idle for the reclaim time
+/// (1 s here) and resumed from the stored record by the others. Bound: the reclaim time, half of
+/// it again for the next reclaim pass, and the remaining steps at 300 ms, plus slack.
+#[tokio::test]
+async fn an_instance_killed_mid_job_loses_nothing_and_runs_no_step_twice() {
+    let Some(redis) = private_redis(false) else { return };
+    let prefix = prefix("killed");
+    let mut a = Instance::start(&redis.url(), &prefix, &[]);
+    let handles = submit(&a, 2, 8).await;
+    until_working(&a, 2).await;
+    let b = Instance::start(&redis.url(), &prefix, &[]);
+    let c = Instance::start(&redis.url(), &prefix, &[]);
+    a.signal("KILL");
+    let _ = a.child.wait();
+    let took = all_done(&b, &handles, 8, Duration::from_secs(1 + 1 + 3 + 5)).await;
+    // Readable from every instance, the killed one restarted included.
+    let a_again = Instance::start(&redis.url(), &prefix, &[]);
+    for handle in &handles {
+        assert_eq!(a_again.call("get_job_status", json!({ "jobId": handle })).await["state"], "done");
+        assert_eq!(c.call("get_job_status", json!({ "jobId": handle })).await["state"], "done");
+    }
+    no_step_twice(&[&a, &b, &c, &a_again], 2, 8);
+    eprintln!("killed mid-job: both jobs done {took:?} after the kill");
+}
+
+/// SIGTERM: the instance stops reading, hands back what it holds and exits; another resumes it
+/// at once. The reclaim time here is a minute, so only the hand-back can move it in time.
+#[tokio::test]
+async fn an_instance_stopped_with_sigterm_hands_its_job_back() {
+    let Some(redis) = private_redis(false) else { return };
+    let prefix = prefix("sigterm");
+    let slow_reclaim = [("MCP_QUEUE_RECLAIM_IDLE_MS", "60000")];
+    let mut a = Instance::start(&redis.url(), &prefix, &slow_reclaim);
+    let handles = submit(&a, 1, 10).await;
+    until_working(&a, 2).await;
+    let b = Instance::start(&redis.url(), &prefix, &slow_reclaim);
+    a.signal("TERM");
+    let stopping = Instant::now();
+    let status = loop {
+        if let Some(status) = a.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM did not stop the instance");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "a graceful exit: {status:?}");
+    all_done(&b, &handles, 10, Duration::from_secs(10)).await;
+    no_step_twice(&[&a, &b], 1, 10);
+}
+
+/// Redis restarted mid-run (persistent, so the stream and the records survive): the instances
+/// reconnect, deliveries that failed meanwhile are retried, and every job finishes exactly once.
+#[tokio::test]
+async fn redis_restarted_mid_run_loses_nothing() {
+    let Some(mut redis) = private_redis(true) else { return };
+    let prefix = prefix("redis-restart");
+    let a = Instance::start(&redis.url(), &prefix, &[]);
+    let b = Instance::start(&redis.url(), &prefix, &[]);
+    let handles = submit(&a, 4, 6).await;
+    until_working(&a, 1).await;
+    redis.stop();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(redis.restart(), "redis-server restarts");
+    all_done(&b, &handles, 6, Duration::from_secs(30)).await;
+    no_step_twice(&[&a, &b], 4, 6);
+}
