@@ -748,5 +748,4 @@ mod tests {
         assert!(refused(&[("MCP_QUEUE", "kafka")]).contains("MCP_QUEUE must be vercel, redis or local"));
         assert!(refused(&[redis, ("MCP_QUEUE_RECLAIM_IDLE_MS", "5")]).contains("MCP_QUEUE_RECLAIM_IDLE_MS"));
     }
-
 }
