@@ -129,6 +129,7 @@ async fn main() {
         step_delay: Duration::ZERO,
         budget: Duration::from_secs(60),
         logger: None,
+        telemetry: vercel_mcp::telemetry::Telemetry::off(),
     });
     let before = trips.now().await;
     let started = Instant::now();

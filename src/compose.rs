@@ -14,6 +14,7 @@ use crate::settings::{ConfigError, QueueChoice, Settings, listen_limit_for};
 use crate::state::{ChangeBus, Clock, LocalBus, NonceStore, Random, RedisBus, SystemRandom};
 use crate::store::{Redis, Shared};
 use crate::tasks::{TaskService, TaskStore};
+use crate::telemetry::Telemetry;
 use crate::transport::{App, Endpoint};
 
 /// This crate's version, reported in `serverInfo`.
@@ -42,6 +43,8 @@ pub struct Parts {
     pub request_state_nonces: Option<Arc<dyn NonceStore>>,
     /// The examples' stores and clients.
     pub examples: Backends,
+    /// Where spans go (off unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
+    pub telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for Parts {
@@ -79,6 +82,13 @@ impl Parts {
         let examples = Backends::new(&settings.examples, &shared).map_err(|mut more| {
             problems.append(&mut more);
         });
+        let telemetry = match &settings.telemetry {
+            Some(telemetry) => Telemetry::new(telemetry).unwrap_or_else(|problem| {
+                problems.push(problem);
+                Telemetry::off()
+            }),
+            None => Telemetry::off(),
+        };
         let (Ok(examples), true) = (examples, problems.is_empty()) else { return Err(ConfigError(problems)) };
         let transport = match (&settings.queue, &shared) {
             (QueueChoice::Vercel(queue), _) => Transport::Vercel(Arc::new(VercelQueue::new(
@@ -105,6 +115,7 @@ impl Parts {
             bus,
             request_state_nonces: settings.request_state_single_use.then(|| crate::state::nonce_store(&shared)),
             examples,
+            telemetry,
             shared,
             settings,
         })
@@ -144,6 +155,7 @@ impl Parts {
             logger: self.logger(),
             platform: settings.platform.clone(),
             request_state_nonces: self.request_state_nonces.clone(),
+            telemetry: self.telemetry.clone(),
         }
     }
 
@@ -255,6 +267,7 @@ pub fn consumer(parts: &Parts) -> jobs::Consumer {
         step_delay: parts.settings.job_step_delay,
         budget: parts.settings.consumer_budget,
         logger: Some(parts.logger()),
+        telemetry: parts.telemetry.clone(),
     }
 }
 

@@ -7,7 +7,8 @@
 //! - [`protocol`]: the wire vocabulary (JSON-RPC, MCP types, errors, `_meta`).
 //! - [`body`], [`state`], [`store`]: response bodies and stream events; sealed envelopes, the
 //!   clock, randomness, nonces and the change bus; the storage vocabulary and the shared Redis.
-//! - [`observe`], [`outbound`]: structured logs; outbound HTTPS.
+//! - [`observe`], [`outbound`], [`telemetry`]: structured logs; outbound HTTPS; OpenTelemetry
+//!   traces over OTLP.
 //! - [`security`]: Origin, bearer tokens, the principal, the platform's identity.
 //! - [`handler`]: the handler contract (`RequestContext`, `Outcome`, `ToolError`).
 //! - [`tasks`]: the tasks extension.
@@ -35,6 +36,7 @@ pub mod settings;
 pub mod state;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 pub mod testing;
 pub mod transport;
 pub mod vercel;

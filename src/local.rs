@@ -96,6 +96,8 @@ impl Routes {
             let worker = tokio::spawn(stream.clone().work(consumer.clone()));
             self.workers.lock().expect("workers lock").push(worker);
         }
+        // Spans are exported once a second (a long-running server has no per-request bound).
+        self.mcp.telemetry().flush_periodically(std::time::Duration::from_secs(1));
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance
@@ -108,6 +110,7 @@ impl Routes {
         for worker in workers {
             let _ = worker.await;
         }
+        self.mcp.telemetry().flush().await;
     }
 
     /// Serves one buffered request.

@@ -197,6 +197,10 @@ pub struct RequestRecord {
     pub arguments: Option<String>,
     /// Set when a panic was contained.
     pub panic_location: Option<String>,
+    /// When the request arrived, by the logger's clock (ms since the epoch): its span starts then.
+    pub started_at_ms: u64,
+    /// The request's span, once it is known which trace it belongs to.
+    pub span: Option<crate::telemetry::SpanHandle>,
 }
 
 impl RequestRecord {
@@ -212,6 +216,8 @@ impl RequestRecord {
             principal: None,
             arguments: None,
             panic_location: None,
+            started_at_ms: logger.clock.now_ms(),
+            span: None,
         }
     }
 

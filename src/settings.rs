@@ -68,6 +68,8 @@ pub struct Settings {
     pub platform: crate::security::PlatformIdentity,
     /// The examples' own settings.
     pub examples: crate::catalogue::ExampleSettings,
+    /// `OTEL_*`: where traces go, or `None` (the default) for none.
+    pub telemetry: Option<crate::telemetry::TelemetrySettings>,
 }
 
 /// Where the shared Redis is. The URL carries the password: never printed.
@@ -379,6 +381,10 @@ impl Settings {
             None if has_redis => QueueChoice::RedisStreams(streams),
             None => QueueChoice::Local,
         };
+        let telemetry = crate::telemetry::settings_from(&non_empty).unwrap_or_else(|mut more| {
+            problems.append(&mut more);
+            None
+        });
         if !problems.is_empty() {
             return Err(ConfigError(problems));
         }
@@ -419,6 +425,7 @@ impl Settings {
             request_state_single_use: single_use,
             platform: crate::security::PlatformIdentity::from_lookup(&non_empty),
             examples,
+            telemetry,
         })
     }
 

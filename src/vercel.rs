@@ -8,25 +8,31 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use std::future::Future;
 use std::sync::Arc;
-use vercel_runtime::{Error, Request, Response, ResponseBody};
+use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
+use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
 /// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
-pub async fn serve<H, F>(max_body: usize, handler: H) -> Result<(), Error>
+/// With tracing on, each request's spans are exported after its response, through the runtime's
+/// `wait_until`: the response does not wait, and the instance is not frozen before they are sent.
+pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, handler: H) -> Result<(), Error>
 where
     H: Fn(http::Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
 {
-    vercel_runtime::run(vercel_runtime::service_fn(move |request: Request| {
-        let handler = handler.clone();
+    vercel_runtime::run(vercel_runtime::service_fn(move |request: Request, state: AppState| {
+        let (handler, telemetry) = (handler.clone(), telemetry.clone());
         async move {
             let (parts, body) = request.into_parts();
             let response = match transport::read_body(body, max_body).await {
                 Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
                 Err(response) => response,
             };
+            if telemetry.is_on() {
+                state.wait_until(async move { telemetry.flush().await });
+            }
             Ok::<Response<ResponseBody>, Error>(
                 response.map(|body| ResponseBody(BoxBody::new(body.map_err(|never| match never {})))),
             )
@@ -44,7 +50,7 @@ pub async fn serve_mcp(parts: &Parts) -> Result<(), Error> {
 pub async fn serve_app(parts: &Parts, app: Arc<App>) -> Result<(), Error> {
     run_jobs_in_process(parts);
     let max_body = app.max_body_bytes();
-    serve(max_body, move |request| {
+    serve(max_body, parts.telemetry.clone(), move |request| {
         let app = app.clone();
         async move { transport::handle(&app, request).await }
     })
@@ -62,7 +68,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
             .collect(),
     );
     let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
-    serve(max_body, move |request| {
+    serve(max_body, parts.telemetry.clone(), move |request| {
         let apps = apps.clone();
         async move {
             let name = request
@@ -89,7 +95,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
 /// `api/queues/process-job.rs`: the queue consumer.
 pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
     let consumer = Arc::new(crate::consumer(parts));
-    serve(64 * 1024, move |request| {
+    serve(64 * 1024, parts.telemetry.clone(), move |request| {
         let consumer = consumer.clone();
         async move { consumer.handle(request).await }
     })
@@ -99,7 +105,7 @@ pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
 /// `api/cron/sweep-jobs.rs`: the cron sweep.
 pub async fn serve_sweep(parts: &Parts) -> Result<(), Error> {
     let sweep = Arc::new(crate::sweep(parts));
-    serve(16 * 1024, move |request| {
+    serve(16 * 1024, parts.telemetry.clone(), move |request| {
         let sweep = sweep.clone();
         async move { sweep.handle(request).await }
     })
@@ -118,7 +124,7 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
             .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app.auth().clone())))
             .collect(),
     );
-    serve(1024, move |request| {
+    serve(1024, parts.telemetry.clone(), move |request| {
         let (mcp, examples) = (mcp.clone(), examples.clone());
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));

@@ -7,7 +7,8 @@ requests/s, p50/p99 latency and server CPU microseconds per request, using wrk o
 (median of 9 each). Writes docs/performance.md's latest-run
 section and appends a history row."""
 
-import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time, urllib.parse, urllib.request
+import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time, urllib.parse, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECONDS = int(os.environ.get("PERF_SECONDS", "5"))
@@ -77,6 +78,17 @@ def request_file(directory, label, method, params, extra=None, name=None):
     with open(path, "w") as f:
         f.write("".join(f"{k}: {v}\n" for k, v in headers.items()) + "\n" + body)
     return path
+
+class OtlpSink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that accepts every export and keeps nothing (the echo+otel workload
+    measures what tracing costs the server, not a backend)."""
+    exports = 0
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        OtlpSink.exports += 1
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
 
 def spawn(binary, port, env):
     full = dict(os.environ); full.update(env); full["PORT"] = str(port); full["VERCEL_DEV_PORT"] = str(port)
@@ -201,6 +213,8 @@ def main():
 
     # The floor is measured before and after the servers; the better of the two counts, so a noisy
     # moment on the machine does not flatter the ratios.
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), OtlpSink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
     first_floor = run_floor()
 
     for edge in ["local", "vercel"]:
@@ -236,6 +250,11 @@ def main():
         wait_ready(port, lambda p: post(p, "tools/list", {"_meta": META}, extra=bearer))
         row["list50+jwt"] = measure(authed, port, [request_file(work, "authlist", "tools/list", {"_meta": META}, extra=bearer)])
         authed.kill(); authed.wait()
+        # echo with tracing on: every request sampled, spans exported over OTLP/HTTP to a sink.
+        port = free_port(); traced = spawn(perf_bin, port, dict(base_env, PERF_EDGE=edge, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_port}"))
+        wait_ready(port, echo_probe)
+        row["echo+otel"] = measure(traced, port, [echo])
+        traced.kill(); traced.wait()
         results[edge] = row
     second_floor = run_floor()
     if use_redis: forget_redis_keys(base_env["MCP_REDIS_PREFIX"])
@@ -268,7 +287,7 @@ def report(results, use_redis):
              "| edge | workload | req/s | × floor | p50 µs | p99 µs | CPU µs/req | × floor CPU |", "|---|---|---|---|---|---|---|---|"]
     for edge in ["local", "vercel"]:
         row = results[edge]
-        for name in ["echo", "list50", "progress10", "mrtr", "submit+poll", "list50+jwt"]:
+        for name in ["echo", "list50", "progress10", "mrtr", "submit+poll", "list50+jwt", "echo+otel"]:
             if name not in row: continue
             w = row[name]
             lines.append(f"| {edge} | {name} | {w['rps']:.0f} | {w['rps']/f['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['cpu_us']:.1f} | {w['cpu_us']/f['cpu_us']:.2f} |")

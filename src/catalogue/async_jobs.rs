@@ -79,7 +79,7 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
 }
 
 async fn submit_job(ctx: RequestContext, jobs: Arc<Jobs>, args: SubmitArgs) -> Result<CallToolResult, ToolError> {
-    reply(jobs.submit(ctx.principal(), args.steps, ctx.platform_token()).await)
+    reply(jobs.submit_traced(ctx.principal(), args.steps, ctx.platform_token(), ctx.span().traceparent()).await)
 }
 
 async fn get_job_status(ctx: RequestContext, jobs: Arc<Jobs>, args: HandleArgs) -> Result<CallToolResult, ToolError> {

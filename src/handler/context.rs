@@ -30,6 +30,7 @@ pub struct RequestContext {
     pub(crate) bus: Arc<dyn ChangeBus>,
     pub(crate) last_progress: Mutex<Option<f64>>,
     pub(crate) platform_token: Option<String>,
+    pub(crate) span: crate::telemetry::SpanHandle,
 }
 
 impl RequestContext {
@@ -48,6 +49,7 @@ impl RequestContext {
             bus,
             last_progress: Mutex::new(None),
             platform_token: None,
+            span: crate::telemetry::SpanHandle::default(),
         }
     }
 
@@ -66,7 +68,14 @@ impl RequestContext {
             bus: self.bus.clone(),
             last_progress: Mutex::new(*self.last_progress.lock().expect("progress lock")),
             platform_token: self.platform_token.clone(),
+            span: self.span.clone(),
         }
+    }
+
+    /// The request's span (a no-op when tracing is off): start child spans from it, or hand its
+    /// `traceparent` to work that continues elsewhere.
+    pub fn span(&self) -> &crate::telemetry::SpanHandle {
+        &self.span
     }
 
     /// The platform's per-request OIDC token (`x-vercel-oidc-token`), for calling platform APIs

@@ -38,6 +38,8 @@ pub struct Consumer {
     pub budget: Duration,
     /// Lifecycle events (run, finish).
     pub logger: Option<crate::observe::Logger>,
+    /// A span per delivery, linked to the request that submitted the job.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// How long past the work budget a confirmed lease stays invisible to other consumers.
@@ -163,7 +165,19 @@ impl Consumer {
     /// Runs a delivered message ([`Consumer::process`]) and logs how the delivery ended. Every
     /// transport (a Vercel Queues push, a Redis Streams read, the in-process queue) comes here.
     pub async fn run(&self, message: &JobMessage) -> Result<Processed, StoreError> {
+        let span = self.telemetry.delivery_span(message.traceparent.as_deref());
+        span.set([
+            opentelemetry::KeyValue::new("messaging.operation.type", "process"),
+            opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
+        ]);
         let outcome = self.process(message).await;
+        match &outcome {
+            Ok(Processed::Finished(state)) => span.set([opentelemetry::KeyValue::new("mcp.job.state", *state)]),
+            Ok(Processed::Skipped(reason)) => span.set([opentelemetry::KeyValue::new("mcp.job.skipped", *reason)]),
+            Ok(Processed::Deferred) => span.set([opentelemetry::KeyValue::new("mcp.job.deferred", true)]),
+            Err(_) => span.fail("store_error"),
+        }
+        span.end();
         if let Some(logger) = &self.logger {
             let (result, state) = match &outcome {
                 Ok(Processed::Finished(state)) => ("finished", *state),

@@ -126,6 +126,18 @@ impl Jobs {
     /// left behind when it fails: the record is created only after validation and removed if the
     /// message cannot be enqueued.
     pub async fn submit(&self, principal: &Principal, steps: i64, oidc_token: Option<&str>) -> Result<Value, String> {
+        self.submit_traced(principal, steps, oidc_token, None).await
+    }
+
+    /// [`Jobs::submit`], carrying the submitting span's `traceparent` in the message so the
+    /// delivery's span links to it.
+    pub async fn submit_traced(
+        &self,
+        principal: &Principal,
+        steps: i64,
+        oidc_token: Option<&str>,
+        traceparent: Option<String>,
+    ) -> Result<Value, String> {
         if !(1..=i64::from(MAX_STEPS)).contains(&steps) {
             return Err(format!("steps must be an integer from 1 to {MAX_STEPS}"));
         }
@@ -159,7 +171,8 @@ impl Jobs {
                 Err(CreateRefused::Exists) => return Err("could not allocate a job id".into()),
             }
         };
-        let message = JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps };
+        let message =
+            JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps, traceparent };
         if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
             let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
             let note = if rolled_back { "" } else { " (the pending record expires on its own)" };

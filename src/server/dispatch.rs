@@ -227,7 +227,23 @@ impl McpServer {
         if as_task {
             return self.call_tool_as_task(tool, ctx, arguments).await;
         }
-        match (tool.handler)(ctx, arguments).await {
+        let span = ctx.span.child(format!("execute_tool {name}"), opentelemetry::trace::SpanKind::Internal);
+        span.set([
+            opentelemetry::KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            opentelemetry::KeyValue::new("gen_ai.tool.name", name.to_owned()),
+        ]);
+        let outcome = (tool.handler)(ctx, arguments).await;
+        match &outcome {
+            Ok(Outcome::Complete(result)) if result.is_error => span.fail("tool_error"),
+            Ok(Outcome::InputRequired(_)) => {
+                span.set([opentelemetry::KeyValue::new("mcp.result_type", "input_required")])
+            }
+            Ok(Outcome::Complete(_)) => {}
+            Err(ToolError::Execution(_)) => span.fail("tool_error"),
+            Err(ToolError::Protocol(_)) => span.fail("protocol_error"),
+        }
+        span.end();
+        match outcome {
             Ok(Outcome::Complete(result)) => {
                 if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
                     let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);

@@ -143,11 +143,12 @@ pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
     principal: Principal,
-    request_id: Arc<str>,
+    observed: super::Observed,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
 ) -> Response<Body> {
+    let request_id = observed.request_id;
     if let Ok(Some(version)) = headers::single(headers, headers::PROTOCOL_VERSION) {
         if method != "initialize" && !LEGACY_VERSIONS.contains(&version) {
             return error_response(
@@ -193,6 +194,7 @@ pub(super) async fn handle(
         return refusal;
     }
     let mut ctx = RequestContext::new(id, Era::Legacy, principal, app.bus.clone());
+    ctx.span = observed.span;
     ctx.client_capabilities = declared;
     ctx.platform_token = super::platform_token(app, headers);
     ctx.progress_token = params

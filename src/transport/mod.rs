@@ -44,6 +44,7 @@ pub struct App {
     pub(crate) platform: crate::security::PlatformIdentity,
     /// Used `requestState` nonces (single use); `None` when `MCP_REQUEST_STATE_SINGLE_USE=off`.
     pub(crate) request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
+    pub(crate) telemetry: crate::telemetry::Telemetry,
 }
 
 /// What one endpoint is served with, apart from its registry: chosen by the composition root.
@@ -70,6 +71,8 @@ pub struct Endpoint {
     /// Used `requestState` nonces (single use); `None` when states may be replayed until they
     /// expire.
     pub request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
+    /// Where request spans go (off unless an OTLP endpoint is configured).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 impl App {
@@ -92,6 +95,7 @@ impl App {
             pending: Default::default(),
             platform: endpoint.platform,
             request_state_nonces: endpoint.request_state_nonces,
+            telemetry: endpoint.telemetry,
         }
     }
 
@@ -114,11 +118,21 @@ impl App {
     pub fn max_body_bytes(&self) -> usize {
         self.max_body_bytes
     }
+
+    /// Where this endpoint's spans go (the edges flush it).
+    pub fn telemetry(&self) -> &crate::telemetry::Telemetry {
+        &self.telemetry
+    }
 }
 
 /// Serves one request to the MCP endpoint, and logs one structured line about it.
 pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
+    let header_traceparent = app
+        .telemetry
+        .is_on()
+        .then(|| request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok()).map(str::to_owned))
+        .flatten();
     record.trace_id = request
         .headers()
         .get(headers::TRACEPARENT)
@@ -147,11 +161,46 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     }
     let outcome = outcome_of(&response);
     let stream = response.body().is_stream();
+    end_span(app, &mut record, header_traceparent.as_deref(), response.status(), outcome);
     if let Ok(id) = HeaderValue::from_str(&record.request_id) {
         response.headers_mut().insert(headers::REQUEST_ID, id);
     }
     record.finish(&app.logger, response.status().as_u16(), outcome, stream);
     response
+}
+
+/// Ends the request's span (starting it now, as of the request's arrival, if the request was
+/// refused before its method was known) with the status and outcome.
+fn end_span(
+    app: &App,
+    record: &mut RequestRecord,
+    header_traceparent: Option<&str>,
+    status: StatusCode,
+    outcome: ResponseOutcome,
+) {
+    if !app.telemetry.is_on() {
+        return;
+    }
+    let span = record
+        .span
+        .take()
+        .unwrap_or_else(|| app.telemetry.request_span("mcp request".into(), header_traceparent, record.started_at_ms));
+    use opentelemetry::KeyValue;
+    span.set([
+        KeyValue::new("http.request.method", "POST"),
+        KeyValue::new("http.response.status_code", i64::from(status.as_u16())),
+        KeyValue::new("mcp.outcome", outcome.label()),
+    ]);
+    if let Some(code) = outcome.code() {
+        span.set([KeyValue::new("rpc.jsonrpc.error_code", i64::from(code))]);
+    }
+    match outcome {
+        ResponseOutcome::Ok => {}
+        ResponseOutcome::ToolError => span.fail("tool_error"),
+        ResponseOutcome::ProtocolError(_) => span.fail("protocol_error"),
+        ResponseOutcome::AuthFailure => span.fail("auth_failure"),
+    }
+    span.end();
 }
 
 /// What a response says, as its builder tagged it; an untagged response (a 202, a plain-text
@@ -197,13 +246,16 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
         }
         Ok(Message::Request { id, method, params }) => {
             describe(app, record, &method, &params);
+            let span = start_span(app, record, &parts.headers, &id, &method, &params);
             let request_id = record.request_id.clone();
             if legacy::is_legacy(&parts.headers, &method, &params) {
                 record.era = Some("legacy");
-                legacy::handle(app, &parts.headers, principal, request_id, id, method, params).await
+                span.set([opentelemetry::KeyValue::new("mcp.protocol.version", crate::protocol::LEGACY_VERSIONS[0])]);
+                legacy::handle(app, &parts.headers, principal, Observed { request_id, span }, id, method, params).await
             } else {
                 record.era = Some("modern");
-                modern::handle(app, &parts.headers, principal, request_id, id, method, params).await
+                span.set([opentelemetry::KeyValue::new("mcp.protocol.version", crate::protocol::PROTOCOL_VERSION)]);
+                modern::handle(app, &parts.headers, principal, Observed { request_id, span }, id, method, params).await
             }
         }
     }
@@ -229,6 +281,57 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<St
             record.trace_id = trace.to_owned();
         }
     }
+}
+
+/// How a request is followed: its id (in the log and the `x-mcp-request-id` header) and its span.
+pub(crate) struct Observed {
+    pub request_id: Arc<str>,
+    pub span: crate::telemetry::SpanHandle,
+}
+
+/// Starts the request's SERVER span, named after the method and its target (`tools/call echo`),
+/// under the caller's trace: the `traceparent` header, else `_meta.traceparent`.
+fn start_span(
+    app: &App,
+    record: &mut RequestRecord,
+    headers: &http::HeaderMap,
+    id: &RequestId,
+    method: &str,
+    params: &Map<String, Value>,
+) -> crate::telemetry::SpanHandle {
+    use opentelemetry::KeyValue;
+    if !app.telemetry.is_on() {
+        return crate::telemetry::SpanHandle::default();
+    }
+    let parent = headers
+        .get(headers::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| params.get("_meta").and_then(|m| m.get("traceparent")).and_then(Value::as_str));
+    let name = match &record.name {
+        Some(target) => format!("{method} {target}"),
+        None => method.to_owned(),
+    };
+    let span = app.telemetry.request_span(
+        crate::protocol::error::truncate_for_message(&name).into_owned(),
+        parent,
+        record.started_at_ms,
+    );
+    span.set([KeyValue::new("mcp.method.name", crate::protocol::error::truncate_for_message(method).into_owned())]);
+    if let Some(target) = &record.name {
+        let key = match method {
+            "tools/call" => "gen_ai.tool.name",
+            "prompts/get" => "gen_ai.prompt.name",
+            _ => "mcp.resource.uri",
+        };
+        span.set([KeyValue::new(key, target.clone())]);
+    }
+    let id = match id.as_value() {
+        Value::String(id) => id.clone(),
+        other => other.to_string(),
+    };
+    span.set([KeyValue::new("jsonrpc.request.id", crate::protocol::error::truncate_for_message(&id).into_owned())]);
+    record.span = Some(span.clone());
+    span
 }
 
 /// The 413 sent for an oversized body (also used by edges that stop reading early).

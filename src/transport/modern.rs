@@ -27,11 +27,12 @@ pub(super) async fn handle(
     app: &Arc<App>,
     headers: &HeaderMap,
     principal: Principal,
-    request_id: Arc<str>,
+    observed: super::Observed,
     id: RequestId,
     method: String,
     params: Map<String, Value>,
 ) -> Response<Body> {
+    let request_id = observed.request_id;
     let envelope = match check(app, headers, &method, &params) {
         Ok(envelope) => envelope,
         Err(error) => return error_response(Some(&id), &error),
@@ -40,6 +41,7 @@ pub(super) async fn handle(
         return refusal;
     }
     let mut ctx = RequestContext::new(id.clone(), Era::Modern, principal, app.bus.clone());
+    ctx.span = observed.span;
     ctx.client_capabilities = envelope.client_capabilities;
     ctx.log_level = envelope.log_level;
     ctx.progress_token = envelope.progress_token;

@@ -50,7 +50,7 @@ impl Env {
         let handle =
             self.jobs.submit(owner, i64::from(steps), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
         let job_id = vercel_mcp::jobs::handle::open(&self.config.settings.sealer, owner.id(), &handle).unwrap();
-        (handle, JobMessage { job_id, owner_id: owner.id().into(), steps })
+        (handle, JobMessage { job_id, owner_id: owner.id().into(), steps, traceparent: None })
     }
 }
 
@@ -146,7 +146,12 @@ async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
     let id = error.rsplit_once("(correlation id ").map(|(_, rest)| rest.trim_end_matches(')')).expect("an id");
     let line = logs.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
     assert_eq!((line["correlationId"].as_str(), line["operation"].as_str()), (Some(id), Some("create")));
-    let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: alice().id().into(), steps: 2 };
+    let message = JobMessage {
+        job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+        owner_id: alice().id().into(),
+        steps: 2,
+        traceparent: None,
+    };
     let processed = common::bounded("a delivery against a silent Redis", env.consumer.process(&message)).await;
     assert!(processed.is_err(), "the consumer reports it, so the queue redelivers");
 }

@@ -390,7 +390,7 @@ async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
     let mut crashing = vercel_mcp::consumer(&config);
     crashing.store = Arc::new(Hooked(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) }));
     let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
-    let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10 };
+    let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10, traceparent: None };
     assert!(crashing.process(&message).await.is_err(), "the first delivery dies after 4 steps");
     assert_eq!(jobs.status(&owner, &handle).await.unwrap()["completedSteps"], 4);
     let healthy = vercel_mcp::consumer(&config);
@@ -432,7 +432,7 @@ async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
     let mut consumer = vercel_mcp::consumer(&config);
     consumer.store = Arc::new(Hooked(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 }));
     let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
-    consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10 }).await.unwrap();
+    consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10, traceparent: None }).await.unwrap();
     let status = jobs.status(&owner, &handle).await.unwrap();
     assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("cancelled"), json!(2)));
     assert_eq!(jobs.result(&owner, &handle).await.unwrap()["result"], Value::Null);
@@ -590,7 +590,7 @@ async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
     for (copies, head_start) in [(2, 0), (3, 0), (2, 3)] {
         let handle = jobs.submit(&owner, i64::from(STEPS), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
         let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
-        let message = JobMessage { job_id, owner_id: owner.id().into(), steps: STEPS };
+        let message = JobMessage { job_id, owner_id: owner.id().into(), steps: STEPS, traceparent: None };
         // A first delivery runs `head_start` steps alone, then dies; the duplicates meet mid-job.
         if head_start > 0 {
             let mut partial = vercel_mcp::consumer(&config);
@@ -697,7 +697,12 @@ async fn deliveries_that_do_not_finish_are_not_acknowledged() {
     let mut consumer = vercel_mcp::consumer(&failing);
     consumer.queue = Arc::new(other.clone());
     other.connect_consumer(Arc::new(consumer));
-    let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "anonymous".into(), steps: 1 };
+    let message = JobMessage {
+        job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+        owner_id: "anonymous".into(),
+        steps: 1,
+        traceparent: None,
+    };
     vercel_mcp::jobs::queue::Publisher::publish(&other, &message, None).await.unwrap();
     assert_eq!(other.deliver_next().await, Some(http::StatusCode::INTERNAL_SERVER_ERROR));
     assert_eq!(other.pending_len(), 1, "still not acknowledged");

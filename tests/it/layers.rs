@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["protocol"],
     &["body", "state", "store"],
-    &["observe", "outbound"],
+    &["observe", "outbound", "telemetry"],
     &["security"],
     &["handler"],
     &["tasks"],

@@ -30,4 +30,5 @@ mod sandbox_isolation;
 mod secure_tools;
 mod stream_instances;
 mod tasks;
+mod telemetry;
 mod vercel_config;

@@ -160,6 +160,7 @@ fn queue_messages_parse_only_as_valid_jobs() {
             job_id: handle::new_job_id(&g.0),
             owner_id: format!("u{}", g.text(20)),
             steps: 1 + g.below(20) as u32,
+            traceparent: None,
         };
         let body = serde_json::to_vec(&message).unwrap();
         assert_eq!(JobMessage::parse(&body).as_ref(), Some(&message));

@@ -55,6 +55,7 @@ impl World {
             step_delay: step,
             budget: Duration::from_secs(60),
             logger: Some(Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(3)))),
+            telemetry: vercel_mcp::telemetry::Telemetry::off(),
         })
     }
 

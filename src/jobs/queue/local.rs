@@ -314,7 +314,15 @@ mod tests {
             })
         }));
         queue
-            .publish(&JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "o".into(), steps: 1 }, None)
+            .publish(
+                &JobMessage {
+                    job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+                    owner_id: "o".into(),
+                    steps: 1,
+                    traceparent: None,
+                },
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
@@ -332,7 +340,8 @@ mod tests {
     #[tokio::test]
     async fn a_full_queue_refuses_and_keeps_what_it_holds() {
         let queue = LocalQueue::new().with_max_pending(2);
-        let message = |n: u32| JobMessage { job_id: format!("job-{n}"), owner_id: "o".into(), steps: 1 };
+        let message =
+            |n: u32| JobMessage { job_id: format!("job-{n}"), owner_id: "o".into(), steps: 1, traceparent: None };
         queue.publish(&message(1), None).await.unwrap();
         queue.publish(&message(2), None).await.unwrap();
         let refusal = queue.publish(&message(3), None).await.unwrap_err();
@@ -364,7 +373,7 @@ mod tests {
         }));
         let id = "AAAAAAAAAAAAAAAAAAAAAA";
         for steps in [1, 2] {
-            let message = JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps };
+            let message = JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps, traceparent: None };
             queue.publish(&message, None).await.unwrap();
         }
         assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
@@ -397,7 +406,12 @@ mod tests {
         }));
         queue.spawn_worker();
         for steps in [1, 2] {
-            let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps };
+            let message = JobMessage {
+                job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+                owner_id: "sub:a".into(),
+                steps,
+                traceparent: None,
+            };
             queue.publish(&message, None).await.unwrap();
         }
         assert_eq!(started.recv().await, Some(1));
@@ -440,7 +454,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_worker_retries_a_failure_after_the_pause_and_deferred_work_at_once() {
-        let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps: 1 };
+        let message = JobMessage {
+            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            owner_id: "sub:a".into(),
+            steps: 1,
+            traceparent: None,
+        };
         // A store outage (500) waits out the pause before the message is offered again.
         let queue = LocalQueue::new();
         let mut calls = scripted_consumer(&queue, vec![StatusCode::INTERNAL_SERVER_ERROR, StatusCode::OK]);
@@ -476,7 +495,12 @@ mod tests {
                 Response::new(Body::empty())
             })
         }));
-        let message = JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps: 1 };
+        let message = JobMessage {
+            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            owner_id: "sub:a".into(),
+            steps: 1,
+            traceparent: None,
+        };
         queue.publish(&message, None).await.unwrap();
         assert_eq!(queue.deliver_next().await, Some(StatusCode::INTERNAL_SERVER_ERROR));
         assert_eq!(queue.pending_len(), 1, "the message is still there");

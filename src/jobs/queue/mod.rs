@@ -57,6 +57,10 @@ pub struct JobMessage {
     pub owner_id: String,
     /// Steps to run.
     pub steps: u32,
+    /// The W3C `traceparent` of the span that submitted the job, when tracing is on: the
+    /// delivery's span links to it. A malformed one is dropped, never trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl JobMessage {
@@ -71,7 +75,17 @@ impl JobMessage {
             && !owner_id.is_empty()
             && owner_id.len() <= 512
             && (1..=u64::from(MAX_STEPS)).contains(&steps);
-        valid.then(|| Self { job_id: job_id.to_owned(), owner_id: owner_id.to_owned(), steps: steps as u32 })
+        let traceparent = object
+            .get("traceparent")
+            .and_then(|t| t.as_str())
+            .filter(|t| crate::observe::trace_id_from(t).is_some())
+            .map(str::to_owned);
+        valid.then(|| Self {
+            job_id: job_id.to_owned(),
+            owner_id: owner_id.to_owned(),
+            steps: steps as u32,
+            traceparent,
+        })
     }
 }
 
@@ -132,7 +146,7 @@ mod tests {
         let id = "AAAAAAAAAAAAAAAAAAAAAA";
         assert_eq!(
             JobMessage::parse(format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"extra":1}}"#).as_bytes()),
-            Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3 })
+            Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3, traceparent: None })
         );
         for bad in [
             "null".to_owned(),

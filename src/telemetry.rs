@@ -1,0 +1,413 @@
+//! OpenTelemetry traces, exported over OTLP/HTTP (protobuf) with the official crates: a SERVER
+//! span per MCP request, a child span per tool call, and a span per job delivery linked to the
+//! request that submitted the job.
+//!
+//! Off unless an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; `OTEL_SDK_DISABLED=true` turns it off again). Off, a
+//! [`Telemetry`] is an empty handle and every span operation is a branch on `None`.
+//!
+//! Finished spans wait in a bounded in-memory queue; [`Telemetry::flush`] exports them as one
+//! batch. On Vercel the edge flushes after each response through the runtime's `wait_until`, so
+//! the response never waits and the instance is not frozen before the batch is sent; the local
+//! run flushes every second. Export uses the crate's own outbound client (rustls with ring), so
+//! no second HTTP stack is linked.
+//!
+//! Privacy: attributes carry the method, the tool or resource name, the JSON-RPC id and error
+//! code, the outcome and the protocol version; never arguments, tokens, handles or
+//! `requestState`.
+
+use opentelemetry::trace::{
+    Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Finished spans held at most between two flushes; past it, spans are dropped and counted.
+const MAX_QUEUED_SPANS: usize = 4096;
+
+/// What `OTEL_*` configure.
+#[derive(Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// Where traces go: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// followed by `/v1/traces`.
+    pub traces_endpoint: String,
+    /// `OTEL_EXPORTER_OTLP_HEADERS` (`key=value,…`, values percent-decoded): often a credential.
+    pub headers: Vec<(String, String)>,
+    /// `OTEL_SERVICE_NAME` (`vercel-mcp` by default).
+    pub service_name: String,
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: SamplerChoice,
+}
+
+impl std::fmt::Debug for TelemetrySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Header values are credentials; their names are not.
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("TelemetrySettings")
+            .field("traces_endpoint", &self.traces_endpoint)
+            .field("headers", &names)
+            .field("service_name", &self.service_name)
+            .field("sampler", &self.sampler)
+            .finish()
+    }
+}
+
+/// The samplers of the OpenTelemetry environment specification.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SamplerChoice {
+    /// `always_on`.
+    AlwaysOn,
+    /// `always_off`.
+    AlwaysOff,
+    /// `traceidratio` with its ratio.
+    Ratio(f64),
+    /// `parentbased_always_on` (the default): follow the caller's decision, else sample.
+    ParentBasedAlwaysOn,
+    /// `parentbased_always_off`.
+    ParentBasedAlwaysOff,
+    /// `parentbased_traceidratio` with its ratio.
+    ParentBasedRatio(f64),
+}
+
+impl SamplerChoice {
+    fn sampler(self) -> Sampler {
+        match self {
+            Self::AlwaysOn => Sampler::AlwaysOn,
+            Self::AlwaysOff => Sampler::AlwaysOff,
+            Self::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
+            Self::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+            Self::ParentBasedAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+            Self::ParentBasedRatio(ratio) => Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio))),
+        }
+    }
+}
+
+/// Reads the `OTEL_*` variables through `var`: `Ok(None)` when tracing is off.
+pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<TelemetrySettings>, Vec<String>> {
+    let mut problems = Vec::new();
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    let endpoint = match (var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        (Some(traces), _) => traces.trim().to_owned(),
+        (None, Some(base)) => format!("{}/v1/traces", base.trim().trim_end_matches('/')),
+        (None, None) => return Ok(None),
+    };
+    if !url::Url::parse(&endpoint).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+        problems.push("OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL".to_owned());
+    }
+    let mut headers = Vec::new();
+    for pair in var("OTEL_EXPORTER_OTLP_HEADERS").unwrap_or_default().split(',').filter(|p| !p.trim().is_empty()) {
+        let decoded = pair
+            .split_once('=')
+            .map(|(name, value)| (name.trim().to_owned(), percent_decode(value.trim())))
+            .filter(|(name, value)| {
+                http::HeaderName::from_bytes(name.as_bytes()).is_ok() && http::HeaderValue::from_str(value).is_ok()
+            });
+        match decoded {
+            Some(header) => headers.push(header),
+            // Never the value: it is usually a credential.
+            None => problems.push("OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs separated by commas".into()),
+        }
+    }
+    let ratio = || -> Result<f64, String> {
+        match var("OTEL_TRACES_SAMPLER_ARG") {
+            None => Ok(1.0),
+            Some(raw) => match raw.trim().parse::<f64>() {
+                Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+                _ => Err("OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1".to_owned()),
+            },
+        }
+    };
+    let sampler = match var("OTEL_TRACES_SAMPLER").as_deref().map(str::trim) {
+        None | Some("parentbased_always_on") => Ok(SamplerChoice::ParentBasedAlwaysOn),
+        Some("always_on") => Ok(SamplerChoice::AlwaysOn),
+        Some("always_off") => Ok(SamplerChoice::AlwaysOff),
+        Some("parentbased_always_off") => Ok(SamplerChoice::ParentBasedAlwaysOff),
+        Some("traceidratio") => ratio().map(SamplerChoice::Ratio),
+        Some("parentbased_traceidratio") => ratio().map(SamplerChoice::ParentBasedRatio),
+        Some(_) => Err("OTEL_TRACES_SAMPLER must be always_on, always_off, traceidratio, parentbased_always_on, \
+                        parentbased_always_off or parentbased_traceidratio"
+            .to_owned()),
+    };
+    let sampler = sampler.unwrap_or_else(|problem| {
+        problems.push(problem);
+        SamplerChoice::ParentBasedAlwaysOn
+    });
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let service_name = var("OTEL_SERVICE_NAME").filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "vercel-mcp".into());
+    Ok(Some(TelemetrySettings { traces_endpoint: endpoint, headers, service_name, sampler }))
+}
+
+fn percent_decode(value: &str) -> String {
+    url::form_urlencoded::parse(format!("v={}", value.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// The process's tracer, or nothing when tracing is off. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Telemetry(Option<Arc<Inner>>);
+
+struct Inner {
+    tracer: SdkTracer,
+    // Kept so the tracer stays connected to its processor.
+    _provider: SdkTracerProvider,
+    queue: Arc<SpanQueue>,
+    exporter: tokio::sync::Mutex<opentelemetry_otlp::SpanExporter>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").field("on", &self.is_on()).finish()
+    }
+}
+
+impl Telemetry {
+    /// Tracing off: every span is a no-op.
+    pub fn off() -> Self {
+        Self(None)
+    }
+
+    /// A tracer exporting to `settings.traces_endpoint`. Connects nothing until the first flush.
+    pub fn new(settings: &TelemetrySettings) -> Result<Self, String> {
+        use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+        let headers = settings.headers.iter().cloned().collect();
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(OutboundClient)
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(settings.traces_endpoint.clone())
+            .with_headers(headers)
+            .build()
+            .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?;
+        let resource = Resource::builder().with_service_name(settings.service_name.clone()).build();
+        exporter.set_resource(&resource);
+        let queue = Arc::new(SpanQueue::default());
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(QueueProcessor(queue.clone()))
+            .with_sampler(settings.sampler.sampler())
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("vercel-mcp");
+        Ok(Self(Some(Arc::new(Inner {
+            tracer,
+            _provider: provider,
+            queue,
+            exporter: tokio::sync::Mutex::new(exporter),
+        }))))
+    }
+
+    /// Whether spans are recorded.
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Starts the SERVER span of one request named `name`, as of `started_at_ms`, a child of the
+    /// caller's `traceparent` if it sent a valid one.
+    pub fn request_span(&self, name: String, traceparent: Option<&str>, started_at_ms: u64) -> SpanHandle {
+        let Some(inner) = &self.0 else { return SpanHandle::default() };
+        let parent = traceparent
+            .and_then(parse_traceparent)
+            .map_or_else(Context::new, |remote| Context::new().with_remote_span_context(remote));
+        let start = std::time::UNIX_EPOCH + Duration::from_millis(started_at_ms);
+        let span = inner
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Server)
+            .with_start_time(start)
+            .start_with_context(&inner.tracer, &parent);
+        SpanHandle(Some(Traced { cx: parent.with_span(span), telemetry: self.clone() }))
+    }
+
+    /// Starts a span of `kind` under `parent` (a request's span), or a root span linked to
+    /// `link` (a job delivery, linked to the request that submitted it).
+    fn start(&self, name: String, kind: SpanKind, parent: Option<&Context>, link: Option<SpanContext>) -> SpanHandle {
+        let Some(inner) = &self.0 else { return SpanHandle::default() };
+        let mut builder = inner.tracer.span_builder(name).with_kind(kind);
+        if let Some(link) = link {
+            builder = builder.with_links(vec![Link::with_context(link)]);
+        }
+        let root = Context::new();
+        let parent = parent.unwrap_or(&root);
+        let span = builder.start_with_context(&inner.tracer, parent);
+        SpanHandle(Some(Traced { cx: parent.with_span(span), telemetry: self.clone() }))
+    }
+
+    /// A CONSUMER span for one delivery of a job, linked to the span that submitted it (from
+    /// the message's `traceparent`), in the same trace when there is one.
+    pub fn delivery_span(&self, submitted_by: Option<&str>) -> SpanHandle {
+        let link = submitted_by.and_then(parse_traceparent);
+        let parent = link.clone().map(|remote| Context::new().with_remote_span_context(remote));
+        self.start("process jobs".into(), SpanKind::Consumer, parent.as_ref(), link)
+    }
+
+    /// Exports every finished span as one batch. Export failures are dropped (the next flush
+    /// does not retry them): tracing never holds up or fails a request.
+    pub async fn flush(&self) {
+        let Some(inner) = &self.0 else { return };
+        let batch = std::mem::take(&mut *inner.queue.spans.lock().expect("span queue"));
+        if batch.is_empty() {
+            return;
+        }
+        let exporter = inner.exporter.lock().await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), exporter.export(batch)).await;
+    }
+
+    /// Flushes every `every` for the life of the process (a long-running server).
+    pub fn flush_periodically(&self, every: Duration) {
+        if !self.is_on() {
+            return;
+        }
+        let telemetry = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                telemetry.flush().await;
+            }
+        });
+    }
+
+    /// Spans dropped because the queue was full between two flushes.
+    pub fn dropped_spans(&self) -> u64 {
+        self.0.as_ref().map_or(0, |inner| *inner.queue.dropped.lock().expect("span queue"))
+    }
+}
+
+/// A span being recorded, or nothing (tracing off, or not sampled in).
+#[derive(Clone, Default)]
+pub struct SpanHandle(Option<Traced>);
+
+#[derive(Clone)]
+struct Traced {
+    cx: Context,
+    telemetry: Telemetry,
+}
+
+impl std::fmt::Debug for SpanHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpanHandle").field("recording", &self.0.is_some()).finish()
+    }
+}
+
+impl SpanHandle {
+    /// Adds attributes.
+    pub fn set(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        if let Some(traced) = &self.0 {
+            traced.cx.span().set_attributes(attributes);
+        }
+    }
+
+    /// Marks the span failed, with `error.type`.
+    pub fn fail(&self, error_type: &'static str) {
+        if let Some(traced) = &self.0 {
+            traced.cx.span().set_attribute(KeyValue::new("error.type", error_type));
+            traced.cx.span().set_status(Status::error(error_type));
+        }
+    }
+
+    /// A child span of this one.
+    pub fn child(&self, name: String, kind: SpanKind) -> SpanHandle {
+        match &self.0 {
+            Some(traced) => traced.telemetry.start(name, kind, Some(&traced.cx), None),
+            None => SpanHandle::default(),
+        }
+    }
+
+    /// This span as a W3C `traceparent`, for whatever continues its work elsewhere.
+    pub fn traceparent(&self) -> Option<String> {
+        let traced = self.0.as_ref()?;
+        let span = traced.cx.span();
+        let context = span.span_context();
+        context
+            .is_valid()
+            .then(|| format!("00-{}-{}-{:02x}", context.trace_id(), context.span_id(), context.trace_flags().to_u8()))
+    }
+
+    /// Ends the span.
+    pub fn end(&self) {
+        if let Some(traced) = &self.0 {
+            traced.cx.span().end();
+        }
+    }
+}
+
+/// A valid W3C `traceparent`'s span context (version 00; anything malformed is no parent).
+fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
+    let trace = crate::observe::trace_id_from(traceparent)?;
+    let mut parts = traceparent.split('-');
+    let span = parts.nth(2)?;
+    let flags = u8::from_str_radix(parts.next()?, 16).ok()?;
+    let span_id = opentelemetry::trace::SpanId::from_hex(span).ok()?;
+    let context = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        span_id,
+        TraceFlags::new(flags & 1),
+        true,
+        TraceState::default(),
+    );
+    context.is_valid().then_some(context)
+}
+
+/// Finished spans between flushes.
+#[derive(Debug, Default)]
+struct SpanQueue {
+    spans: Mutex<Vec<SpanData>>,
+    dropped: Mutex<u64>,
+}
+
+/// The span processor: queues each finished span for [`Telemetry::flush`]. (The SDK's batch
+/// processor exports from a thread of its own, which neither a frozen serverless instance nor a
+/// tokio-based HTTP client suits.)
+#[derive(Debug)]
+struct QueueProcessor(Arc<SpanQueue>);
+
+impl SpanProcessor for QueueProcessor {
+    fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        let mut spans = self.0.spans.lock().expect("span queue");
+        if spans.len() < MAX_QUEUED_SPANS {
+            spans.push(span);
+        } else {
+            *self.0.dropped.lock().expect("span queue") += 1;
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// The OTLP exporter's HTTP client: the crate's one outbound client.
+#[derive(Debug)]
+struct OutboundClient;
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OutboundClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let (parts, body) = request.into_parts();
+        let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
+        let response = crate::outbound::send(request, Duration::from_secs(10)).await?;
+        let mut answer = http::Response::new(response.body);
+        *answer.status_mut() = response.status;
+        *answer.headers_mut() = response.headers;
+        Ok(answer)
+    }
+}

@@ -1,0 +1,278 @@
+//! OpenTelemetry traces, as a tracing backend receives them: a loopback OTLP/HTTP receiver
+//! decodes every export (protobuf) and the tests assert the span tree of a tool call, a failing
+//! tool call, an MRTR round trip, a caller's `traceparent`, and a job whose delivery (by a
+//! consumer with a tracer of its own, as another process has) links to the request that
+//! submitted it; and that no argument value or token reaches any attribute.
+
+use crate::common;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use vercel_mcp::Parts;
+use vercel_mcp::client::{ClientError, ClientOptions};
+use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef, ToolError};
+use vercel_mcp::state::SystemClock;
+
+const HS256: &str = "telemetry-test-secret-0123456789abcdef";
+const ISSUER: &str = "https://issuer.telemetry.test";
+const CANARY_ARGUMENT: &str = "canary-argument-5b1e";
+
+/// Every span the receiver was sent, and the `service.name` each batch named.
+#[derive(Default)]
+struct Received {
+    spans: Vec<Span>,
+    services: Vec<String>,
+}
+
+async fn receiver() -> (String, Arc<Mutex<Received>>) {
+    let received = Arc::new(Mutex::new(Received::default()));
+    let shared = received.clone();
+    let addr = common::upstream::serve(move |request| {
+        let received = shared.clone();
+        async move {
+            assert_eq!(request.path(), "/v1/traces");
+            assert_eq!(request.header("content-type").as_deref(), Some("application/x-protobuf"));
+            let export = ExportTraceServiceRequest::decode(request.body).expect("an OTLP protobuf export");
+            let mut received = received.lock().unwrap();
+            for resource in export.resource_spans {
+                let service = resource
+                    .resource
+                    .iter()
+                    .flat_map(|r| &r.attributes)
+                    .find(|a| a.key == "service.name")
+                    .and_then(|a| text(a.value.as_ref()?.value.as_ref()?))
+                    .unwrap_or_default();
+                received.services.push(service);
+                received.spans.extend(resource.scope_spans.into_iter().flat_map(|s| s.spans));
+            }
+            (200, Bytes::new())
+        }
+    })
+    .await;
+    (format!("http://{addr}"), received)
+}
+
+fn text(value: &Any) -> Option<String> {
+    match value {
+        Any::StringValue(s) => Some(s.clone()),
+        Any::IntValue(n) => Some(n.to_string()),
+        Any::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn attributes(span: &Span) -> HashMap<String, String> {
+    span.attributes.iter().filter_map(|a| Some((a.key.clone(), text(a.value.as_ref()?.value.as_ref()?)?))).collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parts with tracing on (sampling everything) and authentication required.
+fn traced_parts(endpoint: &str, service: &str) -> Parts {
+    let vars: HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+        ("OTEL_SERVICE_NAME", service.to_owned()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
+        ("MCP_AUTH_MODE", "required".to_owned()),
+        ("MCP_AUTH_HS256_SECRET", HS256.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap()
+}
+
+fn token(parts: &Parts, scopes: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = json!({"iss": ISSUER, "aud": parts.settings.auth.config().resource.url(), "sub": "ada",
+                        "scope": scopes, "iat": now, "exp": now + 600});
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(HS256.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn server() -> McpServer {
+    let mut server = McpServer::new("traced", "1");
+    server.tool(ToolDef::new("echo").description("Echo."), |_, args: Echo| async move { args.message });
+    server.tool(ToolDef::new("fail").description("Fails."), |_, _: NoArguments| async {
+        Err::<String, _>(ToolError::Execution("no".into()))
+    });
+    server.tool(ToolDef::new("confirm").description("Asks first."), |ctx, _: NoArguments| async move {
+        if ctx.input_response("ok").is_some() {
+            return Outcome::Complete(CallToolResult::text("confirmed"));
+        }
+        let ask = InputRequest::ElicitForm { message: "Sure?".into(), requested_schema: json!({"type": "object"}) };
+        Outcome::InputRequired(InputRequired::new().request("ok", ask))
+    });
+    server
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Echo {
+    /// The text.
+    message: String,
+}
+
+#[tokio::test]
+async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens() {
+    let (endpoint, received) = receiver().await;
+    let parts = traced_parts(&endpoint, "traced-test");
+    let bearer = token(&parts, "");
+    let accept = |_| async { Ok(json!({"action": "accept", "content": {}})) };
+    let options = ClientOptions::default()
+        .header("Authorization", &format!("Bearer {bearer}"))
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .handler("elicitation/create", accept);
+    let client = vercel_mcp::testing::client_with(server(), &parts, options).await;
+    assert_eq!(
+        client.call_tool("echo", json!({"message": CANARY_ARGUMENT})).await.unwrap().joined_text(),
+        CANARY_ARGUMENT
+    );
+    assert!(client.call_tool("fail", json!({})).await.unwrap().is_error);
+    assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
+    assert!(matches!(client.call_tool("nope", json!({})).await, Err(ClientError::Rpc { code: -32602, .. })));
+    parts.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    assert!(received.services.iter().all(|s| s == "traced-test"), "{:?}", received.services);
+    let spans = &received.spans;
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    // Every request continues the caller's trace, as a child of its span.
+    for span in spans.iter().filter(|s| s.kind == 2) {
+        assert_eq!(hex(&span.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736", "{}", span.name);
+        assert_eq!(hex(&span.parent_span_id), "00f067aa0ba902b7", "{}", span.name);
+    }
+    let echo = named("tools/call echo");
+    assert_eq!(echo.len(), 1);
+    let attrs = attributes(echo[0]);
+    assert_eq!(attrs["mcp.method.name"], "tools/call");
+    assert_eq!(attrs["gen_ai.tool.name"], "echo");
+    assert_eq!(attrs["mcp.protocol.version"], "2026-07-28");
+    assert_eq!(attrs["mcp.outcome"], "ok");
+    assert_eq!(attrs["http.response.status_code"], "200");
+    assert!(attrs.contains_key("jsonrpc.request.id"));
+    let tool = named("execute_tool echo");
+    assert_eq!(tool.len(), 1);
+    assert_eq!((tool[0].kind, &tool[0].parent_span_id, &tool[0].trace_id), (1, &echo[0].span_id, &echo[0].trace_id));
+
+    let failed = named("tools/call fail");
+    assert_eq!(attributes(failed[0])["error.type"], "tool_error");
+    assert_eq!(failed[0].status.as_ref().map(|s| s.code), Some(2), "status ERROR");
+    assert_eq!(attributes(named("execute_tool fail")[0])["error.type"], "tool_error");
+
+    // The MRTR round trip: two requests, the first one asking.
+    let rounds = named("tools/call confirm");
+    assert_eq!(rounds.len(), 2);
+    let asks = named("execute_tool confirm");
+    assert_eq!(
+        asks.iter()
+            .filter(|s| attributes(s).get("mcp.result_type").map(String::as_str) == Some("input_required"))
+            .count(),
+        1
+    );
+
+    let unknown = named("tools/call nope");
+    assert_eq!(attributes(unknown[0])["rpc.jsonrpc.error_code"], "-32602");
+    assert_eq!(attributes(unknown[0])["error.type"], "protocol_error");
+
+    for span in spans {
+        for (key, value) in attributes(span) {
+            assert!(!value.contains(CANARY_ARGUMENT), "{}: {key} carries an argument", span.name);
+            assert!(
+                !value.contains(&bearer) && !value.contains("secret value"),
+                "{}: {key} carries a secret",
+                span.name
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_request_is_a_span_too() {
+    let (endpoint, received) = receiver().await;
+    let parts = traced_parts(&endpoint, "refusals");
+    let app = Arc::new(vercel_mcp::App::new(server(), parts.endpoint()));
+    let request = http::Request::post("/api/mcp")
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer not-a-token")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    assert_eq!(vercel_mcp::transport::handle(&app, request).await.status(), 401);
+    parts.telemetry.flush().await;
+    let received = received.lock().unwrap();
+    assert_eq!(received.spans.len(), 1);
+    let attrs = attributes(&received.spans[0]);
+    assert_eq!((attrs["error.type"].as_str(), attrs["http.response.status_code"].as_str()), ("auth_failure", "401"));
+}
+
+/// A job submitted by one process's request and run by another process's consumer: one trace,
+/// the delivery's span linked to the submitting request's span. (Two tracers, as two processes
+/// have; the message is the only thing that crosses.)
+#[tokio::test]
+async fn a_job_run_elsewhere_continues_the_trace_of_the_request_that_submitted_it() {
+    let (endpoint, received) = receiver().await;
+    let submitter = traced_parts(&endpoint, "mcp");
+    let worker = traced_parts(&endpoint, "process-job");
+    let mut server = McpServer::new("jobs", "1");
+    vercel_mcp::catalogue::async_jobs::register(&mut server, submitter.job_service());
+    let bearer = token(&submitter, "mcp:read mcp:write");
+    let options = ClientOptions::default().header("Authorization", &format!("Bearer {bearer}"));
+    let client = vercel_mcp::testing::client_with(server, &submitter, options).await;
+    client.call_tool("submit_job", json!({"steps": 2})).await.unwrap();
+    // The other process's consumer, reading the same queue and store.
+    let mut consumer = vercel_mcp::consumer(&worker);
+    consumer.store = submitter.jobs.store.clone();
+    consumer.queue = submitter.jobs.queue_api.clone();
+    let queue = submitter.jobs.local_queue.clone().unwrap();
+    queue.connect_consumer(Arc::new(consumer));
+    queue.drain().await;
+    submitter.telemetry.flush().await;
+    worker.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    let submit = received.spans.iter().find(|s| s.name == "tools/call submit_job").expect("the request's span");
+    let delivery = received.spans.iter().find(|s| s.name == "process jobs").expect("the delivery's span");
+    assert_eq!(delivery.kind, 5, "CONSUMER");
+    assert_eq!(delivery.trace_id, submit.trace_id, "one trace");
+    assert_eq!(delivery.links.len(), 1);
+    assert_eq!((&delivery.links[0].trace_id, &delivery.links[0].span_id), (&submit.trace_id, &submit.span_id));
+    assert_eq!(attributes(delivery)["mcp.job.state"], "done");
+    assert!(received.services.contains(&"mcp".to_owned()) && received.services.contains(&"process-job".to_owned()));
+}
+
+#[tokio::test]
+async fn off_by_default_and_the_settings_are_checked() {
+    let off = Parts::for_tests(Arc::new(SystemClock));
+    assert!(!off.telemetry.is_on(), "no endpoint, no tracing");
+    let load = |vars: &[(&str, &str)]| {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock))
+    };
+    let disabled = load(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("OTEL_SDK_DISABLED", "true")]);
+    assert!(!disabled.unwrap().telemetry.is_on());
+    let refused = load(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "broken-pair-with-secret-value"),
+        ("OTEL_TRACES_SAMPLER", "sometimes"),
+    ])
+    .unwrap_err()
+    .to_string();
+    for problem in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_TRACES_SAMPLER"] {
+        assert!(refused.contains(problem), "{refused}");
+    }
+    assert!(!refused.contains("secret-value"), "a header value is never echoed: {refused}");
+}
