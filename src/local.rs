@@ -97,7 +97,7 @@ impl Routes {
             self.workers.lock().expect("workers lock").push(worker);
         }
         // Spans are exported once a second (a long-running server has no per-request bound).
-        self.mcp.telemetry().flush_periodically(std::time::Duration::from_secs(1));
+        self.mcp.telemetry().flush_periodically(crate::telemetry::FLUSH_EVERY);
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance

@@ -7,9 +7,10 @@
 //! [`Telemetry`] is an empty handle and every span operation is a branch on `None`.
 //!
 //! Finished spans wait in a bounded in-memory queue; [`Telemetry::flush`] exports them as one
-//! batch. On Vercel the edge flushes after each response through the runtime's `wait_until`, so
-//! the response never waits and the instance is not frozen before the batch is sent; the local
-//! run flushes every second. Export uses the crate's own outbound client (rustls with ring), so
+//! batch. On Vercel the edge registers a flush after a response through the runtime's
+//! `wait_until` (one at a time, a second later: [`Telemetry::flush_soon`]), so the response never
+//! waits, the instance is not frozen before the batch is sent, and a busy instance exports once a
+//! second; the local run flushes every second. Export uses the crate's own outbound client (rustls with ring), so
 //! no second HTTP stack is linked.
 //!
 //! Privacy: attributes carry the method, the tool or resource name, the JSON-RPC id and error
@@ -29,6 +30,9 @@ use std::time::Duration;
 
 /// Finished spans held at most between two flushes; past it, spans are dropped and counted.
 const MAX_QUEUED_SPANS: usize = 4096;
+
+/// How long spans may wait for their export (at most one export in this time).
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// What `OTEL_*` configure.
 #[derive(Clone, PartialEq)]
@@ -158,6 +162,8 @@ fn percent_decode(value: &str) -> String {
 pub struct Telemetry(Option<Arc<Inner>>);
 
 struct Inner {
+    /// A coalesced flush is waiting to run ([`Telemetry::flush_soon`]).
+    flush_pending: std::sync::atomic::AtomicBool,
     tracer: SdkTracer,
     // Kept so the tracer stays connected to its processor.
     _provider: SdkTracerProvider,
@@ -199,6 +205,7 @@ impl Telemetry {
             .build();
         let tracer = provider.tracer("vercel-mcp");
         Ok(Self(Some(Arc::new(Inner {
+            flush_pending: std::sync::atomic::AtomicBool::new(false),
             tracer,
             _provider: provider,
             queue,
@@ -260,6 +267,26 @@ impl Telemetry {
         }
         let exporter = inner.exporter.lock().await;
         let _ = tokio::time::timeout(Duration::from_secs(10), exporter.export(batch)).await;
+    }
+
+    /// A flush to run after a response (on Vercel, through `wait_until`), unless one is already
+    /// waiting: it runs [`FLUSH_EVERY`] after it was asked for, exporting everything finished by
+    /// then. Under load that is one export a second whatever the request rate; a lone request's
+    /// spans still leave within a second of its response.
+    pub fn flush_soon(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        use std::sync::atomic::Ordering;
+        let inner = self.0.as_ref()?;
+        if inner.flush_pending.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let telemetry = self.clone();
+        Some(async move {
+            tokio::time::sleep(FLUSH_EVERY).await;
+            if let Some(inner) = &telemetry.0 {
+                inner.flush_pending.store(false, Ordering::Release);
+            }
+            telemetry.flush().await;
+        })
     }
 
     /// Flushes every `every` for the life of the process (a long-running server).

@@ -15,8 +15,9 @@ use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
 /// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
-/// With tracing on, each request's spans are exported after its response, through the runtime's
-/// `wait_until`: the response does not wait, and the instance is not frozen before they are sent.
+/// With tracing on, spans are exported after the response, through the runtime's `wait_until`
+/// (coalesced: one export a second at most): the response does not wait, and the instance is not
+/// frozen before they are sent.
 pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, handler: H) -> Result<(), Error>
 where
     H: Fn(http::Request<Bytes>) -> F + Clone + Send + Sync + 'static,
@@ -30,8 +31,8 @@ where
                 Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
                 Err(response) => response,
             };
-            if telemetry.is_on() {
-                state.wait_until(async move { telemetry.flush().await });
+            if let Some(flush) = telemetry.flush_soon() {
+                state.wait_until(flush);
             }
             Ok::<Response<ResponseBody>, Error>(
                 response.map(|body| ResponseBody(BoxBody::new(body.map_err(|never| match never {})))),

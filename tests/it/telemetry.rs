@@ -276,3 +276,21 @@ async fn off_by_default_and_the_settings_are_checked() {
     }
     assert!(!refused.contains("secret-value"), "a header value is never echoed: {refused}");
 }
+
+/// On Vercel, spans leave after the response through `wait_until`, coalesced: while one flush
+/// waits, responses register none, so a busy instance exports once a second.
+#[tokio::test]
+async fn flushes_after_responses_are_coalesced() {
+    let (endpoint, received) = receiver().await;
+    let parts = traced_parts(&endpoint, "coalesced");
+    let app = Arc::new(vercel_mcp::App::new(server(), parts.endpoint()));
+    let refused =
+        || http::Request::post("/api/mcp").header("authorization", "Bearer x").body(Bytes::from_static(b"{}")).unwrap();
+    vercel_mcp::transport::handle(&app, refused()).await;
+    let first = parts.telemetry.flush_soon().expect("the first response registers a flush");
+    vercel_mcp::transport::handle(&app, refused()).await;
+    assert!(parts.telemetry.flush_soon().is_none(), "one is already waiting");
+    first.await;
+    assert_eq!(received.lock().unwrap().spans.len(), 2, "both responses' spans in the one export");
+    assert!(parts.telemetry.flush_soon().is_some(), "the next response registers the next flush");
+}
