@@ -44,7 +44,8 @@ fn client() -> &'static HttpsClient {
 
 /// Sends `request` with an overall `timeout`. Errors are short descriptions without URLs or
 /// headers (which may carry tokens).
-pub async fn send(request: Request<Full<Bytes>>, timeout: Duration) -> Result<OutboundResponse, String> {
+pub async fn send(mut request: Request<Full<Bytes>>, timeout: Duration) -> Result<OutboundResponse, String> {
+    let span = traced(&mut request);
     let work = async {
         let response = client()
             .request(request)
@@ -55,20 +56,50 @@ pub async fn send(request: Request<Full<Bytes>>, timeout: Duration) -> Result<Ou
             Limited::new(body, MAX_RESPONSE_BYTES).collect().await.map_err(|_| "response unreadable".to_owned())?;
         Ok(OutboundResponse { status: parts.status, headers: parts.headers, body: body.to_bytes() })
     };
-    tokio::time::timeout(timeout, work).await.map_err(|_| "timed out".to_owned())?
+    let outcome = tokio::time::timeout(timeout, work).await.map_err(|_| "timed out".to_owned()).and_then(|r| r);
+    settle(&span, outcome.as_ref().map(|response| response.status));
+    outcome
+}
+
+/// The request's CLIENT span (when a traced request or job is making it), its `traceparent`
+/// sent onward.
+fn traced(request: &mut Request<Full<Bytes>>) -> crate::telemetry::SpanHandle {
+    let host = request.uri().host().unwrap_or_default().to_owned();
+    let span = crate::telemetry::outbound_span(request.method().as_str(), &host);
+    if let Some(value) = span.traceparent().and_then(|t| http::HeaderValue::from_str(&t).ok()) {
+        request.headers_mut().insert("traceparent", value);
+    }
+    span
+}
+
+/// Ends an outbound request's span with its status, or as failed.
+fn settle(span: &crate::telemetry::SpanHandle, status: Result<StatusCode, &String>) {
+    match status {
+        Ok(status) => {
+            span.set([opentelemetry::KeyValue::new("http.response.status_code", i64::from(status.as_u16()))]);
+            if status.is_server_error() {
+                span.fail("http_error");
+            }
+        }
+        Err(_) => span.fail("request_failed"),
+    }
+    span.end();
 }
 
 /// Sends `request` and returns the response as soon as its head arrives, with the body left to
 /// stream (SSE). The `timeout` bounds the wait for the head only.
 pub async fn open(
-    request: Request<Full<Bytes>>,
+    mut request: Request<Full<Bytes>>,
     timeout: Duration,
 ) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let span = traced(&mut request);
     let pending = client().request(request);
-    match tokio::time::timeout(timeout, pending).await {
+    let outcome = match tokio::time::timeout(timeout, pending).await {
         Err(_) => Err("timed out".to_owned()),
         Ok(Err(e)) if e.is_connect() => Err("connection failed".to_owned()),
         Ok(Err(_)) => Err("request failed".to_owned()),
         Ok(Ok(response)) => Ok(response),
-    }
+    };
+    settle(&span, outcome.as_ref().map(|response| response.status()));
+    outcome
 }

@@ -360,12 +360,41 @@ impl SpanHandle {
             .then(|| format!("00-{}-{}-{:02x}", context.trace_id(), context.span_id(), context.trace_flags().to_u8()))
     }
 
+    /// Runs `future` with this span current, so what it calls through the outbound client gets
+    /// a CLIENT span under it and carries its `traceparent` onward. With tracing off, `future`
+    /// runs as it is.
+    pub fn in_context<F: std::future::Future>(
+        &self,
+        future: F,
+    ) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
+        use opentelemetry::context::FutureExt;
+        match &self.0 {
+            Some(traced) => {
+                futures_util::future::Either::Left(future.with_context(traced.cx.with_value(traced.telemetry.clone())))
+            }
+            None => futures_util::future::Either::Right(future),
+        }
+    }
+
     /// Ends the span.
     pub fn end(&self) {
         if let Some(traced) = &self.0 {
             traced.cx.span().end();
         }
     }
+}
+
+/// A CLIENT span for an outbound request, under the span current in this task ([`SpanHandle::in_context`]),
+/// or nothing. Named after the method, with the host only: paths and queries may carry tokens.
+pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
+    let current = Context::current();
+    let Some(telemetry) = current.get::<Telemetry>() else { return SpanHandle::default() };
+    let span = telemetry.start(method.to_owned(), SpanKind::Client, Some(&current), None);
+    span.set([
+        KeyValue::new("http.request.method", method.to_owned()),
+        KeyValue::new("server.address", host.to_owned()),
+    ]);
+    span
 }
 
 /// A valid W3C `traceparent`'s span context (version 00; anything malformed is no parent).

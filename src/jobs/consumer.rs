@@ -170,7 +170,7 @@ impl Consumer {
             opentelemetry::KeyValue::new("messaging.operation.type", "process"),
             opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
         ]);
-        let outcome = self.process(message).await;
+        let outcome = span.in_context(self.process(message)).await;
         match &outcome {
             Ok(Processed::Finished(state)) => span.set([opentelemetry::KeyValue::new("mcp.job.state", *state)]),
             Ok(Processed::Skipped(reason)) => span.set([opentelemetry::KeyValue::new("mcp.job.skipped", *reason)]),

@@ -232,7 +232,7 @@ impl McpServer {
             opentelemetry::KeyValue::new("gen_ai.operation.name", "execute_tool"),
             opentelemetry::KeyValue::new("gen_ai.tool.name", name.to_owned()),
         ]);
-        let outcome = (tool.handler)(ctx, arguments).await;
+        let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
         match &outcome {
             Ok(Outcome::Complete(result)) if result.is_error => span.fail("tool_error"),
             Ok(Outcome::InputRequired(_)) => {

@@ -294,3 +294,45 @@ async fn flushes_after_responses_are_coalesced() {
     assert_eq!(received.lock().unwrap().spans.len(), 2, "both responses' spans in the one export");
     assert!(parts.telemetry.flush_soon().is_some(), "the next response registers the next flush");
 }
+
+/// What a tool calls through the outbound client is a CLIENT span under the tool's span, and the
+/// call carries that span's `traceparent` to the upstream (host only in the span: paths may carry
+/// tokens).
+#[tokio::test]
+async fn outbound_calls_are_client_spans_and_carry_the_trace_onward() {
+    let (endpoint, received) = receiver().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = seen.clone();
+    let upstream = common::upstream::serve(move |request| {
+        let recorder = recorder.clone();
+        async move {
+            recorder.lock().unwrap().push(request.header("traceparent"));
+            (200, Bytes::from_static(b"{}"))
+        }
+    })
+    .await;
+    let parts = traced_parts(&endpoint, "outbound");
+    let mut server = McpServer::new("calls-out", "1");
+    server.tool(ToolDef::new("fetch").description("Calls upstream."), move |_, _: NoArguments| async move {
+        let request = http::Request::get(format!("http://{upstream}/private/path?token=canary-in-query"))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let response = vercel_mcp::outbound::send(request, std::time::Duration::from_secs(5)).await.unwrap();
+        response.status.as_u16().to_string()
+    });
+    let bearer = token(&parts, "");
+    let options = ClientOptions::default().header("Authorization", &format!("Bearer {bearer}"));
+    let client = vercel_mcp::testing::client_with(server, &parts, options).await;
+    assert_eq!(client.call_tool("fetch", json!({})).await.unwrap().joined_text(), "200");
+    parts.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    let tool = received.spans.iter().find(|s| s.name == "execute_tool fetch").unwrap();
+    let call = received.spans.iter().find(|s| s.kind == 3).expect("a CLIENT span");
+    assert_eq!((&call.trace_id, &call.parent_span_id), (&tool.trace_id, &tool.span_id));
+    let attrs = attributes(call);
+    assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
+    assert!(attrs.values().all(|v| !v.contains("canary-in-query") && !v.contains("/private")));
+    let sent = seen.lock().unwrap()[0].clone().expect("the upstream got a traceparent");
+    assert_eq!(sent, format!("00-{}-{}-01", hex(&call.trace_id), hex(&call.span_id)));
+}
