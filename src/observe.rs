@@ -23,6 +23,18 @@ pub trait LogSink: Send + Sync + 'static {
     fn emit(&self, line: String);
 }
 
+tokio::task_local! {
+    /// The sink of the request being served, when the edge has one (Vercel's per-request log
+    /// channel): lines logged while serving it go there, tagged with the request.
+    static REQUEST_SINK: Arc<dyn LogSink>;
+}
+
+/// Runs `future` (one request's handling) with its log lines going to `sink` instead of the
+/// logger's own. Work that outlives the request (background jobs, exports) logs as before.
+pub async fn with_request_sink<F: std::future::Future>(sink: Arc<dyn LogSink>, future: F) -> F::Output {
+    REQUEST_SINK.scope(sink, future).await
+}
+
 /// Lines to standard error.
 #[derive(Debug, Default)]
 pub struct StderrSink;
@@ -76,6 +88,14 @@ impl std::fmt::Debug for Logger {
 }
 
 impl Logger {
+    /// Writes a line to the current request's sink if the edge set one, else to this logger's.
+    fn emit(&self, line: String) {
+        match REQUEST_SINK.try_with(Arc::clone) {
+            Ok(sink) => sink.emit(line),
+            Err(_) => self.sink.emit(line),
+        }
+    }
+
     /// A logger writing to `sink`, hashing with `sealer`'s current key.
     pub fn new(sink: Arc<dyn LogSink>, sealer: Sealer, random: Arc<dyn Random>) -> Self {
         let mut bytes = [0u8; 8];
@@ -160,7 +180,7 @@ impl Logger {
         if let (Value::Object(line), Value::Object(fields)) = (&mut line, fields) {
             line.extend(fields);
         }
-        self.sink.emit(line.to_string());
+        self.emit(line.to_string());
     }
 }
 
@@ -267,7 +287,7 @@ impl RequestRecord {
         serde_json::to_writer(&mut line, &latency_ms).expect("numbers serialise");
         line.push(b'}');
         let line = String::from_utf8(line).expect("the line is UTF-8");
-        logger.sink.emit(line);
+        logger.emit(line);
     }
 }
 

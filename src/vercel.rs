@@ -11,6 +11,7 @@ use std::sync::Arc;
 use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
+use crate::observe::LogSink;
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
@@ -23,13 +24,24 @@ where
     H: Fn(http::Request<Bytes>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
 {
+    // On Vercel the runtime talks to the platform over this socket: log lines sent through it
+    // are tagged with their request, which is how Vercel's logs tie a line to its invocation.
+    let bridged = std::env::var_os("VERCEL_IPC_PATH").is_some();
     vercel_runtime::run(vercel_runtime::service_fn(move |request: Request, state: AppState| {
         let (handler, telemetry) = (handler.clone(), telemetry.clone());
         async move {
             let (parts, body) = request.into_parts();
-            let response = match transport::read_body(body, max_body).await {
-                Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
-                Err(response) => response,
+            let served = async {
+                match transport::read_body(body, max_body).await {
+                    Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
+                    Err(response) => response,
+                }
+            };
+            let response = if bridged {
+                let sink: Arc<dyn LogSink> = Arc::new(RequestLog(state.log_context.clone()));
+                crate::observe::with_request_sink(sink, served).await
+            } else {
+                served.await
             };
             if let Some(flush) = telemetry.flush_soon() {
                 state.wait_until(flush);
@@ -40,6 +52,22 @@ where
         }
     }))
     .await
+}
+
+/// Log lines of one request, sent through the runtime's request-tagged log channel at the level
+/// the line names.
+struct RequestLog(vercel_runtime::LogContext);
+
+impl LogSink for RequestLog {
+    fn emit(&self, line: String) {
+        // Every line has a `"level":"…"` member; it decides the channel's level.
+        let level = line.split("\"level\":\"").nth(1).and_then(|rest| rest.split('"').next());
+        match level {
+            Some("error") => self.0.error(&line),
+            Some("warn") => self.0.warn(&line),
+            _ => self.0.info(&line),
+        }
+    }
 }
 
 /// `api/mcp.rs`: the MCP endpoint.

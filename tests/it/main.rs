@@ -32,3 +32,4 @@ mod stream_instances;
 mod tasks;
 mod telemetry;
 mod vercel_config;
+mod vercel_ipc;

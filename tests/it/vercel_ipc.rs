@@ -1,0 +1,103 @@
+//! On Vercel, `vercel_runtime` talks to the platform over a Unix socket (`VERCEL_IPC_PATH`): it
+//! announces its port, and ends each request with an `end` message tagged with the request's
+//! invocation. A stand-in for that socket records every message the real `api/mcp.rs` executable
+//! sends: the request's log line arrives as a `log` message tagged with its invocation, not as
+//! untagged standard error.
+
+use base64::Engine;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Reads NUL-terminated JSON messages from the runtime into `messages`.
+fn record(listener: UnixListener, messages: mpsc::Sender<Value>) {
+    std::thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else { return };
+        let mut reader = BufReader::new(stream);
+        let mut frame = Vec::new();
+        while reader.read_until(0, &mut frame).is_ok_and(|n| n > 0) {
+            frame.pop();
+            if let Ok(message) = serde_json::from_slice(&frame) {
+                if messages.send(message).is_err() {
+                    return;
+                }
+            }
+            frame.clear();
+        }
+    });
+}
+
+fn next(messages: &mpsc::Receiver<Value>, kind: &str) -> Value {
+    loop {
+        let message = messages.recv_timeout(Duration::from_secs(20)).expect("the runtime sends its messages");
+        if message["type"] == kind {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_request() {
+    let dir = std::env::temp_dir().join(format!("vercel-ipc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("ipc.sock");
+    let _ = std::fs::remove_file(&socket);
+    let (sender, messages) = mpsc::channel();
+    record(UnixListener::bind(&socket).unwrap(), sender);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp"));
+    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE"] {
+        command.env_remove(inherited);
+    }
+    let mut child = command
+        .env("VERCEL_IPC_PATH", &socket)
+        .env("VERCEL_DEV_PORT", port.to_string())
+        .env("MCP_STATE_SECRET", "ipc=0123456789abcdef0123456789abcdef")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = next(&messages, "server-started");
+    assert_eq!(started["payload"]["httpPort"], port);
+
+    let server = crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let reply = server
+        .modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}))
+        .header("x-vercel-internal-invocation-id", "inv-41")
+        .header("x-vercel-internal-request-id", "7")
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let mut logged = Vec::new();
+    let end = loop {
+        let message = messages.recv_timeout(Duration::from_secs(20)).expect("an end message");
+        match message["type"].as_str() {
+            Some("log") => logged.push(message),
+            Some("end") => break message,
+            _ => {}
+        }
+    };
+    assert_eq!(end["payload"]["context"], json!({"invocationId": "inv-41", "requestId": 7}));
+    let lines: Vec<Value> = logged
+        .iter()
+        .filter(|m| m["payload"]["context"] == json!({"invocationId": "inv-41", "requestId": 7}))
+        .map(|m| {
+            let text =
+                base64::engine::general_purpose::STANDARD.decode(m["payload"]["message"].as_str().unwrap()).unwrap();
+            serde_json::from_slice(&text).unwrap()
+        })
+        .collect();
+    let request = lines.iter().find(|l| l["event"] == "request").expect("the request line, tagged");
+    assert_eq!((request["method"].as_str(), request["name"].as_str()), (Some("tools/call"), Some("echo")));
+    assert_eq!(logged.iter().find(|m| m["payload"]["message"].is_string()).unwrap()["payload"]["level"], "info");
+
+    child.kill().unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let _ = child.wait();
+    assert!(!stderr.contains("\"event\":\"request\""), "the request line is not also on standard error: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
