@@ -83,9 +83,7 @@ impl McpServer {
                     result["nextCursor"] = json!(encode_cursor(end));
                 }
                 self.attach_cache_hint(&mut result, CacheableMethod::ToolsList, None);
-                if self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty()) {
-                    result["cacheScope"] = json!("private");
-                }
+                self.private_if_filtered(&mut result, self.tools.iter().any(|t| !t.scopes.is_empty()));
                 Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
             "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, CallToolParams::parse(params)?).await,
@@ -96,7 +94,9 @@ impl McpServer {
                     .filter(|r| self.may_read(&ctx.principal, &r.scopes))
                     .map(|r| json!(r.resource))
                     .collect();
-                complete(self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList)?)
+                let mut result = self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList)?;
+                self.private_if_filtered(&mut result, self.resources.iter().any(|r| !r.scopes.is_empty()));
+                complete(result)
             }
             "resources/templates/list" if self.has_resources() => {
                 let listing: Vec<Value> = self
@@ -105,12 +105,10 @@ impl McpServer {
                     .filter(|t| self.may_read(&ctx.principal, &t.scopes))
                     .map(|t| json!(t.template))
                     .collect();
-                complete(self.page(
-                    params,
-                    "resourceTemplates",
-                    listing.iter(),
-                    CacheableMethod::ResourceTemplatesList,
-                )?)
+                let mut result =
+                    self.page(params, "resourceTemplates", listing.iter(), CacheableMethod::ResourceTemplatesList)?;
+                self.private_if_filtered(&mut result, self.templates.iter().any(|t| !t.scopes.is_empty()));
+                complete(result)
             }
             "resources/read" if self.has_resources() => {
                 self.read_resource(ctx, ReadResourceParams::parse(params)?).await
@@ -165,6 +163,14 @@ impl McpServer {
             result["instructions"] = json!(instructions);
         }
         result
+    }
+
+    /// A listing filtered by the caller's scopes is that caller's: never cacheable for others,
+    /// whatever hint the server set for the method.
+    fn private_if_filtered(&self, result: &mut Value, any_scoped: bool) {
+        if self.scopes_enforced && any_scoped {
+            result["cacheScope"] = json!("private");
+        }
     }
 
     fn attach_cache_hint(&self, result: &mut Value, method: CacheableMethod, overriding: Option<super::CacheHint>) {
@@ -445,6 +451,51 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::types::{Resource, ResourceContents, ResourceTemplate};
+    use crate::security::Principal;
+    use crate::server::{CacheHint, CacheScope};
+
+    /// A server whose resource and template listings are filtered by scope must not let a
+    /// public cache hint share one caller's listing with another.
+    #[tokio::test]
+    async fn scope_filtered_listings_are_private_whatever_the_hint() {
+        let mut server = McpServer::new("t", "1");
+        let read = |_, uri: String| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "x")]) };
+        server.resource(Resource::new("a://open", "open"), read);
+        server.resource(Resource::new("a://secret", "secret"), read).scopes(&["secret:read"]);
+        server
+            .resource_template(ResourceTemplate::new("a://t/{x}", "t"), |_, uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+            })
+            .scopes(&["secret:read"]);
+        let public = CacheHint { ttl_ms: 300_000, scope: CacheScope::Public };
+        server.set_cache_hint(CacheableMethod::ResourcesList, public);
+        server.set_cache_hint(CacheableMethod::ResourceTemplatesList, public);
+        server.scopes_enforced = true;
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        for principal in [Principal::anonymous(), Principal::verified(Some("ada"), None, vec!["secret:read".into()])] {
+            for (method, key) in [("resources/list", "resources"), ("resources/templates/list", "resourceTemplates")] {
+                let ctx = RequestContext::new(
+                    crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                    Era::Modern,
+                    principal.clone(),
+                    bus.clone(),
+                );
+                let Ok(Reply::Complete(result)) = server.execute(ctx, method, &Map::new()).await else { panic!() };
+                assert_eq!(result["cacheScope"], "private", "{method} for {}", principal.id());
+                assert!(result[key].is_array());
+            }
+        }
+        server.scopes_enforced = false;
+        let ctx = RequestContext::new(
+            crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+            Era::Modern,
+            Principal::anonymous(),
+            bus,
+        );
+        let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/list", &Map::new()).await else { panic!() };
+        assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
+    }
 
     #[test]
     fn cursors_round_trip_and_reject_junk() {
