@@ -145,7 +145,7 @@ def check_discover(endpoint: Endpoint, _: argparse.Namespace) -> str:
     expect(reply.status == 200, f"HTTP {reply.status}: {reply.body[:300]!r}")
     result = reply.json().get("result", {})
     expect("capabilities" in result, f"no capabilities in {result}")
-    expect(PROTOCOL in result.get("supportedVersions", [PROTOCOL]), f"{PROTOCOL} not supported: {result}")
+    expect(PROTOCOL in result.get("supportedVersions", []), f"{PROTOCOL} not in supportedVersions: {result}")
     expect(reply.headers.get("x-mcp-request-id"), "no x-mcp-request-id header")
     return f"tools={'tools' in result['capabilities']}"
 
