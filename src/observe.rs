@@ -224,6 +224,11 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// How long the request has taken so far.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
     /// Starts a record.
     pub fn start(logger: &Logger) -> Self {
         Self {

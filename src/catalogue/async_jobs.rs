@@ -79,7 +79,13 @@ pub fn register(server: &mut McpServer, jobs: Arc<Jobs>) {
 }
 
 async fn submit_job(ctx: RequestContext, jobs: Arc<Jobs>, args: SubmitArgs) -> Result<CallToolResult, ToolError> {
-    reply(jobs.submit_traced(ctx.principal(), args.steps, ctx.platform_token(), ctx.span().traceparent()).await)
+    let submitted =
+        jobs.submit_traced(ctx.principal(), args.steps, ctx.platform_token(), ctx.span().traceparent()).await;
+    if let Some(telemetry) = ctx.span().telemetry() {
+        let result = if submitted.is_ok() { "accepted" } else { "refused" };
+        telemetry.add(crate::telemetry::JOBS_SUBMITTED, vec![("mcp.job.result", result.to_owned())], 1);
+    }
+    reply(submitted)
 }
 
 async fn get_job_status(ctx: RequestContext, jobs: Arc<Jobs>, args: HandleArgs) -> Result<CallToolResult, ToolError> {

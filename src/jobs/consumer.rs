@@ -171,13 +171,26 @@ impl Consumer {
             opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
         ]);
         let outcome = span.in_context(self.process(message)).await;
-        match &outcome {
-            Ok(Processed::Finished(state)) => span.set([opentelemetry::KeyValue::new("mcp.job.state", *state)]),
-            Ok(Processed::Skipped(reason)) => span.set([opentelemetry::KeyValue::new("mcp.job.skipped", *reason)]),
-            Ok(Processed::Deferred) => span.set([opentelemetry::KeyValue::new("mcp.job.deferred", true)]),
-            Err(_) => span.fail("store_error"),
-        }
+        let ended = match &outcome {
+            Ok(Processed::Finished(state)) => {
+                span.set([opentelemetry::KeyValue::new("mcp.job.state", *state)]);
+                *state
+            }
+            Ok(Processed::Skipped(reason)) => {
+                span.set([opentelemetry::KeyValue::new("mcp.job.skipped", *reason)]);
+                "skipped"
+            }
+            Ok(Processed::Deferred) => {
+                span.set([opentelemetry::KeyValue::new("mcp.job.deferred", true)]);
+                "deferred"
+            }
+            Err(_) => {
+                span.fail("store_error");
+                "store_error"
+            }
+        };
         span.end();
+        self.telemetry.add(crate::telemetry::JOB_DELIVERIES, vec![("mcp.job.outcome", ended.to_owned())], 1);
         if let Some(logger) = &self.logger {
             let (result, state) = match &outcome {
                 Ok(Processed::Finished(state)) => ("finished", *state),
@@ -205,6 +218,11 @@ impl Consumer {
         }
         if !job.state.is_active() {
             return Ok(Processed::Finished(job.state.as_str()));
+        }
+        if job.completed_steps == 0 {
+            // The first delivery to start work: how long the job waited in the queue.
+            let waited = self.clock.now_ms().saturating_sub(job.created_at);
+            self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
         }
         let started = Instant::now();
         loop {

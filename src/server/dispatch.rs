@@ -238,17 +238,32 @@ impl McpServer {
             opentelemetry::KeyValue::new("gen_ai.operation.name", "execute_tool"),
             opentelemetry::KeyValue::new("gen_ai.tool.name", name.to_owned()),
         ]);
+        let started = std::time::Instant::now();
         let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
-        match &outcome {
-            Ok(Outcome::Complete(result)) if result.is_error => span.fail("tool_error"),
-            Ok(Outcome::InputRequired(_)) => {
-                span.set([opentelemetry::KeyValue::new("mcp.result_type", "input_required")])
+        let said = match &outcome {
+            Ok(Outcome::Complete(result)) if result.is_error => {
+                span.fail("tool_error");
+                "tool_error"
             }
-            Ok(Outcome::Complete(_)) => {}
-            Err(ToolError::Execution(_)) => span.fail("tool_error"),
-            Err(ToolError::Protocol(_)) => span.fail("protocol_error"),
-        }
+            Ok(Outcome::InputRequired(_)) => {
+                span.set([opentelemetry::KeyValue::new("mcp.result_type", "input_required")]);
+                "input_required"
+            }
+            Ok(Outcome::Complete(_)) => "ok",
+            Err(ToolError::Execution(_)) => {
+                span.fail("tool_error");
+                "tool_error"
+            }
+            Err(ToolError::Protocol(_)) => {
+                span.fail("protocol_error");
+                "protocol_error"
+            }
+        };
         span.end();
+        if let Some(telemetry) = span.telemetry() {
+            let series = vec![("gen_ai.tool.name", name.to_owned()), ("mcp.outcome", said.to_owned())];
+            telemetry.record(crate::telemetry::TOOL_DURATION, series, started.elapsed());
+        }
         match outcome {
             Ok(Outcome::Complete(result)) => {
                 if let (Some(schema), false) = (&tool.output_schema, result.is_error) {

@@ -201,7 +201,36 @@ fn end_span(
         ResponseOutcome::AuthFailure => span.fail("auth_failure"),
     }
     span.end();
+    // Method names are the client's: anything this server does not know is one series.
+    let method = record.method.as_deref().filter(|m| KNOWN_METHODS.contains(m)).unwrap_or("other");
+    app.telemetry.record(
+        crate::telemetry::OPERATION_DURATION,
+        vec![("mcp.method.name", method.to_owned()), ("mcp.outcome", outcome.label().to_owned())],
+        record.elapsed(),
+    );
 }
+
+/// The methods a metric series may be named after.
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
 
 /// What a response says, as its builder tagged it; an untagged response (a 202, a plain-text
 /// refusal) is read from its status.

@@ -25,11 +25,12 @@ const HS256: &str = "telemetry-test-secret-0123456789abcdef";
 const ISSUER: &str = "https://issuer.telemetry.test";
 const CANARY_ARGUMENT: &str = "canary-argument-5b1e";
 
-/// Every span the receiver was sent, and the `service.name` each batch named.
+/// Every span the receiver was sent, the `service.name` each batch named, and the metric exports.
 #[derive(Default)]
 struct Received {
     spans: Vec<Span>,
     services: Vec<String>,
+    metrics: Vec<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest>,
 }
 
 async fn receiver() -> (String, Arc<Mutex<Received>>) {
@@ -38,10 +39,19 @@ async fn receiver() -> (String, Arc<Mutex<Received>>) {
     let addr = common::upstream::serve(move |request| {
         let received = shared.clone();
         async move {
-            assert_eq!(request.path(), "/v1/traces");
             assert_eq!(request.header("content-type").as_deref(), Some("application/x-protobuf"));
-            let export = ExportTraceServiceRequest::decode(request.body).expect("an OTLP protobuf export");
+            assert_eq!(request.header("x-otlp-key").as_deref(), Some("secret value"), "the configured headers");
             let mut received = received.lock().unwrap();
+            if request.path() == "/v1/metrics" {
+                let export = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest::decode(
+                    request.body,
+                )
+                .expect("an OTLP protobuf metrics export");
+                received.metrics.push(export);
+                return (200, Bytes::new());
+            }
+            assert_eq!(request.path(), "/v1/traces");
+            let export = ExportTraceServiceRequest::decode(request.body).expect("an OTLP protobuf export");
             for resource in export.resource_spans {
                 let service = resource
                     .resource
@@ -335,4 +345,65 @@ async fn outbound_calls_are_client_spans_and_carry_the_trace_onward() {
     assert!(attrs.values().all(|v| !v.contains("canary-in-query") && !v.contains("/private")));
     let sent = seen.lock().unwrap()[0].clone().expect("the upstream got a traceparent");
     assert_eq!(sent, format!("00-{}-{}-01", hex(&call.trace_id), hex(&call.span_id)));
+}
+
+/// Metrics go out with the spans, cumulative: request duration by method and outcome (its count
+/// is the request count), tool duration by tool, job submissions, deliveries and queue lag.
+#[tokio::test]
+async fn metrics_count_requests_tools_and_jobs() {
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as Number};
+    let (endpoint, received) = receiver().await;
+    let parts = traced_parts(&endpoint, "metered");
+    let mut server = server();
+    vercel_mcp::catalogue::async_jobs::register(&mut server, parts.job_service());
+    let bearer = token(&parts, "mcp:read mcp:write");
+    let options = ClientOptions::default().header("Authorization", &format!("Bearer {bearer}"));
+    let client = vercel_mcp::testing::client_with(server, &parts, options).await;
+    client.call_tool("echo", json!({"message": "a"})).await.unwrap();
+    client.call_tool("echo", json!({"message": "b"})).await.unwrap();
+    client.call_tool("fail", json!({})).await.unwrap();
+    client.call_tool("submit_job", json!({"steps": 1})).await.unwrap();
+    let queue = parts.jobs.local_queue.clone().unwrap();
+    queue.connect_consumer(Arc::new(vercel_mcp::consumer(&parts)));
+    queue.drain().await;
+    parts.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    let export = received.metrics.last().expect("a metrics export");
+    let metrics = &export.resource_metrics[0].scope_metrics[0].metrics;
+    let find = |name: &str| metrics.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("{name}"));
+    let labels = |attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> Vec<(String, String)> {
+        attributes
+            .iter()
+            .map(|a| (a.key.clone(), text(a.value.as_ref().unwrap().value.as_ref().unwrap()).unwrap()))
+            .collect()
+    };
+    let count = |name: &str, wanted: &[(&str, &str)]| -> u64 {
+        let wanted: Vec<(String, String)> = wanted.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        match find(name).data.as_ref().unwrap() {
+            Data::Histogram(h) => {
+                h.data_points.iter().filter(|p| labels(&p.attributes) == wanted).map(|p| p.count).sum()
+            }
+            Data::Sum(s) => s
+                .data_points
+                .iter()
+                .filter(|p| labels(&p.attributes) == wanted)
+                .map(|p| match p.value {
+                    Some(Number::AsInt(n)) => n as u64,
+                    _ => 0,
+                })
+                .sum(),
+            _ => 0,
+        }
+    };
+    let calls = [("mcp.method.name", "tools/call"), ("mcp.outcome", "ok")];
+    assert_eq!(count(vercel_mcp::telemetry::OPERATION_DURATION, &calls), 3, "two echoes and a submit");
+    let failed = [("mcp.method.name", "tools/call"), ("mcp.outcome", "tool_error")];
+    assert_eq!(count(vercel_mcp::telemetry::OPERATION_DURATION, &failed), 1);
+    let echoes = [("gen_ai.tool.name", "echo"), ("mcp.outcome", "ok")];
+    assert_eq!(count(vercel_mcp::telemetry::TOOL_DURATION, &echoes), 2);
+    assert_eq!(count(vercel_mcp::telemetry::JOBS_SUBMITTED, &[("mcp.job.result", "accepted")]), 1);
+    assert_eq!(count(vercel_mcp::telemetry::JOB_DELIVERIES, &[("mcp.job.outcome", "done")]), 1);
+    assert_eq!(count(vercel_mcp::telemetry::QUEUE_LAG, &[]), 1);
+    assert_eq!(export.resource_metrics[0].resource.as_ref().unwrap().attributes[0].key, "service.name");
 }

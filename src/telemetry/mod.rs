@@ -17,6 +17,10 @@
 //! code, the outcome and the protocol version; never arguments, tokens, handles or
 //! `requestState`.
 
+mod metrics;
+
+pub use metrics::{JOB_DELIVERIES, JOBS_SUBMITTED, OPERATION_DURATION, QUEUE_LAG, TOOL_DURATION};
+
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
     TracerProvider as _,
@@ -46,6 +50,10 @@ pub struct TelemetrySettings {
     pub service_name: String,
     /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
     pub sampler: SamplerChoice,
+    /// Where metrics go: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// followed by `/v1/metrics`; `None` with `OTEL_METRICS_EXPORTER=none` or only a traces
+    /// endpoint.
+    pub metrics_endpoint: Option<String>,
 }
 
 impl std::fmt::Debug for TelemetrySettings {
@@ -57,6 +65,7 @@ impl std::fmt::Debug for TelemetrySettings {
             .field("headers", &names)
             .field("service_name", &self.service_name)
             .field("sampler", &self.sampler)
+            .field("metrics_endpoint", &self.metrics_endpoint)
             .finish()
     }
 }
@@ -147,7 +156,19 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         return Err(problems);
     }
     let service_name = var("OTEL_SERVICE_NAME").filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "vercel-mcp".into());
-    Ok(Some(TelemetrySettings { traces_endpoint: endpoint, headers, service_name, sampler }))
+    let metrics_off = var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim() == "none");
+    let metrics_endpoint = match (var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        _ if metrics_off => None,
+        (Some(metrics), _) => Some(metrics.trim().to_owned()),
+        (None, Some(base)) => Some(format!("{}/v1/metrics", base.trim().trim_end_matches('/'))),
+        (None, None) => None,
+    };
+    if metrics_endpoint.as_deref().is_some_and(|e| {
+        !url::Url::parse(e).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+    }) {
+        return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]);
+    }
+    Ok(Some(TelemetrySettings { traces_endpoint: endpoint, headers, service_name, sampler, metrics_endpoint }))
 }
 
 fn percent_decode(value: &str) -> String {
@@ -162,6 +183,13 @@ fn percent_decode(value: &str) -> String {
 pub struct Telemetry(Option<Arc<Inner>>);
 
 struct Inner {
+    /// Counters and histograms since the process started.
+    metrics: metrics::Registry,
+    /// Where they go, and the headers every export carries.
+    metrics_endpoint: Option<String>,
+    headers: Vec<(String, String)>,
+    service_name: String,
+    started_ns: u64,
     /// A coalesced flush is waiting to run ([`Telemetry::flush_soon`]).
     flush_pending: std::sync::atomic::AtomicBool,
     tracer: SdkTracer,
@@ -205,6 +233,11 @@ impl Telemetry {
             .build();
         let tracer = provider.tracer("vercel-mcp");
         Ok(Self(Some(Arc::new(Inner {
+            metrics: metrics::Registry::default(),
+            metrics_endpoint: settings.metrics_endpoint.clone(),
+            headers: settings.headers.clone(),
+            service_name: settings.service_name.clone(),
+            started_ns: now_ns(),
             flush_pending: std::sync::atomic::AtomicBool::new(false),
             tracer,
             _provider: provider,
@@ -257,16 +290,43 @@ impl Telemetry {
         self.start("process jobs".into(), SpanKind::Consumer, parent.as_ref(), link)
     }
 
-    /// Exports every finished span as one batch. Export failures are dropped (the next flush
-    /// does not retry them): tracing never holds up or fails a request.
+    /// Exports every finished span as one batch, then the metrics (cumulative). Export failures
+    /// are dropped (the next flush does not retry spans; metrics are cumulative anyway):
+    /// telemetry never holds up or fails a request.
     pub async fn flush(&self) {
         let Some(inner) = &self.0 else { return };
         let batch = std::mem::take(&mut *inner.queue.spans.lock().expect("span queue"));
-        if batch.is_empty() {
-            return;
+        if !batch.is_empty() {
+            let exporter = inner.exporter.lock().await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), exporter.export(batch)).await;
         }
-        let exporter = inner.exporter.lock().await;
-        let _ = tokio::time::timeout(Duration::from_secs(10), exporter.export(batch)).await;
+        let (Some(endpoint), Some(export)) =
+            (&inner.metrics_endpoint, inner.metrics.export(&inner.service_name, inner.started_ns, now_ns()))
+        else {
+            return;
+        };
+        use prost::Message;
+        let mut request = http::Request::post(endpoint).header(http::header::CONTENT_TYPE, "application/x-protobuf");
+        for (name, value) in &inner.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(export.encode_to_vec()))) {
+            let _ = crate::outbound::send(request, Duration::from_secs(10)).await;
+        }
+    }
+
+    /// Records `value` in the histogram `name` (seconds) for `series`.
+    pub fn record(&self, name: &'static str, series: Vec<(&'static str, String)>, value: Duration) {
+        if let Some(inner) = &self.0 {
+            inner.metrics.record(name, series, value);
+        }
+    }
+
+    /// Adds `n` to the counter `name` for `series`.
+    pub fn add(&self, name: &'static str, series: Vec<(&'static str, String)>, n: u64) {
+        if let Some(inner) = &self.0 {
+            inner.metrics.add(name, series, n);
+        }
     }
 
     /// A flush to run after a response (on Vercel, through `wait_until`), unless one is already
@@ -350,6 +410,11 @@ impl SpanHandle {
         }
     }
 
+    /// The telemetry this span records to (for metrics), if it is on.
+    pub fn telemetry(&self) -> Option<&Telemetry> {
+        self.0.as_ref().map(|traced| &traced.telemetry)
+    }
+
     /// This span as a W3C `traceparent`, for whatever continues its work elsewhere.
     pub fn traceparent(&self) -> Option<String> {
         let traced = self.0.as_ref()?;
@@ -395,6 +460,10 @@ pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
         KeyValue::new("server.address", host.to_owned()),
     ]);
     span
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A valid W3C `traceparent`'s span context (version 00; anything malformed is no parent).
