@@ -241,7 +241,7 @@ impl JobStore for RedisJobStore {
         quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("job.create", async move {
             let json = serde_json::to_string(record).expect("records serialise");
             let outcome: String = CREATE_SCRIPT
                 .key(self.job_key(&record.owner_id, &record.job_id))
@@ -271,11 +271,11 @@ impl JobStore for RedisJobStore {
                 "full" => Err(CreateRefused::Full),
                 _ => Err(CreateRefused::Exists),
             })
-        })
+        }))
     }
 
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("job.get", async move {
             let raw: Option<String> = redis::cmd("GET")
                 .arg(self.job_key(owner, job_id))
                 .query_async(&mut self.redis.connection())
@@ -288,11 +288,11 @@ impl JobStore for RedisJobStore {
                 record.fail_if_stuck(now);
             }
             Ok(record)
-        })
+        }))
     }
 
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        Box::pin(self.mutate(&CANCEL_SCRIPT, owner, job_id, now, None))
+        Box::pin(crate::telemetry::redis_span("job.cancel", self.mutate(&CANCEL_SCRIPT, owner, job_id, now, None)))
     }
 
     fn advance<'a>(
@@ -302,7 +302,7 @@ impl JobStore for RedisJobStore {
         expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("job.advance", async move {
             // The script marks a record it changed with a leading `A`; a record it only read
             // (the step was applied already, or the job is over) comes back as it is.
             let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some(expected)).await?;
@@ -311,11 +311,11 @@ impl JobStore for RedisJobStore {
                 None => parse(&raw).map(|record| Advanced { record, applied: false }),
             })
             .transpose()
-        })
+        }))
     }
 
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("job.delete", async move {
             let _: i64 = DELETE_SCRIPT
                 .key(self.job_key(owner, job_id))
                 .key(self.active_key(owner))
@@ -327,7 +327,7 @@ impl JobStore for RedisJobStore {
                 .await
                 .map_err(store_error)?;
             Ok(())
-        })
+        }))
     }
 
     fn sweep(&self, now: u64) -> StoreFuture<'_, SweepReport> {

@@ -155,7 +155,7 @@ fn redis_error(error: redis::RedisError) -> StoreError {
 
 impl TaskStore for RedisTaskStore {
     fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("task.create", async move {
             let json = serde_json::to_string(record).expect("records serialise");
             let _: () = redis::cmd("SET")
                 .arg(self.key(&record.owner, &record.task_id))
@@ -166,11 +166,11 @@ impl TaskStore for RedisTaskStore {
                 .await
                 .map_err(redis_error)?;
             Ok(())
-        })
+        }))
     }
 
     fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("task.get", async move {
             let raw: Option<String> = redis::cmd("GET")
                 .arg(self.key(owner, task_id))
                 .query_async(&mut self.redis.connection())
@@ -180,11 +180,11 @@ impl TaskStore for RedisTaskStore {
                 serde_json::from_str(&raw).map_err(|_| StoreError::fault("task store returned an unreadable record"))
             })
             .transpose()
-        })
+        }))
     }
 
     fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("task.replace", async move {
             let json = serde_json::to_string(record).expect("records serialise");
             let ok: i64 = REPLACE_SCRIPT
                 .key(self.key(&record.owner, &record.task_id))
@@ -194,7 +194,7 @@ impl TaskStore for RedisTaskStore {
                 .await
                 .map_err(redis_error)?;
             Ok(ok == 1)
-        })
+        }))
     }
 }
 

@@ -449,6 +449,24 @@ impl SpanHandle {
     }
 }
 
+/// Runs one Redis operation (`operation`, e.g. `job.advance`) as a CLIENT span under the span
+/// current in this task, if there is one; a failure marks it.
+pub async fn redis_span<T, E>(
+    operation: &'static str,
+    future: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let current = Context::current();
+    let Some(telemetry) = current.get::<Telemetry>() else { return future.await };
+    let span = telemetry.start(format!("redis {operation}"), SpanKind::Client, Some(&current), None);
+    span.set([KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", operation)]);
+    let outcome = future.await;
+    if outcome.is_err() {
+        span.fail("store_error");
+    }
+    span.end();
+    outcome
+}
+
 /// A CLIENT span for an outbound request, under the span current in this task ([`SpanHandle::in_context`]),
 /// or nothing. Named after the method, with the host only: paths and queries may carry tokens.
 pub fn outbound_span(method: &str, host: &str) -> SpanHandle {

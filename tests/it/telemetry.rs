@@ -407,3 +407,53 @@ async fn metrics_count_requests_tools_and_jobs() {
     assert_eq!(count(vercel_mcp::telemetry::QUEUE_LAG, &[]), 1);
     assert_eq!(export.resource_metrics[0].resource.as_ref().unwrap().attributes[0].key, "service.name");
 }
+
+/// With Redis, the store's operations are CLIENT spans under whatever span made them: the job's
+/// create and publish under the tool call that submitted it, its reads and steps under the
+/// delivery.
+#[tokio::test]
+async fn redis_operations_are_client_spans_under_their_caller() {
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let (endpoint, received) = receiver().await;
+    let vars: HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
+        ("REDIS_URL", url.clone()),
+        ("MCP_REDIS_PREFIX", common::redis::unique_prefix("telemetry")),
+    ]
+    .into_iter()
+    .collect();
+    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let mut server = McpServer::new("jobs", "1");
+    vercel_mcp::catalogue::async_jobs::register(&mut server, parts.job_service());
+    let client = vercel_mcp::testing::client_with(server, &parts, ClientOptions::default()).await;
+    client.call_tool("submit_job", json!({"steps": 2})).await.unwrap();
+    let stream = parts.jobs.stream_queue.clone().expect("jobs go through the Redis stream");
+    let worker = tokio::spawn(stream.clone().work(Arc::new(vercel_mcp::consumer(&parts))));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        parts.telemetry.flush().await;
+        if received.lock().unwrap().spans.iter().any(|s| s.name == "process jobs") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stream.shut_down();
+    worker.await.unwrap();
+    parts.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    let by_name = |name: &str| received.spans.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name}"));
+    let tool = by_name("execute_tool submit_job");
+    for name in ["redis job.create", "redis queue.publish"] {
+        let span = by_name(name);
+        assert_eq!((span.kind, &span.parent_span_id), (3, &tool.span_id), "{name} under the tool call");
+        assert_eq!(attributes(span)["db.system.name"], "redis");
+    }
+    let delivery = by_name("process jobs");
+    let steps = received.spans.iter().filter(|s| s.name == "redis job.advance").collect::<Vec<_>>();
+    assert_eq!(steps.len(), 2, "one per step");
+    assert!(steps.iter().all(|s| s.parent_span_id == delivery.span_id && s.trace_id == delivery.trace_id));
+}

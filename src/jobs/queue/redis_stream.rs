@@ -364,7 +364,7 @@ impl RedisStreamQueue {
 
 impl Publisher for RedisStreamQueue {
     fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> PublishFuture<'a> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("queue.publish", async move {
             let body = serde_json::to_string(message).expect("messages serialise");
             let added: Option<String> = PUBLISH_SCRIPT
                 .key(&self.stream)
@@ -382,7 +382,7 @@ impl Publisher for RedisStreamQueue {
                     self.settings.max_len
                 ))),
             }
-        })
+        }))
     }
 }
 
