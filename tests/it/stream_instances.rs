@@ -218,3 +218,66 @@ async fn redis_restarted_mid_run_loses_nothing() {
     all_done(&b, &handles, 6, Duration::from_secs(30)).await;
     no_step_twice(&[&a, &b], 4, 6);
 }
+
+/// A job submitted through one process and run by another: one trace, the delivery's span (in
+/// the second process) linked to the submitting request's span (in the first). The first is
+/// stopped with SIGTERM mid-step, so the second must run it; each exports its spans over OTLP to
+/// the test's receiver.
+#[tokio::test]
+async fn a_job_handed_to_another_process_continues_the_trace_that_submitted_it() {
+    let Some(redis) = private_redis(false) else { return };
+    let (endpoint, received) = crate::telemetry::receiver().await;
+    let prefix = prefix("traced");
+    let traced = |service: &'static str, step_ms: &'static str| {
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+            ("OTEL_SERVICE_NAME", service.to_owned()),
+            ("MCP_JOB_STEP_MS", step_ms.to_owned()),
+        ]
+    };
+    let a_vars = traced("instance-a", "5000");
+    let a_refs: Vec<(&str, &str)> = a_vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut a = Instance::start(&redis.url(), &prefix, &a_refs);
+    let handles = submit(&a, 1, 2).await;
+    // A is in its first five-second step: stop it; it hands the job back and exports its spans.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal("TERM");
+    // Waited for without blocking the runtime: the receiver runs on it, and A exports on its way out.
+    let stopping = Instant::now();
+    while a.child.try_wait().unwrap().is_none() {
+        assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM did not stop the instance");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b_vars = traced("instance-b", "10");
+    let b_refs: Vec<(&str, &str)> = b_vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let b = Instance::start(&redis.url(), &prefix, &b_refs);
+    all_done(&b, &handles, 2, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (submit_span, delivery) = loop {
+        {
+            let received = received.lock().unwrap();
+            let find = |name: &str, service: &str| {
+                received
+                    .spans
+                    .iter()
+                    .zip(&received.span_services)
+                    .find(|(span, s)| span.name == name && s.as_str() == service)
+                    .map(|(span, _)| span.clone())
+            };
+            if let (Some(submit), Some(delivery)) =
+                (find("tools/call submit_job", "instance-a"), find("process jobs", "instance-b"))
+            {
+                break (submit, delivery);
+            }
+        }
+        assert!(Instant::now() < deadline, "both processes' spans arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(delivery.trace_id, submit_span.trace_id, "one trace across the two processes");
+    assert_eq!(delivery.links.len(), 1);
+    assert_eq!(
+        (crate::telemetry::hex(&delivery.links[0].trace_id), crate::telemetry::hex(&delivery.links[0].span_id)),
+        (crate::telemetry::hex(&submit_span.trace_id), crate::telemetry::hex(&submit_span.span_id))
+    );
+}

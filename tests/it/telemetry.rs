@@ -27,13 +27,15 @@ const CANARY_ARGUMENT: &str = "canary-argument-5b1e";
 
 /// Every span the receiver was sent, the `service.name` each batch named, and the metric exports.
 #[derive(Default)]
-struct Received {
-    spans: Vec<Span>,
+pub(crate) struct Received {
+    pub spans: Vec<Span>,
+    /// Each span's `service.name`, in the order of `spans`.
+    pub span_services: Vec<String>,
     services: Vec<String>,
     metrics: Vec<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest>,
 }
 
-async fn receiver() -> (String, Arc<Mutex<Received>>) {
+pub(crate) async fn receiver() -> (String, Arc<Mutex<Received>>) {
     let received = Arc::new(Mutex::new(Received::default()));
     let shared = received.clone();
     let addr = common::upstream::serve(move |request| {
@@ -60,8 +62,11 @@ async fn receiver() -> (String, Arc<Mutex<Received>>) {
                     .find(|a| a.key == "service.name")
                     .and_then(|a| text(a.value.as_ref()?.value.as_ref()?))
                     .unwrap_or_default();
+                for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
+                    received.span_services.push(service.clone());
+                    received.spans.push(span);
+                }
                 received.services.push(service);
-                received.spans.extend(resource.scope_spans.into_iter().flat_map(|s| s.spans));
             }
             (200, Bytes::new())
         }
@@ -83,7 +88,7 @@ fn attributes(span: &Span) -> HashMap<String, String> {
     span.attributes.iter().filter_map(|a| Some((a.key.clone(), text(a.value.as_ref()?.value.as_ref()?)?))).collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
