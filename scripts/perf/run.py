@@ -162,9 +162,11 @@ def cpu_ticks(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
-def wrk(port, files, seconds):
+def wrk(port, files, seconds, connections=None):
     env = dict(os.environ); env["PERF_REQUESTS"] = ",".join(files)
-    cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", os.path.join(ROOT, "scripts/perf/requests.lua"), f"http://127.0.0.1:{port}/api/mcp"]
+    connections = connections or CONNECTIONS
+    threads = 1 if connections <= 2 else 2
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", os.path.join(ROOT, "scripts/perf/requests.lua"), f"http://127.0.0.1:{port}/api/mcp"]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     if "Non-2xx" in out: raise SystemExit("non-2xx responses:\n" + out)
     total = int(re.search(r"(\d+) requests in", out).group(1))
@@ -173,14 +175,39 @@ def wrk(port, files, seconds):
         m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
         value, unit = float(m.group(1)), m.group(2)
         return value * {"us": 1, "ms": 1000, "s": 1_000_000}[unit]
-    return total, rps, pct(50), pct(99)
+    p999 = re.search(r"p999_us (\d+)", out)
+    return total, rps, pct(50), pct(99), float(p999.group(1)) if p999 else float("nan")
 
-def measure(process, port, files):
-    wrk(port, files, 1)  # warm-up
+def measure(process, port, files, connections=None):
+    wrk(port, files, 1, connections)  # warm-up
     before = cpu_ticks(process.pid)
-    total, rps, p50, p99 = wrk(port, files, SECONDS)
+    total, rps, p50, p99, p999 = wrk(port, files, SECONDS, connections)
     cpu_us = (cpu_ticks(process.pid) - before) * TICK_US / max(total, 1)
-    return {"rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us": cpu_us, "requests": total}
+    return {"rps": rps, "p50_us": p50, "p99_us": p99, "p999_us": p999, "cpu_us": cpu_us, "requests": total}
+
+CONCURRENCY = (16, 64)
+
+def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo_probe):
+    """echo at 16 and 64 connections (wrk -t2), and at 64 an authenticated tools/list and a mix
+    (echo, list, the two MRTR rounds), each edge against the floor at the same concurrency."""
+    rows = {}
+    for conns in CONCURRENCY:
+        port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
+        rows[f"floor {conns} echo"] = measure(floor, port, [echo], conns)
+        floor.kill(); floor.wait()
+    listing = request_file(work, "c-list", "tools/list", {"_meta": META})
+    authlist = request_file(work, "c-authlist", "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"})
+    for edge in ["local", "vercel"]:
+        port = free_port(); server = spawn(perf_bin, port, dict(base_env, PERF_EDGE=edge)); wait_ready(port, echo_probe)
+        for conns in CONCURRENCY:
+            rows[f"{edge} {conns} echo"] = measure(server, port, [echo], conns)
+        rows[f"{edge} 64 mixed"] = measure(server, port, [echo, listing, echo, listing], 64)
+        server.kill(); server.wait()
+        port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
+        wait_ready(port, lambda p: post(p, "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"}))
+        rows[f"{edge} 64 list50+jwt"] = measure(authed, port, [authlist], 64)
+        authed.kill(); authed.wait()
+    return rows
 
 def main():
     if not shutil.which("wrk"):
@@ -264,6 +291,7 @@ def main():
     smaller = min(first_floor, second_floor, key=lambda r: r["peak_kib"])
     for key in ["idle_kib", "peak_kib", "peak_split"]:
         results["floor"][key] = smaller[key]
+    results["concurrency"] = concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo_probe)
     cold = cold_starts({"floor": (floor_bin, {}), "local": (perf_bin, dict(base_env, PERF_EDGE="local")),
                         "vercel": (perf_bin, dict(base_env, PERF_EDGE="vercel"))})
     for name, ms in cold.items():
@@ -300,6 +328,20 @@ def report(results, use_redis):
         split = row.get("peak_split", (0, 0))
         anon_ratio = split[1] / floor["peak_split"][1] if floor["peak_split"][1] else float("nan")
         lines.append(f"| {edge} | {row['cold_ms']:.1f} | {row['cold_ms']/floor['cold_ms']:.2f} | {row['idle_kib']} | {split[1]} | {anon_ratio:.2f} | {row['peak_kib']} ({split[0]} / {split[1]}) | {row['size']} | {jwt:.1f} |")
+    rows = results.get("concurrency", {})
+    if rows:
+        lines.append("")
+        lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency:")
+        lines.append("")
+        lines.append("| edge | workload | connections | req/s | × floor | p50 µs | p99 µs | p999 µs | × floor p99 | CPU µs/req | × floor CPU |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for conns in CONCURRENCY:
+            fl = rows[f"floor {conns} echo"]
+            lines.append(f"| floor | echo | {conns} | {fl['rps']:.0f} | 1.00 | {fl['p50_us']:.0f} | {fl['p99_us']:.0f} | {fl['p999_us']:.0f} | 1.00 | {fl['cpu_us']:.1f} | 1.00 |")
+        for edge in ["local", "vercel"]:
+            for conns, name in [(16, "echo"), (64, "echo"), (64, "mixed"), (64, "list50+jwt")]:
+                w, fl = rows[f"{edge} {conns} {name}"], rows[f"floor {conns} echo"]
+                lines.append(f"| {edge} | {name} | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} |")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs/performance.md")
@@ -312,7 +354,9 @@ def report(results, use_redis):
     label += f" (CPU pressure {pressure:.0f}%)" if pressure is not None else ""
     history = (f"| {date} | {label} | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
                f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}×, "
-               f"RssAnon {local['peak_split'][1]} KiB ({local['peak_split'][1]/max(floor['peak_split'][1], 1):.1f}× floor) |")
+               f"RssAnon {local['peak_split'][1]} KiB ({local['peak_split'][1]/max(floor['peak_split'][1], 1):.1f}× floor)"
+               + (f"; echo at 64 connections {rows['local 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}× floor, CPU {rows['local 64 echo']['cpu_us']/rows['floor 64 echo']['cpu_us']:.2f}×" if rows else "")
+               + " |")
     text = text.rstrip("\n") + "\n" + history + "\n"
     open(path, "w").write(text)
     json.dump(results, open(os.path.join(ROOT, "target/perf-results.json"), "w"), indent=1)
