@@ -130,6 +130,11 @@ return 1
 "#;
 
 const DELETE: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local rate = ARGV[3] .. math.floor(cjson.decode(raw).createdAt / tonumber(ARGV[4]))
+  if tonumber(redis.call('GET', rate) or '0') > 0 then redis.call('DECR', rate) end
+end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
@@ -323,6 +328,9 @@ impl JobStore for RedisJobStore {
                 .key(self.held_key(owner))
                 .arg(job_id)
                 .arg(Self::index_member(owner, job_id))
+                // The rate key of the window the job was created in, less its number.
+                .arg(format!("{}:rate:{}:", self.redis.prefix(), Self::owner_part(owner)))
+                .arg(RATE_WINDOW_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(store_error)?;

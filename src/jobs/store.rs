@@ -93,7 +93,9 @@ pub trait JobStore: Send + Sync + 'static {
         expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>>;
-    /// Removes a job (rolling back a submit whose publish failed).
+    /// Removes a job, rolling back a submit whose publish failed: the record, its places in the
+    /// owner's sets, and its count in the owner's per-minute rate (a submission that never
+    /// happened does not count against the caller).
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()>;
     /// Fails active jobs past their deadline and evicts finished jobs past retention. Every
     /// other operation already sees the jobs as of its `now`, so this is housekeeping: nothing a
@@ -205,7 +207,15 @@ impl JobStore for MemoryJobStore {
     }
 
     fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
-        self.jobs.lock().expect("jobs lock").remove(&key(owner, job_id));
+        let removed = self.jobs.lock().expect("jobs lock").remove(&key(owner, job_id));
+        if let Some(record) = removed {
+            let mut created = self.created.lock().expect("rate lock");
+            if let Some((window, count)) = created.get_mut(owner) {
+                if *window == record.created_at / RATE_WINDOW_MS {
+                    *count = count.saturating_sub(1);
+                }
+            }
+        }
         Box::pin(async { Ok(()) })
     }
 

@@ -707,3 +707,31 @@ async fn deliveries_that_do_not_finish_are_not_acknowledged() {
     assert_eq!(other.deliver_next().await, Some(http::StatusCode::INTERNAL_SERVER_ERROR));
     assert_eq!(other.pending_len(), 1, "still not acknowledged");
 }
+
+/// A submit whose publish failed never happened, for the caller's per-minute rate too: with two
+/// a minute, three failed submits still leave both, and then the third success is refused.
+/// Memory and Redis alike.
+#[tokio::test]
+async fn a_rolled_back_submit_does_not_count_toward_the_rate() {
+    let mut stores: Vec<Arc<dyn JobStore>> = vec![Arc::new(MemoryJobStore::new())];
+    let redis = common::redis::redis();
+    if let Some((url, _)) = &redis {
+        let redis = vercel_mcp::store::Redis::connect(url, &common::redis::unique_prefix("rate-rollback")).unwrap();
+        stores.push(Arc::new(vercel_mcp::jobs::redis_store::RedisJobStore::new(redis)));
+    }
+    for store in stores {
+        let (jobs, _queue) = service(store.clone(), Arc::new(ManualClock::new(1_000)));
+        let limits = vercel_mcp::jobs::service::JobLimits { per_minute: 2, ..Default::default() };
+        let mut failing = jobs.clone().with_limits(limits);
+        failing.set_publisher(Arc::new(FailingPublisher("queue down".into())));
+        let working = jobs.with_limits(limits);
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        for _ in 0..3 {
+            assert!(failing.submit(&alice, 1, None).await.unwrap_err().contains("could not enqueue"));
+        }
+        working.submit(&alice, 1, None).await.unwrap();
+        working.submit(&alice, 1, None).await.unwrap();
+        let refused = working.submit(&alice, 1, None).await.unwrap_err();
+        assert!(refused.contains("at most 2 a minute"), "{refused}");
+    }
+}
