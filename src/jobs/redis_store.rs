@@ -190,8 +190,13 @@ impl RedisJobStore {
         format!("{}:held:{}", self.redis.prefix(), Self::owner_part(owner))
     }
 
+    /// The owner's rate keys less the window number (the delete script appends its own).
+    fn rate_prefix(&self, owner: &str) -> String {
+        format!("{}:rate:{}:", self.redis.prefix(), Self::owner_part(owner))
+    }
+
     fn rate_key(&self, owner: &str, now: u64) -> String {
-        format!("{}:rate:{}:{}", self.redis.prefix(), Self::owner_part(owner), now / RATE_WINDOW_MS)
+        self.rate_prefix(owner) + &(now / RATE_WINDOW_MS).to_string()
     }
 
     fn index_member(owner: &str, job_id: &str) -> String {
@@ -204,9 +209,8 @@ impl RedisJobStore {
         owner: &str,
         job_id: &str,
         now: u64,
-        extra: Option<u32>,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let raw = self.mutate_raw(script, owner, job_id, now, extra).await?;
+        let raw = self.mutate_raw(script, owner, job_id, now, None).await?;
         raw.map(|raw| parse(&raw)).transpose()
     }
 
@@ -297,7 +301,7 @@ impl JobStore for RedisJobStore {
     }
 
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        Box::pin(crate::telemetry::redis_span("job.cancel", self.mutate(&CANCEL_SCRIPT, owner, job_id, now, None)))
+        Box::pin(crate::telemetry::redis_span("job.cancel", self.mutate(&CANCEL_SCRIPT, owner, job_id, now)))
     }
 
     fn advance<'a>(
@@ -329,7 +333,7 @@ impl JobStore for RedisJobStore {
                 .arg(job_id)
                 .arg(Self::index_member(owner, job_id))
                 // The rate key of the window the job was created in, less its number.
-                .arg(format!("{}:rate:{}:", self.redis.prefix(), Self::owner_part(owner)))
+                .arg(self.rate_prefix(owner))
                 .arg(RATE_WINDOW_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await

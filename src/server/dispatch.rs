@@ -233,11 +233,7 @@ impl McpServer {
         if as_task {
             return self.call_tool_as_task(tool, ctx, arguments).await;
         }
-        let span = ctx.span.child(format!("execute_tool {name}"), opentelemetry::trace::SpanKind::Internal);
-        span.set([
-            opentelemetry::KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            opentelemetry::KeyValue::new("gen_ai.tool.name", name.to_owned()),
-        ]);
+        let span = ctx.span.execute_tool_span(name);
         let started = std::time::Instant::now();
         let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
         let said = match &outcome {

@@ -402,12 +402,18 @@ impl SpanHandle {
         }
     }
 
-    /// A child span of this one.
-    pub fn child(&self, name: String, kind: SpanKind) -> SpanHandle {
-        match &self.0 {
-            Some(traced) => traced.telemetry.start(name, kind, Some(&traced.cx), None),
-            None => SpanHandle::default(),
-        }
+    /// An INTERNAL child span for running the tool `tool_name` (GenAI `execute_tool`), or nothing
+    /// when tracing is off: the name and attributes are built only for a recorded span, since
+    /// every tool call passes here.
+    pub fn execute_tool_span(&self, tool_name: &str) -> SpanHandle {
+        let Some(traced) = &self.0 else { return SpanHandle::default() };
+        let span =
+            traced.telemetry.start(format!("execute_tool {tool_name}"), SpanKind::Internal, Some(&traced.cx), None);
+        span.set([
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", tool_name.to_owned()),
+        ]);
+        span
     }
 
     /// The telemetry this span records to (for metrics), if it is on.

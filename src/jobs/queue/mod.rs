@@ -164,4 +164,27 @@ mod tests {
             assert_eq!(JobMessage::parse(bad.as_bytes()), None, "{bad}");
         }
     }
+
+    #[test]
+    fn keeps_only_a_well_formed_traceparent() {
+        let id = "AAAAAAAAAAAAAAAAAAAAAA";
+        let with = |traceparent: &str| {
+            let body = format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"traceparent":{traceparent}}}"#);
+            JobMessage::parse(body.as_bytes()).expect("the job itself is well formed").traceparent
+        };
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(with(&format!("\"{good}\"")).as_deref(), Some(good));
+        // A sender's garbage must not reach a span link or a log line: dropped, the job kept.
+        for bad in [
+            r#""00-00000000000000000000000000000000-00f067aa0ba902b7-01""#,
+            r#""00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01""#,
+            r#""00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra""#,
+            r#""00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7\n01""#,
+            r#""<script>""#,
+            "12",
+            "null",
+        ] {
+            assert_eq!(with(bad), None, "{bad}");
+        }
+    }
 }
