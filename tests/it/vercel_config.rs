@@ -7,21 +7,8 @@ fn vercel_json() -> Value {
 }
 
 fn api_entrypoints() -> Vec<String> {
-    let mut files = Vec::new();
-    let mut stack = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/api"))];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let relative = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
-                files.push(relative.to_string_lossy().into_owned());
-            }
-        }
-    }
-    files.sort();
-    files
+    let in_api = |file: std::path::PathBuf| format!("api/{}", file.to_string_lossy());
+    crate::common::rust_files_under("api").into_iter().map(in_api).collect()
 }
 
 #[test]
@@ -96,12 +83,13 @@ fn every_entrypoint_is_a_binary_with_function_settings() {
             "{file} needs functions.maxDuration"
         );
     }
-    for key in config["functions"].as_object().unwrap().keys() {
-        assert!(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(key).exists(),
-            "vercel.json names a missing file {key}"
-        );
-    }
+    let configured: Vec<&String> = config["functions"].as_object().unwrap().keys().collect();
+    let entrypoints = api_entrypoints();
+    assert_eq!(
+        configured,
+        entrypoints.iter().collect::<Vec<_>>(),
+        "vercel.json functions must be exactly the api/ files"
+    );
 }
 
 #[test]

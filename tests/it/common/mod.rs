@@ -89,6 +89,25 @@ impl TestServer {
     }
 }
 
+/// Every `.rs` file under the crate's `dir` (recursively), as paths below that directory, sorted.
+pub fn rust_files_under(dir: &str) -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path.strip_prefix(&root).unwrap().to_owned());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The JSON payload of a tool result's single text block (the job tools' convention).
 pub fn payload(result: &Value) -> Value {
     assert_ne!(result["isError"], true, "unexpected tool error: {result}");
