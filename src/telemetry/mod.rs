@@ -20,10 +20,11 @@
 mod metrics;
 
 pub use metrics::{JOB_DELIVERIES, JOBS_SUBMITTED, OPERATION_DURATION, QUEUE_LAG, TOOL_DURATION};
+/// The kind a handler gives its own span ([`SpanHandle::child`]).
+pub use opentelemetry::trace::SpanKind;
 
 use opentelemetry::trace::{
-    Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
-    TracerProvider as _,
+    Link, SpanContext, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
@@ -270,7 +271,13 @@ impl Telemetry {
 
     /// Starts a span of `kind` under `parent` (a request's span), or a root span linked to
     /// `link` (a job delivery, linked to the request that submitted it).
-    fn start(&self, name: String, kind: SpanKind, parent: Option<&Context>, link: Option<SpanContext>) -> SpanHandle {
+    fn start(
+        &self,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        kind: SpanKind,
+        parent: Option<&Context>,
+        link: Option<SpanContext>,
+    ) -> SpanHandle {
         let Some(inner) = &self.0 else { return SpanHandle::default() };
         let mut builder = inner.tracer.span_builder(name).with_kind(kind);
         if let Some(link) = link {
@@ -287,7 +294,7 @@ impl Telemetry {
     pub fn delivery_span(&self, submitted_by: Option<&str>) -> SpanHandle {
         let link = submitted_by.and_then(parse_traceparent);
         let parent = link.clone().map(|remote| Context::new().with_remote_span_context(remote));
-        self.start("process jobs".into(), SpanKind::Consumer, parent.as_ref(), link)
+        self.start("process jobs", SpanKind::Consumer, parent.as_ref(), link)
     }
 
     /// Exports every finished span as one batch, then the metrics (cumulative). Export failures
@@ -402,13 +409,23 @@ impl SpanHandle {
         }
     }
 
+    /// A child span of this one, for a handler's own step (`ctx.span().child("fetch page",
+    /// telemetry::SpanKind::Client)`); end it with [`SpanHandle::end`]. Nothing when tracing is off.
+    pub fn child(&self, name: impl Into<std::borrow::Cow<'static, str>>, kind: SpanKind) -> SpanHandle {
+        match &self.0 {
+            Some(traced) => traced.telemetry.start(name, kind, Some(&traced.cx), None),
+            None => SpanHandle::default(),
+        }
+    }
+
     /// An INTERNAL child span for running the tool `tool_name` (GenAI `execute_tool`), or nothing
     /// when tracing is off: the name and attributes are built only for a recorded span, since
     /// every tool call passes here.
     pub fn execute_tool_span(&self, tool_name: &str) -> SpanHandle {
-        let Some(traced) = &self.0 else { return SpanHandle::default() };
-        let span =
-            traced.telemetry.start(format!("execute_tool {tool_name}"), SpanKind::Internal, Some(&traced.cx), None);
+        if self.0.is_none() {
+            return SpanHandle::default();
+        }
+        let span = self.child(format!("execute_tool {tool_name}"), SpanKind::Internal);
         span.set([
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", tool_name.to_owned()),

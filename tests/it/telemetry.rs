@@ -122,7 +122,11 @@ fn token(parts: &Parts, scopes: &str) -> String {
 
 fn server() -> McpServer {
     let mut server = McpServer::new("traced", "1");
-    server.tool(ToolDef::new("echo").description("Echo."), |_, args: Echo| async move { args.message });
+    server.tool(ToolDef::new("echo").description("Echo."), |ctx, args: Echo| async move {
+        // A handler's own step, as a fork would trace it.
+        ctx.span().child("echo step", vercel_mcp::telemetry::SpanKind::Internal).end();
+        args.message
+    });
     server.tool(ToolDef::new("fail").description("Fails."), |_, _: NoArguments| async {
         Err::<String, _>(ToolError::Execution("no".into()))
     });
@@ -183,6 +187,9 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     let tool = named("execute_tool echo");
     assert_eq!(tool.len(), 1);
     assert_eq!((tool[0].kind, &tool[0].parent_span_id, &tool[0].trace_id), (1, &echo[0].span_id, &echo[0].trace_id));
+    let step = named("echo step");
+    assert_eq!(step.len(), 1, "the handler's child span is exported");
+    assert_eq!((step[0].kind, &step[0].parent_span_id, &step[0].trace_id), (1, &echo[0].span_id, &echo[0].trace_id));
 
     let failed = named("tools/call fail");
     assert_eq!(attributes(failed[0])["error.type"], "tool_error");
