@@ -2,9 +2,12 @@
 # Instructions per request under callgrind, for the floor and the local run: the one CPU figure
 # that does not move with the machine's load (the harness's CPU microseconds drift by ±30% on
 # shared cores, and these VMs expose no hardware counters to `perf stat`). Needs valgrind and wrk.
-#   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt; default: all three)
+#   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt, echo+otel; default: all)
 # list50+jwt runs the server with authentication on and one RS256 token on every request, so its
-# difference from list50 is what verifying a (cached) token costs.
+# difference from list50 is what verifying a (cached) token costs. echo+otel runs it with tracing
+# on (every request sampled), exporting over OTLP/HTTP once a second to a second floor process
+# that accepts every POST; at callgrind's pace every span is exported, so the difference from
+# echo is the whole cost of tracing a request, export included.
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
@@ -16,9 +19,9 @@ done
 export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 cargo build --release --quiet --example perf_server --example floor --example mint_token
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt)
+[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt echo+otel)
 work=$(mktemp -d)
-trap 'rm -rf "$work"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null; true' EXIT
+trap 'rm -rf "$work"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null; [ -n "${sink:-}" ] && kill "$sink" 2>/dev/null; true' EXIT
 
 issuer=https://auth.example.com resource=http://localhost:3000/api/mcp
 token=$(target/callgrind/release/examples/mint_token tests/fixtures/rsa_private.pem test-rsa-1 \
@@ -37,16 +40,22 @@ meta='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelc
 request_file echo tools/call "{\"name\":\"echo\",\"arguments\":{\"message\":\"hello\"},$meta}" echo
 request_file list50 tools/list "{$meta}"
 request_file list50+jwt tools/list "{$meta}" "" "Authorization: Bearer $token"
+cp "$work/echo.http" "$work/echo+otel.http"
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+sink_port=$(free_port)
+PORT="$sink_port" target/callgrind/release/examples/floor >/dev/null 2>&1 &
+sink=$!
 
 count() { # binary workload: sets $instructions to the instructions per request
   local port auth=()
   port=$(free_port)
   [[ "$2" == *+jwt ]] && auth=(MCP_AUTH_MODE=required "MCP_JWKS=$(cat tests/fixtures/jwks.json)"
     MCP_AUTH_ISSUER="$issuer" MCP_RESOURCE_URL="$resource")
+  [[ "$2" == *+otel ]] && auth=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port" OTEL_TRACES_SAMPLER=always_on)
   env "${auth[@]}" PORT="$port" MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" "$1" >/dev/null 2>&1 &
   server=$!

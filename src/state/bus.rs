@@ -132,9 +132,10 @@ impl ChangeBus for RedisBus {
         let mut connection = self.publisher.clone();
         let channel = self.channel.clone();
         let payload = serde_json::to_string(&event).expect("events serialise");
-        tokio::spawn(async move {
-            let _: Result<i64, _> = redis::cmd("PUBLISH").arg(channel).arg(payload).query_async(&mut connection).await;
-        });
+        // The publish runs on after the caller returns, still under the caller's span.
+        tokio::spawn(crate::telemetry::carry_current(crate::telemetry::redis_span("changes.publish", async move {
+            redis::cmd("PUBLISH").arg(channel).arg(payload).query_async::<i64>(&mut connection).await
+        })));
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {

@@ -65,7 +65,7 @@ impl RedisNonces {
 
 impl NonceStore for RedisNonces {
     fn consume<'a>(&'a self, nonce: &'a str, _now_ms: u64, ttl_ms: u64) -> NonceFuture<'a> {
-        Box::pin(async move {
+        Box::pin(crate::telemetry::redis_span("nonce.consume", async move {
             let set: Option<String> = redis::cmd("SET")
                 .arg(format!("{}:nonce:{nonce}", self.prefix))
                 .arg(1)
@@ -76,7 +76,7 @@ impl NonceStore for RedisNonces {
                 .await
                 .map_err(|e| format!("request state store unavailable: {:?}", e.kind()))?;
             Ok(set.is_some())
-        })
+        }))
     }
 }
 

@@ -269,6 +269,24 @@ impl Telemetry {
         SpanHandle(Some(Traced { cx: parent.with_span(span), telemetry: self.clone() }))
     }
 
+    /// Runs `future` under the caller's `traceparent` (or as a root) before the request's own
+    /// span exists, so that an outbound call it makes (a JWKS fetch during authentication) is a
+    /// CLIENT span in the caller's trace. With tracing off, `future` runs as it is.
+    pub fn under_caller<'a, F: std::future::Future>(
+        &self,
+        traceparent: impl FnOnce() -> Option<&'a str>,
+        future: F,
+    ) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
+        use opentelemetry::context::FutureExt;
+        if !self.is_on() {
+            return futures_util::future::Either::Right(future);
+        }
+        let parent = traceparent()
+            .and_then(parse_traceparent)
+            .map_or_else(Context::new, |remote| Context::new().with_remote_span_context(remote));
+        futures_util::future::Either::Left(future.with_context(parent.with_value(self.clone())))
+    }
+
     /// Starts a span of `kind` under `parent` (a request's span), or a root span linked to
     /// `link` (a job delivery, linked to the request that submitted it).
     fn start(
@@ -490,6 +508,12 @@ pub async fn redis_span<T, E>(
     outcome
 }
 
+/// `future` under the span current now, for work that outlives its caller (a spawned publish).
+pub fn carry_current<F: std::future::Future>(future: F) -> opentelemetry::context::WithContext<F> {
+    use opentelemetry::context::FutureExt;
+    future.with_context(Context::current())
+}
+
 /// A CLIENT span for an outbound request, under the span current in this task ([`SpanHandle::in_context`]),
 /// or nothing. Named after the method, with the host only: paths and queries may carry tokens.
 pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
@@ -503,13 +527,26 @@ pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
     span
 }
 
+/// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
+pub fn trace_id_from(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let (Some(version), Some(trace), Some(span), Some(flags), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2) && trace.bytes().any(|b| b != b'0'))
+        .then_some(trace)
+}
+
 fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A valid W3C `traceparent`'s span context (version 00; anything malformed is no parent).
 fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
-    let trace = crate::observe::trace_id_from(traceparent)?;
+    let trace = trace_id_from(traceparent)?;
     let mut parts = traceparent.split('-');
     let span = parts.nth(2)?;
     let flags = u8::from_str_radix(parts.next()?, 16).ok()?;
@@ -575,5 +612,27 @@ impl opentelemetry_http::HttpClient for OutboundClient {
         *answer.status_mut() = response.status;
         *answer.headers_mut() = response.headers;
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_traceparent() {
+        assert_eq!(
+            trace_id_from("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-x-y-z",
+        ] {
+            assert_eq!(trace_id_from(bad), None, "{bad}");
+        }
     }
 }

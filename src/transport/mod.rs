@@ -21,12 +21,13 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::body::{FinalResponse, ResponseOutcome, StreamEvent};
-use crate::observe::{RequestRecord, trace_id_from};
+use crate::observe::RequestRecord;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, OriginDecision, Principal};
 use crate::server::McpServer;
 use crate::server::listen::ListenLimits;
 use crate::state::{ChangeBus, Sealer};
+use crate::telemetry::trace_id_from;
 
 /// Everything one MCP endpoint needs, built once per process.
 pub struct App {
@@ -248,7 +249,9 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
         return response;
     }
-    let principal = match app.auth.authenticate(request.headers()).await {
+    // A key fetch during authentication is traced in the caller's trace, beside the request's span.
+    let traceparent = || request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
+    let principal = match app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await {
         Ok(principal) => principal,
         Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
     };

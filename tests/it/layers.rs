@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 /// Bottom to top. Modules on one line are one layer and may use each other.
 const LAYERS: &[&[&str]] = &[
     &["protocol"],
+    &["outbound", "telemetry"],
     &["body", "state", "store"],
-    &["observe", "outbound", "telemetry"],
+    &["observe"],
     &["security"],
     &["handler"],
     &["tasks"],

@@ -469,3 +469,89 @@ async fn redis_operations_are_client_spans_under_their_caller() {
     assert_eq!(steps.len(), 2, "one per step");
     assert!(steps.iter().all(|s| s.parent_span_id == delivery.span_id && s.trace_id == delivery.trace_id));
 }
+
+/// A JWKS fetch during authentication happens before the request's own span exists: it is a
+/// CLIENT span in the caller's trace (a child of the caller's `traceparent`, beside the request
+/// span), carrying the host only.
+#[tokio::test]
+async fn a_key_fetch_during_authentication_is_a_client_span_in_the_callers_trace() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (endpoint, received) = receiver().await;
+    let (jwks_url, fetches) = stub_jwks().await;
+    let parts = auth_config(
+        jwks_url,
+        &[
+            ("MCP_AUTH_MODE", "required"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value"),
+        ],
+    );
+    let (caller_trace, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let options = ClientOptions::default()
+        .header("Authorization", &bearer("alice", "mcp:read"))
+        .header("traceparent", &format!("00-{caller_trace}-{caller_span}-01"));
+    let client = vercel_mcp::testing::client_with(server(), &parts, options).await;
+    assert_eq!(client.call_tool("echo", json!({"message": "hi"})).await.unwrap().joined_text(), "hi");
+    parts.telemetry.flush().await;
+
+    assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1, "one fetch, then the cached keys");
+    let received = received.lock().unwrap();
+    let fetch = received.spans.iter().filter(|s| s.kind == 3).collect::<Vec<_>>();
+    assert_eq!(fetch.len(), 1, "the one fetch is the one CLIENT span");
+    assert_eq!((hex(&fetch[0].trace_id), hex(&fetch[0].parent_span_id)), (caller_trace.into(), caller_span.into()));
+    let attrs = attributes(fetch[0]);
+    assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
+    assert!(attrs.values().all(|v| !v.contains("jwks.json")), "no path in the span");
+    let call = received.spans.iter().find(|s| s.name == "tools/call echo").expect("the request's span");
+    assert_eq!(hex(&call.parent_span_id), caller_span, "the request span is the fetch's sibling");
+}
+
+/// With Redis, consuming a `requestState` nonce (the retry of an MRTR round trip) and publishing
+/// a change are CLIENT spans under the request and the tool call that made them.
+#[tokio::test]
+async fn nonce_consumption_and_change_publishes_on_redis_are_spans() {
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let (endpoint, received) = receiver().await;
+    let vars: HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
+        ("REDIS_URL", url.clone()),
+        ("MCP_REDIS_PREFIX", common::redis::unique_prefix("telemetry")),
+    ]
+    .into_iter()
+    .collect();
+    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let mut server = server();
+    server.tool(ToolDef::new("touch").description("Changes a resource."), |ctx, _: NoArguments| async move {
+        ctx.publish_change(vercel_mcp::state::ChangeEvent::ResourceUpdated("demo://touched".into()));
+        "touched"
+    });
+    let accept = |_| async { Ok(json!({"action": "accept", "content": {}})) };
+    let options = ClientOptions::default().handler("elicitation/create", accept);
+    let client = vercel_mcp::testing::client_with(server, &parts, options).await;
+    assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
+    assert_eq!(client.call_tool("touch", json!({})).await.unwrap().joined_text(), "touched");
+    // The publish runs after the tool returns; wait for its span.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        parts.telemetry.flush().await;
+        if received.lock().unwrap().spans.iter().any(|s| s.name == "redis changes.publish") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the publish was never traced");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let received = received.lock().unwrap();
+    let named = |name: &str| received.spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let consumed = named("redis nonce.consume");
+    assert_eq!(consumed.len(), 1, "only the retry carries a state");
+    let retry = named("tools/call confirm").into_iter().find(|s| s.span_id == consumed[0].parent_span_id);
+    assert!(retry.is_some(), "the nonce is consumed under the retry's request span");
+    assert_eq!((consumed[0].kind, attributes(consumed[0])["db.system.name"].as_str()), (3, "redis"));
+    let touch = named("execute_tool touch");
+    let published = named("redis changes.publish");
+    assert_eq!((published.len(), published[0].kind), (1, 3));
+    assert_eq!((&published[0].parent_span_id, &published[0].trace_id), (&touch[0].span_id, &touch[0].trace_id));
+}

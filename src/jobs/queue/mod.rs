@@ -78,7 +78,7 @@ impl JobMessage {
         let traceparent = object
             .get("traceparent")
             .and_then(|t| t.as_str())
-            .filter(|t| crate::observe::trace_id_from(t).is_some())
+            .filter(|t| crate::telemetry::trace_id_from(t).is_some())
             .map(str::to_owned);
         valid.then(|| Self {
             job_id: job_id.to_owned(),
