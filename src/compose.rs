@@ -82,13 +82,7 @@ impl Parts {
         let examples = Backends::new(&settings.examples, &shared).map_err(|mut more| {
             problems.append(&mut more);
         });
-        let telemetry = match &settings.telemetry {
-            Some(telemetry) => Telemetry::new(telemetry).unwrap_or_else(|problem| {
-                problems.push(problem);
-                Telemetry::off()
-            }),
-            None => Telemetry::off(),
-        };
+        let telemetry = settings.telemetry.as_ref().map_or_else(Telemetry::off, Telemetry::new);
         let (Ok(examples), true) = (examples, problems.is_empty()) else { return Err(ConfigError(problems)) };
         let transport = match (&settings.queue, &shared) {
             (QueueChoice::Vercel(queue), _) => Transport::Vercel(Arc::new(VercelQueue::new(

@@ -292,8 +292,10 @@ def main():
     for key in ["idle_kib", "peak_kib", "peak_split"]:
         results["floor"][key] = smaller[key]
     results["concurrency"] = concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo_probe)
+    traced_env = dict(base_env, PERF_EDGE="local", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_port}")
     cold = cold_starts({"floor": (floor_bin, {}), "local": (perf_bin, dict(base_env, PERF_EDGE="local")),
-                        "vercel": (perf_bin, dict(base_env, PERF_EDGE="vercel"))})
+                        "vercel": (perf_bin, dict(base_env, PERF_EDGE="vercel")), "local+otel": (perf_bin, traced_env)})
+    results["cold_otel_ms"] = cold.pop("local+otel")
     for name, ms in cold.items():
         results[name]["cold_ms"] = ms
     pressure_end = cpu_pressure_us()
@@ -328,6 +330,12 @@ def report(results, use_redis):
         split = row.get("peak_split", (0, 0))
         anon_ratio = split[1] / floor["peak_split"][1] if floor["peak_split"][1] else float("nan")
         lines.append(f"| {edge} | {row['cold_ms']:.1f} | {row['cold_ms']/floor['cold_ms']:.2f} | {row['idle_kib']} | {split[1]} | {anon_ratio:.2f} | {row['peak_kib']} ({split[0]} / {split[1]}) | {row['size']} | {jwt:.1f} |")
+    lines.append("")
+    tracing = [f"{edge} {results[edge]['echo+otel']['cpu_us'] / results[edge]['echo']['cpu_us'] - 1:+.0%}"
+               for edge in ["local", "vercel"] if "echo+otel" in results[edge]]
+    lines.append(f"Tracing on (every request sampled, exported to the sink): echo CPU per request {', '.join(tracing)} against tracing off; "
+                 f"cold start {results['cold_otel_ms']:.1f} ms ({results['cold_otel_ms'] / floor['cold_ms']:.2f}× floor, "
+                 f"{results['cold_otel_ms'] / results['local']['cold_ms']:.2f}× the local run without tracing).")
     rows = results.get("concurrency", {})
     if rows:
         lines.append("")

@@ -83,7 +83,7 @@ async fn submit_job(ctx: RequestContext, jobs: Arc<Jobs>, args: SubmitArgs) -> R
         jobs.submit_traced(ctx.principal(), args.steps, ctx.platform_token(), ctx.span().traceparent()).await;
     if let Some(telemetry) = ctx.span().telemetry() {
         let result = if submitted.is_ok() { "accepted" } else { "refused" };
-        telemetry.add(crate::telemetry::JOBS_SUBMITTED, vec![("mcp.job.result", result.to_owned())], 1);
+        telemetry.add(crate::telemetry::JOBS_SUBMITTED, vec![("mcp.job.result", result.into())], 1);
     }
     reply(submitted)
 }

@@ -190,7 +190,7 @@ impl Consumer {
             }
         };
         span.end();
-        self.telemetry.add(crate::telemetry::JOB_DELIVERIES, vec![("mcp.job.outcome", ended.to_owned())], 1);
+        self.telemetry.add(crate::telemetry::JOB_DELIVERIES, vec![("mcp.job.outcome", ended.into())], 1);
         if let Some(logger) = &self.logger {
             let (result, state) = match &outcome {
                 Ok(Processed::Finished(state)) => ("finished", *state),

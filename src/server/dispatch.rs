@@ -257,7 +257,7 @@ impl McpServer {
         };
         span.end();
         if let Some(telemetry) = span.telemetry() {
-            let series = vec![("gen_ai.tool.name", name.to_owned()), ("mcp.outcome", said.to_owned())];
+            let series = vec![("gen_ai.tool.name", name.to_owned().into()), ("mcp.outcome", said.into())];
             telemetry.record(crate::telemetry::TOOL_DURATION, series, started.elapsed());
         }
         match outcome {

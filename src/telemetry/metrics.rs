@@ -31,8 +31,8 @@ pub const QUEUE_LAG: &str = "mcp.jobs.queue.lag";
 /// Histogram bucket bounds, seconds: from half a millisecond to a minute.
 const BOUNDS: [f64; 15] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
 
-/// Attributes of one series, in a fixed order.
-type Series = Vec<(&'static str, String)>;
+/// Attributes of one series, in a fixed order (values are mostly fixed words, hence `Cow`).
+pub type Series = Vec<(&'static str, std::borrow::Cow<'static, str>)>;
 
 #[derive(Clone, Default)]
 struct Distribution {
@@ -54,7 +54,12 @@ impl Registry {
     pub(super) fn record(&self, name: &'static str, series: Series, value: Duration) {
         let seconds = value.as_secs_f64();
         let mut histograms = self.histograms.lock().expect("metrics");
-        let entry = histograms.entry((name, series)).or_default();
+        let key = (name, series);
+        // A series is new once; every later value finds it without moving the key in.
+        let entry = match histograms.get_mut(&key) {
+            Some(entry) => entry,
+            None => histograms.entry(key).or_default(),
+        };
         if entry.count == 0 || seconds < entry.min {
             entry.min = seconds;
         }
@@ -77,7 +82,7 @@ impl Registry {
                 .iter()
                 .map(|(key, value)| KeyValue {
                     key: (*key).to_owned(),
-                    value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.clone())) }),
+                    value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.to_string())) }),
                     ..Default::default()
                 })
                 .collect()
@@ -161,9 +166,10 @@ mod tests {
     fn histograms_bucket_and_counters_add_per_series() {
         let registry = Registry::default();
         assert!(registry.export("s", 1, 2).is_none(), "nothing recorded, nothing to send");
-        let series = || vec![("mcp.method.name", "tools/call".to_owned())];
-        registry.record(OPERATION_DURATION, series(), Duration::from_micros(300));
-        registry.record(OPERATION_DURATION, series(), Duration::from_millis(30));
+        // A value owned or borrowed is the same series.
+        let owned = vec![("mcp.method.name", std::borrow::Cow::Owned("tools/call".to_owned()))];
+        registry.record(OPERATION_DURATION, owned, Duration::from_micros(300));
+        registry.record(OPERATION_DURATION, vec![("mcp.method.name", "tools/call".into())], Duration::from_millis(30));
         registry.add(JOBS_SUBMITTED, vec![("mcp.job.result", "accepted".into())], 2);
         let export = registry.export("svc", 10, 20).unwrap();
         let metrics = &export.resource_metrics[0].scope_metrics[0].metrics;
@@ -171,6 +177,7 @@ mod tests {
         else {
             panic!()
         };
+        assert_eq!(h.data_points.len(), 1, "one series");
         let point = &h.data_points[0];
         assert_eq!((point.count, point.start_time_unix_nano, point.time_unix_nano), (2, 10, 20));
         assert_eq!(point.bucket_counts[0], 1, "300 µs is under the first bound");

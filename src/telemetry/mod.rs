@@ -10,16 +10,18 @@
 //! batch. On Vercel the edge registers a flush after a response through the runtime's
 //! `wait_until` (one at a time, a second later: [`Telemetry::flush_soon`]), so the response never
 //! waits, the instance is not frozen before the batch is sent, and a busy instance exports once a
-//! second; the local run flushes every second. Export uses the crate's own outbound client (rustls with ring), so
-//! no second HTTP stack is linked.
+//! second; the local run flushes every second. The batch is written as OTLP protobuf straight
+//! from the SDK's span data (`otlp.rs`) and sent with the crate's own outbound client (rustls with
+//! ring), so no second HTTP stack is linked.
 //!
 //! Privacy: attributes carry the method, the tool or resource name, the JSON-RPC id and error
 //! code, the outcome and the protocol version; never arguments, tokens, handles or
 //! `requestState`.
 
 mod metrics;
+mod otlp;
 
-pub use metrics::{JOB_DELIVERIES, JOBS_SUBMITTED, OPERATION_DURATION, QUEUE_LAG, TOOL_DURATION};
+pub use metrics::{JOB_DELIVERIES, JOBS_SUBMITTED, OPERATION_DURATION, QUEUE_LAG, Series, TOOL_DURATION};
 /// The kind a handler gives its own span ([`SpanHandle::child`]).
 pub use opentelemetry::trace::SpanKind;
 
@@ -29,14 +31,18 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Finished spans held at most between two flushes; past it, spans are dropped and counted.
+/// Finished spans held at most; past it (exports not keeping up), spans are dropped and counted.
 const MAX_QUEUED_SPANS: usize = 4096;
 
-/// How long spans may wait for their export (at most one export in this time).
+/// A batch this large is exported at once rather than at the next tick, so that a busy instance
+/// exports every span it records (as the SDK's batch processor does at its batch size).
+const EXPORT_BATCH: usize = 1024;
+
+/// How long spans may wait for their export.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// What `OTEL_*` configure.
@@ -186,10 +192,13 @@ pub struct Telemetry(Option<Arc<Inner>>);
 struct Inner {
     /// Counters and histograms since the process started.
     metrics: metrics::Registry,
-    /// Where they go, and the headers every export carries.
+    /// Where spans and metrics go, and the headers every export carries.
+    traces_endpoint: String,
     metrics_endpoint: Option<String>,
     headers: Vec<(String, String)>,
     service_name: String,
+    /// What every span batch says produced it (`service.name`).
+    resource: Resource,
     started_ns: u64,
     /// A coalesced flush is waiting to run ([`Telemetry::flush_soon`]).
     flush_pending: std::sync::atomic::AtomicBool,
@@ -197,7 +206,19 @@ struct Inner {
     // Kept so the tracer stays connected to its processor.
     _provider: SdkTracerProvider,
     queue: Arc<SpanQueue>,
-    exporter: tokio::sync::Mutex<opentelemetry_otlp::SpanExporter>,
+}
+
+impl Inner {
+    /// Sends one OTLP/HTTP protobuf export, with the configured headers; the answer is not read.
+    async fn post(&self, endpoint: &str, body: Vec<u8>) {
+        let mut request = http::Request::post(endpoint).header(http::header::CONTENT_TYPE, "application/x-protobuf");
+        for (name, value) in &self.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(body))) {
+            let _ = crate::outbound::send(request, Duration::from_secs(10)).await;
+        }
+    }
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -213,38 +234,28 @@ impl Telemetry {
     }
 
     /// A tracer exporting to `settings.traces_endpoint`. Connects nothing until the first flush.
-    pub fn new(settings: &TelemetrySettings) -> Result<Self, String> {
-        use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-        let headers = settings.headers.iter().cloned().collect();
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(OutboundClient)
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(settings.traces_endpoint.clone())
-            .with_headers(headers)
-            .build()
-            .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?;
+    pub fn new(settings: &TelemetrySettings) -> Self {
         let resource = Resource::builder().with_service_name(settings.service_name.clone()).build();
-        exporter.set_resource(&resource);
         let queue = Arc::new(SpanQueue::default());
         let provider = SdkTracerProvider::builder()
             .with_span_processor(QueueProcessor(queue.clone()))
             .with_sampler(settings.sampler.sampler())
-            .with_resource(resource)
+            .with_resource(resource.clone())
             .build();
         let tracer = provider.tracer("vercel-mcp");
-        Ok(Self(Some(Arc::new(Inner {
+        Self(Some(Arc::new(Inner {
             metrics: metrics::Registry::default(),
+            traces_endpoint: settings.traces_endpoint.clone(),
             metrics_endpoint: settings.metrics_endpoint.clone(),
             headers: settings.headers.clone(),
             service_name: settings.service_name.clone(),
+            resource,
             started_ns: now_ns(),
             flush_pending: std::sync::atomic::AtomicBool::new(false),
             tracer,
             _provider: provider,
             queue,
-            exporter: tokio::sync::Mutex::new(exporter),
-        }))))
+        })))
     }
 
     /// Whether spans are recorded.
@@ -254,7 +265,14 @@ impl Telemetry {
 
     /// Starts the SERVER span of one request named `name`, as of `started_at_ms`, a child of the
     /// caller's `traceparent` if it sent a valid one.
-    pub fn request_span(&self, name: String, traceparent: Option<&str>, started_at_ms: u64) -> SpanHandle {
+    /// `attributes` are its first (room is made for the ones added later).
+    pub fn request_span(
+        &self,
+        name: String,
+        traceparent: Option<&str>,
+        started_at_ms: u64,
+        attributes: Vec<KeyValue>,
+    ) -> SpanHandle {
         let Some(inner) = &self.0 else { return SpanHandle::default() };
         let parent = traceparent
             .and_then(parse_traceparent)
@@ -265,6 +283,7 @@ impl Telemetry {
             .span_builder(name)
             .with_kind(SpanKind::Server)
             .with_start_time(start)
+            .with_attributes(attributes)
             .start_with_context(&inner.tracer, &parent);
         SpanHandle(Some(Traced { cx: parent.with_span(span), telemetry: self.clone() }))
     }
@@ -295,9 +314,10 @@ impl Telemetry {
         kind: SpanKind,
         parent: Option<&Context>,
         link: Option<SpanContext>,
+        attributes: Vec<KeyValue>,
     ) -> SpanHandle {
         let Some(inner) = &self.0 else { return SpanHandle::default() };
-        let mut builder = inner.tracer.span_builder(name).with_kind(kind);
+        let mut builder = inner.tracer.span_builder(name).with_kind(kind).with_attributes(attributes);
         if let Some(link) = link {
             builder = builder.with_links(vec![Link::with_context(link)]);
         }
@@ -312,7 +332,7 @@ impl Telemetry {
     pub fn delivery_span(&self, submitted_by: Option<&str>) -> SpanHandle {
         let link = submitted_by.and_then(parse_traceparent);
         let parent = link.clone().map(|remote| Context::new().with_remote_span_context(remote));
-        self.start("process jobs", SpanKind::Consumer, parent.as_ref(), link)
+        self.start("process jobs", SpanKind::Consumer, parent.as_ref(), link, Vec::new())
     }
 
     /// Exports every finished span as one batch, then the metrics (cumulative). Export failures
@@ -322,8 +342,7 @@ impl Telemetry {
         let Some(inner) = &self.0 else { return };
         let batch = std::mem::take(&mut *inner.queue.spans.lock().expect("span queue"));
         if !batch.is_empty() {
-            let exporter = inner.exporter.lock().await;
-            let _ = tokio::time::timeout(Duration::from_secs(10), exporter.export(batch)).await;
+            inner.post(&inner.traces_endpoint, otlp::encode_traces(&inner.resource, &batch)).await;
         }
         let (Some(endpoint), Some(export)) =
             (&inner.metrics_endpoint, inner.metrics.export(&inner.service_name, inner.started_ns, now_ns()))
@@ -331,33 +350,28 @@ impl Telemetry {
             return;
         };
         use prost::Message;
-        let mut request = http::Request::post(endpoint).header(http::header::CONTENT_TYPE, "application/x-protobuf");
-        for (name, value) in &inner.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        if let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(export.encode_to_vec()))) {
-            let _ = crate::outbound::send(request, Duration::from_secs(10)).await;
-        }
+        inner.post(endpoint, export.encode_to_vec()).await;
     }
 
     /// Records `value` in the histogram `name` (seconds) for `series`.
-    pub fn record(&self, name: &'static str, series: Vec<(&'static str, String)>, value: Duration) {
+    pub fn record(&self, name: &'static str, series: metrics::Series, value: Duration) {
         if let Some(inner) = &self.0 {
             inner.metrics.record(name, series, value);
         }
     }
 
     /// Adds `n` to the counter `name` for `series`.
-    pub fn add(&self, name: &'static str, series: Vec<(&'static str, String)>, n: u64) {
+    pub fn add(&self, name: &'static str, series: metrics::Series, n: u64) {
         if let Some(inner) = &self.0 {
             inner.metrics.add(name, series, n);
         }
     }
 
     /// A flush to run after a response (on Vercel, through `wait_until`), unless one is already
-    /// waiting: it runs [`FLUSH_EVERY`] after it was asked for, exporting everything finished by
-    /// then. Under load that is one export a second whatever the request rate; a lone request's
-    /// spans still leave within a second of its response.
+    /// waiting: it runs [`FLUSH_EVERY`] after it was asked for, or as soon as a full batch
+    /// ([`EXPORT_BATCH`] spans) is waiting, exporting everything finished by then. Under load that
+    /// is one export a second or one per batch; a lone request's spans still leave within a
+    /// second of its response.
     pub fn flush_soon(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         use std::sync::atomic::Ordering;
         let inner = self.0.as_ref()?;
@@ -366,24 +380,27 @@ impl Telemetry {
         }
         let telemetry = self.clone();
         Some(async move {
-            tokio::time::sleep(FLUSH_EVERY).await;
             if let Some(inner) = &telemetry.0 {
+                // A second, or less if a full batch is waiting.
+                let _ = tokio::time::timeout(FLUSH_EVERY, inner.queue.batch_ready.notified()).await;
                 inner.flush_pending.store(false, Ordering::Release);
             }
             telemetry.flush().await;
         })
     }
 
-    /// Flushes every `every` for the life of the process (a long-running server).
+    /// Flushes every `every`, and whenever a full batch is waiting, for the life of the process
+    /// (a long-running server).
     pub fn flush_periodically(&self, every: Duration) {
         if !self.is_on() {
             return;
         }
         let telemetry = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            let Some(inner) = telemetry.0.clone() else { return };
             loop {
-                tick.tick().await;
+                // Every `every`, or as soon as a full batch is waiting.
+                let _ = tokio::time::timeout(every, inner.queue.batch_ready.notified()).await;
                 telemetry.flush().await;
             }
         });
@@ -431,7 +448,7 @@ impl SpanHandle {
     /// telemetry::SpanKind::Client)`); end it with [`SpanHandle::end`]. Nothing when tracing is off.
     pub fn child(&self, name: impl Into<std::borrow::Cow<'static, str>>, kind: SpanKind) -> SpanHandle {
         match &self.0 {
-            Some(traced) => traced.telemetry.start(name, kind, Some(&traced.cx), None),
+            Some(traced) => traced.telemetry.start(name, kind, Some(&traced.cx), None, Vec::new()),
             None => SpanHandle::default(),
         }
     }
@@ -440,15 +457,18 @@ impl SpanHandle {
     /// when tracing is off: the name and attributes are built only for a recorded span, since
     /// every tool call passes here.
     pub fn execute_tool_span(&self, tool_name: &str) -> SpanHandle {
-        if self.0.is_none() {
-            return SpanHandle::default();
-        }
-        let span = self.child(format!("execute_tool {tool_name}"), SpanKind::Internal);
-        span.set([
+        let Some(traced) = &self.0 else { return SpanHandle::default() };
+        let attributes = vec![
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", tool_name.to_owned()),
-        ]);
-        span
+        ];
+        traced.telemetry.start(
+            format!("execute_tool {tool_name}"),
+            SpanKind::Internal,
+            Some(&traced.cx),
+            None,
+            attributes,
+        )
     }
 
     /// The telemetry this span records to (for metrics), if it is on.
@@ -498,8 +518,8 @@ pub async fn redis_span<T, E>(
 ) -> Result<T, E> {
     let current = Context::current();
     let Some(telemetry) = current.get::<Telemetry>() else { return future.await };
-    let span = telemetry.start(format!("redis {operation}"), SpanKind::Client, Some(&current), None);
-    span.set([KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", operation)]);
+    let attributes = vec![KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", operation)];
+    let span = telemetry.start(format!("redis {operation}"), SpanKind::Client, Some(&current), None, attributes);
     let outcome = future.await;
     if outcome.is_err() {
         span.fail("store_error");
@@ -519,12 +539,9 @@ pub fn carry_current<F: std::future::Future>(future: F) -> opentelemetry::contex
 pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
     let current = Context::current();
     let Some(telemetry) = current.get::<Telemetry>() else { return SpanHandle::default() };
-    let span = telemetry.start(method.to_owned(), SpanKind::Client, Some(&current), None);
-    span.set([
-        KeyValue::new("http.request.method", method.to_owned()),
-        KeyValue::new("server.address", host.to_owned()),
-    ]);
-    span
+    let attributes =
+        vec![KeyValue::new("http.request.method", method.to_owned()), KeyValue::new("server.address", host.to_owned())];
+    telemetry.start(method.to_owned(), SpanKind::Client, Some(&current), None, attributes)
 }
 
 /// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
@@ -566,6 +583,8 @@ fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
 struct SpanQueue {
     spans: Mutex<Vec<SpanData>>,
     dropped: Mutex<u64>,
+    /// Woken when the queue reaches [`EXPORT_BATCH`] spans.
+    batch_ready: tokio::sync::Notify,
 }
 
 /// The span processor: queues each finished span for [`Telemetry::flush`]. (The SDK's batch
@@ -581,6 +600,10 @@ impl SpanProcessor for QueueProcessor {
         let mut spans = self.0.spans.lock().expect("span queue");
         if spans.len() < MAX_QUEUED_SPANS {
             spans.push(span);
+            if spans.len() == EXPORT_BATCH {
+                // Stored if no flush is waiting yet: the next one to wait starts at once.
+                self.0.batch_ready.notify_one();
+            }
         } else {
             *self.0.dropped.lock().expect("span queue") += 1;
         }
@@ -592,26 +615,6 @@ impl SpanProcessor for QueueProcessor {
 
     fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
         Ok(())
-    }
-}
-
-/// The OTLP exporter's HTTP client: the crate's one outbound client.
-#[derive(Debug)]
-struct OutboundClient;
-
-#[async_trait::async_trait]
-impl opentelemetry_http::HttpClient for OutboundClient {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let (parts, body) = request.into_parts();
-        let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
-        let response = crate::outbound::send(request, Duration::from_secs(10)).await?;
-        let mut answer = http::Response::new(response.body);
-        *answer.status_mut() = response.status;
-        *answer.headers_mut() = response.headers;
-        Ok(answer)
     }
 }
 

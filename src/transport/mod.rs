@@ -182,10 +182,9 @@ fn end_span(
     if !app.telemetry.is_on() {
         return;
     }
-    let span = record
-        .span
-        .take()
-        .unwrap_or_else(|| app.telemetry.request_span("mcp request".into(), header_traceparent, record.started_at_ms));
+    let span = record.span.take().unwrap_or_else(|| {
+        app.telemetry.request_span("mcp request".into(), header_traceparent, record.started_at_ms, Vec::new())
+    });
     use opentelemetry::KeyValue;
     span.set([
         KeyValue::new("http.request.method", "POST"),
@@ -203,10 +202,11 @@ fn end_span(
     }
     span.end();
     // Method names are the client's: anything this server does not know is one series.
-    let method = record.method.as_deref().filter(|m| KNOWN_METHODS.contains(m)).unwrap_or("other");
+    let method: &'static str =
+        KNOWN_METHODS.iter().find(|known| record.method.as_deref() == Some(**known)).copied().unwrap_or("other");
     app.telemetry.record(
         crate::telemetry::OPERATION_DURATION,
-        vec![("mcp.method.name", method.to_owned()), ("mcp.outcome", outcome.label().to_owned())],
+        vec![("mcp.method.name", method.into()), ("mcp.outcome", outcome.label().into())],
         record.elapsed(),
     );
 }
@@ -343,25 +343,30 @@ fn start_span(
         Some(target) => format!("{method} {target}"),
         None => method.to_owned(),
     };
-    let span = app.telemetry.request_span(
-        crate::protocol::error::truncate_for_message(&name).into_owned(),
-        parent,
-        record.started_at_ms,
-    );
-    span.set([KeyValue::new("mcp.method.name", crate::protocol::error::truncate_for_message(method).into_owned())]);
+    // Room for what the request adds later: the version, the status, the outcome, an error.
+    let mut attributes = Vec::with_capacity(10);
+    attributes
+        .push(KeyValue::new("mcp.method.name", crate::protocol::error::truncate_for_message(method).into_owned()));
     if let Some(target) = &record.name {
         let key = match method {
             "tools/call" => "gen_ai.tool.name",
             "prompts/get" => "gen_ai.prompt.name",
             _ => "mcp.resource.uri",
         };
-        span.set([KeyValue::new(key, target.clone())]);
+        attributes.push(KeyValue::new(key, target.clone()));
     }
     let id = match id.as_value() {
         Value::String(id) => id.clone(),
         other => other.to_string(),
     };
-    span.set([KeyValue::new("jsonrpc.request.id", crate::protocol::error::truncate_for_message(&id).into_owned())]);
+    attributes
+        .push(KeyValue::new("jsonrpc.request.id", crate::protocol::error::truncate_for_message(&id).into_owned()));
+    let span = app.telemetry.request_span(
+        crate::protocol::error::truncate_for_message(&name).into_owned(),
+        parent,
+        record.started_at_ms,
+        attributes,
+    );
     record.span = Some(span.clone());
     span
 }

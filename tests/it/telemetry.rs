@@ -555,3 +555,23 @@ async fn nonce_consumption_and_change_publishes_on_redis_are_spans() {
     assert_eq!((published.len(), published[0].kind), (1, 3));
     assert_eq!((&published[0].parent_span_id, &published[0].trace_id), (&touch[0].span_id, &touch[0].trace_id));
 }
+
+/// A busy instance exports every span: a full batch goes out at once instead of waiting for the
+/// next tick (here an hour away), and nothing is dropped.
+#[tokio::test]
+async fn a_full_batch_is_exported_without_waiting_for_the_tick() {
+    let (endpoint, received) = receiver().await;
+    let parts = traced_parts(&endpoint, "batched");
+    parts.telemetry.flush_periodically(std::time::Duration::from_secs(3600));
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    for _ in 0..1024 {
+        parts.telemetry.request_span("tools/list".into(), None, now_ms, Vec::new()).end();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while received.lock().unwrap().spans.len() < 1024 {
+        assert!(std::time::Instant::now() < deadline, "the full batch was not exported");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(received.lock().unwrap().spans.len(), 1024);
+    assert_eq!(parts.telemetry.dropped_spans(), 0);
+}
