@@ -108,6 +108,20 @@ fn traced_parts(endpoint: &str, service: &str) -> Parts {
     Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap()
 }
 
+/// Parts with tracing on (sampling everything) and Redis behind the stores, under a fresh prefix.
+fn redis_traced_parts(endpoint: &str, redis_url: &str) -> Parts {
+    let vars: HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
+        ("REDIS_URL", redis_url.to_owned()),
+        ("MCP_REDIS_PREFIX", common::redis::unique_prefix("telemetry")),
+    ]
+    .into_iter()
+    .collect();
+    Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap()
+}
+
 fn token(parts: &Parts, scopes: &str) -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let claims = json!({"iss": ISSUER, "aud": parts.settings.auth.config().resource.url(), "sub": "ada",
@@ -427,16 +441,7 @@ async fn metrics_count_requests_tools_and_jobs() {
 async fn redis_operations_are_client_spans_under_their_caller() {
     let Some((url, _guard)) = common::redis::redis() else { return };
     let (endpoint, received) = receiver().await;
-    let vars: HashMap<&str, String> = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
-        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
-        ("REDIS_URL", url.clone()),
-        ("MCP_REDIS_PREFIX", common::redis::unique_prefix("telemetry")),
-    ]
-    .into_iter()
-    .collect();
-    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let parts = redis_traced_parts(&endpoint, &url);
     let mut server = McpServer::new("jobs", "1");
     vercel_mcp::catalogue::async_jobs::register(&mut server, parts.job_service());
     let client = vercel_mcp::testing::client_with(server, &parts, ClientOptions::default()).await;
@@ -512,16 +517,7 @@ async fn a_key_fetch_during_authentication_is_a_client_span_in_the_callers_trace
 async fn nonce_consumption_and_change_publishes_on_redis_are_spans() {
     let Some((url, _guard)) = common::redis::redis() else { return };
     let (endpoint, received) = receiver().await;
-    let vars: HashMap<&str, String> = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
-        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
-        ("REDIS_URL", url.clone()),
-        ("MCP_REDIS_PREFIX", common::redis::unique_prefix("telemetry")),
-    ]
-    .into_iter()
-    .collect();
-    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let parts = redis_traced_parts(&endpoint, &url);
     let mut server = server();
     server.tool(ToolDef::new("touch").description("Changes a resource."), |ctx, _: NoArguments| async move {
         ctx.publish_change(vercel_mcp::state::ChangeEvent::ResourceUpdated("demo://touched".into()));
