@@ -19,8 +19,9 @@ use serde_json::Value;
 /// A message the transport writes to the request's SSE stream.
 #[derive(Debug)]
 pub enum StreamEvent {
-    /// A JSON-RPC notification related to the request.
-    Notification(Value),
+    /// A JSON-RPC notification related to the request, serialised when it was made
+    /// (`protocol::jsonrpc::notification`): a handler may send many, and none needs a `Value`.
+    Notification(Vec<u8>),
     /// A server-to-client request (legacy path only).
     ClientRequest {
         /// The full JSON-RPC request.
@@ -139,9 +140,8 @@ impl Drop for Body {
 pub(crate) fn frame(event: &StreamEvent) -> Bytes {
     match event {
         StreamEvent::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
-        StreamEvent::Notification(message) | StreamEvent::ClientRequest { message } => {
-            frame_json(&serde_json::to_vec(message).expect("values serialise"))
-        }
+        StreamEvent::Notification(json) => frame_json(json),
+        StreamEvent::ClientRequest { message } => frame_json(&serde_json::to_vec(message).expect("values serialise")),
         StreamEvent::Response(last) => frame_json(&last.body),
     }
 }

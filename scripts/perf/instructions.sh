@@ -2,7 +2,8 @@
 # Instructions per request under callgrind, for the floor and the local run: the one CPU figure
 # that does not move with the machine's load (the harness's CPU microseconds drift by ±30% on
 # shared cores, and these VMs expose no hardware counters to `perf stat`). Needs valgrind and wrk.
-#   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt, echo+otel; default: all)
+#   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt, echo+otel, progress10;
+#   default: all)
 # list50+jwt runs the server with authentication on and one RS256 token on every request, so its
 # difference from list50 is what verifying a (cached) token costs. echo+otel runs it with tracing
 # on (every request sampled), exporting over OTLP/HTTP once a second to a second floor process
@@ -19,7 +20,7 @@ done
 export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 cargo build --release --quiet --example perf_server --example floor --example mint_token
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt echo+otel)
+[ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt echo+otel progress10)
 work=$(mktemp -d)
 trap 'rm -rf "$work"; [ -n "${server:-}" ] && kill "$server" 2>/dev/null; [ -n "${sink:-}" ] && kill "$sink" 2>/dev/null; true' EXIT
 
@@ -41,6 +42,8 @@ request_file echo tools/call "{\"name\":\"echo\",\"arguments\":{\"message\":\"he
 request_file list50 tools/list "{$meta}"
 request_file list50+jwt tools/list "{$meta}" "" "Authorization: Bearer $token"
 cp "$work/echo.http" "$work/echo+otel.http"
+progress_meta='"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"progressToken":"p"}'
+request_file progress10 tools/call "{\"name\":\"progress10\",\"arguments\":{},$progress_meta}" progress10
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -150,14 +150,18 @@ impl RequestContext {
             }
             *last = Some(progress);
         }
-        let mut params = json!({ "progressToken": token, "progress": progress });
-        if let Some(total) = total {
-            params["total"] = json!(total);
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Progress<'a> {
+            progress_token: &'a Value,
+            progress: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            total: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            message: Option<&'a str>,
         }
-        if let Some(message) = message {
-            params["message"] = json!(message);
-        }
-        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/progress", params))).await;
+        let params = Progress { progress_token: token, progress, total, message };
+        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/progress", &params))).await;
     }
 
     /// Sends `notifications/message` if the request set a log level at or below `level`
@@ -176,7 +180,7 @@ impl RequestContext {
         if let Some(logger) = logger {
             params["logger"] = json!(logger);
         }
-        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/message", params))).await;
+        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/message", &params))).await;
     }
 
     /// Announces a change to every `subscriptions/listen` stream that asked for it.

@@ -284,9 +284,16 @@ pub fn error_response(id: Option<&RequestId>, error: &McpError) -> Vec<u8> {
     serde_json::to_vec(&body).expect("values serialise")
 }
 
-/// Builds a notification message.
-pub fn notification(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+/// A notification message, serialised: written straight from `params`, with no `Value` built
+/// on the way (progress notifications are sent many times per request).
+pub fn notification(method: &str, params: &impl serde::Serialize) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Notification<'a, P> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    serde_json::to_vec(&Notification { jsonrpc: "2.0", method, params }).expect("notifications serialise")
 }
 
 /// Builds a server-to-client request (legacy path only).

@@ -200,7 +200,7 @@ impl McpServer {
         ctx.bus.ready().await;
         let ack = jsonrpc::notification(
             "notifications/subscriptions/acknowledged",
-            json!({ "_meta": tag, "notifications": filter.to_json() }),
+            &json!({ "_meta": tag, "notifications": filter.to_json() }),
         );
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
         let deadline = tokio::time::sleep(limits.max_duration);
@@ -221,7 +221,7 @@ impl McpServer {
                         let Some(tasks) = &self.tasks else { continue };
                         if let Some(mut params) = tasks.notification(&ctx.principal, &task_id).await {
                             params.insert("_meta".into(), tag.clone());
-                            let message = jsonrpc::notification("notifications/tasks", Value::Object(params));
+                            let message = jsonrpc::notification("notifications/tasks", &params);
                             outbox.send(StreamEvent::Notification(message)).await.ok()?;
                         }
                     }
@@ -241,19 +241,19 @@ impl McpServer {
     }
 }
 
-fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Value> {
+fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {
     Some(match event {
         ChangeEvent::ToolsListChanged => {
-            jsonrpc::notification("notifications/tools/list_changed", json!({ "_meta": tag }))
+            jsonrpc::notification("notifications/tools/list_changed", &json!({ "_meta": tag }))
         }
         ChangeEvent::PromptsListChanged => {
-            jsonrpc::notification("notifications/prompts/list_changed", json!({ "_meta": tag }))
+            jsonrpc::notification("notifications/prompts/list_changed", &json!({ "_meta": tag }))
         }
         ChangeEvent::ResourcesListChanged => {
-            jsonrpc::notification("notifications/resources/list_changed", json!({ "_meta": tag }))
+            jsonrpc::notification("notifications/resources/list_changed", &json!({ "_meta": tag }))
         }
         ChangeEvent::ResourceUpdated(uri) => {
-            jsonrpc::notification("notifications/resources/updated", json!({ "_meta": tag, "uri": uri }))
+            jsonrpc::notification("notifications/resources/updated", &json!({ "_meta": tag, "uri": uri }))
         }
         ChangeEvent::TaskChanged { .. } => return None,
     })

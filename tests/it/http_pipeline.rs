@@ -350,7 +350,8 @@ async fn closing_the_stream_cancels_the_handler() {
     assert_eq!(status, 200);
     assert!(head.to_ascii_lowercase().contains("text/event-stream"));
     let events = read_events(&mut stream, 1).await;
-    assert_eq!(events[0]["params"]["progressToken"], "t1");
+    let progress = json!({"progressToken": "t1", "progress": 1.0, "total": 2.0, "message": "started"});
+    assert_eq!(events[0], json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": progress}));
     let cancelled = f.cancelled.notified();
     drop(stream);
     tokio::time::timeout(std::time::Duration::from_secs(10), cancelled).await.expect("the handler was dropped");
