@@ -284,16 +284,17 @@ pub fn error_response(id: Option<&RequestId>, error: &McpError) -> Vec<u8> {
     serde_json::to_vec(&body).expect("values serialise")
 }
 
-/// A notification message, serialised: written straight from `params`, with no `Value` built
-/// on the way (progress notifications are sent many times per request).
+/// A notification message, serialised: the fixed members written as they are, `params`
+/// straight from its type, with no `Value` built on the way (a handler may send progress many
+/// times per request).
 pub fn notification(method: &str, params: &impl serde::Serialize) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Notification<'a, P> {
-        jsonrpc: &'static str,
-        method: &'a str,
-        params: &'a P,
-    }
-    serde_json::to_vec(&Notification { jsonrpc: "2.0", method, params }).expect("notifications serialise")
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    serde_json::to_writer(&mut out, method).expect("strings serialise");
+    out.extend_from_slice(br#","params":"#);
+    serde_json::to_writer(&mut out, params).expect("notification params serialise");
+    out.push(b'}');
+    out
 }
 
 /// Builds a server-to-client request (legacy path only).
@@ -305,6 +306,14 @@ pub fn request(id: &str, method: &str, params: Value) -> Value {
 mod tests {
     use super::*;
     use crate::protocol::ErrorCode;
+
+    #[test]
+    fn a_notification_is_one_json_rpc_message() {
+        let bytes = notification("notifications/\"odd\"", &json!({ "progressToken": "p", "progress": 1.5 }));
+        let parsed: Value = serde_json::from_slice(&bytes).unwrap();
+        let params = json!({ "progressToken": "p", "progress": 1.5 });
+        assert_eq!(parsed, json!({ "jsonrpc": "2.0", "method": "notifications/\"odd\"", "params": params }));
+    }
 
     #[test]
     fn a_body_of_too_many_values_is_refused_before_parsing() {
