@@ -480,6 +480,30 @@ async fn redis_operations_are_client_spans_under_their_caller() {
 /// span), carrying the host only.
 #[tokio::test]
 async fn a_key_fetch_during_authentication_is_a_client_span_in_the_callers_trace() {
+    let (caller_trace, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let (fetch, call) = key_fetch_and_call_spans(&format!("00-{caller_trace}-{caller_span}-01")).await;
+    assert_eq!((hex(&fetch.trace_id), hex(&fetch.parent_span_id)), (caller_trace.into(), caller_span.into()));
+    let attrs = attributes(&fetch);
+    assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
+    assert!(attrs.values().all(|v| !v.contains("jwks.json")), "no path in the span");
+    assert_eq!(hex(&call.parent_span_id), caller_span, "the request span is the fetch's sibling");
+}
+
+/// A malformed `traceparent` (here upper-case hex, which W3C Trace Context forbids and a lenient
+/// hex parser would take) names no parent: the fetch starts a trace of its own, and the request
+/// is served as usual.
+#[tokio::test]
+async fn a_malformed_traceparent_makes_the_key_fetch_a_root() {
+    let (fetch, call) = key_fetch_and_call_spans("00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01").await;
+    assert!(fetch.parent_span_id.is_empty(), "no parent");
+    assert!(call.parent_span_id.is_empty(), "no parent for the request either");
+    assert_ne!(hex(&fetch.trace_id), "0af7651916cd43dd8448eb211c80319c", "not the malformed header's trace");
+    assert_ne!(fetch.trace_id, call.trace_id, "the fetch is not inside a trace the caller did not name");
+}
+
+/// Serves one authenticated echo call whose token needs a JWKS fetch, with `traceparent`; the
+/// fetch's CLIENT span (the only one) and the request's span.
+async fn key_fetch_and_call_spans(traceparent: &str) -> (Span, Span) {
     use common::tokens::{auth_config, bearer, stub_jwks};
     let (endpoint, received) = receiver().await;
     let (jwks_url, fetches) = stub_jwks().await;
@@ -491,24 +515,18 @@ async fn a_key_fetch_during_authentication_is_a_client_span_in_the_callers_trace
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value"),
         ],
     );
-    let (caller_trace, caller_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
     let options = ClientOptions::default()
         .header("Authorization", &bearer("alice", "mcp:read"))
-        .header("traceparent", &format!("00-{caller_trace}-{caller_span}-01"));
+        .header("traceparent", traceparent);
     let client = vercel_mcp::testing::client_with(server(), &parts, options).await;
     assert_eq!(client.call_tool("echo", json!({"message": "hi"})).await.unwrap().joined_text(), "hi");
     parts.telemetry.flush().await;
-
     assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1, "one fetch, then the cached keys");
     let received = received.lock().unwrap();
-    let fetch = received.spans.iter().filter(|s| s.kind == 3).collect::<Vec<_>>();
+    let fetch = received.spans.iter().filter(|s| s.kind == 3).cloned().collect::<Vec<_>>();
     assert_eq!(fetch.len(), 1, "the one fetch is the one CLIENT span");
-    assert_eq!((hex(&fetch[0].trace_id), hex(&fetch[0].parent_span_id)), (caller_trace.into(), caller_span.into()));
-    let attrs = attributes(fetch[0]);
-    assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
-    assert!(attrs.values().all(|v| !v.contains("jwks.json")), "no path in the span");
-    let call = received.spans.iter().find(|s| s.name == "tools/call echo").expect("the request's span");
-    assert_eq!(hex(&call.parent_span_id), caller_span, "the request span is the fetch's sibling");
+    let call = received.spans.iter().find(|s| s.name == "tools/call echo").expect("the request's span").clone();
+    (fetch[0].clone(), call)
 }
 
 /// With Redis, consuming a `requestState` nonce (the retry of an MRTR round trip) and publishing
