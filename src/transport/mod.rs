@@ -129,6 +129,7 @@ impl App {
 /// Serves one request to the MCP endpoint, and logs one structured line about it.
 pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
+    let http_method = method_name(request.method());
     let header_traceparent = app
         .telemetry
         .is_on()
@@ -162,7 +163,7 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     }
     let outcome = outcome_of(&response);
     let stream = response.body().is_stream();
-    end_span(app, &mut record, header_traceparent.as_deref(), response.status(), outcome);
+    end_span(app, &mut record, header_traceparent.as_deref(), http_method, response.status(), outcome);
     if let Ok(id) = HeaderValue::from_str(&record.request_id) {
         response.headers_mut().insert(headers::REQUEST_ID, id);
     }
@@ -176,6 +177,7 @@ fn end_span(
     app: &App,
     record: &mut RequestRecord,
     header_traceparent: Option<&str>,
+    http_method: &'static str,
     status: StatusCode,
     outcome: ResponseOutcome,
 ) {
@@ -187,7 +189,7 @@ fn end_span(
     });
     use opentelemetry::KeyValue;
     span.set([
-        KeyValue::new("http.request.method", "POST"),
+        KeyValue::new("http.request.method", http_method),
         KeyValue::new("http.response.status_code", i64::from(status.as_u16())),
         KeyValue::new("mcp.outcome", outcome.label()),
     ]);
@@ -209,6 +211,23 @@ fn end_span(
         vec![("mcp.method.name", method.into()), ("mcp.outcome", outcome.label().into())],
         record.elapsed(),
     );
+}
+
+/// `http.request.method`: the method's name, or `_OTHER` for one HTTP does not define (the
+/// semantic conventions' rule; the name is the client's).
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::POST => "POST",
+        Method::GET => "GET",
+        Method::OPTIONS => "OPTIONS",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "_OTHER",
+    }
 }
 
 /// The methods a metric series may be named after.

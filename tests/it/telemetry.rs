@@ -248,11 +248,23 @@ async fn a_refused_request_is_a_span_too() {
         .body(Bytes::from_static(b"{}"))
         .unwrap();
     assert_eq!(vercel_mcp::transport::handle(&app, request).await.status(), 401);
+    let get = http::Request::get("/api/mcp").body(Bytes::new()).unwrap();
+    assert_eq!(vercel_mcp::transport::handle(&app, get).await.status(), 405);
+    let odd = http::Request::builder().method("BREW").uri("/api/mcp").body(Bytes::new()).unwrap();
+    assert_eq!(vercel_mcp::transport::handle(&app, odd).await.status(), 405);
     parts.telemetry.flush().await;
     let received = received.lock().unwrap();
-    assert_eq!(received.spans.len(), 1);
+    assert_eq!(received.spans.len(), 3);
     let attrs = attributes(&received.spans[0]);
     assert_eq!((attrs["error.type"].as_str(), attrs["http.response.status_code"].as_str()), ("auth_failure", "401"));
+    assert_eq!(attrs["http.request.method"], "POST");
+    let attrs = attributes(&received.spans[1]);
+    assert_eq!((attrs["http.request.method"].as_str(), attrs["http.response.status_code"].as_str()), ("GET", "405"));
+    assert_eq!(
+        attributes(&received.spans[2])["http.request.method"],
+        "_OTHER",
+        "the client's own word is not recorded"
+    );
 }
 
 /// A job submitted by one process's request and run by another process's consumer: one trace,
