@@ -96,7 +96,7 @@ impl Routes {
             let worker = tokio::spawn(stream.clone().work(consumer.clone()));
             self.workers.lock().expect("workers lock").push(worker);
         }
-        // Spans are exported once a second (a long-running server has no per-request bound).
+        // Spans are exported every second, or at once when a full batch is waiting.
         self.mcp.telemetry().flush_periodically(crate::telemetry::FLUSH_EVERY);
     }
 

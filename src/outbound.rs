@@ -1,4 +1,5 @@
-//! Outbound HTTP(S): the one client the server uses to call platform APIs (Vercel Queues).
+//! Outbound HTTP(S): the one client the server uses to call out (Vercel Queues, the Sandbox API,
+//! JWKS, OTLP exports, the MCP client).
 //!
 //! Built on first use, not at start-up, so functions that never call out pay nothing for TLS
 //! setup. TLS is rustls with the `ring` provider and the webpki root store; plain `http://` is

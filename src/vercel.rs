@@ -17,7 +17,7 @@ use crate::transport::{self, App, Body};
 
 /// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
 /// With tracing on, spans are exported after the response, through the runtime's `wait_until`
-/// (coalesced: one export a second at most): the response does not wait, and the instance is not
+/// (coalesced: one waiting at a time, a second later or at a full batch): the response does not wait, and the instance is not
 /// frozen before they are sent.
 pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, handler: H) -> Result<(), Error>
 where

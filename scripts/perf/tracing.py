@@ -25,4 +25,4 @@ sink.kill()
 for name, rows in res.items():
     print(name, " ".join(f"{x['rps']:.0f}/{x['cpu_us']:.1f}" for x in rows))
 print("on/off cpu", " ".join(f"{a['cpu_us']/b['cpu_us']-1:+.1%}" for a, b in zip(res["on"], res["off"])))
-print("median on/off", f"{statistics.median(a['cpu_us'] for a in res['on'])/statistics.median(b['cpu_us'] for b in res['off'])-1:+.1%}")
+print("median of the rounds", f"{statistics.median(a['cpu_us']/b['cpu_us'] - 1 for a, b in zip(res['on'], res['off'])):+.1%}")

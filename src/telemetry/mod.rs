@@ -1,4 +1,4 @@
-//! OpenTelemetry traces, exported over OTLP/HTTP (protobuf) with the official crates: a SERVER
+//! OpenTelemetry traces (the official API and SDK), exported over OTLP/HTTP (protobuf): a SERVER
 //! span per MCP request, a child span per tool call, and a span per job delivery linked to the
 //! request that submitted the job.
 //!
@@ -9,10 +9,10 @@
 //! Finished spans wait in a bounded in-memory queue; [`Telemetry::flush`] exports them as one
 //! batch. On Vercel the edge registers a flush after a response through the runtime's
 //! `wait_until` (one at a time, a second later: [`Telemetry::flush_soon`]), so the response never
-//! waits, the instance is not frozen before the batch is sent, and a busy instance exports once a
-//! second; the local run flushes every second. The batch is written as OTLP protobuf straight
-//! from the SDK's span data (`otlp.rs`) and sent with the crate's own outbound client (rustls with
-//! ring), so no second HTTP stack is linked.
+//! waits and the instance is not frozen before the batch is sent; the local run flushes every
+//! second. Either exports at once when 1024 spans are waiting. The batch is written as OTLP
+//! protobuf straight from the SDK's span data (`otlp.rs`) and sent with the crate's own outbound
+//! client (rustls with ring), so no second HTTP stack is linked.
 //!
 //! Privacy: attributes carry the method, the tool or resource name, the JSON-RPC id and error
 //! code, the outcome and the protocol version; never arguments, tokens, handles or
