@@ -145,3 +145,30 @@ impl<F: Future> Future for CatchUnwind<F> {
 
 /// An erased tool handler.
 pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
+
+/// Marks a tool run's `execute_tool` span with how `outcome` ended, and returns that as the
+/// `mcp.outcome` word of its duration metric.
+pub(crate) fn mark_tool_span(
+    span: &crate::telemetry::SpanHandle,
+    outcome: &Result<Outcome<CallToolResult>, ToolError>,
+) -> &'static str {
+    match outcome {
+        Ok(Outcome::Complete(result)) if result.is_error => {
+            span.fail("tool_error");
+            "tool_error"
+        }
+        Ok(Outcome::InputRequired(_)) => {
+            span.set([opentelemetry::KeyValue::new("mcp.result_type", "input_required")]);
+            "input_required"
+        }
+        Ok(Outcome::Complete(_)) => "ok",
+        Err(ToolError::Execution(_)) => {
+            span.fail("tool_error");
+            "tool_error"
+        }
+        Err(ToolError::Protocol(_)) => {
+            span.fail("protocol_error");
+            "protocol_error"
+        }
+    }
+}

@@ -236,25 +236,7 @@ impl McpServer {
         let span = ctx.span.execute_tool_span(name);
         let started = std::time::Instant::now();
         let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
-        let said = match &outcome {
-            Ok(Outcome::Complete(result)) if result.is_error => {
-                span.fail("tool_error");
-                "tool_error"
-            }
-            Ok(Outcome::InputRequired(_)) => {
-                span.set([opentelemetry::KeyValue::new("mcp.result_type", "input_required")]);
-                "input_required"
-            }
-            Ok(Outcome::Complete(_)) => "ok",
-            Err(ToolError::Execution(_)) => {
-                span.fail("tool_error");
-                "tool_error"
-            }
-            Err(ToolError::Protocol(_)) => {
-                span.fail("protocol_error");
-                "protocol_error"
-            }
-        };
+        let said = crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         if let Some(telemetry) = span.telemetry() {
             let series = vec![("gen_ai.tool.name", name.to_owned().into()), ("mcp.outcome", said.into())];
@@ -295,10 +277,15 @@ impl McpServer {
             arguments: arguments.clone(),
             client_capabilities: capabilities,
         };
+        // The run's span is a child of this request's, and may outlive it.
+        let span = ctx.span.execute_tool_span(&tool.name);
         if !tool.input_before_task {
-            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone()).await?));
+            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), span).await?));
         }
-        let result = match (tool.handler)(ctx, arguments).await {
+        let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
+        crate::handler::mark_tool_span(&span, &outcome);
+        span.end();
+        let result = match outcome {
             Ok(Outcome::InputRequired(input)) => return Ok(Reply::InputRequired(input)),
             Ok(Outcome::Complete(result)) => result,
             Err(ToolError::Execution(message)) => CallToolResult::error(message),
@@ -327,7 +314,8 @@ impl McpServer {
             "tasks/update" => {
                 if let Some(record) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
                     if let Some(&index) = self.tool_index.get(&record.tool) {
-                        tasks.resume(record, self.tools[index].handler.clone());
+                        let span = ctx.span.execute_tool_span(&record.tool);
+                        tasks.resume(record, self.tools[index].handler.clone(), span);
                     }
                 }
                 Ok(Reply::Complete(Map::new()))

@@ -24,6 +24,7 @@ use crate::security::Principal;
 use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 use crate::store::{StoreError, StoreErrorKind};
+use crate::telemetry::SpanHandle;
 
 /// How long a task (and its result) stays retrievable.
 pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
@@ -143,10 +144,16 @@ impl TaskService {
 
     /// Durably creates a working task, starts `handler` on it, and returns the
     /// `CreateTaskResult` body.
-    pub async fn start(self: &Arc<Self>, task: NewTask<'_>, handler: ToolFn) -> Result<Map<String, Value>, McpError> {
+    /// The run is traced as `span` (the creating request's `execute_tool` span, or nothing).
+    pub async fn start(
+        self: &Arc<Self>,
+        task: NewTask<'_>,
+        handler: ToolFn,
+        span: SpanHandle,
+    ) -> Result<Map<String, Value>, McpError> {
         let record = self.new_record(task, TaskStatus::Working);
-        self.store.create(&record).await.map_err(self.store_fault("create"))?;
-        self.spawn(record.clone(), handler);
+        span.in_context(self.store.create(&record)).await.map_err(self.store_fault("create"))?;
+        self.spawn(record.clone(), handler, span);
         Ok(self.create_result(&record))
     }
 
@@ -159,12 +166,12 @@ impl TaskService {
         Ok(self.create_result(&record))
     }
 
-    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn) {
-        tokio::spawn(self.clone().run(record, handler));
+    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
+        tokio::spawn(self.clone().run(record, handler, span));
     }
 
-    /// Runs one round of a task's work, racing it against cancellation.
-    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn) {
+    /// Runs one round of a task's work, racing it against cancellation, as `span`.
+    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
         let bus = self.bus.clone();
         let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
         let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
@@ -174,15 +181,18 @@ impl TaskService {
         ctx.input_responses = record.input_responses.clone();
         ctx.request_state = state.get("handler").filter(|h| !h.is_null()).cloned();
         let capabilities = ctx.client_capabilities.clone();
-        let work = catch_unwind(handler(ctx, record.arguments.clone()));
+        ctx.span = span.clone();
+        let work = catch_unwind(span.in_context(handler(ctx, record.arguments.clone())));
         let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
         tokio::select! {
             outcome = work => {
                 let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(McpError::internal("Internal error"))));
-                let _ = self.settle(&record.owner, &record.task_id, outcome, &capabilities).await;
+                crate::handler::mark_tool_span(&span, &outcome);
+                let _ = span.in_context(self.settle(&record.owner, &record.task_id, outcome, &capabilities)).await;
             }
-            _ = cancelled => {}
+            _ = cancelled => span.set([opentelemetry::KeyValue::new("mcp.task.status", "cancelled")]),
         }
+        span.end();
     }
 
     async fn watch_for_cancel(&self, owner: &str, task_id: &str) {
@@ -320,8 +330,8 @@ impl TaskService {
     }
 
     /// Resumes a task whose inputs are all answered.
-    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn) {
-        self.spawn(record, handler);
+    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
+        self.spawn(record, handler, span);
     }
 
     /// `tasks/cancel`: a task that is not finished becomes cancelled at once; running work stops

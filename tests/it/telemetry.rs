@@ -601,3 +601,56 @@ async fn a_full_batch_is_exported_without_waiting_for_the_tick() {
     assert_eq!(received.lock().unwrap().spans.len(), 1024);
     assert_eq!(parts.telemetry.dropped_spans(), 0);
 }
+
+/// A tool run as a task (tasks extension) is an `execute_tool` span under the request that
+/// created the task, though it runs on after that request's response; a failing run is marked.
+#[tokio::test]
+async fn a_tool_run_as_a_task_is_a_span_under_the_creating_request() {
+    use vercel_mcp::tasks::TaskSupport;
+    let (endpoint, received) = receiver().await;
+    let vars: HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "telemetry=0123456789abcdef0123456789abcdef".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let mut server = McpServer::new("tasks", "1");
+    server.enable_tasks(parts.task_service());
+    server.tool(
+        ToolDef::new("works").description("Works.").task_support(TaskSupport::Required),
+        |_, _: NoArguments| async { CallToolResult::text("done") },
+    );
+    server.tool(
+        ToolDef::new("breaks").description("Fails.").task_support(TaskSupport::Required),
+        |_, _: NoArguments| async { Err::<String, _>(ToolError::Execution("no".into())) },
+    );
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    for tool in ["works", "breaks"] {
+        let created =
+            server.modern(json!(1), "tools/call", json!({"name": tool, "arguments": {}, "_meta": meta})).send();
+        assert!(created.await.json()["result"]["taskId"].is_string(), "{tool} became a task");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        parts.telemetry.flush().await;
+        let names: Vec<String> = received.lock().unwrap().spans.iter().map(|s| s.name.clone()).collect();
+        if names.iter().any(|n| n == "execute_tool works") && names.iter().any(|n| n == "execute_tool breaks") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the task runs were never traced: {names:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let received = received.lock().unwrap();
+    let by_name = |name: &str| received.spans.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name}"));
+    for tool in ["works", "breaks"] {
+        let (request, run) = (by_name(&format!("tools/call {tool}")), by_name(&format!("execute_tool {tool}")));
+        assert_eq!((run.kind, &run.parent_span_id, &run.trace_id), (1, &request.span_id, &request.trace_id), "{tool}");
+    }
+    assert!(!attributes(by_name("execute_tool works")).contains_key("error.type"));
+    assert_eq!(attributes(by_name("execute_tool breaks"))["error.type"], "tool_error");
+    assert!(received.spans.iter().all(|s| s.kind != 3), "the in-memory task store makes no client calls");
+}
