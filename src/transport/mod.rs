@@ -545,7 +545,10 @@ fn execute<'a>(
     method: &'a str,
     params: &'a Map<String, Value>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<crate::server::Reply, McpError>> + Send + 'a>> {
-    Box::pin(catch_panic(app, request_id, app.server.execute(ctx, method, params)))
+    // Under the request's span, so what serving it calls (a store, an outbound request) is a
+    // child of it; nothing when tracing is off.
+    let span = ctx.span.clone();
+    Box::pin(catch_panic(app, request_id, span.in_context(app.server.execute(ctx, method, params))))
 }
 
 /// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.

@@ -654,3 +654,37 @@ async fn a_tool_run_as_a_task_is_a_span_under_the_creating_request() {
     assert_eq!(attributes(by_name("execute_tool breaks"))["error.type"], "tool_error");
     assert!(received.spans.iter().all(|s| s.kind != 3), "the in-memory task store makes no client calls");
 }
+
+/// Whatever serving a request calls runs under its span: `tasks/get` reads the task store on
+/// Redis, and that read is a CLIENT span under the `tasks/get` request.
+#[tokio::test]
+async fn a_store_read_while_serving_a_request_is_under_its_span() {
+    use vercel_mcp::tasks::TaskSupport;
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let (endpoint, received) = receiver().await;
+    let parts = redis_traced_parts(&endpoint, &url);
+    let mut server = McpServer::new("tasks", "1");
+    server.enable_tasks(parts.task_service());
+    server.tool(
+        ToolDef::new("works").description("Works.").task_support(TaskSupport::Required),
+        |_, _: NoArguments| async { CallToolResult::text("done") },
+    );
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    let created = server.modern(json!(1), "tools/call", json!({"name": "works", "arguments": {}, "_meta": meta}));
+    let task_id = created.send().await.json()["result"]["taskId"].as_str().expect("a task").to_owned();
+    let get =
+        server.modern(json!(2), "tasks/get", json!({"taskId": task_id, "_meta": meta})).header("Mcp-Name", &task_id);
+    assert!(get.send().await.json()["result"]["status"].is_string());
+    parts.telemetry.flush().await;
+    let received = received.lock().unwrap();
+    let request = received.spans.iter().find(|s| s.name.starts_with("tasks/get")).expect("the tasks/get span");
+    let reads: Vec<_> = received.spans.iter().filter(|s| s.parent_span_id == request.span_id).collect();
+    assert!(!reads.is_empty(), "a store read under tasks/get");
+    assert!(
+        reads.iter().all(|s| s.kind == 3 && s.name == "redis task.get"),
+        "{:?}",
+        reads.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+}
