@@ -45,7 +45,7 @@ pub struct FinalResponse {
 }
 
 /// What a response says, for the request log. It is set where the response is built (and
-/// travels in the response's extensions), so the log never reads the bytes back.
+/// travels with its [`Body`]), so the log never reads the bytes back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ResponseOutcome {
     /// A result (a listing, a complete or input-required result, a successful tool call), or a
@@ -85,8 +85,11 @@ impl ResponseOutcome {
     }
 }
 
-/// A response body.
-pub struct Body(Kind);
+/// A response body, and what the response says when its builder knew ([`Body::with_outcome`]).
+pub struct Body {
+    kind: Kind,
+    outcome: Option<ResponseOutcome>,
+}
 
 enum Kind {
     Full(Option<Bytes>),
@@ -102,23 +105,39 @@ impl Body {
     /// A complete, buffered body.
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         let bytes = bytes.into();
-        Self(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+        Self::of(Kind::Full((!bytes.is_empty()).then_some(bytes)))
     }
 
     /// No body.
     pub fn empty() -> Self {
-        Self(Kind::Full(None))
+        Self::of(Kind::Full(None))
     }
 
     /// An SSE stream: `first` (already received) and then whatever `events` yields, up to and
     /// including the final response. Dropping the body aborts `producer`.
     pub(crate) fn sse(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<AbortHandle>) -> Self {
-        Self(Kind::Stream { events, first: Some(first), done: false, producer })
+        Self::of(Kind::Stream { events, first: Some(first), done: false, producer })
+    }
+
+    fn of(kind: Kind) -> Self {
+        Self { kind, outcome: None }
+    }
+
+    /// Tags the body with what its response says (a field, not an `http` extension: those cost
+    /// two allocations on every response).
+    pub(crate) fn with_outcome(mut self, outcome: ResponseOutcome) -> Self {
+        self.outcome = Some(outcome);
+        self
+    }
+
+    /// What the response says, if its builder said.
+    pub fn outcome(&self) -> Option<ResponseOutcome> {
+        self.outcome
     }
 
     /// Whether this is an SSE stream.
     pub fn is_stream(&self) -> bool {
-        matches!(self.0, Kind::Stream { .. })
+        matches!(self.kind, Kind::Stream { .. })
     }
 
     /// Collects the body (tests and the in-process queue use this).
@@ -130,7 +149,7 @@ impl Body {
 
 impl Drop for Body {
     fn drop(&mut self) {
-        if let Kind::Stream { producer: Some(producer), .. } = &self.0 {
+        if let Kind::Stream { producer: Some(producer), .. } = &self.kind {
             producer.abort();
         }
     }
@@ -159,7 +178,7 @@ impl http_body::Body for Body {
     type Error = Infallible;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match &mut self.0 {
+        match &mut self.kind {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Stream { events, first, done, .. } => {
                 if *done {
@@ -186,14 +205,14 @@ impl http_body::Body for Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.0 {
+        match &self.kind {
             Kind::Full(bytes) => bytes.is_none(),
             Kind::Stream { done, .. } => *done,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.0 {
+        match &self.kind {
             Kind::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             Kind::Full(None) => SizeHint::with_exact(0),
             Kind::Stream { .. } => SizeHint::default(),

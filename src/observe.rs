@@ -146,10 +146,22 @@ impl Logger {
 
     /// A fresh random id (16 hex digits).
     pub fn new_id(&self) -> String {
+        self.next_id().to_owned()
+    }
+
+    /// [`Logger::new_id`] as a request's shared id, allocated once.
+    pub fn new_request_id(&self) -> Arc<str> {
+        Arc::from(self.next_id().as_str())
+    }
+
+    fn next_id(&self) -> IdText {
         // Unique, not secret: a random per-process prefix and a counter, so the request path
         // makes no system call for it.
         let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32;
-        self.prefixed_id(8, &sequence.to_be_bytes())
+        let mut text = IdText([0; 16]);
+        text.0[..8].copy_from_slice(&self.id_prefix.as_bytes()[..8]);
+        crate::state::seal::write_hex(&mut text.0[8..], &sequence.to_be_bytes());
+        text
     }
 
     /// A fresh W3C trace id (32 hex digits, never all zero).
@@ -184,6 +196,19 @@ impl Logger {
     }
 }
 
+/// An id's 16 hex digits, on the stack until it is known where they go.
+struct IdText([u8; 16]);
+
+impl IdText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+
+    fn to_owned(&self) -> String {
+        self.as_str().to_owned()
+    }
+}
+
 /// What one request did, filled in as the pipeline learns it.
 #[derive(Debug)]
 pub struct RequestRecord {
@@ -194,8 +219,8 @@ pub struct RequestRecord {
     pub trace_id: String,
     /// `modern` or `legacy`.
     pub era: Option<&'static str>,
-    /// The JSON-RPC method.
-    pub method: Option<String>,
+    /// The JSON-RPC method (a method this server knows is not copied).
+    pub method: Option<std::borrow::Cow<'static, str>>,
     /// Tool or prompt name, or resource URI.
     pub name: Option<String>,
     /// Keyed digest of the principal id.
@@ -220,7 +245,7 @@ impl RequestRecord {
     pub fn start(logger: &Logger) -> Self {
         Self {
             started: Instant::now(),
-            request_id: Arc::from(logger.new_id()),
+            request_id: logger.new_request_id(),
             trace_id: String::new(),
             era: None,
             method: None,

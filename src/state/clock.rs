@@ -54,7 +54,7 @@ pub fn iso8601(ms: u64) -> String {
     String::from_utf8(out).expect("the timestamp is ASCII")
 }
 
-/// Appends [`iso8601`]'s text to `out`, digit by digit: it starts every log line.
+/// Appends [`iso8601`]'s text to `out`: it starts every log line.
 pub fn write_iso8601(out: &mut Vec<u8>, ms: u64) {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
@@ -68,12 +68,30 @@ pub fn write_iso8601(out: &mut Vec<u8>, ms: u64) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    // From 1970 on, every field is non-negative.
-    let fields = [(year as u64, 4, b'-'), (month as u64, 2, b'-'), (day as u64, 2, b'T')];
-    let time = [(rem / 3600, 2, b':'), (rem % 3600 / 60, 2, b':'), (rem % 60, 2, b'.'), (ms % 1000, 3, b'Z')];
-    for (value, width, separator) in fields.into_iter().chain(time) {
-        push_zero_padded(out, value, width);
-        out.push(separator);
+    // From 1970 on, every field is non-negative. The year may pass four digits; the rest is a
+    // fixed-width tail, filled in place and appended at once.
+    push_zero_padded(out, year as u64, 4);
+    let mut tail = *b"-00-00T00:00:00.000Z";
+    let (hour, minute, second) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    let fields = [
+        (1..3, month as u64),
+        (4..6, day as u64),
+        (7..9, hour),
+        (10..12, minute),
+        (13..15, second),
+        (16..19, ms % 1000),
+    ];
+    for (range, value) in fields {
+        fill_digits(&mut tail[range], value);
+    }
+    out.extend_from_slice(&tail);
+}
+
+/// Writes the low digits of `value` into `slot`, right-aligned and zero-padded.
+fn fill_digits(slot: &mut [u8], mut value: u64) {
+    for digit in slot.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
     }
 }
 

@@ -251,12 +251,22 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// Writes `bytes` as lower-case hex into `out`, which holds exactly two digits per byte.
+pub fn write_hex(out: &mut [u8], bytes: &[u8]) {
+    debug_assert_eq!(out.len(), 2 * bytes.len());
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX_DIGITS[(b >> 4) as usize];
+        pair[1] = HEX_DIGITS[(b & 15) as usize];
+    }
+}
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// Appends `bytes` as lowercase hex (ids and digests on the request path, without `format!`).
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
+        out.push(HEX_DIGITS[(b >> 4) as usize] as char);
+        out.push(HEX_DIGITS[(b & 15) as usize] as char);
     }
 }
 

@@ -12,14 +12,15 @@ use crate::security::{Authenticator, Refusal};
 pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Body> {
     let challenge = auth.challenge(refusal);
     let body = json!({ "error": challenge.error, "error_description": challenge.description });
-    let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
+    let body =
+        Body::full(serde_json::to_vec(&body).expect("json")).with_outcome(crate::body::ResponseOutcome::AuthFailure);
+    let mut response = Response::new(body);
     *response.status_mut() = challenge.status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Ok(value) = HeaderValue::from_str(&challenge.www_authenticate) {
         headers.insert(header::WWW_AUTHENTICATE, value);
     }
-    response.extensions_mut().insert(crate::body::ResponseOutcome::AuthFailure);
     response
 }
 

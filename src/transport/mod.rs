@@ -17,6 +17,7 @@ pub use crate::body::Body;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -204,8 +205,10 @@ fn end_span(
     }
     span.end();
     // Method names are the client's: anything this server does not know is one series.
-    let method: &'static str =
-        KNOWN_METHODS.iter().find(|known| record.method.as_deref() == Some(**known)).copied().unwrap_or("other");
+    let method = match &record.method {
+        Some(Cow::Borrowed(known)) => *known,
+        _ => "other",
+    };
     app.telemetry.record(
         crate::telemetry::OPERATION_DURATION,
         vec![("mcp.method.name", method.into()), ("mcp.outcome", outcome.label().into())],
@@ -230,7 +233,7 @@ fn method_name(method: &Method) -> &'static str {
     }
 }
 
-/// The methods a metric series may be named after.
+/// The methods a metric series may be named after (and the request record borrows).
 const KNOWN_METHODS: &[&str] = &[
     "initialize",
     "ping",
@@ -255,8 +258,8 @@ const KNOWN_METHODS: &[&str] = &[
 /// What a response says, as its builder tagged it; an untagged response (a 202, a plain-text
 /// refusal) is read from its status.
 fn outcome_of(response: &Response<Body>) -> ResponseOutcome {
-    match response.extensions().get::<ResponseOutcome>() {
-        Some(outcome) => *outcome,
+    match response.body().outcome() {
+        Some(outcome) => outcome,
         None if response.status().is_success() => ResponseOutcome::Ok,
         None => ResponseOutcome::ProtocolError(None),
     }
@@ -315,7 +318,10 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
 /// Records what a request is about: method, the tool/prompt/resource it names, a keyed digest
 /// of its arguments, and the `_meta` trace id when no `traceparent` header came.
 fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<String, Value>) {
-    record.method = Some(crate::protocol::error::truncate_for_message(method).into_owned());
+    record.method = Some(match KNOWN_METHODS.iter().find(|known| **known == method) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(crate::protocol::error::truncate_for_message(method).into_owned()),
+    });
     let name = match method {
         "tools/call" | "prompts/get" => params.get("name"),
         "resources/read" => params.get("uri"),
@@ -420,10 +426,9 @@ fn accepted() -> Response<Body> {
 }
 
 fn json_response(last: FinalResponse) -> Response<Body> {
-    let mut response = Response::new(Body::full(last.body));
+    let mut response = Response::new(Body::full(last.body).with_outcome(last.outcome));
     *response.status_mut() = last.status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.extensions_mut().insert(last.outcome);
     response
 }
 

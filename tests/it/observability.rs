@@ -147,6 +147,10 @@ async fn outcomes_are_classified() {
         assert_eq!(line["outcome"], outcome);
         assert_eq!(line["code"].as_i64(), code);
     }
+    // A method the server does not know is logged as it was sent.
+    let reply = env.server.modern(json!(9), "nope/nothing", json!({})).send().await;
+    let lines = env.logs.lines();
+    assert_eq!(request_line(&lines, reply.header("x-mcp-request-id").unwrap())["method"], "nope/nothing");
 }
 
 #[tokio::test]

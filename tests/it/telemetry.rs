@@ -401,6 +401,10 @@ async fn metrics_count_requests_tools_and_jobs() {
     client.call_tool("echo", json!({"message": "b"})).await.unwrap();
     client.call_tool("fail", json!({})).await.unwrap();
     client.call_tool("submit_job", json!({"steps": 1})).await.unwrap();
+    // A method the server does not know is one series, whatever the client called it.
+    for unknown in ["nope/nothing", "tools/list/"] {
+        assert!(client.request(unknown, serde_json::Map::new()).await.is_err());
+    }
     let queue = parts.jobs.local_queue.clone().unwrap();
     queue.connect_consumer(Arc::new(vercel_mcp::consumer(&parts)));
     queue.drain().await;
@@ -438,6 +442,8 @@ async fn metrics_count_requests_tools_and_jobs() {
     assert_eq!(count(vercel_mcp::telemetry::OPERATION_DURATION, &calls), 3, "two echoes and a submit");
     let failed = [("mcp.method.name", "tools/call"), ("mcp.outcome", "tool_error")];
     assert_eq!(count(vercel_mcp::telemetry::OPERATION_DURATION, &failed), 1);
+    let unknown = [("mcp.method.name", "other"), ("mcp.outcome", "protocol_error")];
+    assert_eq!(count(vercel_mcp::telemetry::OPERATION_DURATION, &unknown), 2);
     let echoes = [("gen_ai.tool.name", "echo"), ("mcp.outcome", "ok")];
     assert_eq!(count(vercel_mcp::telemetry::TOOL_DURATION, &echoes), 2);
     assert_eq!(count(vercel_mcp::telemetry::JOBS_SUBMITTED, &[("mcp.job.result", "accepted")]), 1);
