@@ -103,7 +103,7 @@ impl Parts {
         };
         Ok(Self {
             random: Arc::new(SystemRandom::default()),
-            log_sink: Arc::new(StderrSink),
+            log_sink: Arc::new(StderrSink::default()),
             jobs: JobsBackend::new(&shared, transport),
             task_store: crate::tasks::task_store(&shared),
             bus,
