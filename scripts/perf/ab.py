@@ -1,12 +1,12 @@
 """Two builds of the server compared so that the machine's drift cannot decide it: the floor and
-the two binaries take turns, ROUNDS rounds of SECONDS s of one workload at CONNECTIONS
+the two binaries take turns, ROUNDS rounds of PERF_SECONDS s of one workload at CONNECTIONS
 connections (wrk -t2 above 2 connections). Prints each round's throughput and CPU per request,
 and per round the second build's ratio to the first and both ratios to the floor.
     python3 scripts/perf/ab.py BEFORE AFTER [echo|list50|progress10]
 BEFORE and AFTER are each build's `target/release/examples/perf_server`, copied aside (for echo
 and list50 its `target/release/local` will do: progress10 is a perf_server tool); the floor is
 `target/release/examples/floor` (scripts/perf.sh builds it). Environment: CONNECTIONS
-(64), ROUNDS (3), SECONDS (4). Needs wrk."""
+(64), ROUNDS (3), PERF_SECONDS (4). Needs wrk."""
 import os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
@@ -16,7 +16,7 @@ before, after = sys.argv[1], sys.argv[2]
 workload = sys.argv[3] if len(sys.argv) > 3 else "echo"
 connections = int(os.environ.get("CONNECTIONS", "64"))
 rounds = int(os.environ.get("ROUNDS", "3"))
-run.SECONDS = int(os.environ.get("SECONDS", "4"))
+run.SECONDS = int(os.environ.get("PERF_SECONDS", "4"))
 floor_bin = os.path.join(run.ROOT, "target/release/examples/floor")
 work = tempfile.mkdtemp()
 requests = {
