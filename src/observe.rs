@@ -200,22 +200,20 @@ impl Logger {
         // Unique, not secret: a random per-process prefix and a counter, so the request path
         // makes no system call for it.
         let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32;
-        let mut text = IdText([0; 16]);
-        text.0[..8].copy_from_slice(&self.id_prefix.as_bytes()[..8]);
-        crate::state::seal::write_hex(&mut text.0[8..], &sequence.to_be_bytes());
-        text
+        self.prefixed_id(8, &sequence.to_be_bytes())
     }
 
     /// A fresh W3C trace id (32 hex digits, never all zero).
     pub fn new_trace_id(&self) -> String {
         let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1;
-        self.prefixed_id(16, &sequence.to_be_bytes())
+        self.prefixed_id(16, &sequence.to_be_bytes()).as_str().to_owned()
     }
 
-    fn prefixed_id(&self, prefix_len: usize, suffix: &[u8]) -> String {
-        let mut id = String::with_capacity(prefix_len + 2 * suffix.len());
-        id.push_str(&self.id_prefix[..prefix_len]);
-        crate::state::seal::push_hex(&mut id, suffix);
+    /// `prefix_len` digits of the process's prefix, then `suffix` in hex, built on the stack.
+    fn prefixed_id(&self, prefix_len: usize, suffix: &[u8]) -> IdText {
+        let mut id = IdText { digits: [0; 32], len: prefix_len + 2 * suffix.len() };
+        id.digits[..prefix_len].copy_from_slice(&self.id_prefix.as_bytes()[..prefix_len]);
+        crate::state::seal::write_hex(&mut id.digits[prefix_len..id.len], suffix);
         id
     }
 
@@ -238,12 +236,15 @@ impl Logger {
     }
 }
 
-/// An id's 16 hex digits, on the stack until it is known where they go.
-struct IdText([u8; 16]);
+/// An id's hex digits (at most 32), on the stack until it is known where they go.
+struct IdText {
+    digits: [u8; 32],
+    len: usize,
+}
 
 impl IdText {
     fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+        std::str::from_utf8(&self.digits[..self.len]).expect("hex digits are ASCII")
     }
 }
 

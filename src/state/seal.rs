@@ -246,9 +246,9 @@ pub fn derived_key_id(secret: &[u8]) -> String {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    out
+    let mut out = vec![0; bytes.len() * 2];
+    write_hex(&mut out, bytes);
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 /// Writes `bytes` as lower-case hex into `out`, which holds exactly two digits per byte.
@@ -261,14 +261,6 @@ pub fn write_hex(out: &mut [u8], bytes: &[u8]) {
 }
 
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-/// Appends `bytes` as lowercase hex (ids and digests on the request path, without `format!`).
-pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    for b in bytes {
-        out.push(HEX_DIGITS[(b >> 4) as usize] as char);
-        out.push(HEX_DIGITS[(b & 15) as usize] as char);
-    }
-}
 
 #[cfg(test)]
 mod tests {
