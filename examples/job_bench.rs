@@ -105,7 +105,8 @@ async fn main() {
     report("status poll", latencies, trips.now().await - before);
     println!("({operations} operations each, sequential, one connection, {url})");
 
-    // The Redis stream: submits publish with one script each; a worker then runs every job.
+    // The Redis stream on the store's connection: a submit is one script (the record and its
+    // message together); a worker then runs every job.
     let prefix = format!("bench-stream:{}", std::process::id());
     let redis = vercel_mcp::store::Redis::connect(&url, &prefix).unwrap();
     let store = Arc::new(RedisJobStore::new(redis.clone()));

@@ -161,7 +161,8 @@ async fn run(binary: &str, redis_url: &str, jobs: usize, steps: u32, step_ms: u6
         done.iter().filter_map(|r| Some(r["finishedAt"].as_u64()? - r["createdAt"].as_u64()?)).collect();
     latencies.sort_unstable();
     // A record that never finished: its handle was returned (lost) or its submit was cut short
-    // by the kill before the message was published (orphaned: the caller got an error).
+    // by the kill before the message was published (orphaned: the caller got an error; only
+    // possible where the create and the publish are two steps).
     let unfinished = stored.len() - done.len();
     let lost = handles.len().saturating_sub(done.len());
     let mut steps_by_job: BTreeMap<String, Vec<u64>> = BTreeMap::new();

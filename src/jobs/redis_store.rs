@@ -20,6 +20,9 @@
 //! Each operation is one Lua script, so it is atomic and costs one round trip: two instances
 //! racing on one principal can neither exceed a cap nor lose an update. Scripts run on a
 //! single-shard Redis (the index spans owners), which is what Vercel's Marketplace Redis is.
+//! When the job queue is a Redis stream on the same connection, the create script also adds the
+//! job's message (`create_enqueued`): a submit is one round trip, and a job is never stored
+//! without its message (nor a message queued for a job that was refused).
 //! The connection is the shared [`Redis`]: opened lazily (nothing happens at start-up) and
 //! re-established on a dead socket.
 
@@ -29,6 +32,7 @@ use redis::Script;
 use std::sync::LazyLock;
 
 use super::model::{JOB_RETENTION_MS, JobRecord};
+use super::queue::{JobMessage, StreamTarget};
 use super::store::{Advanced, CreateRefused, JobStore, Quota, RATE_WINDOW_MS, SweepReport};
 use crate::store::{Redis, StoreError, StoreFuture, fault_from};
 
@@ -42,6 +46,7 @@ if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[9]) then return 'share' end
 if tonumber(redis.call('GET', KEYS[5]) or '0') >= tonumber(ARGV[10]) then return 'rate' end
 if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return 'full' end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
+if KEYS[6] and redis.call('XLEN', KEYS[6]) >= tonumber(ARGV[12]) then return 'queue_full' end
 local forget = tonumber(ARGV[8])
 local ttl = forget - now
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
@@ -52,6 +57,7 @@ if redis.call('INCR', KEYS[5]) == 1 then redis.call('PEXPIRE', KEYS[5], tonumber
 for i = 2, 4 do
   if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
 end
+if KEYS[6] then redis.call('XADD', KEYS[6], '*', 'body', ARGV[13]) end
 return 'ok'
 "#;
 
@@ -239,6 +245,50 @@ impl RedisJobStore {
     }
 }
 
+impl RedisJobStore {
+    /// The create script; with a stream, the message is added in the same step (after every
+    /// check, including the stream's bound, has passed).
+    async fn run_create(
+        &self,
+        record: &JobRecord,
+        quota: &Quota,
+        now: u64,
+        enqueue: Option<(StreamTarget<'_>, &JobMessage)>,
+    ) -> Result<Result<(), CreateRefused>, StoreError> {
+        let json = serde_json::to_string(record).expect("records serialise");
+        let mut invocation = CREATE_SCRIPT.key(self.job_key(&record.owner_id, &record.job_id));
+        invocation
+            .key(self.active_key(&record.owner_id))
+            .key(self.index_key())
+            .key(self.held_key(&record.owner_id))
+            .key(self.rate_key(&record.owner_id, now))
+            .arg(json)
+            .arg(now)
+            .arg(quota.active)
+            .arg(quota.total)
+            .arg(record.deadline)
+            .arg(&record.job_id)
+            .arg(Self::index_member(&record.owner_id, &record.job_id))
+            .arg(record.forget_at())
+            .arg(quota.share)
+            .arg(quota.per_minute)
+            .arg(RATE_WINDOW_MS);
+        if let Some((stream, message)) = enqueue {
+            invocation.key(stream.stream).arg(stream.max_len).arg(message.body());
+        }
+        let outcome: String = invocation.invoke_async(&mut self.redis.connection()).await.map_err(store_error)?;
+        Ok(match outcome.as_str() {
+            "ok" => Ok(()),
+            "cap" => Err(CreateRefused::AtCap(quota.active)),
+            "share" => Err(CreateRefused::OverShare(quota.share)),
+            "rate" => Err(CreateRefused::TooFast(quota.per_minute)),
+            "full" => Err(CreateRefused::Full),
+            "queue_full" => Err(CreateRefused::QueueFull(enqueue.map_or(0, |(stream, _)| stream.max_len))),
+            _ => Err(CreateRefused::Exists),
+        })
+    }
+}
+
 fn parse(raw: &str) -> Result<JobRecord, StoreError> {
     serde_json::from_str(raw).map_err(|_| StoreError::fault("job store returned an unreadable record"))
 }
@@ -250,37 +300,23 @@ impl JobStore for RedisJobStore {
         quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        Box::pin(crate::telemetry::redis_span("job.create", async move {
-            let json = serde_json::to_string(record).expect("records serialise");
-            let outcome: String = CREATE_SCRIPT
-                .key(self.job_key(&record.owner_id, &record.job_id))
-                .key(self.active_key(&record.owner_id))
-                .key(self.index_key())
-                .key(self.held_key(&record.owner_id))
-                .key(self.rate_key(&record.owner_id, now))
-                .arg(json)
-                .arg(now)
-                .arg(quota.active)
-                .arg(quota.total)
-                .arg(record.deadline)
-                .arg(&record.job_id)
-                .arg(Self::index_member(&record.owner_id, &record.job_id))
-                .arg(record.forget_at())
-                .arg(quota.share)
-                .arg(quota.per_minute)
-                .arg(RATE_WINDOW_MS)
-                .invoke_async(&mut self.redis.connection())
-                .await
-                .map_err(store_error)?;
-            Ok(match outcome.as_str() {
-                "ok" => Ok(()),
-                "cap" => Err(CreateRefused::AtCap(quota.active)),
-                "share" => Err(CreateRefused::OverShare(quota.share)),
-                "rate" => Err(CreateRefused::TooFast(quota.per_minute)),
-                "full" => Err(CreateRefused::Full),
-                _ => Err(CreateRefused::Exists),
-            })
-        }))
+        Box::pin(crate::telemetry::redis_span("job.create", self.run_create(record, quota, now, None)))
+    }
+
+    fn create_enqueued<'a>(
+        &'a self,
+        record: &'a JobRecord,
+        quota: &'a Quota,
+        now: u64,
+        stream: StreamTarget<'a>,
+        message: &'a JobMessage,
+    ) -> Option<StoreFuture<'a, Result<(), CreateRefused>>> {
+        // One script may only touch keys of the server it runs on.
+        if !stream.redis.is_same_connection(&self.redis) {
+            return None;
+        }
+        let create = self.run_create(record, quota, now, Some((stream, message)));
+        Some(Box::pin(crate::telemetry::redis_span("job.create", create)))
     }
 
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::handle::{self, UNKNOWN_JOB_HANDLE};
 use super::model::{JobRecord, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS};
-use super::queue::{JobMessage, PublishError, Publisher};
+use super::queue::{JobMessage, PublishError, Publisher, queue_full_refusal};
 use super::store::{CreateRefused, JobStore, Quota};
 use crate::security::Principal;
 use crate::state::{Clock, Random, Sealer};
@@ -123,8 +123,9 @@ impl Jobs {
     }
 
     /// Creates a pending job and enqueues it; returns `{jobId, state, totalSteps}`. Nothing is
-    /// left behind when it fails: the record is created only after validation and removed if the
-    /// message cannot be enqueued.
+    /// left behind when it fails: the record is created only after validation, with its message
+    /// in the same step where the queue is a Redis stream the store reaches, and otherwise
+    /// removed again if the message cannot be enqueued.
     pub async fn submit(&self, principal: &Principal, steps: i64, oidc_token: Option<&str>) -> Result<Value, String> {
         self.submit_traced(principal, steps, oidc_token, None).await
     }
@@ -145,11 +146,24 @@ impl Jobs {
         let owner = principal.id();
         let now = self.clock.now_ms();
         let quota = self.limits.quota_for(principal);
+        let stream = self.publisher.redis_stream();
         let mut attempts = 0;
-        let record = loop {
+        let (record, message, enqueued) = loop {
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
-            match self.store.create(&record, &quota, now).await.map_err(|e| self.fault("create", e.message()))? {
-                Ok(()) => break record,
+            let message = JobMessage {
+                job_id: record.job_id.clone(),
+                owner_id: record.owner_id.clone(),
+                steps,
+                traceparent: traceparent.clone(),
+            };
+            // Where the queue is a stream the store can reach, the message goes in with the record.
+            let (created, enqueued) =
+                match stream.and_then(|stream| self.store.create_enqueued(&record, &quota, now, stream, &message)) {
+                    Some(create) => (create.await, true),
+                    None => (self.store.create(&record, &quota, now).await, false),
+                };
+            match created.map_err(|e| self.fault("create", e.message()))? {
+                Ok(()) => break (record, message, enqueued),
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(
                         "job limit reached: at most {cap} active jobs per caller; wait for one to finish or cancel one"
@@ -167,22 +181,25 @@ impl Jobs {
                     ));
                 }
                 Err(CreateRefused::Full) => return Err("the server is at job capacity; try again later".into()),
+                Err(CreateRefused::QueueFull(max_len)) => {
+                    return Err(format!("could not enqueue the job: {}", queue_full_refusal(max_len)));
+                }
                 Err(CreateRefused::Exists) if attempts < 3 => attempts += 1,
                 Err(CreateRefused::Exists) => return Err("could not allocate a job id".into()),
             }
         };
-        let message =
-            JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps, traceparent };
-        if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
-            let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
-            let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
-            let (full, problem) = match problem {
-                PublishError::Full(refusal) => (true, refusal),
-                PublishError::Failed(problem) => (false, problem),
-            };
-            let text = format!("could not enqueue the job: {problem}{note}");
-            // A full queue is the caller's answer, as a full store is: no fault line.
-            return Err(if full { text } else { self.fault("enqueue", &text) });
+        if !enqueued {
+            if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
+                let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
+                let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
+                let (full, problem) = match problem {
+                    PublishError::Full(refusal) => (true, refusal),
+                    PublishError::Failed(problem) => (false, problem),
+                };
+                let text = format!("could not enqueue the job: {problem}{note}");
+                // A full queue is the caller's answer, as a full store is: no fault line.
+                return Err(if full { text } else { self.fault("enqueue", &text) });
+            }
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::model::JobRecord;
+use super::queue::{JobMessage, StreamTarget};
 use crate::store::{StoreError, StoreFuture};
 
 /// What [`JobStore::advance`] did: the record as it now is, and whether this call changed it.
@@ -33,6 +34,8 @@ pub enum CreateRefused {
     Full,
     /// The id is taken (astronomically unlikely; the caller retries with a new id).
     Exists,
+    /// The queue's stream holds this many messages ([`JobStore::create_enqueued`] only).
+    QueueFull(u32),
 }
 
 /// What one principal may create: its active jobs, its share of the deployment's jobs (active
@@ -79,6 +82,20 @@ pub trait JobStore: Send + Sync + 'static {
         quota: &'a Quota,
         now: u64,
     ) -> StoreFuture<'a, Result<(), CreateRefused>>;
+    /// [`JobStore::create`] with `message` added to `stream` in the same atomic step; when the
+    /// stream is at its bound ([`CreateRefused::QueueFull`]) nothing is written. `None` when this
+    /// store cannot reach `stream` in one step (another kind of store, or another connection):
+    /// the caller then creates and publishes separately.
+    fn create_enqueued<'a>(
+        &'a self,
+        _record: &'a JobRecord,
+        _quota: &'a Quota,
+        _now: u64,
+        _stream: StreamTarget<'a>,
+        _message: &'a JobMessage,
+    ) -> Option<StoreFuture<'a, Result<(), CreateRefused>>> {
+        None
+    }
     /// The owner's job as of `now`, if it exists and has not been evicted (an active job past
     /// its deadline reads as failed).
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;

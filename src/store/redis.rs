@@ -1,6 +1,7 @@
 //! The one connection to the deployment's Redis, shared by every store of a process.
 
 use redis::aio::ConnectionManager;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{STORE_FULL_CODE, StoreError};
@@ -12,6 +13,8 @@ pub struct Redis {
     client: redis::Client,
     connection: ConnectionManager,
     prefix: String,
+    /// Shared by every clone: which handles reach the same server through the same connection.
+    identity: Arc<()>,
 }
 
 impl std::fmt::Debug for Redis {
@@ -34,7 +37,7 @@ impl Redis {
             .set_max_delay(Duration::from_millis(500));
         let connection = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("redis client: {}", kind_label(&e)))?;
-        Ok(Self { client, connection, prefix: prefix.to_owned() })
+        Ok(Self { client, connection, prefix: prefix.to_owned(), identity: Arc::new(()) })
     }
 
     /// The key prefix (`MCP_REDIS_PREFIX`, `mcp` by default).
@@ -45,6 +48,12 @@ impl Redis {
     /// A handle on the shared connection, for one command or script.
     pub fn connection(&self) -> ConnectionManager {
         self.connection.clone()
+    }
+
+    /// Whether `other` is a clone of this handle: the same connection, so one script may touch
+    /// keys of both (a job record and the queue's stream, say).
+    pub fn is_same_connection(&self, other: &Redis) -> bool {
+        Arc::ptr_eq(&self.identity, &other.identity)
     }
 
     /// The client, for what needs a connection of its own (a pub/sub subscription).

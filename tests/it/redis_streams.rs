@@ -163,12 +163,46 @@ async fn two_workers_and_a_duplicate_message_still_run_every_step_once() {
 }
 
 #[tokio::test]
-async fn a_full_stream_refuses_and_the_job_is_rolled_back() {
+async fn a_submit_queues_its_job_and_a_full_stream_refuses_without_storing_anything() {
     let Some((url, _guard)) = redis() else { return };
     let world = World::new(&url, "streams-full");
     let queue = world.queue("a", StreamSettings { max_len: 1, ..settings(30_000) });
     let jobs = world.jobs(&queue);
+    let handle = handle_of(&jobs.submit(&world.alice, 2, None).await.unwrap());
+    // The entry carries the job the handle names.
+    let entries: Vec<(String, Vec<Vec<u8>>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
+    let message = vercel_mcp::jobs::JobMessage::parse(&entries[0].1[1]).expect("a job message");
+    assert_eq!((message.owner_id.as_str(), message.steps), ("sub:alice", 2));
+    assert_eq!(jobs.status(&world.alice, &handle).await.unwrap()["state"], "pending");
+
+    let refused = jobs.submit(&world.alice, 1, None).await.unwrap_err();
+    assert!(refused.contains("the job queue is full (1 waiting)") && refused.contains("try again later"), "{refused}");
+    assert!(!refused.contains("expires on its own"), "nothing was stored to expire: {refused}");
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1);
+    let records: Vec<String> = world.command(&["KEYS", &format!("{}:job:*", world.redis.prefix())]).await;
+    assert_eq!(records.len(), 1, "no record for the refused job: {records:?}");
+    let owner = b64("sub:alice");
+    for set in ["active", "held"] {
+        let held: u64 = world.command(&["ZCARD", &format!("{}:{set}:{owner}", world.redis.prefix())]).await;
+        assert_eq!(held, 1, "the refused job is in no {set} set");
+    }
+    let rates: Vec<String> = world.command(&["KEYS", &format!("{}:rate:{owner}:*", world.redis.prefix())]).await;
+    let counted: u64 = world.command(&["GET", &rates[0]]).await;
+    assert_eq!(counted, 1, "a refused submission does not count against the caller's rate");
+}
+
+/// A stream reached through another connection (it could be another server) is published to on
+/// its own, and a refusal there rolls the record back.
+#[tokio::test]
+async fn a_stream_on_another_connection_is_published_to_separately_and_rolled_back_when_full() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-apart");
+    let elsewhere = Redis::connect(&url, world.redis.prefix()).unwrap();
+    assert!(!elsewhere.is_same_connection(&world.redis) && world.redis.is_same_connection(&world.redis.clone()));
+    let queue = Arc::new(RedisStreamQueue::new(elsewhere, "a", StreamSettings { max_len: 1, ..settings(30_000) }));
+    let jobs = world.jobs(&queue);
     jobs.submit(&world.alice, 1, None).await.unwrap();
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1);
     let refused = jobs.submit(&world.alice, 1, None).await.unwrap_err();
     assert!(refused.contains("the job queue is full") && refused.contains("try again later"), "{refused}");
     assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1);

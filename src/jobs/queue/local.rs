@@ -238,7 +238,7 @@ impl LocalQueue {
 
 impl Publisher for LocalQueue {
     fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> PublishFuture<'a> {
-        let payload = Bytes::from(serde_json::to_vec(message).expect("messages serialise"));
+        let payload = Bytes::from(message.body());
         {
             let mut state = self.state.lock().expect("queue lock");
             if state.pending.len() + state.retrying >= self.max_pending {

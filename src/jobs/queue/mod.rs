@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use super::handle::is_job_id;
 use super::model::MAX_STEPS;
+use crate::store::Redis;
 
 /// A boxed, sendable future.
 pub type QueueFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
@@ -64,6 +65,11 @@ pub struct JobMessage {
 }
 
 impl JobMessage {
+    /// The body every transport carries: the message as JSON.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("messages serialise")
+    }
+
     /// Parses and validates a message body; `None` for anything that is not exactly a job.
     pub fn parse(body: &[u8]) -> Option<Self> {
         let value: Value = serde_json::from_slice(body).ok()?;
@@ -110,6 +116,29 @@ pub struct Lease {
 pub trait Publisher: Send + Sync + 'static {
     /// Enqueues `message` on the jobs topic. `oidc_token` authenticates against the platform.
     fn publish<'a>(&'a self, message: &'a JobMessage, oidc_token: Option<&'a str>) -> PublishFuture<'a>;
+
+    /// The Redis stream this queue is, if it is one. A job store on the same connection then
+    /// adds the message in the step that creates the job ([`crate::jobs::JobStore::create_enqueued`]):
+    /// one round trip instead of two, and never a job without its message.
+    fn redis_stream(&self) -> Option<StreamTarget<'_>> {
+        None
+    }
+}
+
+/// A queue that is a Redis stream, as a job store needs it to add a message in its own script.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamTarget<'a> {
+    /// The connection the stream is reached through.
+    pub redis: &'a Redis,
+    /// The stream's key.
+    pub stream: &'a str,
+    /// Messages the stream holds before it refuses more.
+    pub max_len: u32,
+}
+
+/// What the caller reads when the queue is at its bound.
+pub fn queue_full_refusal(max_len: u32) -> String {
+    format!("the job queue is full ({max_len} waiting); try again later")
 }
 
 /// Consuming side: confirming a delivery's lease before acting on it, and acknowledging it

@@ -25,7 +25,9 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 
-use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use super::{
+    JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture, StreamTarget, queue_full_refusal,
+};
 use crate::jobs::consumer::{Consumer, Processed};
 use crate::jobs::model::JOBS_TOPIC;
 use crate::store::Redis;
@@ -365,11 +367,10 @@ impl RedisStreamQueue {
 impl Publisher for RedisStreamQueue {
     fn publish<'a>(&'a self, message: &'a JobMessage, _oidc_token: Option<&'a str>) -> PublishFuture<'a> {
         Box::pin(crate::telemetry::redis_span("queue.publish", async move {
-            let body = serde_json::to_string(message).expect("messages serialise");
             let added: Option<String> = PUBLISH_SCRIPT
                 .key(&self.stream)
                 .arg(self.settings.max_len)
-                .arg(body)
+                .arg(message.body())
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(|error| {
@@ -377,12 +378,13 @@ impl Publisher for RedisStreamQueue {
                 })?;
             match added {
                 Some(_) => Ok(()),
-                None => Err(PublishError::Full(format!(
-                    "the job queue is full ({} waiting); try again later",
-                    self.settings.max_len
-                ))),
+                None => Err(PublishError::Full(queue_full_refusal(self.settings.max_len))),
             }
         }))
+    }
+
+    fn redis_stream(&self) -> Option<StreamTarget<'_>> {
+        Some(StreamTarget { redis: &self.redis, stream: &self.stream, max_len: self.settings.max_len })
     }
 }
 

@@ -63,7 +63,7 @@ impl VercelQueue {
         if let Some(deployment) = &self.deployment_id {
             request = request.header("vqs-deployment-id", deployment);
         }
-        let body = serde_json::to_vec(message).expect("messages serialise");
+        let body = message.body();
         let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
         let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
         if response.status.is_success() {
