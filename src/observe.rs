@@ -158,12 +158,12 @@ impl Logger {
     /// (a keyed PRF) under a key derived from the sealing key, so digests agree across instances
     /// of a deployment while nobody without the key can confirm a guess. It runs on every request,
     /// where HMAC-SHA256 cost several times more for no benefit here.
-    pub fn digest(&self, kind: &str, value: &[u8]) -> String {
+    pub fn digest(&self, kind: &str, value: &[u8]) -> Digest {
         self.digest_with(kind, |hasher| hasher.write(value))
     }
 
     /// [`Logger::digest`] of `value`'s compact JSON text, hashed as it is serialised (no copy).
-    pub fn digest_json(&self, kind: &str, value: &Value) -> String {
+    pub fn digest_json(&self, kind: &str, value: &Value) -> Digest {
         struct Feed<'a>(&'a mut dyn Hasher);
         impl std::io::Write for Feed<'_> {
             fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -178,12 +178,14 @@ impl Logger {
         self.digest_with(kind, |hasher| serde_json::to_writer(Feed(hasher), value).expect("values serialise"))
     }
 
-    fn digest_with(&self, kind: &str, feed: impl FnOnce(&mut dyn Hasher)) -> String {
+    fn digest_with(&self, kind: &str, feed: impl FnOnce(&mut dyn Hasher)) -> Digest {
         let mut hasher = siphasher::sip::SipHasher24::new_with_keys(self.digest_key.0, self.digest_key.1);
         hasher.write(kind.as_bytes());
         hasher.write_u8(0xff);
         feed(&mut hasher);
-        crate::state::seal::hex(&hasher.finish().to_be_bytes())
+        let mut digits = [0; 16];
+        crate::state::seal::write_hex(&mut digits, &hasher.finish().to_be_bytes());
+        Digest(digits)
     }
 
     /// A fresh random id (16 hex digits).
@@ -236,6 +238,44 @@ impl Logger {
     }
 }
 
+/// A keyed digest as it is logged ([`Logger::digest`]): 16 lower-case hex digits, held inline
+/// (every request logs two, and as `String`s they were two allocations). It reads as a `&str`
+/// and serialises as a JSON string.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Digest([u8; 16]);
+
+impl Digest {
+    /// The digits.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+impl std::ops::Deref for Digest {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl serde::Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// An id's hex digits (at most 32), on the stack until it is known where they go.
 struct IdText {
     digits: [u8; 32],
@@ -264,9 +304,9 @@ pub struct RequestRecord {
     /// Tool or prompt name, or resource URI.
     pub name: Option<String>,
     /// Keyed digest of the principal id.
-    pub principal: Option<String>,
+    pub principal: Option<Digest>,
     /// Keyed digest of the arguments.
-    pub arguments: Option<String>,
+    pub arguments: Option<Digest>,
     /// Set when a panic was contained.
     pub panic_location: Option<String>,
     /// When the request arrived, by the logger's clock (ms since the epoch): its span starts then.
@@ -466,7 +506,10 @@ mod tests {
         reference.write(b"principal");
         reference.write_u8(0xff);
         reference.write(b"sub:a");
-        assert_eq!(logger.digest("principal", b"sub:a"), crate::state::seal::hex(&reference.finish().to_be_bytes()));
+        assert_eq!(
+            logger.digest("principal", b"sub:a").as_str(),
+            crate::state::seal::hex(&reference.finish().to_be_bytes())
+        );
     }
 
     #[test]

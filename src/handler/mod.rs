@@ -143,8 +143,10 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-/// An erased tool handler.
-pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
+/// An erased tool handler. It reads the validated arguments where they are (a typed handler
+/// deserialises its parameters from them before its future starts), so a call copies nothing it
+/// does not keep.
+pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, &Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
 
 /// Marks a tool run's `execute_tool` span with how `outcome` ended, and returns that as the
 /// `mcp.outcome` word of its duration metric.

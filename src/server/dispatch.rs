@@ -218,12 +218,13 @@ impl McpServer {
         }
         let empty = Value::Object(Map::new());
         let given = params.arguments.unwrap_or(&empty);
-        // Validate the arguments where they are; copy them only once they are known good.
+        // Validated where they are, and handed to the handler where they are unless a member
+        // must be dropped (or a task must keep them).
         if let Err(problem) = schema::validate_arguments(&tool.input_schema, given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
-        let mut arguments = given.as_object().cloned().unwrap_or_default();
-        schema::strip_unknown_keys(&tool.input_schema, &mut arguments);
+        let none = Map::new();
+        let arguments = schema::known_arguments(&tool.input_schema, given.as_object().unwrap_or(&none));
         let as_task = match tool.task_support {
             TaskSupport::Forbidden => false,
             TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
@@ -231,11 +232,11 @@ impl McpServer {
             TaskSupport::Required => true,
         };
         if as_task {
-            return self.call_tool_as_task(tool, ctx, arguments).await;
+            return self.call_tool_as_task(tool, ctx, arguments.into_owned()).await;
         }
         let span = ctx.span.execute_tool_span(name);
         let started = std::time::Instant::now();
-        let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
+        let outcome = span.in_context((tool.handler)(ctx, &arguments)).await;
         let said = crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         if let Some(telemetry) = span.telemetry() {
@@ -271,18 +272,13 @@ impl McpServer {
     ) -> Result<Reply, McpError> {
         let tasks = self.tasks.as_ref().ok_or_else(|| McpError::internal("the tasks extension is not enabled"))?;
         let (principal, capabilities) = (ctx.principal.clone(), ctx.client_capabilities.clone());
-        let task = NewTask {
-            principal: &principal,
-            tool: &tool.name,
-            arguments: arguments.clone(),
-            client_capabilities: capabilities,
-        };
+        let task = NewTask { principal: &principal, tool: &tool.name, arguments, client_capabilities: capabilities };
         // The run's span is a child of this request's, and may outlive it.
         let span = ctx.span.execute_tool_span(&tool.name);
         if !tool.input_before_task {
             return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), span).await?));
         }
-        let outcome = span.in_context((tool.handler)(ctx, arguments)).await;
+        let outcome = span.in_context((tool.handler)(ctx, &task.arguments)).await;
         crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         let result = match outcome {
@@ -494,6 +490,36 @@ mod tests {
         );
         let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/list", &Map::new()).await else { panic!() };
         assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
+    }
+
+    /// A typed handler reads its parameters from the request's own arguments; a member the
+    /// schema does not declare is dropped first, so even a type that refuses unknown fields runs.
+    #[tokio::test]
+    async fn typed_arguments_are_read_in_place_and_strays_are_dropped_first() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        struct Strict {
+            n: u32,
+        }
+        let mut server = McpServer::new("t", "1");
+        server.tool(super::super::ToolDef::new("strict"), |_, args: Strict| async move {
+            CallToolResult::text(args.n.to_string())
+        });
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        for (arguments, expected) in [(json!({"n": 3}), "3"), (json!({"n": 4, "principal": "sub:admin"}), "4")] {
+            let ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                Principal::anonymous(),
+                bus.clone(),
+            );
+            let params = json!({"name": "strict", "arguments": arguments});
+            let Ok(Reply::Tool(result)) = server.execute(ctx, "tools/call", params.as_object().unwrap()).await else {
+                panic!("{params}")
+            };
+            assert!(!result.is_error, "{params}: {result:?}");
+            assert_eq!(json!(result)["content"][0]["text"], expected);
+        }
     }
 
     #[test]

@@ -310,12 +310,9 @@ impl McpServer {
         );
         let handler = Arc::new(handler);
         let erased: ToolFn = Arc::new(move |ctx, arguments| {
+            let args = A::deserialize(arguments).map_err(|e| ToolError::Execution(format!("Invalid arguments: {e}")));
             let handler = handler.clone();
-            Box::pin(async move {
-                let args: A = serde_json::from_value(Value::Object(arguments))
-                    .map_err(|e| ToolError::Execution(format!("Invalid arguments: {e}")))?;
-                handler(ctx, args).await.into_tool_result()
-            })
+            Box::pin(async move { handler(ctx, args?).await.into_tool_result() })
         });
         if def.output_schema.is_none() {
             def.output_schema = <Fut::Output as IntoToolResult>::output_schema();
@@ -342,7 +339,7 @@ impl McpServer {
     {
         let handler = Arc::new(handler);
         let erased: ToolFn = Arc::new(move |ctx, arguments| {
-            let handler = handler.clone();
+            let (handler, arguments) = (handler.clone(), arguments.clone());
             Box::pin(async move { handler(ctx, arguments).await.into_tool_result() })
         });
         self.insert_tool(def, erased);

@@ -10,6 +10,7 @@
 //! (the reference servers' tests depend on a stray `principal` argument being ignored).
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// Keywords that only annotate or that this validator enforces.
 const KNOWN: &[&str] = &[
@@ -98,7 +99,7 @@ pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     Validator { root: schema, lenient_root: false }.check(schema, value, &mut String::new(), 0)
 }
 
-/// [`validate`] for a tool's arguments: the top-level members that [`strip_unknown_keys`] will
+/// [`validate`] for a tool's arguments: the top-level members that [`known_arguments`] will
 /// drop are not held against the call (an `additionalProperties: false` at the root refuses
 /// nothing it strips), so a stray `principal` is ignored rather than an error. Everything else,
 /// nested `additionalProperties` included, is checked as [`validate`] checks it.
@@ -106,7 +107,7 @@ pub fn validate_arguments(schema: &Value, arguments: &Value) -> Result<(), Strin
     Validator { root: schema, lenient_root: true }.check(schema, arguments, &mut String::new(), 0)
 }
 
-/// Whether [`strip_unknown_keys`] drops the top-level member `name`: the root declares
+/// Whether [`known_arguments`] drops the top-level member `name`: the root declares
 /// `properties` without it, or allows no additional members at all.
 fn stripped(schema: &Value, name: &str) -> bool {
     match schema.get("properties") {
@@ -115,10 +116,16 @@ fn stripped(schema: &Value, name: &str) -> bool {
     }
 }
 
-/// Removes the top-level keys the root schema does not declare in `properties` (when it
-/// declares any), or every key when it allows none (`additionalProperties: false`).
-pub fn strip_unknown_keys(schema: &Value, arguments: &mut Map<String, Value>) {
-    arguments.retain(|key, _| !stripped(schema, key));
+/// The arguments without the top-level keys the root schema does not declare in `properties`
+/// (when it declares any), or without every key when it allows none (`additionalProperties:
+/// false`). Borrowed when nothing is dropped, which is every well-behaved call: the handler
+/// then reads the request's own tree, with no copy.
+pub fn known_arguments<'a>(schema: &Value, arguments: &'a Map<String, Value>) -> Cow<'a, Map<String, Value>> {
+    if !arguments.keys().any(|key| stripped(schema, key)) {
+        return Cow::Borrowed(arguments);
+    }
+    let kept = arguments.iter().filter(|(key, _)| !stripped(schema, key));
+    Cow::Owned(kept.map(|(key, value)| (key.clone(), value.clone())).collect())
 }
 
 struct Validator<'a> {
@@ -505,18 +512,19 @@ mod tests {
         let stray = json!({"inner": {"a": "x", "b": 2}, "principal": "sub:admin"});
         assert!(validate(&schema, &stray).unwrap_err().contains("principal"), "the spec refuses the stray member");
         assert_eq!(validate_arguments(&schema, &stray), Ok(()), "a tool call strips it instead");
-        let mut arguments = stray.as_object().unwrap().clone();
-        strip_unknown_keys(&schema, &mut arguments);
-        assert_eq!(Value::Object(arguments), json!({"inner": {"a": "x", "b": 2}}));
+        let arguments = known_arguments(&schema, stray.as_object().unwrap());
+        assert_eq!(Value::Object(arguments.into_owned()), json!({"inner": {"a": "x", "b": 2}}));
         let nested = json!({"inner": {"b": "not an integer"}});
         for verdict in [validate(&schema, &nested), validate_arguments(&schema, &nested)] {
             assert!(verdict.unwrap_err().starts_with("inner.b: expected integer"), "nested members are checked");
         }
         let none = json!({"type": "object", "additionalProperties": false});
-        let mut arguments = json!({"x": 1}).as_object().unwrap().clone();
-        assert_eq!(validate_arguments(&none, &Value::Object(arguments.clone())), Ok(()));
-        strip_unknown_keys(&none, &mut arguments);
-        assert!(arguments.is_empty(), "a tool that takes nothing gets nothing");
+        let arguments = json!({"x": 1});
+        assert_eq!(validate_arguments(&none, &arguments), Ok(()));
+        assert!(
+            known_arguments(&none, arguments.as_object().unwrap()).is_empty(),
+            "a tool that takes nothing gets nothing"
+        );
     }
 
     #[test]
@@ -574,8 +582,9 @@ mod tests {
         }
         assert!(unsupported_keywords(&json!({"type":"object","x-mcp-header":"A"})).is_empty());
         let schema = json!({"type":"object","properties":{"a":{}}});
-        let mut args = json!({"a":1,"principal":"admin"}).as_object().unwrap().clone();
-        strip_unknown_keys(&schema, &mut args);
-        assert_eq!(Value::Object(args), json!({"a":1}));
+        let args = json!({"a":1,"principal":"admin"});
+        assert_eq!(Value::Object(known_arguments(&schema, args.as_object().unwrap()).into_owned()), json!({"a":1}));
+        let known = json!({"a": 2});
+        assert!(matches!(known_arguments(&schema, known.as_object().unwrap()), Cow::Borrowed(_)), "nothing copied");
     }
 }

@@ -182,7 +182,10 @@ impl TaskService {
         ctx.request_state = state.get("handler").filter(|h| !h.is_null()).cloned();
         let capabilities = ctx.client_capabilities.clone();
         ctx.span = span.clone();
-        let work = catch_unwind(span.in_context(handler(ctx, record.arguments.clone())));
+        // The handler is called inside the contained future: a typed handler's parameters are
+        // deserialised in that call, and a panic there is contained like one in its body.
+        let arguments = record.arguments.clone();
+        let work = catch_unwind(span.in_context(async move { handler(ctx, &arguments).await }));
         let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
         tokio::select! {
             outcome = work => {

@@ -89,7 +89,7 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
         (json!("tools/call"), json!("echo"), json!("modern"))
     );
     assert_eq!(line["outcome"], "ok");
-    assert_eq!(line["principal"], env.logger.digest("principal", b"sub:alice"));
+    assert_eq!(line["principal"], env.logger.digest("principal", b"sub:alice").as_str());
     assert!(line["arguments"].as_str().unwrap().len() == 16);
     assert!(line["latencyMs"].as_f64().is_some() && line["ts"].as_str().unwrap().ends_with('Z'));
 
@@ -100,7 +100,7 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
     let lines = env.logs.lines();
     let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
     assert_eq!(line["traceId"], "0af7651916cd43dd8448eb211c80319c", "_meta trace context is the fallback");
-    assert_eq!(line["principal"], env.logger.digest("principal", b"anonymous"));
+    assert_eq!(line["principal"], env.logger.digest("principal", b"anonymous").as_str());
 
     let fresh = env.server.modern(json!(3), "tools/list", json!({})).send().await;
     let lines = env.logs.lines();
@@ -276,6 +276,10 @@ async fn concurrent_requests_never_mix_principals() {
     let lines = env.logs.lines();
     for (sub, id) in results {
         let expected = env.logger.digest("principal", format!("sub:{sub}").as_bytes());
-        assert_eq!(request_line(&lines, &id)["principal"], expected, "request {id} logged the wrong principal");
+        assert_eq!(
+            request_line(&lines, &id)["principal"],
+            expected.as_str(),
+            "request {id} logged the wrong principal"
+        );
     }
 }
