@@ -122,7 +122,8 @@ impl McpServer {
                 complete(self.complete(CompleteParams::parse(params)?)?)
             }
             "tasks/get" | "tasks/update" | "tasks/cancel" if ctx.era == Era::Modern && self.tasks.is_some() => {
-                self.task_method(ctx, method, TaskParams::parse(params)).await
+                // Boxed, as the task path of tools/call is: its store futures are large.
+                Box::pin(self.task_method(ctx, method, TaskParams::parse(params))).await
             }
             // 2025-era methods with no state behind them, answered only on the legacy path.
             "ping" | "logging/setLevel" if ctx.era == Era::Legacy => complete(json!({})),
@@ -232,7 +233,8 @@ impl McpServer {
             TaskSupport::Required => true,
         };
         if as_task {
-            return self.call_tool_as_task(tool, ctx, arguments.into_owned()).await;
+            // Boxed: the task path's futures are large, and inline they would size every call's.
+            return Box::pin(self.call_tool_as_task(tool, ctx, arguments.into_owned())).await;
         }
         let span = ctx.span.execute_tool_span(name);
         let started = std::time::Instant::now();
