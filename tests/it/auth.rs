@@ -443,6 +443,16 @@ async fn a_remembered_verification_still_expires_with_its_token() {
     assert_eq!(list().await.status, 200);
     assert_eq!(list().await.status, 200, "the second use is served from the verification cache");
     assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    // The cache is keyed by the whole token: the same claims under an altered signature are
+    // checked again, and refused, never served from it.
+    let valid = token(json!({"exp": NOW + 60}));
+    let mut tampered = valid.clone().into_bytes();
+    let at = tampered.len() - 20;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let tampered = format!("Bearer {}", String::from_utf8(tampered).unwrap());
+    let forged = server.modern(json!(1), "tools/list", json!({})).header("Authorization", &tampered).send().await;
+    assert_eq!(forged.status, 401, "an altered signature never hits the cache");
+    assert_eq!(list().await.status, 200, "and the genuine token still does");
     clock.advance_ms(60_000);
     assert_eq!(list().await.status, 401, "a cached token expires at its exp second");
 }
