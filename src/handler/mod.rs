@@ -10,7 +10,7 @@ pub use context::RequestContext;
 pub use result::{IntoToolResult, Json};
 
 use schemars::JsonSchema;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -146,7 +146,9 @@ impl<F: Future> Future for CatchUnwind<F> {
 /// An erased tool handler. It reads the validated arguments where they are (a typed handler
 /// deserialises its parameters from them before its future starts), so a call copies nothing it
 /// does not keep.
-pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, &Map<String, Value>) -> BoxFuture<ToolResult> + Send + Sync>;
+/// The arguments are a JSON object, passed as a `Value` so that a type deserialises from them
+/// exactly as from `serde_json::from_value` (a newtype struct, say).
+pub(crate) type ToolFn = Arc<dyn Fn(RequestContext, &Value) -> BoxFuture<ToolResult> + Send + Sync>;
 
 /// Marks a tool run's `execute_tool` span with how `outcome` ended, and returns that as the
 /// `mcp.outcome` word of its duration metric.

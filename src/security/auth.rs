@@ -147,12 +147,13 @@ pub struct Authenticator {
 }
 
 /// Tokens that passed every check recently, by a 128-bit keyed digest of the whole token
-/// (signature included, so an altered token never hits). The digest is SipHash-2-4 under a
-/// random key of this process's: a keyed PRF, so without the key nobody can compute a token's
-/// entry or craft another token that lands on it (a chance of 2^-128 a try). SHA-256 gave the
-/// same without a key at ≈ 6× the cost, which every authenticated request paid. A hit skips the
-/// signature check only; expiry is re-checked on every use, and an entry is trusted for at most
-/// [`VERIFIED_TTL_SECS`].
+/// (signature included, so an altered token never hits). The digest is SipHash-2-4 (128-bit
+/// output) under a random key this cache draws and never shows: a keyed PRF, so nobody can
+/// compute a token's entry or aim another token at one (a try lands on one of at most
+/// [`VERIFIED_MAX`] entries with a chance of about 2^-116). SHA-256 of the token did the same job
+/// at ≈ 6× the cost, which every authenticated request paid (docs/decisions.md, "Authentication
+/// and scopes"). A hit skips the signature check only; expiry is re-checked on every use, and an
+/// entry is trusted for at most [`VERIFIED_TTL_SECS`].
 struct VerifiedTokens {
     key: (u64, u64),
     entries: Mutex<HashMap<u128, (Principal, u64)>>,

@@ -224,8 +224,7 @@ impl McpServer {
         if let Err(problem) = schema::validate_arguments(&tool.input_schema, given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
-        let none = Map::new();
-        let arguments = schema::known_arguments(&tool.input_schema, given.as_object().unwrap_or(&none));
+        let arguments = schema::known_arguments(&tool.input_schema, given);
         let as_task = match tool.task_support {
             TaskSupport::Forbidden => false,
             TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
@@ -234,11 +233,14 @@ impl McpServer {
         };
         if as_task {
             // Boxed: the task path's futures are large, and inline they would size every call's.
-            return Box::pin(self.call_tool_as_task(tool, ctx, arguments.into_owned())).await;
+            let Value::Object(arguments) = arguments.into_owned() else {
+                unreachable!("CallToolParams keeps objects only")
+            };
+            return Box::pin(self.call_tool_as_task(tool, ctx, arguments)).await;
         }
         let span = ctx.span.execute_tool_span(name);
         let started = std::time::Instant::now();
-        let outcome = span.in_context((tool.handler)(ctx, &arguments)).await;
+        let outcome = span.in_context((tool.handler)(ctx, arguments.as_ref())).await;
         let said = crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         if let Some(telemetry) = span.telemetry() {
@@ -280,7 +282,7 @@ impl McpServer {
         if !tool.input_before_task {
             return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), span).await?));
         }
-        let outcome = span.in_context((tool.handler)(ctx, &task.arguments)).await;
+        let outcome = span.in_context((tool.handler)(ctx, &Value::Object(task.arguments.clone()))).await;
         crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         let result = match outcome {
@@ -508,14 +510,15 @@ mod tests {
             CallToolResult::text(args.n.to_string())
         });
         let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
-        for (arguments, expected) in [(json!({"n": 3}), "3"), (json!({"n": 4, "principal": "sub:admin"}), "4")] {
+        let calls = [("strict", json!({"n": 3}), "3"), ("strict", json!({"n": 4, "principal": "sub:admin"}), "4")];
+        for (tool, arguments, expected) in calls {
             let ctx = RequestContext::new(
                 crate::protocol::RequestId::from_value(json!(1)).unwrap(),
                 Era::Modern,
                 Principal::anonymous(),
                 bus.clone(),
             );
-            let params = json!({"name": "strict", "arguments": arguments});
+            let params = json!({"name": tool, "arguments": arguments});
             let Ok(Reply::Tool(result)) = server.execute(ctx, "tools/call", params.as_object().unwrap()).await else {
                 panic!("{params}")
             };

@@ -339,7 +339,7 @@ impl McpServer {
     {
         let handler = Arc::new(handler);
         let erased: ToolFn = Arc::new(move |ctx, arguments| {
-            let (handler, arguments) = (handler.clone(), arguments.clone());
+            let (handler, arguments) = (handler.clone(), arguments.as_object().cloned().unwrap_or_default());
             Box::pin(async move { handler(ctx, arguments).await.into_tool_result() })
         });
         self.insert_tool(def, erased);

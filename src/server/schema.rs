@@ -119,13 +119,15 @@ fn stripped(schema: &Value, name: &str) -> bool {
 /// The arguments without the top-level keys the root schema does not declare in `properties`
 /// (when it declares any), or without every key when it allows none (`additionalProperties:
 /// false`). Borrowed when nothing is dropped, which is every well-behaved call: the handler
-/// then reads the request's own tree, with no copy.
-pub fn known_arguments<'a>(schema: &Value, arguments: &'a Map<String, Value>) -> Cow<'a, Map<String, Value>> {
-    if !arguments.keys().any(|key| stripped(schema, key)) {
+/// then reads the request's own tree, with no copy. Anything but an object is returned as it is
+/// (validation has refused it already).
+pub fn known_arguments<'a>(schema: &Value, arguments: &'a Value) -> Cow<'a, Value> {
+    let Value::Object(members) = arguments else { return Cow::Borrowed(arguments) };
+    if !members.keys().any(|key| stripped(schema, key)) {
         return Cow::Borrowed(arguments);
     }
-    let kept = arguments.iter().filter(|(key, _)| !stripped(schema, key));
-    Cow::Owned(kept.map(|(key, value)| (key.clone(), value.clone())).collect())
+    let kept = members.iter().filter(|(key, _)| !stripped(schema, key));
+    Cow::Owned(Value::Object(kept.map(|(key, value)| (key.clone(), value.clone())).collect()))
 }
 
 struct Validator<'a> {
@@ -512,8 +514,7 @@ mod tests {
         let stray = json!({"inner": {"a": "x", "b": 2}, "principal": "sub:admin"});
         assert!(validate(&schema, &stray).unwrap_err().contains("principal"), "the spec refuses the stray member");
         assert_eq!(validate_arguments(&schema, &stray), Ok(()), "a tool call strips it instead");
-        let arguments = known_arguments(&schema, stray.as_object().unwrap());
-        assert_eq!(Value::Object(arguments.into_owned()), json!({"inner": {"a": "x", "b": 2}}));
+        assert_eq!(known_arguments(&schema, &stray).into_owned(), json!({"inner": {"a": "x", "b": 2}}));
         let nested = json!({"inner": {"b": "not an integer"}});
         for verdict in [validate(&schema, &nested), validate_arguments(&schema, &nested)] {
             assert!(verdict.unwrap_err().starts_with("inner.b: expected integer"), "nested members are checked");
@@ -522,7 +523,7 @@ mod tests {
         let arguments = json!({"x": 1});
         assert_eq!(validate_arguments(&none, &arguments), Ok(()));
         assert!(
-            known_arguments(&none, arguments.as_object().unwrap()).is_empty(),
+            known_arguments(&none, &arguments).as_object().unwrap().is_empty(),
             "a tool that takes nothing gets nothing"
         );
     }
@@ -583,8 +584,8 @@ mod tests {
         assert!(unsupported_keywords(&json!({"type":"object","x-mcp-header":"A"})).is_empty());
         let schema = json!({"type":"object","properties":{"a":{}}});
         let args = json!({"a":1,"principal":"admin"});
-        assert_eq!(Value::Object(known_arguments(&schema, args.as_object().unwrap()).into_owned()), json!({"a":1}));
+        assert_eq!(known_arguments(&schema, &args).into_owned(), json!({"a":1}));
         let known = json!({"a": 2});
-        assert!(matches!(known_arguments(&schema, known.as_object().unwrap()), Cow::Borrowed(_)), "nothing copied");
+        assert!(matches!(known_arguments(&schema, &known), Cow::Borrowed(_)), "nothing copied");
     }
 }

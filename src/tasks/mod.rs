@@ -184,7 +184,7 @@ impl TaskService {
         ctx.span = span.clone();
         // The handler is called inside the contained future: a typed handler's parameters are
         // deserialised in that call, and a panic there is contained like one in its body.
-        let arguments = record.arguments.clone();
+        let arguments = Value::Object(record.arguments.clone());
         let work = catch_unwind(span.in_context(async move { handler(ctx, &arguments).await }));
         let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
         tokio::select! {

@@ -7,8 +7,9 @@
 //! {prefix}:queue:jobs:dead   dead letters: messages that can never run, or failed too often
 //! ```
 //!
-//! Publishing is one script (`XLEN` against the bound, then `XADD`): a full stream refuses the
-//! message, and the caller's job record is rolled back. Each instance reads new entries with
+//! A message is added with its bound checked first (`XLEN`, then `XADD`): by the job store's create
+//! script when the store shares this queue's connection (a full stream then stores nothing), else
+//! by this queue's own publishing script, after which a refused job's record is rolled back. Each instance reads new entries with
 //! `XREADGROUP` on a connection of its own (the read blocks), runs each through the same
 //! [`Consumer::run`] as a Vercel Queues push (validation, compare-and-set steps, cancel between
 //! steps), and acknowledges (`XACK` and `XDEL`, one script) only after the job's steps are
