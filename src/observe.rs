@@ -183,9 +183,9 @@ impl Logger {
         hasher.write(kind.as_bytes());
         hasher.write_u8(0xff);
         feed(&mut hasher);
-        let mut digits = [0; 16];
-        crate::state::seal::write_hex(&mut digits, &hasher.finish().to_be_bytes());
-        Digest(digits)
+        let mut digest = HexText([0; 16]);
+        crate::state::seal::write_hex(&mut digest.0, &hasher.finish().to_be_bytes());
+        digest
     }
 
     /// A fresh random id (16 hex digits).
@@ -198,24 +198,25 @@ impl Logger {
         Arc::from(self.next_id().as_str())
     }
 
-    fn next_id(&self) -> IdText {
+    fn next_id(&self) -> HexText<16> {
         // Unique, not secret: a random per-process prefix and a counter, so the request path
         // makes no system call for it.
         let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as u32;
-        self.prefixed_id(8, &sequence.to_be_bytes())
+        self.prefixed_id(&sequence.to_be_bytes())
     }
 
     /// A fresh W3C trace id (32 hex digits, never all zero).
     pub fn new_trace_id(&self) -> String {
         let sequence = self.sequence.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1;
-        self.prefixed_id(16, &sequence.to_be_bytes()).as_str().to_owned()
+        self.prefixed_id::<32>(&sequence.to_be_bytes()).as_str().to_owned()
     }
 
-    /// `prefix_len` digits of the process's prefix, then `suffix` in hex, built on the stack.
-    fn prefixed_id(&self, prefix_len: usize, suffix: &[u8]) -> IdText {
-        let mut id = IdText { digits: [0; 32], len: prefix_len + 2 * suffix.len() };
-        id.digits[..prefix_len].copy_from_slice(&self.id_prefix.as_bytes()[..prefix_len]);
-        crate::state::seal::write_hex(&mut id.digits[prefix_len..id.len], suffix);
+    /// `N` digits: the process's prefix, then `suffix` in hex, built on the stack.
+    fn prefixed_id<const N: usize>(&self, suffix: &[u8]) -> HexText<N> {
+        let prefix_len = N - 2 * suffix.len();
+        let mut id = HexText([0; N]);
+        id.0[..prefix_len].copy_from_slice(&self.id_prefix.as_bytes()[..prefix_len]);
+        crate::state::seal::write_hex(&mut id.0[prefix_len..], suffix);
         id
     }
 
@@ -238,53 +239,44 @@ impl Logger {
     }
 }
 
-/// A keyed digest as it is logged ([`Logger::digest`]): 16 lower-case hex digits, held inline
-/// (every request logs two, and as `String`s they were two allocations). It reads as a `&str`
-/// and serialises as a JSON string.
+/// `N` hex digits held inline, on the stack until it is known where they go: request and trace
+/// ids, and the keyed digests a request logs (as `String`s they were an allocation each). It reads
+/// as a `&str` and serialises as a JSON string.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Digest([u8; 16]);
+pub struct HexText<const N: usize>([u8; N]);
 
-impl Digest {
+/// A keyed digest as it is logged ([`Logger::digest`]): 16 hex digits.
+pub type Digest = HexText<16>;
+
+impl<const N: usize> HexText<N> {
     /// The digits.
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
 }
 
-impl std::ops::Deref for Digest {
+impl<const N: usize> std::ops::Deref for HexText<N> {
     type Target = str;
     fn deref(&self) -> &str {
         self.as_str()
     }
 }
 
-impl std::fmt::Display for Digest {
+impl<const N: usize> std::fmt::Display for HexText<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl std::fmt::Debug for Digest {
+impl<const N: usize> std::fmt::Debug for HexText<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
-impl serde::Serialize for Digest {
+impl<const N: usize> serde::Serialize for HexText<N> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
-    }
-}
-
-/// An id's hex digits (at most 32), on the stack until it is known where they go.
-struct IdText {
-    digits: [u8; 32],
-    len: usize,
-}
-
-impl IdText {
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.digits[..self.len]).expect("hex digits are ASCII")
     }
 }
 

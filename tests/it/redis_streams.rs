@@ -191,6 +191,16 @@ async fn a_submit_queues_its_job_and_a_full_stream_refuses_without_storing_anyth
     assert_eq!(counted, 1, "a refused submission does not count against the caller's rate");
 }
 
+/// Redis down: the one-script submit fails with the store's short description, and no handle.
+#[tokio::test]
+async fn a_submit_while_redis_is_down_is_a_clear_error() {
+    let world = World::new("redis://127.0.0.1:1", "streams-down");
+    let queue = world.queue("a", settings(30_000));
+    let refused = world.jobs(&queue).submit(&world.alice, 1, None).await.unwrap_err();
+    assert!(refused.starts_with("job store unavailable: connection failed"), "{refused}");
+    assert!(!refused.contains("127.0.0.1") && !refused.contains(queue.stream_key()), "no address or key: {refused}");
+}
+
 /// A stream reached through another connection (it could be another server) is published to on
 /// its own, and a refusal there rolls the record back.
 #[tokio::test]
