@@ -10,8 +10,9 @@
 //! invalid JSON) is read again as a `Value`, so every message gets the same answer either way.
 
 use super::McpError;
+use super::params::{RequestParams, Text};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// A JSON-RPC request id: a string or an integer, echoed with its original type and value.
@@ -44,7 +45,7 @@ pub enum Message {
         /// The method name.
         method: String,
         /// The params object (empty when absent).
-        params: Map<String, Value>,
+        params: RequestParams,
     },
     /// A notification: answered with `202 Accepted`.
     Notification {
@@ -137,7 +138,10 @@ impl Message {
             jsonrpc: version_ok.then_some(Cow::Borrowed("2.0")),
             id: object.remove("id"),
             method: object.remove("method"),
-            params: object.remove("params"),
+            params: object.remove("params").map(|params| match params {
+                Value::Object(params) => Params::Object(params.into()),
+                _ => Params::NotObject,
+            }),
             result: object.remove("result"),
             error: object.remove("error"),
         })
@@ -161,9 +165,9 @@ impl Message {
             None => return Self::response(id, result, error),
         };
         let params = match params {
-            None => Map::new(),
-            Some(Value::Object(params)) => params,
-            Some(_) => {
+            None => RequestParams::default(),
+            Some(Params::Object(params)) => params,
+            Some(Params::NotObject) => {
                 return Err(McpError::invalid_request("Invalid Request: params must be an object"));
             }
         };
@@ -192,9 +196,16 @@ struct Members<'a> {
     jsonrpc: Option<Cow<'a, str>>,
     id: Option<Value>,
     method: Option<Value>,
-    params: Option<Value>,
+    params: Option<Params>,
     result: Option<Value>,
     error: Option<Value>,
+}
+
+/// A `params` member: an object, or anything else (refused). The typed read only ever sees an
+/// object; a body whose `params` is not one is read again as a `Value`.
+enum Params {
+    Object(RequestParams),
+    NotObject,
 }
 
 impl<'de> Deserialize<'de> for Members<'de> {
@@ -227,7 +238,7 @@ impl<'de> Visitor<'de> for MembersVisitor {
                 "jsonrpc" => set(&mut members.jsonrpc, map.next_value::<Text>()?.0)?,
                 "id" => set(&mut members.id, map.next_value()?)?,
                 "method" => set(&mut members.method, map.next_value()?)?,
-                "params" => set(&mut members.params, map.next_value()?)?,
+                "params" => set(&mut members.params, Params::Object(map.next_value()?))?,
                 "result" => set(&mut members.result, map.next_value()?)?,
                 "error" => set(&mut members.error, map.next_value()?)?,
                 // Read in full, not skipped: skipping does not check what it passes over (UTF-8,
@@ -236,28 +247,6 @@ impl<'de> Visitor<'de> for MembersVisitor {
             }
         }
         Ok(members)
-    }
-}
-
-/// A JSON string, borrowed from the body unless it has escapes.
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TextVisitor;
-        impl<'de> Visitor<'de> for TextVisitor {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Borrowed(text)))
-            }
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(text.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(TextVisitor)
     }
 }
 
@@ -386,6 +375,14 @@ mod tests {
             // Escaped member names and values mean what they spell.
             r#"{"jsonrpc":"2.0","id":1,"\u006dethod":"tools/list"}"#,
             r#"{"jsonrpc":"2.0","id":"\u0031","method":"m\u0065"}"#,
+            // `params`: repeated members (the last wins), `_meta` repeated, not an object, with
+            // members the server does not read, and escaped names.
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"z":1,"name":"a","b":[],"name":"b","z":{"q":2}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"progressToken":1},"_meta":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":7,"_meta":{"progressToken":"p","other":[1]}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"\u005fmeta":{"traceparent":"t","traceparent":"u"},"\u006eame":"n"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/logLevel":"\ud800"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"progressToken":1,"traceparent":"t"},"_meta":{"progressToken":2}}}"#,
         ];
         let deep = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","z":{}1{}}}"#, "[".repeat(200), "]".repeat(200));
         let mut invalid_utf8 = br#"{"jsonrpc":"2.0","id":1,"method":"x","z":""#.to_vec();
@@ -410,6 +407,24 @@ mod tests {
         assert_eq!(method, "b", "the last of duplicate members wins, as in a Value");
         assert!(matches!(Message::parse(bodies[1].as_bytes()), Ok(Message::Request { .. })));
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x"} x"#), ErrorCode::PARSE_ERROR.0, "trailing bytes");
+        let params = |body: &str| match Message::parse(body.as_bytes()) {
+            Ok(Message::Request { params, .. }) => params,
+            other => panic!("{body}: {other:?}"),
+        };
+        let repeated = params(bodies[21]);
+        assert_eq!((repeated.get("name"), repeated.get("z")), (Some(&json!("b")), Some(&json!({"q": 2}))));
+        assert_eq!(params(bodies[22]).meta(), &Default::default(), "a last _meta that is not an object");
+        assert_eq!(params(bodies[23]).meta().progress_token, Some(json!("p")));
+        let escaped = params(bodies[24]);
+        assert_eq!((escaped.get("name"), escaped.meta().traceparent.clone()), (Some(&json!("n")), Some(json!("u"))));
+        assert_eq!(escaped.get("_meta"), None, "_meta is read only through meta()");
+        assert_eq!(code(bodies[25]), ErrorCode::PARSE_ERROR.0, "a lone surrogate in _meta");
+        let meta = params(bodies[26]).meta().clone();
+        assert_eq!(
+            (meta.progress_token, meta.traceparent),
+            (Some(json!(2)), None),
+            "the last _meta replaces the first"
+        );
     }
 
     #[test]

@@ -1,11 +1,216 @@
-//! The params of each request method, parsed into a typed struct before the method runs (and
-//! borrowing from the request, so parsing copies nothing). Each refusal is `-32602` with a
-//! message naming the member.
+//! A request's `params` ([`RequestParams`], read once from the body), then the params of each
+//! request method, parsed into a typed struct before the method runs (and borrowing from the
+//! request, so parsing copies nothing). Each refusal is `-32602` with a message naming the member.
 
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::McpError;
+use super::{McpError, meta};
+
+/// A request's `params` object: `_meta` read into the members the server gives meaning to
+/// ([`RequestMeta`]), every other member kept as JSON, sorted by name, for the method's own
+/// typed read.
+///
+/// Not a `Map`: a `serde_json::Map` is a B-tree whose node (632 bytes) and every key are an
+/// allocation, built on every request for a handful of members and taken apart at once; here the
+/// members are one small vector whose usual names are not allocated, and `_meta` is no map at all.
+/// Its meaning is a `Map`'s exactly (the last of repeated members wins; `_meta` that is not an
+/// object means what an absent one means), and [`RequestParams::from`] a `Map` gives the same
+/// value as reading the same text.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestParams {
+    members: Vec<(Cow<'static, str>, Value)>,
+    meta: RequestMeta,
+}
+
+/// The members of a request's `_meta` that the server reads; the rest are read and dropped.
+/// Each is the JSON the client sent (its type is checked where it is used), `None` when absent
+/// or when `_meta` is not an object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestMeta {
+    /// `io.modelcontextprotocol/protocolVersion`.
+    pub protocol_version: Option<Value>,
+    /// `io.modelcontextprotocol/clientCapabilities`.
+    pub client_capabilities: Option<Value>,
+    /// `io.modelcontextprotocol/logLevel`.
+    pub log_level: Option<Value>,
+    /// `progressToken`.
+    pub progress_token: Option<Value>,
+    /// `traceparent` (W3C trace context, for a caller that cannot set the header).
+    pub traceparent: Option<Value>,
+}
+
+impl RequestParams {
+    /// The member `name` (never `_meta`: see [`RequestParams::meta`]).
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        let at = self.members.binary_search_by(|(key, _)| key.as_ref().cmp(name)).ok()?;
+        Some(&self.members[at].1)
+    }
+
+    /// What `_meta` said.
+    pub fn meta(&self) -> &RequestMeta {
+        &self.meta
+    }
+
+    /// `_meta`'s client capabilities, moved out (the request context keeps them).
+    pub fn take_client_capabilities(&mut self) -> Option<Value> {
+        self.meta.client_capabilities.take()
+    }
+
+    fn from_members(mut members: Vec<(Cow<'static, str>, Value)>, meta: RequestMeta) -> Self {
+        // Sorted, then repeated names collapsed onto their last value (a stable sort keeps them in
+        // the order they came), as a map built from the same text would hold them.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        members.dedup_by(|later, kept| {
+            let repeated = later.0 == kept.0;
+            if repeated {
+                std::mem::swap(&mut later.1, &mut kept.1);
+            }
+            repeated
+        });
+        Self { members, meta }
+    }
+}
+
+impl From<Map<String, Value>> for RequestParams {
+    fn from(map: Map<String, Value>) -> Self {
+        let mut meta = RequestMeta::default();
+        let mut members = Vec::with_capacity(map.len());
+        for (name, value) in map {
+            match name.as_str() {
+                "_meta" => meta = RequestMeta::from(value),
+                _ => members.push((member_name(Cow::Owned(name)), value)),
+            }
+        }
+        Self::from_members(members, meta)
+    }
+}
+
+impl From<Value> for RequestMeta {
+    fn from(value: Value) -> Self {
+        let mut meta = Self::default();
+        if let Value::Object(object) = value {
+            for (name, value) in object {
+                meta.set(&name, value);
+            }
+        }
+        meta
+    }
+}
+
+impl RequestMeta {
+    /// Records `value` if `name` is a member the server reads.
+    fn set(&mut self, name: &str, value: Value) {
+        let slot = match name {
+            meta::PROTOCOL_VERSION => &mut self.protocol_version,
+            meta::CLIENT_CAPABILITIES => &mut self.client_capabilities,
+            meta::LOG_LEVEL => &mut self.log_level,
+            meta::PROGRESS_TOKEN => &mut self.progress_token,
+            "traceparent" => &mut self.traceparent,
+            _ => return,
+        };
+        *slot = Some(value);
+    }
+}
+
+/// A member name as a `'static` string when it is one the methods read (no allocation), else
+/// owned.
+fn member_name(name: Cow<'_, str>) -> Cow<'static, str> {
+    const KNOWN: [&str; 14] = [
+        "name",
+        "arguments",
+        "uri",
+        "cursor",
+        "taskId",
+        "task",
+        "requestState",
+        "inputResponses",
+        "ref",
+        "argument",
+        "context",
+        "notifications",
+        "protocolVersion",
+        "capabilities",
+    ];
+    match KNOWN.iter().find(|known| **known == name) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(name.into_owned()),
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestParams {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ParamsVisitor;
+        impl<'de> Visitor<'de> for ParamsVisitor {
+            type Value = RequestParams;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a params object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestParams, A::Error> {
+                let mut meta = RequestMeta::default();
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(Text(name)) = map.next_key()? {
+                    match name.as_ref() {
+                        // A second `_meta` replaces the first, as in a map.
+                        "_meta" => meta = map.next_value()?,
+                        _ => members.push((member_name(name), map.next_value()?)),
+                    }
+                }
+                Ok(RequestParams::from_members(members, meta))
+            }
+        }
+        // A map and nothing else: anything else is left to the `Value` read, which refuses it.
+        deserializer.deserialize_map(ParamsVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestMeta {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MetaVisitor;
+        impl<'de> Visitor<'de> for MetaVisitor {
+            type Value = RequestMeta;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a _meta object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestMeta, A::Error> {
+                let mut meta = RequestMeta::default();
+                while let Some(Text(name)) = map.next_key()? {
+                    // Every value is read in full (a skip would not check what it passes over);
+                    // one the server does not read is dropped.
+                    let value: Value = map.next_value()?;
+                    meta.set(&name, value);
+                }
+                Ok(meta)
+            }
+        }
+        // `_meta` that is not an object is left to the `Value` read (where it means absent).
+        deserializer.deserialize_map(MetaVisitor)
+    }
+}
+
+/// A JSON string, borrowed from the body unless it has escapes.
+pub(super) struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
 
 /// `tools/call`.
 #[derive(Debug)]
@@ -18,7 +223,7 @@ pub struct CallToolParams<'a> {
 
 impl<'a> CallToolParams<'a> {
     /// Reads `name` (a string) and `arguments` (an object, `null` or absent).
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         let name = string(params, "name", "tools/call requires a string name")?;
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => None,
@@ -38,7 +243,7 @@ pub struct ReadResourceParams<'a> {
 
 impl<'a> ReadResourceParams<'a> {
     /// Reads `uri` (a string).
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         Ok(Self { uri: string(params, "uri", "resources/read requires a string uri")? })
     }
 }
@@ -54,7 +259,7 @@ pub struct GetPromptParams<'a> {
 
 impl<'a> GetPromptParams<'a> {
     /// Reads `name` (a string) and `arguments` (an object of strings, or none).
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         Ok(Self {
             name: string(params, "name", "prompts/get requires a string name")?,
             arguments: string_map(params.get("arguments"), "prompts/get arguments")?,
@@ -86,7 +291,7 @@ pub struct CompleteParams<'a> {
 
 impl<'a> CompleteParams<'a> {
     /// Reads `ref`, `argument` (`name` and `value`) and `context.arguments`.
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         let reference =
             params.get("ref").ok_or_else(|| McpError::invalid_params("completion/complete requires ref"))?;
         let reference =
@@ -119,7 +324,7 @@ pub struct ListParams<'a> {
 
 impl<'a> ListParams<'a> {
     /// Reads `cursor` (a string, `null` or absent).
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         match params.get("cursor") {
             None | Some(Value::Null) => Ok(Self { cursor: None }),
             Some(Value::String(cursor)) => Ok(Self { cursor: Some(cursor) }),
@@ -144,7 +349,7 @@ pub struct TaskParams<'a> {
 
 impl<'a> TaskParams<'a> {
     /// Reads `taskId` (a string) and `inputResponses` (an object, or none).
-    pub fn parse(params: &'a Map<String, Value>) -> Result<Self, McpError> {
+    pub fn parse(params: &'a RequestParams) -> Result<Self, McpError> {
         Ok(Self {
             task_id: string(params, "taskId", "taskId must be a string")?,
             input_responses: input_responses(params)?,
@@ -153,7 +358,7 @@ impl<'a> TaskParams<'a> {
 }
 
 /// The `inputResponses` of an MRTR retry or a `tasks/update`: an object, or none.
-pub fn input_responses(params: &Map<String, Value>) -> Result<Map<String, Value>, McpError> {
+pub fn input_responses(params: &RequestParams) -> Result<Map<String, Value>, McpError> {
     match params.get("inputResponses") {
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(responses)) => Ok(responses.clone()),
@@ -161,7 +366,7 @@ pub fn input_responses(params: &Map<String, Value>) -> Result<Map<String, Value>
     }
 }
 
-fn string<'a>(params: &'a Map<String, Value>, key: &str, problem: &'static str) -> Result<&'a str, McpError> {
+fn string<'a>(params: &'a RequestParams, key: &str, problem: &'static str) -> Result<&'a str, McpError> {
     params.get(key).and_then(Value::as_str).ok_or_else(|| McpError::invalid_params(problem))
 }
 
@@ -185,8 +390,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(value: Value) -> Map<String, Value> {
-        value.as_object().unwrap().clone()
+    fn map(value: Value) -> RequestParams {
+        RequestParams::from(value.as_object().unwrap().clone())
     }
 
     fn refused<T: std::fmt::Debug>(result: Result<T, McpError>) -> String {

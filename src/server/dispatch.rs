@@ -13,8 +13,8 @@ use super::{
     schema,
 };
 use crate::protocol::params::{
-    CallToolParams, CompleteParams, CompletionReference, GetPromptParams, ListParams, ReadResourceParams, TaskParams,
-    invalid_cursor,
+    CallToolParams, CompleteParams, CompletionReference, GetPromptParams, ListParams, ReadResourceParams,
+    RequestParams, TaskParams, invalid_cursor,
 };
 use crate::protocol::types::{CallToolResult, ResourceContents};
 use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
@@ -45,12 +45,7 @@ pub enum Reply {
 
 impl McpServer {
     /// Runs `method` with `params`. `subscriptions/listen` is not handled here: it streams.
-    pub async fn execute(
-        &self,
-        ctx: RequestContext,
-        method: &str,
-        params: &Map<String, Value>,
-    ) -> Result<Reply, McpError> {
+    pub async fn execute(&self, ctx: RequestContext, method: &str, params: &RequestParams) -> Result<Reply, McpError> {
         let complete = |v: Value| match v {
             Value::Object(map) => Ok(Reply::Complete(map)),
             _ => Err(McpError::internal("result is not an object")),
@@ -182,7 +177,7 @@ impl McpServer {
 
     fn page<'a>(
         &self,
-        params: &Map<String, Value>,
+        params: &RequestParams,
         key: &str,
         items: impl ExactSizeIterator<Item = &'a Value>,
         method: CacheableMethod,
@@ -480,7 +475,9 @@ mod tests {
                     principal.clone(),
                     bus.clone(),
                 );
-                let Ok(Reply::Complete(result)) = server.execute(ctx, method, &Map::new()).await else { panic!() };
+                let Ok(Reply::Complete(result)) = server.execute(ctx, method, &RequestParams::default()).await else {
+                    panic!()
+                };
                 assert_eq!(result["cacheScope"], "private", "{method} for {}", principal.id());
                 assert!(result[key].is_array());
             }
@@ -492,7 +489,9 @@ mod tests {
             Principal::anonymous(),
             bus,
         );
-        let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/list", &Map::new()).await else { panic!() };
+        let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/list", &RequestParams::default()).await else {
+            panic!()
+        };
         assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
     }
 
@@ -519,7 +518,9 @@ mod tests {
                 bus.clone(),
             );
             let params = json!({"name": tool, "arguments": arguments});
-            let Ok(Reply::Tool(result)) = server.execute(ctx, "tools/call", params.as_object().unwrap()).await else {
+            let Ok(Reply::Tool(result)) =
+                server.execute(ctx, "tools/call", &params.as_object().unwrap().clone().into()).await
+            else {
                 panic!("{params}")
             };
             assert!(!result.is_error, "{params}: {result:?}");

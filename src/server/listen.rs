@@ -11,6 +11,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{McpServer, RequestContext};
 use crate::body::StreamEvent;
+use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
 use crate::state::ChangeEvent;
 
@@ -138,7 +139,7 @@ impl Filter {
 impl McpServer {
     /// Validates a listen request and returns the honoured filter. Runs before the stream
     /// opens, so a bad filter still gets an HTTP error status.
-    pub(crate) fn listen_filter(&self, ctx: &RequestContext, params: &Map<String, Value>) -> Result<Filter, McpError> {
+    pub(crate) fn listen_filter(&self, ctx: &RequestContext, params: &RequestParams) -> Result<Filter, McpError> {
         let requested = match params.get("notifications") {
             None | Some(Value::Null) => return Ok(Filter::default()),
             Some(Value::Object(n)) => n,

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::InputRequired;
 use crate::protocol::McpError;
+use crate::protocol::params::RequestParams;
 use crate::security::Principal;
 use crate::state::{Purpose, SealError, Sealer};
 
@@ -22,7 +23,7 @@ pub fn supports_mrtr(method: &str) -> bool {
 }
 
 /// The binding of a request: principal, method and a digest of the salient params.
-pub fn binding(principal: &Principal, method: &str, params: &Map<String, Value>) -> Vec<u8> {
+pub fn binding(principal: &Principal, method: &str, params: &RequestParams) -> Vec<u8> {
     let salient: &[&str] = match method {
         "tools/call" | "prompts/get" => &["name", "arguments"],
         "resources/read" => &["uri"],
@@ -33,7 +34,7 @@ pub fn binding(principal: &Principal, method: &str, params: &Map<String, Value>)
         ctx.update(key.as_bytes());
         ctx.update(b"=");
         let mut canonical = Vec::new();
-        write_canonical(params.get(*key).unwrap_or(&Value::Null), &mut canonical);
+        write_canonical(params.get(key).unwrap_or(&Value::Null), &mut canonical);
         ctx.update(&canonical);
         ctx.update(b"\n");
     }
@@ -111,7 +112,7 @@ pub fn open_retry(
     sealer: &Sealer,
     principal: &Principal,
     method: &str,
-    params: &Map<String, Value>,
+    params: &RequestParams,
 ) -> Result<(Map<String, Value>, Option<OpenedState>), McpError> {
     let responses = crate::protocol::params::input_responses(params)?;
     let state = match params.get("requestState") {
@@ -133,7 +134,7 @@ pub fn input_required_result(
     sealer: &Sealer,
     principal: &Principal,
     method: &str,
-    params: &Map<String, Value>,
+    params: &RequestParams,
     client_capabilities: &Map<String, Value>,
     input: InputRequired,
 ) -> Result<Map<String, Value>, McpError> {
@@ -184,12 +185,12 @@ mod tests {
     #[test]
     fn binding_ignores_key_order_but_not_values() {
         let p = Principal::anonymous();
-        let a: Map<String, Value> =
+        let a: RequestParams =
             serde_json::from_str(r#"{"name":"t","arguments":{"x":1,"y":[1,{"b":2,"a":1}]}}"#).unwrap();
-        let b: Map<String, Value> =
+        let b: RequestParams =
             serde_json::from_str(r#"{"arguments":{"y":[1,{"a":1,"b":2}],"x":1},"name":"t","inputResponses":{}}"#)
                 .unwrap();
-        let c: Map<String, Value> =
+        let c: RequestParams =
             serde_json::from_str(r#"{"name":"t","arguments":{"x":2,"y":[1,{"a":1,"b":2}]}}"#).unwrap();
         assert_eq!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &b));
         assert_ne!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &c));

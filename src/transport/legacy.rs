@@ -26,7 +26,8 @@ use super::headers;
 use super::{App, Body, accepted, error_response, respond_streaming};
 use crate::body::StreamEvent;
 use crate::body::{FinalResponse, ResponseOutcome};
-use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc, meta};
+use crate::protocol::params::RequestParams;
+use crate::protocol::{Era, ErrorCode, LEGACY_VERSIONS, McpError, RequestId, jsonrpc};
 use crate::security::Principal;
 use crate::server::{Reply, RequestContext};
 use crate::state::Purpose;
@@ -43,9 +44,9 @@ const SESSION_BINDING: &[u8] = b"legacy-session";
 
 /// Whether a request belongs on the legacy path: no modern `_meta` version, and either
 /// `initialize` or a legacy (or absent) `MCP-Protocol-Version` header.
-pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> bool {
+pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &RequestParams) -> bool {
     // A modern envelope wins even for `initialize`, which 2026-07-28 answers with -32601.
-    let has_modern_meta = params.get("_meta").and_then(|m| m.get(meta::PROTOCOL_VERSION)).is_some();
+    let has_modern_meta = params.meta().protocol_version.is_some();
     if has_modern_meta {
         return false;
     }
@@ -146,7 +147,7 @@ pub(super) async fn handle(
     observed: super::Observed,
     id: RequestId,
     method: String,
-    params: Map<String, Value>,
+    params: RequestParams,
 ) -> Response<Body> {
     let request_id = observed.request_id;
     if let Ok(Some(version)) = headers::single(headers, headers::PROTOCOL_VERSION) {
@@ -197,11 +198,7 @@ pub(super) async fn handle(
     ctx.span = observed.span;
     ctx.client_capabilities = declared;
     ctx.platform_token = super::platform_token(app, headers);
-    ctx.progress_token = params
-        .get("_meta")
-        .and_then(|m| m.get(meta::PROGRESS_TOKEN))
-        .filter(|t| t.is_string() || t.is_number())
-        .cloned();
+    ctx.progress_token = params.meta().progress_token.clone().filter(|t| t.is_string() || t.is_number());
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
@@ -241,13 +238,7 @@ fn declared_capabilities(declared: Option<&Value>) -> Map<String, Value> {
     kept
 }
 
-async fn run(
-    app: &App,
-    request_id: &str,
-    ctx: RequestContext,
-    method: &str,
-    params: &Map<String, Value>,
-) -> FinalResponse {
+async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, params: &RequestParams) -> FinalResponse {
     let id = ctx.id.clone();
     match fulfil(app, request_id, ctx, method, params).await {
         Ok(mut result) => {
@@ -280,7 +271,7 @@ async fn fulfil(
     request_id: &str,
     ctx: RequestContext,
     method: &str,
-    params: &Map<String, Value>,
+    params: &RequestParams,
 ) -> Result<Map<String, Value>, McpError> {
     let mut ctx = ctx;
     for _ in 0..MAX_ROUNDS {

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::body::{FinalResponse, ResponseOutcome, StreamEvent};
 use crate::observe::RequestRecord;
+use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
 use crate::security::{AllowedOrigins, OriginDecision, Principal};
 use crate::server::McpServer;
@@ -317,7 +318,7 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
 
 /// Records what a request is about: method, the tool/prompt/resource it names, a keyed digest
 /// of its arguments, and the `_meta` trace id when no `traceparent` header came.
-fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<String, Value>) {
+fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &RequestParams) {
     record.method = Some(match KNOWN_METHODS.iter().find(|known| **known == method) {
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(crate::protocol::error::truncate_for_message(method).into_owned()),
@@ -332,8 +333,7 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Map<St
         record.arguments = Some(app.logger.digest_json("arguments", arguments));
     }
     if record.trace_id.is_empty() {
-        let from_meta =
-            params.get("_meta").and_then(|m| m.get("traceparent")).and_then(Value::as_str).and_then(trace_id_from);
+        let from_meta = params.meta().traceparent.as_ref().and_then(Value::as_str).and_then(trace_id_from);
         if let Some(trace) = from_meta {
             record.trace_id = trace.to_owned();
         }
@@ -354,7 +354,7 @@ fn start_span(
     headers: &http::HeaderMap,
     id: &RequestId,
     method: &str,
-    params: &Map<String, Value>,
+    params: &RequestParams,
 ) -> crate::telemetry::SpanHandle {
     use opentelemetry::KeyValue;
     if !app.telemetry.is_on() {
@@ -363,7 +363,7 @@ fn start_span(
     let parent = headers
         .get(headers::TRACEPARENT)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| params.get("_meta").and_then(|m| m.get("traceparent")).and_then(Value::as_str));
+        .or_else(|| params.meta().traceparent.as_ref().and_then(Value::as_str));
     let name = match &record.name {
         Some(target) => format!("{method} {target}"),
         None => method.to_owned(),
@@ -508,7 +508,7 @@ pub(crate) fn scope_refusal(
     app: &App,
     principal: &Principal,
     method: &str,
-    params: &Map<String, Value>,
+    params: &RequestParams,
 ) -> Option<Response<Body>> {
     let required = match method {
         "tools/call" => app.server.missing_tool_scopes(principal, params.get("name")?.as_str()?)?,
@@ -548,7 +548,7 @@ fn execute<'a>(
     request_id: &'a str,
     ctx: crate::server::RequestContext,
     method: &'a str,
-    params: &'a Map<String, Value>,
+    params: &'a RequestParams,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<crate::server::Reply, McpError>> + Send + 'a>> {
     // Under the request's span, so what serving it calls (a store, an outbound request) is a
     // child of it; nothing when tracing is off.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::headers::{self, HeaderProblem};
 use super::{App, Body, attach_server_info, error_response, respond_streaming};
 use crate::body::{FinalResponse, ResponseOutcome};
+use crate::protocol::params::RequestParams;
 use crate::protocol::types::CallToolResult;
 use crate::protocol::{Era, LogLevel, McpError, RequestId, SUPPORTED_VERSIONS, jsonrpc, meta};
 use crate::security::Principal;
@@ -30,10 +31,10 @@ pub(super) async fn handle(
     observed: super::Observed,
     id: RequestId,
     method: String,
-    params: Map<String, Value>,
+    mut params: RequestParams,
 ) -> Response<Body> {
     let request_id = observed.request_id;
-    let envelope = match check(app, headers, &method, &params) {
+    let envelope = match check(app, headers, &method, &mut params) {
         Ok(envelope) => envelope,
         Err(error) => return error_response(Some(&id), &error),
     };
@@ -117,13 +118,7 @@ pub(super) async fn handle(
 }
 
 /// Executes the request and serialises its response.
-async fn run(
-    app: &App,
-    request_id: &str,
-    ctx: RequestContext,
-    method: &str,
-    params: &Map<String, Value>,
-) -> FinalResponse {
+async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, params: &RequestParams) -> FinalResponse {
     let id = ctx.id.clone();
     let principal = ctx.principal.clone();
     let capabilities = ctx.client_capabilities.clone();
@@ -233,21 +228,20 @@ fn header_error(name: &str, problem: HeaderProblem) -> McpError {
     }
 }
 
-fn check(app: &App, headers: &HeaderMap, method: &str, params: &Map<String, Value>) -> Result<Envelope, McpError> {
+fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParams) -> Result<Envelope, McpError> {
     let header_version = headers::single(headers, headers::PROTOCOL_VERSION)
         .map_err(|p| header_error("MCP-Protocol-Version", p))?
         .ok_or_else(|| McpError::header_mismatch("Header mismatch: missing required MCP-Protocol-Version header"))?;
 
-    let meta = match params.get("_meta") {
-        Some(Value::Object(meta)) => meta,
-        _ => return Err(McpError::missing_meta(meta::PROTOCOL_VERSION)),
-    };
-    let body_version = match meta.get(meta::PROTOCOL_VERSION) {
+    // Moved into the request's context: nothing reads them from the params again. (`_meta` that
+    // is absent or not an object holds neither member.)
+    let client_capabilities = params.take_client_capabilities();
+    let body_version = match &params.meta().protocol_version {
         Some(Value::String(v)) => v.as_str(),
         _ => return Err(McpError::missing_meta(meta::PROTOCOL_VERSION)),
     };
-    let client_capabilities = match meta.get(meta::CLIENT_CAPABILITIES) {
-        Some(Value::Object(caps)) => caps.clone(),
+    let client_capabilities = match client_capabilities {
+        Some(Value::Object(capabilities)) => capabilities,
         _ => return Err(McpError::missing_meta(meta::CLIENT_CAPABILITIES)),
     };
     if header_version != body_version {
@@ -275,12 +269,13 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &Map<String, Valu
         }
     }
 
-    let log_level = match meta.get(meta::LOG_LEVEL) {
+    let meta = params.meta();
+    let log_level = match &meta.log_level {
         None | Some(Value::Null) => None,
         Some(Value::String(level)) => Some(LogLevel::parse(level).ok_or_else(invalid_log_level)?),
         Some(_) => return Err(invalid_log_level()),
     };
-    let progress_token = match meta.get(meta::PROGRESS_TOKEN) {
+    let progress_token = match &meta.progress_token {
         None | Some(Value::Null) => None,
         Some(token @ Value::String(_)) => Some(token.clone()),
         Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(token.clone()),
@@ -323,7 +318,7 @@ fn check_header_equals(
 
 /// Every `x-mcp-header` argument present (and not null) in the body must arrive as a matching
 /// `Mcp-Param-*` header. Unknown tools are left to dispatch (`-32602`).
-fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Map<String, Value>) -> Result<(), McpError> {
+fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &RequestParams) -> Result<(), McpError> {
     let Some(tool) =
         params.get("name").and_then(Value::as_str).and_then(|n| server.tool_index.get(n)).map(|&i| &server.tools[i])
     else {
@@ -378,12 +373,12 @@ mod tests {
         headers
     }
 
-    fn params(meta: Value) -> Map<String, Value> {
-        json!({ "_meta": meta }).as_object().unwrap().clone()
+    fn params(meta: Value) -> RequestParams {
+        RequestParams::from(json!({ "_meta": meta }).as_object().unwrap().clone())
     }
 
     fn code(meta: Value) -> Option<(i32, StatusCode)> {
-        check(&app(), &headers("tools/list"), "tools/list", &params(meta)).err().map(|e| (e.code.0, e.status))
+        check(&app(), &headers("tools/list"), "tools/list", &mut params(meta)).err().map(|e| (e.code.0, e.status))
     }
 
     #[tokio::test]
@@ -427,7 +422,7 @@ mod tests {
             &app(),
             &headers("tools/list"),
             "tools/list",
-            &params(json!({ version: "2026-07-28", caps: {"sampling": {}}, "progressToken": 7, "io.modelcontextprotocol/logLevel": "warning" })),
+            &mut params(json!({ version: "2026-07-28", caps: {"sampling": {}}, "progressToken": 7, "io.modelcontextprotocol/logLevel": "warning" })),
         )
         .unwrap();
         assert!(envelope.client_capabilities.contains_key("sampling"));

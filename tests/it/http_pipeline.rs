@@ -708,7 +708,7 @@ async fn request_state_is_single_use_unless_turned_off() {
         let binding = vercel_mcp::server::mrtr::binding(
             &vercel_mcp::security::Principal::anonymous(),
             "tools/call",
-            retry_params.as_object().unwrap(),
+            &retry_params.as_object().unwrap().clone().into(),
         );
         let old = config.settings.sealer.seal(
             vercel_mcp::state::Purpose::RequestState,
