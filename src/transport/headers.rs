@@ -42,12 +42,8 @@ pub fn single(headers: &HeaderMap, name: impl AsHeaderName) -> Result<Option<&st
     if values.next().is_some() {
         return Err(HeaderProblem::Repeated);
     }
-    let bytes = first.as_bytes();
-    if !bytes.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)) {
-        return Err(HeaderProblem::Invalid);
-    }
-    // Checked above: every byte is ASCII.
-    Ok(Some(std::str::from_utf8(bytes).map_err(|_| HeaderProblem::Invalid)?))
+    // `to_str` accepts exactly visible ASCII, space and tab, in one pass.
+    first.to_str().map(Some).map_err(|_| HeaderProblem::Invalid)
 }
 
 /// Decodes a value that may use the `=?base64?{standard base64 of UTF-8}?=` sentinel.
@@ -128,6 +124,8 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("mcp-name", HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
         assert_eq!(single(&headers, NAME), Err(HeaderProblem::Invalid));
+        headers.insert("mcp-name", HeaderValue::from_bytes(b"a\tb ~").unwrap());
+        assert_eq!(single(&headers, NAME), Ok(Some("a\tb ~")), "tab and space are text");
     }
 
     #[test]
