@@ -131,6 +131,7 @@ async fn main() {
         budget: Duration::from_secs(60),
         logger: None,
         telemetry: vercel_mcp::telemetry::Telemetry::off(),
+        platform: Default::default(),
     });
     let before = trips.now().await;
     let started = Instant::now();

@@ -262,6 +262,7 @@ pub fn consumer(parts: &Parts) -> jobs::Consumer {
         budget: parts.settings.consumer_budget,
         logger: Some(parts.logger()),
         telemetry: parts.telemetry.clone(),
+        platform: parts.settings.platform.clone(),
     }
 }
 

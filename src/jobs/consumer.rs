@@ -40,6 +40,9 @@ pub struct Consumer {
     pub logger: Option<crate::observe::Logger>,
     /// A span per delivery, linked to the request that submitted the job.
     pub telemetry: crate::telemetry::Telemetry,
+    /// This deployment: a delivery's `x-vercel-oidc-token` is used for the queue's calls only
+    /// when it names this project (else the deployment's own token is).
+    pub platform: crate::security::PlatformIdentity,
 }
 
 /// How long past the work budget a confirmed lease stays invisible to other consumers.
@@ -86,7 +89,7 @@ fn is_region(value: &str) -> bool {
 }
 
 /// Reads the v2beta delivery attributes; `Err` names the first problem.
-fn lease_from(headers: &HeaderMap) -> Result<Lease, &'static str> {
+fn lease_from(headers: &HeaderMap, platform: &crate::security::PlatformIdentity) -> Result<Lease, &'static str> {
     if header(headers, "ce-type") != Some("com.vercel.queue.v2beta") {
         return Err("not a com.vercel.queue.v2beta delivery");
     }
@@ -113,7 +116,9 @@ fn lease_from(headers: &HeaderMap) -> Result<Lease, &'static str> {
         group: group.to_owned(),
         receipt: receipt.to_owned(),
         message_id: message_id.to_owned(),
-        oidc_token: header(headers, "x-vercel-oidc-token").map(str::to_owned),
+        // The confirmation below is what proves the platform sent this delivery; a token the
+        // sender chose (another project's, say) would let a stranger's queue vouch for it.
+        oidc_token: platform.token_from(headers),
     })
 }
 
@@ -123,7 +128,7 @@ impl Consumer {
         if request.method() != Method::POST {
             return reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": "POST only" }));
         }
-        let lease = match lease_from(request.headers()) {
+        let lease = match lease_from(request.headers(), &self.platform) {
             Ok(lease) => lease,
             Err(reason) => return bad_request(reason),
         };

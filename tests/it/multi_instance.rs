@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 
 const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
 const OIDC: &str = "test-oidc-token";
+/// `VERCEL_PROJECT_ID` of the processes.
+const PROJECT: &str = "prj_ours";
 
 /// What the stand-in for Vercel Queues saw. As the documented API does, it confirms (PATCH) and
 /// deletes (DELETE) only leases it handed out, of its one consumer group.
@@ -27,6 +29,8 @@ struct FakeQueue {
     confirmed: Vec<String>,
     acked: Vec<String>,
     requests: usize,
+    /// The `authorization` of every request, in order.
+    bearers: Vec<String>,
 }
 
 const GROUP: &str = "api_Squeues_Sprocess-job_Drs";
@@ -40,6 +44,7 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
             let auth = request.header("authorization");
             let mut state = state.lock().unwrap();
             state.requests += 1;
+            state.bearers.push(auth.clone().unwrap_or_default());
             let lease = request
                 .path()
                 .strip_prefix(&format!("/api/v3/topic/jobs/consumer/{GROUP}/lease/"))
@@ -92,6 +97,7 @@ fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAd
             ("MCP_STATE_SECRET", SECRET),
             ("MCP_QUEUE_BASE_URL", &queue),
             ("VERCEL_OIDC_TOKEN", OIDC),
+            ("VERCEL_PROJECT_ID", PROJECT),
             ("MCP_JOB_STEP_MS", "0"),
         ],
     )
@@ -124,10 +130,12 @@ async fn call(port: u16, tool: &str, arguments: Value) -> Value {
 }
 
 async fn deliver(port: u16, body: &Bytes, receipt: &str) -> (u16, Value) {
-    deliver_from(port, body, receipt, GROUP).await
+    deliver_from(port, body, receipt, GROUP, OIDC).await
 }
 
-async fn deliver_from(port: u16, body: &Bytes, receipt: &str, group: &str) -> (u16, Value) {
+/// A push as the queue trigger makes it, for consumer group `group`, with `token` as the
+/// invocation's `x-vercel-oidc-token`.
+async fn deliver_from(port: u16, body: &Bytes, receipt: &str, group: &str, token: &str) -> (u16, Value) {
     let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
     let reply = server
         .post_to("/api/queues/process-job", String::from_utf8(body.to_vec()).unwrap())
@@ -137,7 +145,7 @@ async fn deliver_from(port: u16, body: &Bytes, receipt: &str, group: &str) -> (u
         .header("ce-vqsmessageid", "msg-1")
         .header("ce-vqsregion", "iad1")
         .header("ce-vqsreceipthandle", receipt)
-        .header("x-vercel-oidc-token", OIDC)
+        .header("x-vercel-oidc-token", token)
         .send()
         .await;
     (reply.status, reply.json())
@@ -236,9 +244,23 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["completedSteps"], 0);
     assert!(queue.lock().unwrap().acked.is_empty(), "and nothing is acknowledged");
     let asked = queue.lock().unwrap().requests;
-    let (status, _) = deliver_from(port_consumer, &message, "receipt-1", "someone-elses-group").await;
+    let (status, _) = deliver_from(port_consumer, &message, "receipt-1", "someone-elses-group", OIDC).await;
     assert_eq!(status, 400, "another consumer group is refused");
     assert_eq!(queue.lock().unwrap().requests, asked, "without the deployment's token going anywhere");
+
+    // The invocation's token is used for the queue's calls only when it names this project: a
+    // token the sender chose would let a queue of the sender's vouch for a forged push.
+    let foreign = common::tokens::platform_token("prj_attacker");
+    let (status, _) = deliver_from(port_consumer, &message, "forged-receipt", GROUP, &foreign).await;
+    assert_eq!(status, 409);
+    let last = queue.lock().unwrap().bearers.last().cloned();
+    assert_eq!(last, Some(format!("Bearer {OIDC}")), "the deployment's own token asked, not the sender's");
+    let ours = common::tokens::platform_token(PROJECT);
+    let (status, _) = deliver_from(port_consumer, &message, "forged-receipt", GROUP, &ours).await;
+    assert_eq!(status, 409, "the stand-in accepts only the deployment's token");
+    let last = queue.lock().unwrap().bearers.last().cloned();
+    assert_eq!(last, Some(format!("Bearer {ours}")), "a token naming this project is the invocation's to use");
+    assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["completedSteps"], 0);
 
     queue.lock().unwrap().leased.extend(["receipt-1".to_owned(), "receipt-2".to_owned()]);
     let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;

@@ -56,6 +56,7 @@ impl World {
             budget: Duration::from_secs(60),
             logger: Some(Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(3)))),
             telemetry: vercel_mcp::telemetry::Telemetry::off(),
+            platform: Default::default(),
         })
     }
 

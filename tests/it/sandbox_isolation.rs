@@ -194,7 +194,7 @@ async fn the_request_oidc_token_is_passed_to_the_client_only() {
     assert_eq!(stub.runs()[0].1.as_deref(), Some(token.as_str()));
     assert!(!reply.text().contains(&token));
     assert!(sink.raw().iter().all(|line| !line.contains(&token)));
-    let foreign = oidc_token_for("prj_attacker");
+    let foreign = common::tokens::platform_token("prj_attacker");
     call(foreign).await;
     assert_eq!(stub.runs()[1].1, None, "a token for another project is never passed on");
 }
@@ -338,15 +338,9 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
     (format!("http://{addr}"), state)
 }
 
-/// An OIDC-shaped token (unsigned here; the real API verifies it) naming team and project.
+/// A platform token naming this deployment's project.
 fn oidc_token() -> String {
-    oidc_token_for("prj_2")
-}
-
-fn oidc_token_for(project: &str) -> String {
-    use base64::Engine as _;
-    let payload = json!({"owner_id": "team_1", "project_id": project, "sub": "owner:x:project:y"});
-    format!("eyJhbGciOiJSUzI1NiJ9.{}.sig", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload.to_string()))
+    common::tokens::platform_token("prj_2")
 }
 
 fn sandbox_env(base: &str, local_token: Option<&str>) -> Parts {
