@@ -118,13 +118,12 @@ impl RequestMeta {
 /// A member name as a `'static` string when it is one the methods read (no allocation), else
 /// owned.
 fn member_name(name: Cow<'_, str>) -> Cow<'static, str> {
-    const KNOWN: [&str; 14] = [
+    const KNOWN: [&str; 13] = [
         "name",
         "arguments",
         "uri",
         "cursor",
         "taskId",
-        "task",
         "requestState",
         "inputResponses",
         "ref",
@@ -150,7 +149,8 @@ impl<'de> Deserialize<'de> for RequestParams {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestParams, A::Error> {
                 let mut meta = RequestMeta::default();
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                // A hint is the sender's claim: bounded, the vector grows past it if it must.
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4).min(16));
                 while let Some(Text(name)) = map.next_key()? {
                     match name.as_ref() {
                         // A second `_meta` replaces the first, as in a map.
@@ -172,7 +172,7 @@ impl<'de> Deserialize<'de> for RequestMeta {
         impl<'de> Visitor<'de> for MetaVisitor {
             type Value = RequestMeta;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a _meta object")
+                f.write_str("a _meta value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestMeta, A::Error> {
                 let mut meta = RequestMeta::default();
@@ -184,9 +184,31 @@ impl<'de> Deserialize<'de> for RequestMeta {
                 }
                 Ok(meta)
             }
+            // Anything but an object holds no members: as absent (a `null` `_meta` is common).
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RequestMeta, A::Error> {
+                while seq.next_element::<Value>()?.is_some() {}
+                Ok(RequestMeta::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<RequestMeta, E> {
+                Ok(RequestMeta::default())
+            }
         }
-        // `_meta` that is not an object is left to the `Value` read (where it means absent).
-        deserializer.deserialize_map(MetaVisitor)
+        deserializer.deserialize_any(MetaVisitor)
     }
 }
 
@@ -390,7 +412,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(value: Value) -> RequestParams {
+    fn params(value: Value) -> RequestParams {
         RequestParams::from(value.as_object().unwrap().clone())
     }
 
@@ -402,41 +424,55 @@ mod tests {
 
     #[test]
     fn each_method_reads_its_members_and_refuses_the_wrong_types() {
-        let call = map(json!({"name": "echo", "arguments": {"message": "hi"}}));
+        let call = params(json!({"name": "echo", "arguments": {"message": "hi"}}));
         let parsed = CallToolParams::parse(&call).unwrap();
         assert_eq!((parsed.name, parsed.arguments), ("echo", Some(&json!({"message": "hi"}))));
-        assert!(CallToolParams::parse(&map(json!({"name": "echo", "arguments": null}))).unwrap().arguments.is_none());
-        assert_eq!(refused(CallToolParams::parse(&map(json!({"name": 7})))), "tools/call requires a string name");
-        let bad = map(json!({"name": "echo", "arguments": [1]}));
+        assert!(
+            CallToolParams::parse(&params(json!({"name": "echo", "arguments": null}))).unwrap().arguments.is_none()
+        );
+        assert_eq!(refused(CallToolParams::parse(&params(json!({"name": 7})))), "tools/call requires a string name");
+        let bad = params(json!({"name": "echo", "arguments": [1]}));
         assert_eq!(refused(CallToolParams::parse(&bad)), "tools/call arguments must be an object");
 
-        let read = map(json!({"uri": "a://b"}));
+        let read = params(json!({"uri": "a://b"}));
         assert_eq!(ReadResourceParams::parse(&read).unwrap().uri, "a://b");
-        assert!(refused(ReadResourceParams::parse(&map(json!({})))).contains("uri"));
+        assert!(refused(ReadResourceParams::parse(&params(json!({})))).contains("uri"));
 
-        let prompt = map(json!({"name": "p", "arguments": {"a": "1"}}));
+        let prompt = params(json!({"name": "p", "arguments": {"a": "1"}}));
         let prompt = GetPromptParams::parse(&prompt).unwrap();
         assert_eq!(prompt.arguments["a"], "1");
-        let numeric = map(json!({"name": "p", "arguments": {"a": 1}}));
+        let numeric = params(json!({"name": "p", "arguments": {"a": 1}}));
         assert_eq!(refused(GetPromptParams::parse(&numeric)), "prompts/get arguments: values must be strings");
 
-        let list = map(json!({"cursor": "abc"}));
+        let list = params(json!({"cursor": "abc"}));
         assert_eq!(ListParams::parse(&list).unwrap().cursor, Some("abc"));
-        assert_eq!(refused(ListParams::parse(&map(json!({"cursor": 3})))), "Invalid cursor");
+        assert_eq!(refused(ListParams::parse(&params(json!({"cursor": 3})))), "Invalid cursor");
 
-        let task = map(json!({"taskId": "t", "inputResponses": {"k": {}}}));
+        let task = params(json!({"taskId": "t", "inputResponses": {"k": {}}}));
         let task = TaskParams::parse(&task).unwrap();
         assert_eq!((task.task_id, task.input_responses.len()), ("t", 1));
         assert_eq!(
-            refused(TaskParams::parse(&map(json!({"taskId": "t", "inputResponses": 1})))),
+            refused(TaskParams::parse(&params(json!({"taskId": "t", "inputResponses": 1})))),
             "inputResponses must be an object"
         );
 
         let complete =
-            map(json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "x"}}));
+            params(json!({"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "x"}}));
         let parsed = CompleteParams::parse(&complete).unwrap();
         assert_eq!((parsed.reference, parsed.argument, parsed.value), (CompletionReference::Prompt("p"), "a", "x"));
-        let unknown = map(json!({"ref": {"type": "ref/other"}, "argument": {"name": "a", "value": "x"}}));
+        let unknown = params(json!({"ref": {"type": "ref/other"}, "argument": {"name": "a", "value": "x"}}));
         assert!(refused(CompleteParams::parse(&unknown)).contains("ref/prompt or ref/resource"));
+    }
+
+    #[test]
+    fn a_meta_that_is_not_an_object_is_read_as_absent_in_the_typed_read() {
+        for meta in ["null", "5", "-1", "2.5", "true", "\"s\"", "[1, {\"a\": [null]}]"] {
+            let text = format!(r#"{{"name":"n","_meta":{{"progressToken":1}},"_meta":{meta}}}"#);
+            let read: RequestParams = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{meta}: {e}"));
+            assert_eq!(read.meta(), &RequestMeta::default(), "{meta}");
+            assert_eq!(read, RequestParams::from(serde_json::from_str::<Map<String, Value>>(&text).unwrap()), "{meta}");
+        }
+        // Still read in full: what is inside must be valid JSON.
+        assert!(serde_json::from_str::<RequestParams>(r#"{"_meta":["\ud800"]}"#).is_err());
     }
 }

@@ -1,13 +1,14 @@
-//! Which Vercel OIDC token the server may use for platform calls (Vercel Queues, the Sandbox
-//! API) on behalf of a request.
+//! Which Vercel OIDC token the server may use for platform calls (Vercel Queues publishes, a queue
+//! delivery's confirmation and acknowledgement, the Sandbox API) on behalf of a request.
 //!
 //! Vercel passes each invocation its project's OIDC token in `x-vercel-oidc-token`, and its
 //! helpers read that header first. Vercel's documentation does not say that the platform always
 //! replaces a copy the client sent, so the header is treated as client input: it is used only
 //! when its (unverified) claims name this deployment's project, and environment when that is
 //! known; otherwise the deployment's own `VERCEL_OIDC_TOKEN`, if any. A token for another project
-//! is never used, so a client cannot point a publish or a sandbox at an account of its choosing;
-//! a forged token with the right claims fails at the platform, which verifies the signature.
+//! is never used, so a client cannot point a publish or a sandbox at an account of its choosing,
+//! nor make a queue of its own vouch for a forged delivery; a forged token with the right claims
+//! fails at the platform, which verifies the signature.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

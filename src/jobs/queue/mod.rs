@@ -108,7 +108,8 @@ pub struct Lease {
     pub receipt: String,
     /// The message the delivery says it carries (`ce-vqsmessageid`).
     pub message_id: String,
-    /// OIDC token to authenticate the acknowledgement.
+    /// The delivery's platform token, when it names this project (else the deployment's own
+    /// authenticates the confirmation and the acknowledgement).
     pub oidc_token: Option<String>,
 }
 

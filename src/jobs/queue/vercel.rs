@@ -43,7 +43,10 @@ impl VercelQueue {
     fn token<'a>(&'a self, request_token: Option<&'a str>) -> Result<&'a str, String> {
         request_token
             .or(self.env_token.as_deref())
-            .ok_or_else(|| "no Vercel OIDC token (x-vercel-oidc-token header or VERCEL_OIDC_TOKEN)".to_owned())
+            .ok_or_else(|| {
+                "no Vercel OIDC token: no x-vercel-oidc-token naming this project (VERCEL_PROJECT_ID) and no VERCEL_OIDC_TOKEN"
+                    .to_owned()
+            })
     }
 }
 
