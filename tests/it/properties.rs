@@ -1,7 +1,8 @@
 //! Property tests over seeded random inputs (no sleeps, fixed seeds, so a failure reproduces
 //! exactly): sealing and handle round trips hold, and every mutation, truncation, foreign
 //! binding, wrong purpose or expiry is refused; the header codec round-trips any text; the
-//! parsers and sanitisers never panic and keep their output bounds whatever the input.
+//! request parser's typed read means what a `Value` read means; the parsers and sanitisers never
+//! panic and keep their output bounds whatever the input.
 
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use vercel_mcp::catalogue::db_adapter::escape_control_chars;
 use vercel_mcp::catalogue::sandbox_isolation::truncate_output;
 use vercel_mcp::jobs::handle;
 use vercel_mcp::jobs::queue::JobMessage;
+use vercel_mcp::protocol::{McpError, Message};
 use vercel_mcp::state::{ManualClock, Purpose, Random, SealError, Sealer, SeededRandom};
 use vercel_mcp::transport::headers::{decode_value, encode_value};
 
@@ -176,6 +178,54 @@ fn queue_messages_parse_only_as_valid_jobs() {
         // Random bytes: the property is only that parsing returns instead of panicking.
         let _ = JobMessage::parse(&g.bytes(64));
     }
+}
+
+/// JSON text for a `params` member, written by hand so names can repeat (a `Value` cannot hold
+/// that) and escapes can spell the names the parser looks for.
+fn params_text(g: &Gen) -> String {
+    const NAMES: &[&str] =
+        &["name", "arguments", "uri", "cursor", "_meta", "\\u005fmeta", "\\u006eame", "progressToken", "x", ""];
+    const META_NAMES: &[&str] = &[
+        "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/clientCapabilities",
+        "io.modelcontextprotocol/logLevel",
+        "progressToken",
+        "traceparent",
+        "\\u0074raceparent",
+        "other",
+    ];
+    let object = |names: &[&str], value: &dyn Fn() -> String| {
+        let members: Vec<String> =
+            (0..g.below(6)).map(|_| format!("\"{}\":{}", names[g.below(names.len())], value())).collect();
+        format!("{{{}}}", members.join(","))
+    };
+    let value = || match g.below(4) {
+        // A `_meta`-shaped object wherever one may land, and sometimes anything at all.
+        0 => object(META_NAMES, &|| g.json(2).to_string()),
+        _ => g.json(3).to_string(),
+    };
+    match g.below(8) {
+        0 => g.json(2).to_string(),
+        _ => object(NAMES, &value),
+    }
+}
+
+#[test]
+fn the_typed_request_read_means_what_the_value_read_means() {
+    let g = Gen::new(0x9A7A);
+    let value_read = |body: &[u8]| {
+        serde_json::from_slice(body)
+            .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))
+            .and_then(Message::from_value)
+    };
+    let mut typed_requests = 0;
+    for _ in 0..CASES * 5 {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}}"#, params_text(&g));
+        let typed = Message::parse(body.as_bytes());
+        assert_eq!(format!("{typed:?}"), format!("{:?}", value_read(body.as_bytes())), "{body}");
+        typed_requests += usize::from(matches!(typed, Ok(Message::Request { .. })));
+    }
+    assert!(typed_requests > CASES, "most generated bodies are requests ({typed_requests})");
 }
 
 #[test]
