@@ -9,7 +9,9 @@
 //!
 //! Items belong to the principal that created them: each caller lists, reads and counts only
 //! its own (ids are numbered per caller), holds at most [`MAX_ITEMS_PER_PRINCIPAL`], and in Redis
-//! its items expire [`ITEM_TTL_MS`] after its last create. (The seed's reference keeps one list
+//! its items expire [`ITEM_TTL_MS`] after its last create. The store as a whole keeps items for a
+//! bounded number of callers at once ([`MAX_MEMORY_PRINCIPALS`], [`MAX_REDIS_PRINCIPALS`]), so
+//! many identities cannot grow it without end. (The seed's reference keeps one list
 //! for everyone; a shared list let one caller fill it and every caller read the others' items.)
 
 use redis::Script;
@@ -23,7 +25,7 @@ use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
-use crate::store::{Redis, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
+use crate::store::{Redis, STORE_FULL_CODE, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
 
 /// The longest item name, in characters.
 pub const MAX_NAME_LENGTH: usize = 64;
@@ -33,6 +35,9 @@ pub const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 128;
 pub const MAX_ITEMS_PER_PRINCIPAL: usize = 100;
 /// How many principals the in-memory store (the local run) keeps items for.
 pub const MAX_MEMORY_PRINCIPALS: usize = 1000;
+/// How many principals the Redis store keeps items for at once (a principal stops counting when
+/// its items expire).
+pub const MAX_REDIS_PRINCIPALS: usize = 10_000;
 /// How long a principal's items live in Redis after its last create: a day.
 pub const ITEM_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
@@ -65,6 +70,11 @@ fn full() -> StoreError {
     StoreError::full(format!("you hold the most items allowed ({MAX_ITEMS_PER_PRINCIPAL})"))
 }
 
+/// The refusal of a new caller when the store already keeps items for `callers`.
+fn full_of_callers(callers: usize) -> StoreError {
+    StoreError::full(format!("the item store is full ({callers} callers)"))
+}
+
 /// Items in one process's memory: the local run and tests.
 #[derive(Debug, Default)]
 pub struct MemoryItemStore {
@@ -83,8 +93,7 @@ impl ItemStore for MemoryItemStore {
     fn create_if_absent<'a>(&'a self, owner: &'a str, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
         let mut owners = self.inner.lock().expect("item store");
         if !owners.contains_key(owner) && owners.len() >= MAX_MEMORY_PRINCIPALS {
-            let refusal = StoreError::full(format!("the item store is full ({MAX_MEMORY_PRINCIPALS} callers)"));
-            return Box::pin(std::future::ready(Err(refusal)));
+            return Box::pin(std::future::ready(Err(full_of_callers(MAX_MEMORY_PRINCIPALS))));
         }
         let inner = owners.entry(owner.to_owned()).or_default();
         let result = if let Some(&index) = inner.applied.get(scoped_key) {
@@ -116,39 +125,72 @@ impl ItemStore for MemoryItemStore {
     }
 }
 
-/// First write wins, atomically: the replay check, the cap, the counter, the item and the key
+/// First write wins, atomically: the replay check, the caps, the counter, the item and the key
 /// change together or not at all; every key of the caller's namespace then lives `ARGV[4]` ms more.
+/// `KEYS[5]` holds every caller with items, scored by when they expire (Redis's own clock, the
+/// one `PEXPIRE` uses): a caller not in it is refused once it holds `ARGV[6]`.
 const CREATE: &str = r#"
 local existing = redis.call('HGET', KEYS[1], ARGV[1])
 if existing then return {existing, redis.call('HGET', KEYS[2], existing)} end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+if not redis.call('ZSCORE', KEYS[5], ARGV[5]) and redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[6]) then
+  return redis.error_reply('STORE_FULL callers')
+end
 if redis.call('LLEN', KEYS[3]) >= tonumber(ARGV[3]) then return redis.error_reply('STORE_FULL items') end
 local id = 'item-' .. redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('RPUSH', KEYS[3], id)
 redis.call('HSET', KEYS[1], ARGV[1], id)
 for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[4])) end
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[4]), ARGV[5])
+redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[4]))
 return {id, ARGV[2]}
 "#;
 
 static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 
 /// Items in Redis under `{prefix}:items:{b64(owner)}:*`: per owner, a hash of names by id, a list
-/// for creation order, a hash of replay keys and a counter, all expiring together.
+/// for creation order, a hash of replay keys and a counter, all expiring together; and
+/// `{prefix}:items-owners`, the owners holding items, each until its items expire.
 #[derive(Clone, Debug)]
 pub struct RedisItemStore {
     redis: Redis,
+    max_principals: usize,
 }
 
 impl RedisItemStore {
-    /// On the shared connection, under its prefix.
+    /// On the shared connection, under its prefix, for at most [`MAX_REDIS_PRINCIPALS`] callers.
     pub fn new(redis: Redis) -> Self {
-        Self { redis }
+        Self { redis, max_principals: MAX_REDIS_PRINCIPALS }
+    }
+
+    /// For at most `max_principals` callers at once instead.
+    pub fn with_max_principals(mut self, max_principals: usize) -> Self {
+        self.max_principals = max_principals;
+        self
+    }
+
+    fn owner(owner: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(owner)
     }
 
     fn key(&self, owner: &str, part: &str) -> String {
-        use base64::Engine;
-        let owner = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(owner);
-        format!("{}:items:{owner}:{part}", self.redis.prefix())
+        format!("{}:items:{}:{part}", self.redis.prefix(), Self::owner(owner))
+    }
+
+    /// Where the owners holding items are kept.
+    pub fn owners_key(&self) -> String {
+        format!("{}:items-owners", self.redis.prefix())
+    }
+
+    fn error(&self, error: redis::RedisError) -> StoreError {
+        if error.code() == Some(STORE_FULL_CODE) && error.detail() == Some("callers") {
+            return full_of_callers(self.max_principals);
+        }
+        redis_error(error)
     }
 }
 
@@ -164,13 +206,16 @@ impl ItemStore for RedisItemStore {
                 .key(self.key(owner, "names"))
                 .key(self.key(owner, "order"))
                 .key(self.key(owner, "counter"))
+                .key(self.owners_key())
                 .arg(scoped_key)
                 .arg(name)
                 .arg(MAX_ITEMS_PER_PRINCIPAL)
                 .arg(ITEM_TTL_MS)
+                .arg(Self::owner(owner))
+                .arg(self.max_principals)
                 .invoke_async(&mut self.redis.connection())
                 .await
-                .map_err(redis_error)?;
+                .map_err(|error| self.error(error))?;
             Ok(Item { id, name })
         })
     }

@@ -230,6 +230,42 @@ async fn redis_store_keeps_the_contract_its_cap_and_expires_items() {
     }
 }
 
+/// Many identities cannot grow the Redis store without end: a new caller is refused (as an
+/// answer) once the store keeps items for its most callers, callers it keeps are not affected, and
+/// a caller stops counting when its items expire.
+#[tokio::test]
+async fn the_redis_store_keeps_items_for_a_bounded_number_of_callers() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("owners");
+    let store = RedisItemStore::new(Redis::connect(&url, &prefix).unwrap()).with_max_principals(3);
+    for owner in ["a", "b", "c"] {
+        store.create_if_absent(owner, "k1", "x").await.unwrap();
+    }
+    let refused = store.create_if_absent("d", "k1", "x").await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::Full, "a full store is an answer, not a fault: {refused}");
+    assert!(refused.message().contains("3 callers"), "{refused}");
+    assert!(store.list("d").await.unwrap().is_empty(), "nothing was stored for the refused caller");
+    assert_eq!(store.create_if_absent("a", "k2", "y").await.unwrap().id, "item-2", "a kept caller still creates");
+    assert_eq!(store.create_if_absent("c", "k1", "replay").await.unwrap().name, "x", "and replays");
+
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let owners = store.owners_key();
+    let ttl: i64 = ::redis::cmd("PTTL").arg(&owners).query_async(&mut connection).await.unwrap();
+    assert!(ttl > 0 && ttl <= ITEM_TTL_MS as i64, "the owners' index expires too, got {ttl}");
+    // Time passing, as Redis would see it: every caller's items expired a moment ago.
+    let members: Vec<String> =
+        ::redis::cmd("ZRANGE").arg(&owners).arg(0).arg(-1).query_async(&mut connection).await.unwrap();
+    assert_eq!(members.len(), 3);
+    for member in &members {
+        let _: i64 =
+            ::redis::cmd("ZADD").arg(&owners).arg("XX").arg(1).arg(member).query_async(&mut connection).await.unwrap();
+    }
+    assert_eq!(store.create_if_absent("d", "k1", "x").await.unwrap().id, "item-1", "expired callers no longer count");
+    let left: i64 = ::redis::cmd("ZCARD").arg(&owners).query_async(&mut connection).await.unwrap();
+    assert_eq!(left, 1, "and are dropped from the index");
+}
+
 #[tokio::test]
 async fn store_outages_are_tool_errors_and_deployed_without_redis_nothing_is_kept() {
     // Redis that is not there: a port nothing listens on.
