@@ -25,7 +25,7 @@ use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
 use crate::security::Principal;
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
-use crate::store::{Redis, STORE_FULL_CODE, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
+use crate::store::{Redis, Shared, StoreError, StoreFuture, capped_fault_from, redis_url_unset};
 
 /// The longest item name, in characters.
 pub const MAX_NAME_LENGTH: usize = 64;
@@ -177,8 +177,9 @@ impl RedisItemStore {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(owner)
     }
 
+    /// A key of the owner encoded by [`RedisItemStore::owner`].
     fn key(&self, owner: &str, part: &str) -> String {
-        format!("{}:items:{}:{part}", self.redis.prefix(), Self::owner(owner))
+        format!("{}:items:{owner}:{part}", self.redis.prefix())
     }
 
     /// Where the owners holding items are kept.
@@ -187,31 +188,28 @@ impl RedisItemStore {
     }
 
     fn error(&self, error: redis::RedisError) -> StoreError {
-        if error.code() == Some(STORE_FULL_CODE) && error.detail() == Some("callers") {
-            return full_of_callers(self.max_principals);
-        }
-        redis_error(error)
+        capped_fault_from(&error, "item store", |cap| match cap {
+            "callers" => full_of_callers(self.max_principals),
+            _ => full(),
+        })
     }
-}
-
-fn redis_error(error: redis::RedisError) -> StoreError {
-    capped_fault_from(&error, "item store", full)
 }
 
 impl ItemStore for RedisItemStore {
     fn create_if_absent<'a>(&'a self, owner: &'a str, scoped_key: &'a str, name: &'a str) -> StoreFuture<'a, Item> {
         Box::pin(async move {
+            let owner = Self::owner(owner);
             let (id, name): (String, String) = CREATE_SCRIPT
-                .key(self.key(owner, "applied"))
-                .key(self.key(owner, "names"))
-                .key(self.key(owner, "order"))
-                .key(self.key(owner, "counter"))
+                .key(self.key(&owner, "applied"))
+                .key(self.key(&owner, "names"))
+                .key(self.key(&owner, "order"))
+                .key(self.key(&owner, "counter"))
                 .key(self.owners_key())
                 .arg(scoped_key)
                 .arg(name)
                 .arg(MAX_ITEMS_PER_PRINCIPAL)
                 .arg(ITEM_TTL_MS)
-                .arg(Self::owner(owner))
+                .arg(&owner)
                 .arg(self.max_principals)
                 .invoke_async(&mut self.redis.connection())
                 .await
@@ -223,34 +221,34 @@ impl ItemStore for RedisItemStore {
     fn get<'a>(&'a self, owner: &'a str, id: &'a str) -> StoreFuture<'a, Option<Item>> {
         Box::pin(async move {
             let name: Option<String> = redis::cmd("HGET")
-                .arg(self.key(owner, "names"))
+                .arg(self.key(&Self::owner(owner), "names"))
                 .arg(id)
                 .query_async(&mut self.redis.connection())
                 .await
-                .map_err(redis_error)?;
+                .map_err(|error| self.error(error))?;
             Ok(name.map(|name| Item { id: id.to_owned(), name }))
         })
     }
 
     fn list<'a>(&'a self, owner: &'a str) -> StoreFuture<'a, Vec<Item>> {
         Box::pin(async move {
-            let mut connection = self.redis.connection();
+            let (owner, mut connection) = (Self::owner(owner), self.redis.connection());
             let ids: Vec<String> = redis::cmd("LRANGE")
-                .arg(self.key(owner, "order"))
+                .arg(self.key(&owner, "order"))
                 .arg(0)
                 .arg(-1)
                 .query_async(&mut connection)
                 .await
-                .map_err(redis_error)?;
+                .map_err(|error| self.error(error))?;
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
             let names: Vec<Option<String>> = redis::cmd("HMGET")
-                .arg(self.key(owner, "names"))
+                .arg(self.key(&owner, "names"))
                 .arg(&ids)
                 .query_async(&mut connection)
                 .await
-                .map_err(redis_error)?;
+                .map_err(|error| self.error(error))?;
             Ok(ids.into_iter().zip(names).filter_map(|(id, name)| name.map(|name| Item { id, name })).collect())
         })
     }

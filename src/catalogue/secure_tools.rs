@@ -98,7 +98,7 @@ impl NameList for RedisNameList {
                 .arg(super::query_command::ITEM_TTL_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
-                .map_err(|e| capped_fault_from(&e, "item list", full))
+                .map_err(|e| capped_fault_from(&e, "item list", |_| full()))
         })
     }
 }

@@ -81,9 +81,10 @@ pub fn fault_from(error: &redis::RedisError, what: &str) -> StoreError {
 }
 
 /// The error of a capped store's script: the cap's own error code ([`STORE_FULL_CODE`]) becomes
-/// `full()`, anything else an outage as in [`fault_from`].
-pub fn capped_fault_from(error: &redis::RedisError, what: &str, full: fn() -> StoreError) -> StoreError {
-    if error.code() == Some(STORE_FULL_CODE) { full() } else { fault_from(error, what) }
+/// `full(cap)`, where `cap` is the word after the code (which cap, when a script has several:
+/// `STORE_FULL callers`), anything else an outage as in [`fault_from`].
+pub fn capped_fault_from(error: &redis::RedisError, what: &str, full: impl FnOnce(&str) -> StoreError) -> StoreError {
+    if error.code() == Some(STORE_FULL_CODE) { full(error.detail().unwrap_or("")) } else { fault_from(error, what) }
 }
 
 fn kind_label(error: &redis::RedisError) -> String {

@@ -198,7 +198,7 @@ pub(super) async fn handle(
     ctx.span = observed.span;
     ctx.client_capabilities = declared;
     ctx.platform_token = super::platform_token(app, headers);
-    ctx.progress_token = params.meta().progress_token.clone().filter(|t| t.is_string() || t.is_number());
+    ctx.progress_token = params.meta().progress_token.as_ref().filter(|t| t.is_string() || t.is_number()).cloned();
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
