@@ -2,12 +2,14 @@
 the two binaries take turns, ROUNDS rounds of PERF_SECONDS s of one workload at CONNECTIONS
 connections (wrk -t2 above 2 connections). Prints each round's throughput and CPU per request,
 and per round the second build's ratio to the first and both ratios to the floor.
-    python3 scripts/perf/ab.py BEFORE AFTER [echo|list50|progress10]
+    python3 scripts/perf/ab.py BEFORE AFTER [echo|list50|progress10|submit+poll]
 BEFORE and AFTER are each build's `target/release/examples/perf_server`, copied aside (for echo
 and list50 its `target/release/local` will do: progress10 is a perf_server tool); the floor is
-`target/release/examples/floor` (scripts/perf.sh builds it). Environment: CONNECTIONS
+`target/release/examples/floor` (scripts/perf.sh builds it). submit+poll needs Redis at
+REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
+its own, deleted at the end. Environment: CONNECTIONS
 (64), ROUNDS (3), PERF_SECONDS (4). Needs wrk."""
-import os, statistics, sys, tempfile, importlib.util
+import json, os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
 if len(sys.argv) < 3:
@@ -24,16 +26,39 @@ requests = {
     "list50": ("tools/list", {"_meta": run.META}, None),
     "progress10": ("tools/call", {"name": "progress10", "arguments": {}, "_meta": dict(run.META, progressToken="p")}, "progress10"),
 }
-method, params, name = requests[workload]
-request = run.request_file(work, workload, method, params, name=name)
 probe = lambda port: run.post(port, "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": run.META}, name="echo")
 env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef"}
+jobs = workload == "submit+poll"
+if jobs:
+    # The harness's settings: no simulated work per step, and caps no run reaches.
+    env.update({"MCP_JOB_STEP_MS": "0", "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000",
+                "MCP_MAX_JOBS_TOTAL": "10000000", "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
+                "MCP_REDIS_PREFIX": f"perf-ab:{os.getpid()}", "REDIS_URL": run.REDIS_URL})
+submit = ("tools/call", {"name": "submit_job", "arguments": {"steps": 1}, "_meta": run.META}, "submit_job")
+
+def files(port):
+    """The workload's request files; a poll needs a handle the server under test issued."""
+    if not jobs:
+        method, params, name = requests[workload]
+        return [run.request_file(work, workload, method, params, name=name)]
+    method, params, name = submit
+    handle = json.loads(run.post(port, method, params, name=name)["result"]["content"][0]["text"])["jobId"]
+    poll = {"name": "get_job_status", "arguments": {"jobId": handle}, "_meta": run.META}
+    return [run.request_file(work, "submit", method, params, name=name),
+            run.request_file(work, "poll", "tools/call", poll, name="get_job_status")]
+
+# The floor answers anything with its canned body; it is sent the workload's request, or for
+# jobs the echo call.
+floor_files = files(None) if not jobs else [run.request_file(work, "floor", *requests["echo"][:2], name="echo")]
 servers = {"floor": floor_bin, "before": before, "after": after}
 results = {k: [] for k in servers}
 for _ in range(rounds):
     for label, binary in servers.items():
         port = run.free_port(); process = run.spawn(binary, port, {} if label == "floor" else env); run.wait_ready(port, probe)
-        results[label].append(run.measure(process, port, [request], connections)); process.kill(); process.wait()
+        sent = floor_files if label == "floor" else files(port)
+        results[label].append(run.measure(process, port, sent, connections)); process.kill(); process.wait()
+if jobs:
+    run.forget_redis_keys(env["MCP_REDIS_PREFIX"])
 for label, rows in results.items():
     print(f"{label:7}", " ".join(f"{x['rps']:.0f} req/s {x['cpu_us']:.1f} µs p99 {x['p99_us']:.0f}" for x in rows))
 ratio = lambda key, a, b: [x[key] / y[key] for x, y in zip(results[a], results[b])]

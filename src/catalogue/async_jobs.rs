@@ -37,7 +37,9 @@ fn annotations(read_only: bool, idempotent: bool) -> ToolAnnotations {
 }
 
 fn reply(outcome: Result<Value, String>) -> Result<CallToolResult, ToolError> {
-    outcome.map(|payload| CallToolResult::text(payload.to_string())).map_err(ToolError::Execution)
+    outcome
+        .map(|payload| CallToolResult::text(serde_json::to_string(&payload).expect("values serialise")))
+        .map_err(ToolError::Execution)
 }
 
 const IDENTITY: &str = "The caller is identified by the access token; principal-like arguments are ignored.";

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::model::JOBS_TOPIC;
-use super::queue::{JobMessage, Lease, QueueApi};
+use super::queue::{JobMessage, Lease, QueueApi, StreamEntry};
 use super::store::JobStore;
 use crate::body::Body;
 use crate::state::Clock;
@@ -170,12 +170,25 @@ impl Consumer {
     /// Runs a delivered message ([`Consumer::process`]) and logs how the delivery ended. Every
     /// transport (a Vercel Queues push, a Redis Streams read, the in-process queue) comes here.
     pub async fn run(&self, message: &JobMessage) -> Result<Processed, StoreError> {
+        self.run_settling(message, None).await.map(|(processed, _)| processed)
+    }
+
+    /// [`Consumer::run`] for a message read from a Redis stream: when the store can, the step
+    /// that ends the job also acknowledges `entry` ([`JobStore::advance_settling`]). The flag
+    /// says whether that happened; if not, the caller acknowledges as usual.
+    pub async fn run_settling(
+        &self,
+        message: &JobMessage,
+        entry: Option<StreamEntry<'_>>,
+    ) -> Result<(Processed, bool), StoreError> {
         let span = self.telemetry.delivery_span(message.traceparent.as_deref());
         span.set([
             opentelemetry::KeyValue::new("messaging.operation.type", "process"),
             opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
         ]);
-        let outcome = span.in_context(self.process(message)).await;
+        let outcome = span.in_context(self.process_settling(message, entry)).await;
+        let settled = matches!(outcome, Ok((_, true)));
+        let outcome = outcome.map(|(processed, _)| processed);
         let ended = match &outcome {
             Ok(Processed::Finished(state)) => {
                 span.set([opentelemetry::KeyValue::new("mcp.job.state", *state)]);
@@ -209,20 +222,30 @@ impl Consumer {
                 json!({ "job": logger.digest("job", message.job_id.as_bytes()), "result": result, "state": state }),
             );
         }
-        outcome
+        outcome.map(|processed| (processed, settled))
     }
 
     /// Runs the job's remaining steps, honouring cancellation between steps.
     pub async fn process(&self, message: &JobMessage) -> Result<Processed, StoreError> {
+        self.process_settling(message, None).await.map(|(processed, _)| processed)
+    }
+
+    /// [`Consumer::process`], settling `entry` with the job's last write when the store can;
+    /// the flag says whether it did.
+    async fn process_settling(
+        &self,
+        message: &JobMessage,
+        entry: Option<StreamEntry<'_>>,
+    ) -> Result<(Processed, bool), StoreError> {
         let (owner, id) = (message.owner_id.as_str(), message.job_id.as_str());
         let Some(mut job) = self.store.get(owner, id, self.clock.now_ms()).await? else {
-            return Ok(Processed::Skipped("not_found"));
+            return Ok((Processed::Skipped("not_found"), false));
         };
         if job.total_steps != message.steps {
-            return Ok(Processed::Skipped("mismatched_message"));
+            return Ok((Processed::Skipped("mismatched_message"), false));
         }
         if !job.state.is_active() {
-            return Ok(Processed::Finished(job.state.as_str()));
+            return Ok((Processed::Finished(job.state.as_str()), false));
         }
         if job.completed_steps == 0 {
             // The first delivery to start work: how long the job waited in the queue.
@@ -232,15 +255,23 @@ impl Consumer {
         let started = Instant::now();
         loop {
             if started.elapsed() >= self.budget {
-                return Ok(Processed::Deferred);
+                return Ok((Processed::Deferred, false));
             }
             if !self.step_delay.is_zero() {
                 tokio::time::sleep(self.step_delay).await;
             }
+            let (expected, now) = (job.completed_steps, self.clock.now_ms());
+            let settling = entry.and_then(|entry| self.store.advance_settling(owner, id, expected, now, entry));
+            // When settling, the script has acknowledged the entry if the job is over now.
+            let settles = settling.is_some();
+            let advanced = match settling {
+                Some(advance) => advance.await?,
+                None => self.store.advance(owner, id, expected, now).await?,
+            };
             let applied;
-            (job, applied) = match self.store.advance(owner, id, job.completed_steps, self.clock.now_ms()).await? {
+            (job, applied) = match advanced {
                 Some(advanced) => (advanced.record, advanced.applied),
-                None => return Ok(Processed::Skipped("not_found")),
+                None => return Ok((Processed::Skipped("not_found"), settles)),
             };
             // A step another delivery of the same message applied is its to report.
             if let (Some(logger), true) = (&self.logger, applied) {
@@ -257,7 +288,7 @@ impl Consumer {
                 );
             }
             if !job.state.is_active() {
-                return Ok(Processed::Finished(job.state.as_str()));
+                return Ok((Processed::Finished(job.state.as_str()), settles));
             }
         }
     }

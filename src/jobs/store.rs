@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::model::JobRecord;
-use super::queue::{JobMessage, StreamTarget};
+use super::queue::{JobMessage, StreamEntry, StreamTarget};
 use crate::store::{StoreError, StoreFuture};
 
 /// What [`JobStore::advance`] did: the record as it now is, and whether this call changed it.
@@ -110,6 +110,21 @@ pub trait JobStore: Send + Sync + 'static {
         expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>>;
+    /// [`JobStore::advance`] that also acknowledges and deletes `entry` in the same atomic step
+    /// when the job is over afterwards (finished, cancelled, failed, or gone): the delivery is
+    /// settled with its last write, and a job is never left done with its entry pending. An
+    /// entry whose job goes on stays pending. `None` when this store cannot reach the stream in
+    /// one step: the caller then advances and acknowledges separately.
+    fn advance_settling<'a>(
+        &'a self,
+        _owner: &'a str,
+        _job_id: &'a str,
+        _expected: u32,
+        _now: u64,
+        _entry: StreamEntry<'a>,
+    ) -> Option<StoreFuture<'a, Option<Advanced>>> {
+        None
+    }
     /// Removes a job, rolling back a submit whose publish failed: the record, its places in the
     /// owner's sets, and its count in the owner's per-minute rate (a submission that never
     /// happened does not count against the caller).

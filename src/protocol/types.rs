@@ -224,7 +224,10 @@ impl CallToolResult {
 
     /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
     pub fn structured(value: Value) -> Self {
-        Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+        // `serde_json::to_string`, not `Display`: the same bytes, without the formatting
+        // machinery's per-piece cost.
+        let text = serde_json::to_string(&value).expect("values serialise");
+        Self { content: vec![Content::text(text)], structured_content: Some(value), is_error: false }
     }
 }
 

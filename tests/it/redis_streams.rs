@@ -10,8 +10,10 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vercel_mcp::jobs::consumer::Consumer;
-use vercel_mcp::jobs::queue::{RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamSettings};
+use vercel_mcp::jobs::consumer::{Consumer, Processed};
+use vercel_mcp::jobs::queue::{
+    JobMessage, RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamEntry, StreamSettings, StreamTarget,
+};
 use vercel_mcp::jobs::redis_store::RedisJobStore;
 use vercel_mcp::jobs::{JobStore, Jobs};
 use vercel_mcp::observe::{Logger, MemorySink};
@@ -219,6 +221,190 @@ async fn a_stream_on_another_connection_is_published_to_separately_and_rolled_ba
     assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1);
     let active: u64 = world.command(&["ZCARD", &format!("{}:active:{}", world.redis.prefix(), b64("sub:alice"))]).await;
     assert_eq!(active, 1, "the refused job's record was deleted");
+}
+
+/// Reads one new entry as consumer `reader`: its id and the job message it carries.
+async fn read_entry(world: &World, queue: &RedisStreamQueue, reader: &str) -> (String, JobMessage) {
+    /// An entry's id and its fields, flat (`field, value, …`).
+    type Entry = (String, Vec<Vec<u8>>);
+    let reply: Vec<(String, Vec<Entry>)> = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(STREAM_CONSUMER_GROUP)
+        .arg(reader)
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(queue.stream_key())
+        .arg(">")
+        .query_async(&mut world.redis.connection())
+        .await
+        .unwrap();
+    let (id, fields) = reply.into_iter().next().unwrap().1.into_iter().next().unwrap();
+    (id, JobMessage::parse(&fields[1]).unwrap())
+}
+
+/// Entries read but not acknowledged, and entries in the stream.
+async fn pending_and_length(world: &World, queue: &RedisStreamQueue) -> (u64, u64) {
+    let pending: (u64, redis::Value, redis::Value, redis::Value) =
+        world.command(&["XPENDING", queue.stream_key(), STREAM_CONSUMER_GROUP]).await;
+    (pending.0, world.command::<u64>(&["XLEN", queue.stream_key()]).await)
+}
+
+/// The script that stores a job's last step (or finds the job over or gone) acknowledges and
+/// deletes the delivery's entry in the same step; a step after which the job goes on, or one
+/// another delivery already applied, leaves it pending; a store on another connection never
+/// touches the stream; and a consumer run settled that way tells its transport so.
+#[tokio::test]
+async fn the_step_that_ends_a_job_settles_its_entry_and_no_other_step_does() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-settle");
+    let queue = world.queue("a", settings(30_000));
+    let jobs = world.jobs(&queue);
+    world.command::<String>(&["XGROUP", "CREATE", queue.stream_key(), STREAM_CONSUMER_GROUP, "0", "MKSTREAM"]).await;
+    let target = StreamTarget { redis: &world.redis, stream: queue.stream_key(), max_len: 100 };
+    let elsewhere = RedisJobStore::new(Redis::connect(&url, world.redis.prefix()).unwrap());
+
+    jobs.submit(&world.alice, 2, None).await.unwrap();
+    let (id, message) = read_entry(&world, &queue, "t").await;
+    let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
+    let (owner, job) = (message.owner_id.as_str(), message.job_id.as_str());
+    assert!(elsewhere.advance_settling(owner, job, 0, now(), entry).is_none(), "another connection: no script");
+    let first = world.store.advance_settling(owner, job, 0, now(), entry).unwrap().await.unwrap().unwrap();
+    assert!(first.applied && first.record.state.is_active());
+    assert_eq!(pending_and_length(&world, &queue).await, (1, 1), "the job goes on: its entry stays pending");
+    let again = world.store.advance_settling(owner, job, 0, now(), entry).unwrap().await.unwrap().unwrap();
+    assert!(!again.applied && again.record.completed_steps == 1);
+    assert_eq!(pending_and_length(&world, &queue).await, (1, 1), "a step applied already settles nothing");
+    let last = world.store.advance_settling(owner, job, 1, now(), entry).unwrap().await.unwrap().unwrap();
+    assert!(last.applied && last.record.state.as_str() == "done");
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "the last step acknowledged and deleted it");
+
+    // A job cancelled before its delivery ran: the advance finds it over and settles the entry.
+    let cancelled = jobs.submit(&world.alice, 3, None).await.unwrap();
+    jobs.cancel(&world.alice, &handle_of(&cancelled)).await.unwrap();
+    let (id, message) = read_entry(&world, &queue, "t").await;
+    let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
+    let found = world.store.advance_settling(&message.owner_id, &message.job_id, 0, now(), entry);
+    let found = found.unwrap().await.unwrap().unwrap();
+    assert!(!found.applied && found.record.state.as_str() == "cancelled");
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0));
+
+    // A job that is gone (a forged owner reads as gone): settled too, nothing created.
+    jobs.submit(&world.alice, 1, None).await.unwrap();
+    let (id, message) = read_entry(&world, &queue, "t").await;
+    let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
+    let gone = world.store.advance_settling("sub:mallory", &message.job_id, 0, now(), entry).unwrap().await.unwrap();
+    assert!(gone.is_none());
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0));
+    assert!(world.store.get("sub:mallory", &message.job_id, now()).await.unwrap().is_none());
+
+    // Through the consumer: a one-step job's run reports its entry settled; over a store on
+    // another connection the same run leaves the entry to its transport.
+    let sink = Arc::new(MemorySink::default());
+    let consumer = world.consumer(&queue, Duration::ZERO, &sink);
+    jobs.submit(&world.alice, 1, None).await.unwrap();
+    let (id, message) = read_entry(&world, &queue, "t").await;
+    let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
+    let run = consumer.run_settling(&message, Some(entry)).await.unwrap();
+    assert_eq!(run, (Processed::Finished("done"), true));
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0));
+    let apart = Consumer { store: Arc::new(elsewhere), ..(*consumer).clone() };
+    jobs.submit(&world.alice, 1, None).await.unwrap();
+    let (id, message) = read_entry(&world, &queue, "t").await;
+    let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
+    let run = apart.run_settling(&message, Some(entry)).await.unwrap();
+    assert_eq!(run, (Processed::Finished("done"), false));
+    assert_eq!(pending_and_length(&world, &queue).await, (1, 1), "left for the transport to acknowledge");
+}
+
+/// The commands clients send Redis that name `needle`, as a `MONITOR` connection sees them
+/// (commands a script runs are marked `lua` there, and left out: they are not round trips).
+struct Monitor {
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+    socket: std::net::TcpStream,
+    needle: String,
+}
+
+impl Monitor {
+    fn watch(url: &str, needle: &str) -> Self {
+        use std::io::{BufRead, BufReader, Write};
+        let address = url.trim_start_matches("redis://").trim_end_matches('/');
+        let mut socket = std::net::TcpStream::connect(address).unwrap();
+        socket.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = BufReader::new(socket.try_clone().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line.trim_end(), "+OK");
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (into, needle_) = (seen.clone(), needle.to_owned());
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if line.contains(&needle_) && !line.contains(" lua] ") {
+                    into.lock().unwrap().push(line.trim_end().to_owned());
+                }
+                line.clear();
+            }
+        });
+        Self { seen, socket, needle: needle.to_owned() }
+    }
+
+    /// Everything seen up to now: a marker command is sent and waited for, so nothing sent
+    /// before it is still on its way.
+    async fn caught_up(&self, world: &World) -> Vec<String> {
+        let marker = format!("{}:caught-up", self.needle);
+        let _: String = world.command(&["ECHO", &marker]).await;
+        loop {
+            let seen = self.seen.lock().unwrap().clone();
+            if let Some(at) = seen.iter().position(|line| line.contains(&marker)) {
+                return seen[..at].to_vec();
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A command's name and its first two arguments, from a `MONITOR` line
+/// (`time [db address] "NAME" "arg" "arg" …`).
+fn command_head(line: &str) -> Vec<&str> {
+    let quoted = line.split_once("] ").map_or("", |(_, rest)| rest);
+    quoted.split("\" \"").take(3).map(|part| part.trim_matches('"')).collect()
+}
+
+/// With the job store on the queue's connection, a one-step job's delivery is a read, a `GET`
+/// and the script that stores the step and acknowledges the entry: the worker sends no
+/// acknowledging script of its own.
+#[tokio::test]
+async fn a_delivery_settled_by_its_last_step_sends_no_acknowledgement_of_its_own() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-no-ack-trip");
+    let queue = world.queue("a", settings(30_000));
+    let monitor = Monitor::watch(&url, queue.stream_key());
+    let jobs = world.jobs(&queue);
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+    for _ in 0..3 {
+        let handle = handle_of(&jobs.submit(&world.alice, 1, None).await.unwrap());
+        let status = finished(&jobs, &world.alice, &handle, Duration::from_secs(10)).await;
+        assert_eq!(status["state"], "done");
+    }
+    queue.shut_down();
+    worker.await.unwrap();
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "every entry settled");
+    let sent = monitor.caught_up(&world).await;
+    let scripts: Vec<Vec<&str>> =
+        sent.iter().map(|line| command_head(line)).filter(|head| head[0].starts_with("EVAL")).collect();
+    let keys = |n: &str| scripts.iter().filter(|head| head.get(2) == Some(&n)).count();
+    assert!(keys("6") >= 3, "each submit's create script names the stream: {sent:#?}");
+    assert!(keys("5") >= 3, "each job's last step names the stream, to settle its entry: {sent:#?}");
+    assert_eq!(keys("1"), 0, "no acknowledging script of its own: {sent:#?}");
+    assert_eq!(scripts.len(), keys("6") + keys("5"), "{sent:#?}");
 }
 
 fn b64(text: &str) -> String {

@@ -137,6 +137,18 @@ pub struct StreamTarget<'a> {
     pub max_len: u32,
 }
 
+/// A delivered stream entry, as a job store needs it to acknowledge the entry in the step that
+/// ends its job ([`crate::jobs::JobStore::advance_settling`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StreamEntry<'a> {
+    /// The stream the entry was read from.
+    pub target: StreamTarget<'a>,
+    /// The consumer group that read it.
+    pub group: &'a str,
+    /// The entry's id.
+    pub id: &'a str,
+}
+
 /// What the caller reads when the queue is at its bound.
 pub fn queue_full_refusal(max_len: u32) -> String {
     format!("the job queue is full ({max_len} waiting); try again later")

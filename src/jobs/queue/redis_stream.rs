@@ -12,8 +12,9 @@
 //! by this queue's own publishing script, after which a refused job's record is rolled back. Each instance reads new entries with
 //! `XREADGROUP` on a connection of its own (the read blocks), runs each through the same
 //! [`Consumer::run`] as a Vercel Queues push (validation, compare-and-set steps, cancel between
-//! steps), and acknowledges (`XACK` and `XDEL`, one script) only after the job's steps are
-//! stored. While it works it keeps its entries fresh (`XCLAIM … JUSTID`), so a long job is not
+//! steps), and acknowledges (`XACK` and `XDEL`) only after the job's steps are stored: in the
+//! script that stores the last step when the job store shares this queue's connection, else in
+//! a script of its own. While it works it keeps its entries fresh (`XCLAIM … JUSTID`), so a long job is not
 //! taken over. An entry whose consumer died stays pending; once it has been idle for the
 //! reclaim time, any instance claims it (`XCLAIM`) and resumes from the stored record, so no
 //! step runs twice. A message delivered more times than the limit goes to the dead-letter
@@ -27,7 +28,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 
 use super::{
-    JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture, StreamTarget, queue_full_refusal,
+    JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture, StreamEntry, StreamTarget,
+    queue_full_refusal,
 };
 use crate::jobs::consumer::{Consumer, Processed};
 use crate::jobs::model::JOBS_TOPIC;
@@ -152,6 +154,10 @@ impl RedisStreamQueue {
     /// The dead-letter stream's key.
     pub fn dead_letter_key(&self) -> &str {
         &self.dead
+    }
+
+    fn target(&self) -> StreamTarget<'_> {
+        StreamTarget { redis: &self.redis, stream: &self.stream, max_len: self.settings.max_len }
     }
 
     /// Stops reading: the worker hands back what it holds and ends.
@@ -299,7 +305,8 @@ impl RedisStreamQueue {
         }
         let mut heartbeat = tokio::time::interval((self.settings.reclaim_idle / 3).max(Duration::from_millis(20)));
         heartbeat.tick().await;
-        let run = consumer.run(&message);
+        let entry = StreamEntry { target: self.target(), group: STREAM_CONSUMER_GROUP, id };
+        let run = consumer.run_settling(&message, Some(entry));
         tokio::pin!(run);
         let outcome = loop {
             tokio::select! {
@@ -309,7 +316,9 @@ impl RedisStreamQueue {
             }
         };
         match outcome {
-            Some(Ok(Processed::Finished(_) | Processed::Skipped(_))) => {
+            // The job's last step acknowledged the entry.
+            Some(Ok((_, true))) => {}
+            Some(Ok((Processed::Finished(_) | Processed::Skipped(_), false))) => {
                 // Not acknowledged if this fails: the entry is reclaimed, and the job reads as done.
                 let _: redis::RedisResult<i64> = ACK_SCRIPT
                     .key(&self.stream)
@@ -318,7 +327,7 @@ impl RedisStreamQueue {
                     .invoke_async(&mut self.redis.connection())
                     .await;
             }
-            Some(Ok(Processed::Deferred) | Err(_)) => {}
+            Some(Ok((Processed::Deferred, false)) | Err(_)) => {}
             // Shutting down: hand it back now rather than after the reclaim time.
             None => {
                 let _ = self.hand_back(id).await;
@@ -385,7 +394,7 @@ impl Publisher for RedisStreamQueue {
     }
 
     fn redis_stream(&self) -> Option<StreamTarget<'_>> {
-        Some(StreamTarget { redis: &self.redis, stream: &self.stream, max_len: self.settings.max_len })
+        Some(self.target())
     }
 }
 
