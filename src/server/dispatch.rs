@@ -10,7 +10,6 @@ use serde_json::{Map, Value, json};
 
 use super::{
     CacheableMethod, CompletionRef, CompletionRequest, InputRequired, McpServer, Outcome, RequestContext, ToolError,
-    schema,
 };
 use crate::protocol::params::{
     CallToolParams, CompleteParams, CompletionReference, GetPromptParams, ListParams, ReadResourceParams,
@@ -216,10 +215,10 @@ impl McpServer {
         let given = params.arguments.unwrap_or(&empty);
         // Validated where they are, and handed to the handler where they are unless a member
         // must be dropped (or a task must keep them).
-        if let Err(problem) = schema::validate_arguments(&tool.input_schema, given) {
+        if let Err(problem) = tool.input_schema.validate_arguments(given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
-        let arguments = schema::known_arguments(&tool.input_schema, given);
+        let arguments = tool.input_schema.known_arguments(given);
         let as_task = match tool.task_support {
             TaskSupport::Forbidden => false,
             TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
@@ -246,7 +245,7 @@ impl McpServer {
             Ok(Outcome::Complete(result)) => {
                 if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
                     let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
-                    if schema::validate(schema, structured).is_err() {
+                    if schema.validate(structured).is_err() {
                         // A server bug, not the caller's: never send output that breaks the contract.
                         return Err(McpError::internal(format!(
                             "Internal error: tool {name} produced output that does not match its outputSchema"

@@ -1,7 +1,8 @@
 //! Validation of tool arguments against the tool's advertised `inputSchema`.
 //!
 //! The schema a client sees and the check a call goes through are the same document: typed
-//! tools get their schema from `schemars`, and this validator walks that exact JSON. It covers
+//! tools get their schema from `schemars`, and this validator compiles that exact JSON once, at
+//! registration ([`CompiledSchema`]), and checks each call against it. It covers
 //! the JSON Schema 2020-12 subset that `schemars` emits and that hand-written MCP schemas use;
 //! [`unsupported_keywords`] lets registration refuse a typed schema that would need more, so
 //! the advertised contract and the enforced one can never drift apart silently.
@@ -94,45 +95,245 @@ fn collect_unsupported(schema: &Value, found: &mut Vec<String>, depth: usize) {
 }
 
 /// Checks `value` against `schema` (whose root also resolves `$ref`s), as JSON Schema 2020-12
-/// says. Returns the first violation as `path: problem`.
+/// says. Returns the first violation as `path: problem`. Compiles the schema for this one check:
+/// a schema checked again and again (a tool's) is compiled once, as a [`CompiledSchema`].
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    Validator { root: schema, lenient_root: false }.check(schema, value, &mut String::new(), 0)
+    CompiledSchema::new(schema).validate(value)
 }
 
-/// [`validate`] for a tool's arguments: the top-level members that [`known_arguments`] will
-/// drop are not held against the call (an `additionalProperties: false` at the root refuses
-/// nothing it strips), so a stray `principal` is ignored rather than an error. Everything else,
-/// nested `additionalProperties` included, is checked as [`validate`] checks it.
-pub fn validate_arguments(schema: &Value, arguments: &Value) -> Result<(), String> {
-    Validator { root: schema, lenient_root: true }.check(schema, arguments, &mut String::new(), 0)
+/// Where a node sits in [`CompiledSchema`]'s list.
+type NodeId = usize;
+
+/// A schema read once for checking: each enforced keyword in a typed slot, each `$ref` resolved
+/// to the node it names, each `pattern` compiled. A tool's schemas are compiled at registration,
+/// so a call walks this rather than the schema's JSON (which meant finding every keyword by name,
+/// and every pattern in a shared cache, on every call). The schema's meaning is unchanged: the
+/// same keywords are enforced with the same messages, and the listing still shows the JSON.
+#[derive(Debug)]
+pub struct CompiledSchema {
+    /// Node 0 is the root.
+    nodes: Vec<Node>,
+    /// The root's rule for which top-level members a tool call drops.
+    members: RootMembers,
 }
 
-/// Whether [`known_arguments`] drops the top-level member `name`: the root declares
-/// `properties` without it, or allows no additional members at all.
-fn stripped(schema: &Value, name: &str) -> bool {
-    match schema.get("properties") {
-        Some(Value::Object(properties)) => !properties.contains_key(name),
-        _ => schema.get("additionalProperties") == Some(&Value::Bool(false)),
+#[derive(Debug)]
+enum Node {
+    /// `true`, or anything that is not an object (it constrains nothing).
+    Anything,
+    /// `false`.
+    Nothing,
+    Checks(Box<Checks>),
+}
+
+/// Which top-level members [`CompiledSchema::known_arguments`] keeps.
+#[derive(Debug)]
+enum RootMembers {
+    /// Those the root's `properties` declares (sorted, for lookup).
+    Declared(Vec<String>),
+    /// None: no `properties`, and `additionalProperties: false`.
+    NoneAllowed,
+    /// All of them.
+    All,
+}
+
+/// The enforced keywords of one schema object. A keyword whose value is not of the kind it
+/// takes (a `minLength` of `"2"`, say) constrains nothing, as before compilation.
+#[derive(Debug, Default)]
+struct Checks {
+    /// `$ref`: the node it names, or `None` when it names nothing (an error when checked).
+    reference: Option<Option<NodeId>>,
+    types: Option<Types>,
+    /// `enum`, an array (kept whole: the message shows it).
+    enumeration: Option<Value>,
+    constant: Option<Value>,
+    // Bounds: the limit, and the keyword's value as the message shows it.
+    min_length: Option<(u64, Value)>,
+    max_length: Option<(u64, Value)>,
+    /// The pattern, and its compiled form (`None`: it does not compile, so nothing matches).
+    pattern: Option<(String, Option<regex_lite::Regex>)>,
+    minimum: Option<(f64, Value)>,
+    maximum: Option<(f64, Value)>,
+    exclusive_minimum: Option<(f64, Value)>,
+    exclusive_maximum: Option<(f64, Value)>,
+    /// Only a positive step constrains.
+    multiple_of: Option<(f64, Value)>,
+    min_items: Option<(u64, Value)>,
+    max_items: Option<(u64, Value)>,
+    unique_items: bool,
+    items: Option<NodeId>,
+    required: Vec<String>,
+    min_properties: Option<(u64, Value)>,
+    max_properties: Option<(u64, Value)>,
+    /// In name order (a JSON object's), so a member is found by binary search.
+    properties: Option<Vec<(String, NodeId)>>,
+    additional_properties: Option<NodeId>,
+    all_of: Vec<NodeId>,
+    any_of: Option<Vec<NodeId>>,
+    one_of: Option<Vec<NodeId>>,
+    not: Option<NodeId>,
+}
+
+/// `type`: one name, or a list of them (entries that are not strings never match).
+#[derive(Debug)]
+enum Types {
+    One(String),
+    AnyOf(Vec<String>),
+}
+
+/// Builds the nodes. A sub-schema is compiled once however often it is reached (by `$ref`s, or a
+/// `$ref` to itself), so recursive schemas compile to a graph with cycles, not forever.
+struct Compiler<'a> {
+    root: &'a Value,
+    nodes: Vec<Node>,
+    compiled: std::collections::HashMap<*const Value, NodeId>,
+}
+
+impl<'a> Compiler<'a> {
+    fn node(&mut self, schema: &'a Value) -> NodeId {
+        let address: *const Value = schema;
+        if let Some(&id) = self.compiled.get(&address) {
+            return id;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node::Anything);
+        self.compiled.insert(address, id);
+        self.nodes[id] = match schema {
+            Value::Bool(false) => Node::Nothing,
+            Value::Object(map) => Node::Checks(Box::new(self.checks(map))),
+            _ => Node::Anything,
+        };
+        id
+    }
+
+    fn nodes_of(&mut self, value: &'a Value) -> Option<Vec<NodeId>> {
+        value.as_array().map(|schemas| schemas.iter().map(|schema| self.node(schema)).collect())
+    }
+
+    fn checks(&mut self, map: &'a Map<String, Value>) -> Checks {
+        let mut checks = Checks::default();
+        let count = |value: &Value| count_limit(value).map(|limit| (limit, value.clone()));
+        let bound = |value: &Value| value.as_f64().map(|limit| (limit, value.clone()));
+        for (key, value) in map {
+            match key.as_str() {
+                "$ref" => {
+                    if let Value::String(reference) = value {
+                        // Local references only: `#` and a JSON pointer into the root.
+                        let target = reference
+                            .strip_prefix('#')
+                            .and_then(decode_fragment)
+                            .and_then(|pointer| self.root.pointer(&pointer));
+                        checks.reference = Some(target.map(|target| self.node(target)));
+                    }
+                }
+                "type" => {
+                    checks.types = match value {
+                        Value::String(name) => Some(Types::One(name.clone())),
+                        Value::Array(names) => {
+                            Some(Types::AnyOf(names.iter().filter_map(Value::as_str).map(str::to_owned).collect()))
+                        }
+                        _ => None,
+                    }
+                }
+                "enum" => checks.enumeration = value.is_array().then(|| value.clone()),
+                "const" => checks.constant = Some(value.clone()),
+                "minLength" => checks.min_length = count(value),
+                "maxLength" => checks.max_length = count(value),
+                "pattern" => {
+                    if let Value::String(pattern) = value {
+                        checks.pattern = Some((pattern.clone(), regex_lite::Regex::new(pattern).ok()));
+                    }
+                }
+                "minimum" => checks.minimum = bound(value),
+                "maximum" => checks.maximum = bound(value),
+                "exclusiveMinimum" => checks.exclusive_minimum = bound(value),
+                "exclusiveMaximum" => checks.exclusive_maximum = bound(value),
+                "multipleOf" => checks.multiple_of = bound(value).filter(|(step, _)| *step > 0.0),
+                "minItems" => checks.min_items = count(value),
+                "maxItems" => checks.max_items = count(value),
+                "uniqueItems" => checks.unique_items = value == &Value::Bool(true),
+                "items" => checks.items = Some(self.node(value)),
+                "required" => {
+                    checks.required =
+                        value.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+                }
+                "minProperties" => checks.min_properties = count(value),
+                "maxProperties" => checks.max_properties = count(value),
+                "properties" => {
+                    if let Value::Object(properties) = value {
+                        let compiled = properties.iter().map(|(name, sub)| (name.clone(), self.node(sub))).collect();
+                        checks.properties = Some(compiled);
+                    }
+                }
+                "additionalProperties" => checks.additional_properties = Some(self.node(value)),
+                "allOf" => checks.all_of = self.nodes_of(value).unwrap_or_default(),
+                "anyOf" => checks.any_of = self.nodes_of(value),
+                "oneOf" => checks.one_of = self.nodes_of(value),
+                "not" => checks.not = Some(self.node(value)),
+                _ => {}
+            }
+        }
+        checks
     }
 }
 
-/// The arguments without the top-level keys the root schema does not declare in `properties`
-/// (when it declares any), or without every key when it allows none (`additionalProperties:
-/// false`). Borrowed when nothing is dropped, which is every well-behaved call: the handler
-/// then reads the request's own tree, with no copy. Anything but an object is returned as it is
-/// (validation has refused it already).
-pub fn known_arguments<'a>(schema: &Value, arguments: &'a Value) -> Cow<'a, Value> {
-    let Value::Object(members) = arguments else { return Cow::Borrowed(arguments) };
-    if !members.keys().any(|key| stripped(schema, key)) {
-        return Cow::Borrowed(arguments);
+impl CompiledSchema {
+    /// Compiles `schema` (whose root also resolves `$ref`s).
+    pub fn new(schema: &Value) -> Self {
+        let mut compiler = Compiler { root: schema, nodes: Vec::new(), compiled: Default::default() };
+        compiler.node(schema);
+        let members = match schema.get("properties") {
+            Some(Value::Object(properties)) => RootMembers::Declared(properties.keys().cloned().collect()),
+            _ if schema.get("additionalProperties") == Some(&Value::Bool(false)) => RootMembers::NoneAllowed,
+            _ => RootMembers::All,
+        };
+        Self { nodes: compiler.nodes, members }
     }
-    let kept = members.iter().filter(|(key, _)| !stripped(schema, key));
-    Cow::Owned(Value::Object(kept.map(|(key, value)| (key.clone(), value.clone())).collect()))
+
+    /// Checks `value`, as JSON Schema 2020-12 says. Returns the first violation as
+    /// `path: problem`.
+    pub fn validate(&self, value: &Value) -> Result<(), String> {
+        Validator { schema: self, lenient_root: false }.check(0, value, &mut String::new(), 0)
+    }
+
+    /// [`CompiledSchema::validate`] for a tool's arguments: the top-level members that
+    /// [`CompiledSchema::known_arguments`] will drop are not held against the call (an
+    /// `additionalProperties: false` at the root refuses nothing it strips), so a stray
+    /// `principal` is ignored rather than an error. Everything else, nested
+    /// `additionalProperties` included, is checked as `validate` checks it.
+    pub fn validate_arguments(&self, arguments: &Value) -> Result<(), String> {
+        Validator { schema: self, lenient_root: true }.check(0, arguments, &mut String::new(), 0)
+    }
+
+    /// Whether [`CompiledSchema::known_arguments`] drops the top-level member `name`: the root
+    /// declares `properties` without it, or allows no additional members at all.
+    fn drops(&self, name: &str) -> bool {
+        match &self.members {
+            RootMembers::Declared(names) => names.binary_search_by(|known| known.as_str().cmp(name)).is_err(),
+            RootMembers::NoneAllowed => true,
+            RootMembers::All => false,
+        }
+    }
+
+    /// The arguments without the top-level keys the root schema does not declare in
+    /// `properties` (when it declares any), or without every key when it allows none
+    /// (`additionalProperties: false`). Borrowed when nothing is dropped, which is every
+    /// well-behaved call: the handler then reads the request's own tree, with no copy. Anything
+    /// but an object is returned as it is (validation has refused it already).
+    pub fn known_arguments<'a>(&self, arguments: &'a Value) -> Cow<'a, Value> {
+        let Value::Object(members) = arguments else { return Cow::Borrowed(arguments) };
+        if !members.keys().any(|key| self.drops(key)) {
+            return Cow::Borrowed(arguments);
+        }
+        let kept = members.iter().filter(|(key, _)| !self.drops(key));
+        Cow::Owned(Value::Object(kept.map(|(key, value)| (key.clone(), value.clone())).collect()))
+    }
 }
 
 struct Validator<'a> {
-    root: &'a Value,
-    /// Top-level members that will be stripped are not checked (see [`validate_arguments`]).
+    schema: &'a CompiledSchema,
+    /// Top-level members that will be stripped are not checked (see
+    /// [`CompiledSchema::validate_arguments`]).
     lenient_root: bool,
 }
 
@@ -160,159 +361,76 @@ fn at(path: &str) -> &str {
     if path.is_empty() { "arguments" } else { path }
 }
 
-/// The enforced keywords of one schema object, gathered in a single pass over its keys: every
-/// call visits each node of its tool's schema, and looking each keyword up separately walked the
-/// map a dozen times per node.
-#[derive(Default)]
-struct Keywords<'a> {
-    reference: Option<&'a Value>,
-    types: Option<&'a Value>,
-    enumeration: Option<&'a Value>,
-    constant: Option<&'a Value>,
-    min_length: Option<&'a Value>,
-    max_length: Option<&'a Value>,
-    pattern: Option<&'a Value>,
-    minimum: Option<&'a Value>,
-    maximum: Option<&'a Value>,
-    exclusive_minimum: Option<&'a Value>,
-    exclusive_maximum: Option<&'a Value>,
-    multiple_of: Option<&'a Value>,
-    min_items: Option<&'a Value>,
-    max_items: Option<&'a Value>,
-    unique_items: Option<&'a Value>,
-    items: Option<&'a Value>,
-    required: Option<&'a Value>,
-    min_properties: Option<&'a Value>,
-    max_properties: Option<&'a Value>,
-    properties: Option<&'a Value>,
-    additional_properties: Option<&'a Value>,
-    all_of: Option<&'a Value>,
-    any_of: Option<&'a Value>,
-    one_of: Option<&'a Value>,
-    not: Option<&'a Value>,
-}
-
-impl<'a> Keywords<'a> {
-    fn of(map: &'a Map<String, Value>) -> Self {
-        let mut keywords = Self::default();
-        for (key, value) in map {
-            let slot = match key.as_str() {
-                "$ref" => &mut keywords.reference,
-                "type" => &mut keywords.types,
-                "enum" => &mut keywords.enumeration,
-                "const" => &mut keywords.constant,
-                "minLength" => &mut keywords.min_length,
-                "maxLength" => &mut keywords.max_length,
-                "pattern" => &mut keywords.pattern,
-                "minimum" => &mut keywords.minimum,
-                "maximum" => &mut keywords.maximum,
-                "exclusiveMinimum" => &mut keywords.exclusive_minimum,
-                "exclusiveMaximum" => &mut keywords.exclusive_maximum,
-                "multipleOf" => &mut keywords.multiple_of,
-                "minItems" => &mut keywords.min_items,
-                "maxItems" => &mut keywords.max_items,
-                "uniqueItems" => &mut keywords.unique_items,
-                "items" => &mut keywords.items,
-                "required" => &mut keywords.required,
-                "minProperties" => &mut keywords.min_properties,
-                "maxProperties" => &mut keywords.max_properties,
-                "properties" => &mut keywords.properties,
-                "additionalProperties" => &mut keywords.additional_properties,
-                "allOf" => &mut keywords.all_of,
-                "anyOf" => &mut keywords.any_of,
-                "oneOf" => &mut keywords.one_of,
-                "not" => &mut keywords.not,
-                _ => continue,
-            };
-            *slot = Some(value);
-        }
-        keywords
-    }
-}
-
-/// A bound keyword's value with the limit it sets, when it is a number of the right kind.
-fn limit<T>(keyword: Option<&Value>, read: impl Fn(&Value) -> Option<T>) -> Option<(T, &Value)> {
-    keyword.and_then(|value| read(value).map(|limit| (limit, value)))
-}
-
-impl<'a> Validator<'a> {
-    fn resolve(&self, reference: &str) -> Option<&'a Value> {
-        let pointer = decode_fragment(reference.strip_prefix('#')?)?;
-        self.root.pointer(&pointer)
-    }
-
-    fn check(&self, schema: &'a Value, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
+impl Validator<'_> {
+    fn check(&self, node: NodeId, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(format!("{}: schema nesting too deep", at(path)));
         }
-        let map = match schema {
-            Value::Bool(true) => return Ok(()),
-            Value::Bool(false) => return Err(format!("{}: no value is allowed here", at(path))),
-            Value::Object(map) => map,
-            _ => return Ok(()),
+        let checks = match &self.schema.nodes[node] {
+            Node::Anything => return Ok(()),
+            Node::Nothing => return Err(format!("{}: no value is allowed here", at(path))),
+            Node::Checks(checks) => checks,
         };
-        let keywords = Keywords::of(map);
-        if let Some(Value::String(reference)) = keywords.reference {
-            let target = self.resolve(reference).ok_or_else(|| format!("{}: unresolvable $ref", at(path)))?;
+        if let Some(reference) = checks.reference {
+            let target = reference.ok_or_else(|| format!("{}: unresolvable $ref", at(path)))?;
             self.check(target, value, path, depth + 1)?;
         }
-        match keywords.types {
-            Some(Value::String(t)) if !type_matches(t, value) => {
+        match &checks.types {
+            Some(Types::One(t)) if !type_matches(t, value) => {
                 return Err(format!("{}: expected {t}, got {}", at(path), type_name(value)));
             }
-            Some(Value::Array(types)) if !types.iter().any(|t| t.as_str().is_some_and(|t| type_matches(t, value))) => {
-                let names: Vec<&str> = types.iter().filter_map(Value::as_str).collect();
-                return Err(format!("{}: expected {}, got {}", at(path), names.join(" or "), type_name(value)));
+            Some(Types::AnyOf(types)) if !types.iter().any(|t| type_matches(t, value)) => {
+                return Err(format!("{}: expected {}, got {}", at(path), types.join(" or "), type_name(value)));
             }
             _ => {}
         }
-        if let Some(Value::Array(options)) = keywords.enumeration {
-            if !options.iter().any(|o| json_eq(o, value)) {
-                return Err(format!("{}: must be one of {}", at(path), Value::Array(options.clone())));
+        if let Some(options) = &checks.enumeration {
+            if !options.as_array().into_iter().flatten().any(|o| json_eq(o, value)) {
+                return Err(format!("{}: must be one of {options}", at(path)));
             }
         }
-        if let Some(expected) = keywords.constant {
+        if let Some(expected) = &checks.constant {
             if !json_eq(expected, value) {
                 return Err(format!("{}: must equal {expected}", at(path)));
             }
         }
         match value {
-            Value::Number(n) => Self::check_number(&keywords, n.as_f64().unwrap_or(f64::NAN), path)?,
+            Value::Number(n) => Self::check_number(checks, n.as_f64().unwrap_or(f64::NAN), path)?,
             Value::String(s) => {
                 let len = s.chars().count() as u64;
-                if let Some((_, shown)) = limit(keywords.min_length, count_limit).filter(|(min, _)| len < *min) {
+                if let Some((_, shown)) = checks.min_length.as_ref().filter(|(min, _)| len < *min) {
                     return Err(format!("{}: shorter than {shown} characters", at(path)));
                 }
-                if let Some((_, shown)) = limit(keywords.max_length, count_limit).filter(|(max, _)| len > *max) {
+                if let Some((_, shown)) = checks.max_length.as_ref().filter(|(max, _)| len > *max) {
                     return Err(format!("{}: longer than {shown} characters", at(path)));
                 }
-                if let Some(Value::String(pattern)) = keywords.pattern {
-                    if !pattern_matches(pattern, s) {
+                if let Some((pattern, compiled)) = &checks.pattern {
+                    // A pattern that does not compile matches nothing: validation fails closed.
+                    if !compiled.as_ref().is_some_and(|re| re.is_match(s)) {
                         return Err(format!("{}: does not match the pattern {pattern}", at(path)));
                     }
                 }
             }
-            Value::Array(items) => self.check_array(&keywords, items, path, depth)?,
-            Value::Object(object) => self.check_object(&keywords, object, path, depth)?,
+            Value::Array(items) => self.check_array(checks, items, path, depth)?,
+            Value::Object(object) => self.check_object(checks, object, path, depth)?,
             _ => {}
         }
-        if let Some(Value::Array(all)) = keywords.all_of {
-            for sub in all {
-                self.check(sub, value, path, depth + 1)?;
-            }
+        for &sub in &checks.all_of {
+            self.check(sub, value, path, depth + 1)?;
         }
-        if let Some(Value::Array(any)) = keywords.any_of {
-            if !any.iter().any(|sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()) {
+        if let Some(any) = &checks.any_of {
+            if !any.iter().any(|&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()) {
                 return Err(format!("{}: does not match any allowed shape", at(path)));
             }
         }
-        if let Some(Value::Array(one)) = keywords.one_of {
-            let matches = one.iter().filter(|sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).count();
+        if let Some(one) = &checks.one_of {
+            let matches =
+                one.iter().filter(|&&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).count();
             if matches != 1 {
                 return Err(format!("{}: must match exactly one allowed shape", at(path)));
             }
         }
-        if let Some(not) = keywords.not {
+        if let Some(not) = checks.not {
             if self.check(not, value, &mut path.clone(), depth + 1).is_ok() {
                 return Err(format!("{}: matches a forbidden shape", at(path)));
             }
@@ -320,21 +438,20 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
-    fn check_number(keywords: &Keywords<'_>, n: f64, path: &str) -> Result<(), String> {
-        let bound = |keyword| limit(keyword, Value::as_f64);
-        if let Some((_, shown)) = bound(keywords.minimum).filter(|(min, _)| n < *min) {
+    fn check_number(checks: &Checks, n: f64, path: &str) -> Result<(), String> {
+        if let Some((_, shown)) = checks.minimum.as_ref().filter(|(min, _)| n < *min) {
             return Err(format!("{}: must be >= {shown}", at(path)));
         }
-        if let Some((_, shown)) = bound(keywords.maximum).filter(|(max, _)| n > *max) {
+        if let Some((_, shown)) = checks.maximum.as_ref().filter(|(max, _)| n > *max) {
             return Err(format!("{}: must be <= {shown}", at(path)));
         }
-        if let Some((_, shown)) = bound(keywords.exclusive_minimum).filter(|(min, _)| n <= *min) {
+        if let Some((_, shown)) = checks.exclusive_minimum.as_ref().filter(|(min, _)| n <= *min) {
             return Err(format!("{}: must be > {shown}", at(path)));
         }
-        if let Some((_, shown)) = bound(keywords.exclusive_maximum).filter(|(max, _)| n >= *max) {
+        if let Some((_, shown)) = checks.exclusive_maximum.as_ref().filter(|(max, _)| n >= *max) {
             return Err(format!("{}: must be < {shown}", at(path)));
         }
-        if let Some((step, shown)) = bound(keywords.multiple_of).filter(|(step, _)| *step > 0.0) {
+        if let Some((step, shown)) = &checks.multiple_of {
             let ratio = n / step;
             // An infinite quotient (a huge value, a tiny step) says nothing: refuse it.
             if !ratio.is_finite() || (ratio - ratio.round()).abs() > 1e-9 {
@@ -344,28 +461,22 @@ impl<'a> Validator<'a> {
         Ok(())
     }
 
-    fn check_array(
-        &self,
-        keywords: &Keywords<'a>,
-        items: &[Value],
-        path: &mut String,
-        depth: usize,
-    ) -> Result<(), String> {
+    fn check_array(&self, checks: &Checks, items: &[Value], path: &mut String, depth: usize) -> Result<(), String> {
         let len = items.len() as u64;
-        if let Some((_, shown)) = limit(keywords.min_items, count_limit).filter(|(min, _)| len < *min) {
+        if let Some((_, shown)) = checks.min_items.as_ref().filter(|(min, _)| len < *min) {
             return Err(format!("{}: fewer than {shown} items", at(path)));
         }
-        if let Some((_, shown)) = limit(keywords.max_items, count_limit).filter(|(max, _)| len > *max) {
+        if let Some((_, shown)) = checks.max_items.as_ref().filter(|(max, _)| len > *max) {
             return Err(format!("{}: more than {shown} items", at(path)));
         }
-        if keywords.unique_items == Some(&Value::Bool(true)) {
+        if checks.unique_items {
             for (i, a) in items.iter().enumerate() {
                 if items[..i].iter().any(|b| json_eq(a, b)) {
                     return Err(format!("{}: items must be unique", at(path)));
                 }
             }
         }
-        if let Some(item_schema) = keywords.items {
+        if let Some(item_schema) = checks.items {
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{i}]"));
@@ -378,32 +489,26 @@ impl<'a> Validator<'a> {
 
     fn check_object(
         &self,
-        keywords: &Keywords<'a>,
+        checks: &Checks,
         object: &Map<String, Value>,
         path: &mut String,
         depth: usize,
     ) -> Result<(), String> {
-        if let Some(Value::Array(required)) = keywords.required {
-            for name in required.iter().filter_map(Value::as_str) {
-                if !object.contains_key(name) {
-                    let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
-                    return Err(format!("{prefix}{name}: required"));
-                }
+        for name in &checks.required {
+            if !object.contains_key(name) {
+                let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
+                return Err(format!("{prefix}{name}: required"));
             }
         }
         let count = object.len() as u64;
-        if let Some((_, shown)) = limit(keywords.min_properties, count_limit).filter(|(min, _)| count < *min) {
+        if let Some((_, shown)) = checks.min_properties.as_ref().filter(|(min, _)| count < *min) {
             return Err(format!("{}: fewer than {shown} properties", at(path)));
         }
-        if let Some((_, shown)) = limit(keywords.max_properties, count_limit).filter(|(max, _)| count > *max) {
+        if let Some((_, shown)) = checks.max_properties.as_ref().filter(|(max, _)| count > *max) {
             return Err(format!("{}: more than {shown} properties", at(path)));
         }
-        let properties = match keywords.properties {
-            Some(Value::Object(properties)) => Some(properties),
-            _ => None,
-        };
         let lenient = self.lenient_root && path.is_empty();
-        let mut check_member = |name: &str, sub: &'a Value, child: &Value| {
+        let mut check_member = |name: &str, sub: NodeId, child: &Value| {
             let len = path.len();
             if !path.is_empty() {
                 path.push('.');
@@ -413,56 +518,28 @@ impl<'a> Validator<'a> {
             path.truncate(len);
             checked
         };
-        if let Some(properties) = properties {
+        if let Some(properties) = &checks.properties {
             for (name, sub) in properties {
                 if let Some(child) = object.get(name) {
-                    check_member(name, sub, child)?;
+                    check_member(name, *sub, child)?;
                 }
             }
         }
         // Members `properties` does not name are checked against `additionalProperties` (a
         // schema, or `false` for none at all).
-        if let Some(additional) = keywords.additional_properties {
+        if let Some(additional) = checks.additional_properties {
             for (name, child) in object {
-                let checked_elsewhere = properties.is_some_and(|p| p.contains_key(name));
-                let dropped = lenient && stripped(self.root, name);
-                if !checked_elsewhere && !dropped {
+                let declared = checks.properties.as_ref().is_some_and(|properties| {
+                    properties.binary_search_by(|(known, _)| known.as_str().cmp(name)).is_ok()
+                });
+                let dropped = lenient && self.schema.drops(name);
+                if !declared && !dropped {
                     check_member(name, additional, child)?;
                 }
             }
         }
         Ok(())
     }
-}
-
-/// Whether `text` matches `pattern` (JSON Schema patterns are unanchored ECMA-262 regular
-/// expressions; `regex-lite` covers the syntax tool schemas use). Compiled patterns are cached;
-/// a pattern that does not compile matches nothing, so validation fails closed. The lock is held
-/// only to look up or insert: compiling and matching run outside it, so one long input does not
-/// stall every other validation in the process. The cache is bounded (schemas are the server's
-/// own, but a bound costs nothing); past it, patterns are compiled per use.
-fn pattern_matches(pattern: &str, text: &str) -> bool {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    const MAX_CACHED_PATTERNS: usize = 512;
-    type Cache = HashMap<String, Option<Arc<regex_lite::Regex>>>;
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Mutex::default);
-    // Looked up by reference: the key is copied only when a pattern is cached. Two threads that
-    // miss at once both compile it, which is harmless.
-    let cached = cache.lock().expect("pattern cache").get(pattern).cloned();
-    let compiled = match cached {
-        Some(compiled) => compiled,
-        None => {
-            let compiled = regex_lite::Regex::new(pattern).ok().map(Arc::new);
-            let mut cache = cache.lock().expect("pattern cache");
-            if cache.len() < MAX_CACHED_PATTERNS {
-                cache.insert(pattern.to_owned(), compiled.clone());
-            }
-            compiled
-        }
-    };
-    compiled.is_some_and(|re| re.is_match(text))
 }
 
 /// JSON equality where `1` and `1.0` are equal.
@@ -512,18 +589,19 @@ mod tests {
         let schema = json!({"type": "object", "additionalProperties": false,
             "properties": {"inner": {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}}}});
         let stray = json!({"inner": {"a": "x", "b": 2}, "principal": "sub:admin"});
+        let compiled = CompiledSchema::new(&schema);
         assert!(validate(&schema, &stray).unwrap_err().contains("principal"), "the spec refuses the stray member");
-        assert_eq!(validate_arguments(&schema, &stray), Ok(()), "a tool call strips it instead");
-        assert_eq!(known_arguments(&schema, &stray).into_owned(), json!({"inner": {"a": "x", "b": 2}}));
+        assert_eq!(compiled.validate_arguments(&stray), Ok(()), "a tool call strips it instead");
+        assert_eq!(compiled.known_arguments(&stray).into_owned(), json!({"inner": {"a": "x", "b": 2}}));
         let nested = json!({"inner": {"b": "not an integer"}});
-        for verdict in [validate(&schema, &nested), validate_arguments(&schema, &nested)] {
+        for verdict in [validate(&schema, &nested), compiled.validate_arguments(&nested)] {
             assert!(verdict.unwrap_err().starts_with("inner.b: expected integer"), "nested members are checked");
         }
-        let none = json!({"type": "object", "additionalProperties": false});
+        let none = CompiledSchema::new(&json!({"type": "object", "additionalProperties": false}));
         let arguments = json!({"x": 1});
-        assert_eq!(validate_arguments(&none, &arguments), Ok(()));
+        assert_eq!(none.validate_arguments(&arguments), Ok(()));
         assert!(
-            known_arguments(&none, &arguments).as_object().unwrap().is_empty(),
+            none.known_arguments(&arguments).as_object().unwrap().is_empty(),
             "a tool that takes nothing gets nothing"
         );
     }
@@ -558,15 +636,40 @@ mod tests {
     }
 
     #[test]
-    fn patterns_past_the_cache_bound_still_decide_correctly_and_bad_ones_fail_closed() {
-        for n in 0..600 {
-            let pattern = format!("^p{n}$");
-            assert!(pattern_matches(&pattern, &format!("p{n}")), "{pattern}");
-            assert!(!pattern_matches(&pattern, &format!("p{}", n + 1)), "{pattern}");
+    fn each_schema_keeps_its_own_patterns_and_a_bad_one_fails_closed() {
+        let schemas: Vec<CompiledSchema> =
+            (0..600).map(|n| CompiledSchema::new(&json!({"type": "string", "pattern": format!("^p{n}$")}))).collect();
+        for (n, schema) in schemas.iter().enumerate() {
+            assert_eq!(schema.validate(&json!(format!("p{n}"))), Ok(()));
+            assert!(schema.validate(&json!(format!("p{}", n + 1))).is_err(), "{n}");
         }
-        // Cached or not, an uncompilable pattern matches nothing.
-        for _ in 0..2 {
-            assert!(!pattern_matches("(unclosed", "(unclosed"));
+        // A pattern that does not compile matches nothing, itself included.
+        let broken = CompiledSchema::new(&json!({"type": "string", "pattern": "(unclosed"}));
+        assert_eq!(
+            broken.validate(&json!("(unclosed")).unwrap_err(),
+            "arguments: does not match the pattern (unclosed"
+        );
+    }
+
+    #[test]
+    fn references_are_compiled_once_and_may_be_recursive() {
+        let tree = json!({"$defs": {"node": {"type": "object", "properties": {
+            "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+            "$ref": "#/$defs/node"});
+        let compiled = CompiledSchema::new(&tree);
+        assert!(compiled.nodes.len() < 10, "each sub-schema once: {}", compiled.nodes.len());
+        let ok = json!({"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]});
+        assert_eq!(compiled.validate(&ok), Ok(()));
+        let bad = json!({"value": 1, "children": [{"value": 2, "children": [{"value": "three"}]}]});
+        assert_eq!(compiled.validate(&bad).unwrap_err(), "children[0].children[0].value: expected integer, got string");
+        let mut deep = json!({"value": 0});
+        for _ in 0..(MAX_DEPTH + 1) {
+            deep = json!({"children": [deep]});
+        }
+        assert!(compiled.validate(&deep).unwrap_err().ends_with("schema nesting too deep"));
+        for unresolvable in ["#/$defs/missing", "other.json#/x", "#%zz"] {
+            let schema = json!({"properties": {"p": {"$ref": unresolvable}}});
+            assert_eq!(validate(&schema, &json!({"p": 1})).unwrap_err(), "p: unresolvable $ref", "{unresolvable}");
         }
     }
 
@@ -582,10 +685,10 @@ mod tests {
             assert!(validate(&pattern, &json!(bad)).is_err(), "{bad}");
         }
         assert!(unsupported_keywords(&json!({"type":"object","x-mcp-header":"A"})).is_empty());
-        let schema = json!({"type":"object","properties":{"a":{}}});
+        let schema = CompiledSchema::new(&json!({"type":"object","properties":{"a":{}}}));
         let args = json!({"a":1,"principal":"admin"});
-        assert_eq!(known_arguments(&schema, &args).into_owned(), json!({"a":1}));
+        assert_eq!(schema.known_arguments(&args).into_owned(), json!({"a":1}));
         let known = json!({"a": 2});
-        assert!(matches!(known_arguments(&schema, &known), Cow::Borrowed(_)), "nothing copied");
+        assert!(matches!(schema.known_arguments(&known), Cow::Borrowed(_)), "nothing copied");
     }
 }

@@ -155,8 +155,10 @@ pub(crate) struct ToolEntry {
     pub name: String,
     /// The tool's definition serialised once at registration: `tools/list` splices it in as is.
     pub listing_json: String,
-    pub input_schema: Value,
-    pub output_schema: Option<Value>,
+    /// What arguments are checked against (the listing shows the JSON).
+    pub input_schema: super::schema::CompiledSchema,
+    /// What a result's `structuredContent` is checked against.
+    pub output_schema: Option<super::schema::CompiledSchema>,
     pub header_params: Vec<HeaderParam>,
     pub task_support: TaskSupport,
     pub input_before_task: bool,
