@@ -215,10 +215,11 @@ impl McpServer {
         let given = params.arguments.unwrap_or(&empty);
         // Validated where they are, and handed to the handler where they are unless a member
         // must be dropped (or a task must keep them).
-        if let Err(problem) = tool.input_schema.validate_arguments(given) {
+        let input_schema = tool.input_schema.compiled();
+        if let Err(problem) = input_schema.validate_arguments(given) {
             return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
         }
-        let arguments = tool.input_schema.known_arguments(given);
+        let arguments = input_schema.known_arguments(given);
         let as_task = match tool.task_support {
             TaskSupport::Forbidden => false,
             TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
@@ -245,7 +246,7 @@ impl McpServer {
             Ok(Outcome::Complete(result)) => {
                 if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
                     let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
-                    if schema.validate(structured).is_err() {
+                    if schema.compiled().validate(structured).is_err() {
                         // A server bug, not the caller's: never send output that breaks the contract.
                         return Err(McpError::internal(format!(
                             "Internal error: tool {name} produced output that does not match its outputSchema"

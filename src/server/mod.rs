@@ -365,8 +365,8 @@ impl McpServer {
         self.tools.push(ToolEntry {
             name,
             listing_json,
-            input_schema: schema::CompiledSchema::new(&input_schema),
-            output_schema: output_schema.as_ref().map(schema::CompiledSchema::new),
+            input_schema: schema::LazySchema::new(input_schema),
+            output_schema: output_schema.map(schema::LazySchema::new),
             header_params,
             task_support,
             input_before_task,

@@ -156,9 +156,9 @@ pub(crate) struct ToolEntry {
     /// The tool's definition serialised once at registration: `tools/list` splices it in as is.
     pub listing_json: String,
     /// What arguments are checked against (the listing shows the JSON).
-    pub input_schema: super::schema::CompiledSchema,
+    pub input_schema: super::schema::LazySchema,
     /// What a result's `structuredContent` is checked against.
-    pub output_schema: Option<super::schema::CompiledSchema>,
+    pub output_schema: Option<super::schema::LazySchema>,
     pub header_params: Vec<HeaderParam>,
     pub task_support: TaskSupport,
     pub input_before_task: bool,
