@@ -230,20 +230,20 @@ impl RedisJobStore {
         job_id: &str,
         now: u64,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let raw = self.mutate_raw(script, owner, job_id, now, None, None).await?;
+        let raw = self.mutate_raw(script, owner, job_id, now, None).await?;
         raw.map(|raw| parse(&raw)).transpose()
     }
 
-    /// Runs a mutating script; its answer, unparsed. `extra` is the advance's expected step
-    /// count, and `entry` the stream entry it settles.
+    /// Runs a mutating script; its answer, unparsed. `advance` is what only the advance script
+    /// takes: the expected step count (`ARGV[5]`) and the stream entry it may settle (`KEYS[5]`,
+    /// `ARGV[6..7]`), which therefore never comes without the count.
     async fn mutate_raw(
         &self,
         script: &Script,
         owner: &str,
         job_id: &str,
         now: u64,
-        extra: Option<u32>,
-        entry: Option<StreamEntry<'_>>,
+        advance: Option<(u32, Option<StreamEntry<'_>>)>,
     ) -> Result<Option<String>, StoreError> {
         let owner = Self::owner_part(owner);
         let mut invocation = script.key(self.job_key(&owner, job_id));
@@ -255,11 +255,11 @@ impl RedisJobStore {
             .arg(Self::index_member(&owner, job_id))
             .arg(now)
             .arg(JOB_RETENTION_MS);
-        if let Some(extra) = extra {
-            invocation.arg(extra);
-        }
-        if let Some(entry) = entry {
-            invocation.key(entry.target.stream).arg(entry.group).arg(entry.id);
+        if let Some((expected, entry)) = advance {
+            invocation.arg(expected);
+            if let Some(entry) = entry {
+                invocation.key(entry.target.stream).arg(entry.group).arg(entry.id);
+            }
         }
         invocation.invoke_async(&mut self.redis.connection()).await.map_err(store_error)
     }
@@ -274,7 +274,7 @@ impl RedisJobStore {
     ) -> Result<Option<Advanced>, StoreError> {
         // The script marks a record it changed with a leading `A`; a record it only read
         // (the step was applied already, or the job is over) comes back as it is.
-        let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some(expected), entry).await?;
+        let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some((expected, entry))).await?;
         raw.map(|raw| match raw.strip_prefix('A') {
             Some(changed) => parse(changed).map(|record| Advanced { record, applied: true }),
             None => parse(&raw).map(|record| Advanced { record, applied: false }),

@@ -202,6 +202,23 @@ async fn a_submit_while_redis_is_down_is_a_clear_error() {
     let refused = world.jobs(&queue).submit(&world.alice, 1, None).await.unwrap_err();
     assert!(refused.starts_with("job store unavailable: connection failed"), "{refused}");
     assert!(!refused.contains("127.0.0.1") && !refused.contains(queue.stream_key()), "no address or key: {refused}");
+    // A delivery's settling step on that connection: an error, never a settled entry.
+    let entry = StreamEntry {
+        target: StreamTarget { redis: &world.redis, stream: queue.stream_key(), max_len: 10 },
+        group: STREAM_CONSUMER_GROUP,
+        id: "1-0",
+    };
+    let settling = world.store.advance_settling("sub:alice", "AAAAAAAAAAAAAAAAAAAAAA", 0, now(), entry);
+    let error = settling.expect("same connection: one script").await.unwrap_err();
+    assert!(error.message().starts_with("job store unavailable: connection failed"), "{}", error.message());
+    let message = JobMessage {
+        job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+        owner_id: "sub:alice".into(),
+        steps: 1,
+        traceparent: None,
+    };
+    let sink = Arc::new(MemorySink::default());
+    assert!(world.consumer(&queue, Duration::ZERO, &sink).run_settling(&message, Some(entry)).await.is_err());
 }
 
 /// A stream reached through another connection (it could be another server) is published to on
