@@ -1,7 +1,11 @@
 //! The response body of every route: a buffered payload, or an SSE stream fed by a channel.
 //!
-//! When the client goes away hyper drops the body; the stream variant then aborts the task
-//! producing it, which is how closing an SSE stream cancels the handler.
+//! A stream's body owns the work producing it and polls that work itself, then writes everything
+//! the work has sent by then as one chunk. No task is woken per event, and a burst of
+//! notifications followed by the result is one write, which matters where the connection does
+//! not set `TCP_NODELAY` (`vercel_runtime`'s): there each later small write waited for the
+//! client's delayed ACK. When the client goes away hyper drops the body, and the work with it,
+//! which is how closing an SSE stream cancels the handler.
 //!
 //! It sits low (it needs only the protocol's bytes) so that every part that answers HTTP, the
 //! security checks and the queue consumer included, can build a response without the transport.
@@ -9,10 +13,11 @@
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use sync_wrapper::SyncWrapper;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
 use serde_json::Value;
 
@@ -91,13 +96,20 @@ pub struct Body {
     outcome: Option<ResponseOutcome>,
 }
 
+/// The work feeding a stream: it sends its events into the stream's channel and ends after
+/// sending the final response. The body polls it (see the module's comment).
+pub(crate) type Producer = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 enum Kind {
     Full(Option<Bytes>),
     Stream {
         events: mpsc::Receiver<StreamEvent>,
         first: Option<StreamEvent>,
         done: bool,
-        producer: Option<AbortHandle>,
+        // `None` once it has finished. `SyncWrapper` because a body must be `Sync`
+        // (`vercel_runtime` boxes it as a `BoxBody`) and a future need not be; it is only ever
+        // reached through `&mut`.
+        producer: Option<SyncWrapper<Producer>>,
     },
 }
 
@@ -114,9 +126,9 @@ impl Body {
     }
 
     /// An SSE stream: `first` (already received) and then whatever `events` yields, up to and
-    /// including the final response. Dropping the body aborts `producer`.
-    pub(crate) fn sse(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<AbortHandle>) -> Self {
-        Self::of(Kind::Stream { events, first: Some(first), done: false, producer })
+    /// including the final response, while the body polls `producer` (unless it has finished).
+    pub(crate) fn sse(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<Producer>) -> Self {
+        Self::of(Kind::Stream { events, first: Some(first), done: false, producer: producer.map(SyncWrapper::new) })
     }
 
     fn of(kind: Kind) -> Self {
@@ -147,30 +159,26 @@ impl Body {
     }
 }
 
-impl Drop for Body {
-    fn drop(&mut self) {
-        if let Kind::Stream { producer: Some(producer), .. } = &self.kind {
-            producer.abort();
+/// Appends one event's SSE frame to a chunk. Data is compact JSON, so it never contains a raw
+/// newline. Returns whether the event ends the stream (the final response does).
+fn frame_into(chunk: &mut Vec<u8>, event: StreamEvent) -> bool {
+    let serialised;
+    let json = match &event {
+        StreamEvent::KeepAlive => {
+            chunk.extend_from_slice(b": keep-alive\n\n");
+            return false;
         }
-    }
-}
-
-/// Frames one event as SSE. Data is compact JSON, so it never contains a raw newline.
-pub(crate) fn frame(event: &StreamEvent) -> Bytes {
-    match event {
-        StreamEvent::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
-        StreamEvent::Notification(json) => frame_json(json),
-        StreamEvent::ClientRequest { message } => frame_json(&serde_json::to_vec(message).expect("values serialise")),
-        StreamEvent::Response(last) => frame_json(&last.body),
-    }
-}
-
-fn frame_json(json: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(json.len() + 24);
-    out.extend_from_slice(b"event: message\ndata: ");
-    out.extend_from_slice(json);
-    out.extend_from_slice(b"\n\n");
-    out.into()
+        StreamEvent::Notification(json) => json,
+        StreamEvent::ClientRequest { message } => {
+            serialised = serde_json::to_vec(message).expect("values serialise");
+            &serialised
+        }
+        StreamEvent::Response(last) => &last.body,
+    };
+    chunk.extend_from_slice(b"event: message\ndata: ");
+    chunk.extend_from_slice(json);
+    chunk.extend_from_slice(b"\n\n");
+    matches!(event, StreamEvent::Response(_))
 }
 
 impl http_body::Body for Body {
@@ -180,26 +188,40 @@ impl http_body::Body for Body {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match &mut self.kind {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Stream { events, first, done, .. } => {
+            Kind::Stream { events, first, done, producer } => {
                 if *done {
                     return Poll::Ready(None);
                 }
-                let event = match first.take() {
-                    Some(event) => event,
-                    None => match events.poll_recv(cx) {
-                        Poll::Ready(Some(event)) => event,
-                        Poll::Ready(None) => {
-                            *done = true;
-                            return Poll::Ready(None);
-                        }
-                        Poll::Pending => return Poll::Pending,
-                    },
-                };
-                if matches!(event, StreamEvent::Response(_)) {
-                    // The final response ends the stream.
-                    *done = true;
+                // The work runs first, so what it sends now goes out in this chunk.
+                if let Some(work) = producer {
+                    if work.get_mut().as_mut().poll(cx).is_ready() {
+                        *producer = None;
+                    }
                 }
-                Poll::Ready(Some(Ok(Frame::data(frame(&event)))))
+                let mut chunk = Vec::new();
+                if let Some(event) = first.take() {
+                    *done = frame_into(&mut chunk, event);
+                }
+                // Everything already sent, up to the final response. The channel's capacity
+                // bounds a chunk: a producer that fills it waits for this read, which wakes it.
+                while !*done {
+                    match events.poll_recv(cx) {
+                        Poll::Ready(Some(event)) => *done = frame_into(&mut chunk, event),
+                        Poll::Ready(None) => {
+                            // The work ended without a final response (it cannot, short of a
+                            // bug): end the stream after what was read.
+                            *done = true;
+                            if chunk.is_empty() {
+                                return Poll::Ready(None);
+                            }
+                        }
+                        Poll::Pending => break,
+                    }
+                }
+                if chunk.is_empty() {
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(Frame::data(chunk.into()))))
             }
         }
     }
@@ -217,5 +239,153 @@ impl http_body::Body for Body {
             Kind::Full(None) => SizeHint::with_exact(0),
             Kind::Stream { .. } => SizeHint::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Wake, Waker};
+    use tokio::sync::oneshot;
+
+    /// A waker that records that it was woken.
+    struct Woken(AtomicBool);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl Woken {
+        fn new() -> (Arc<Self>, Waker) {
+            let woken = Arc::new(Self(AtomicBool::new(false)));
+            (woken.clone(), Waker::from(woken))
+        }
+
+        fn take(&self) -> bool {
+            self.0.swap(false, Ordering::SeqCst)
+        }
+    }
+
+    fn notification(n: u32) -> StreamEvent {
+        StreamEvent::Notification(format!("{{\"n\":{n}}}").into_bytes())
+    }
+
+    fn last() -> StreamEvent {
+        StreamEvent::Response(FinalResponse {
+            status: http::StatusCode::OK,
+            body: b"{\"id\":1}".to_vec(),
+            outcome: ResponseOutcome::Ok,
+        })
+    }
+
+    fn frames(numbers: impl IntoIterator<Item = u32>) -> String {
+        numbers.into_iter().map(|n| format!("event: message\ndata: {{\"n\":{n}}}\n\n")).collect()
+    }
+
+    const LAST: &str = "event: message\ndata: {\"id\":1}\n\n";
+
+    /// One `poll_frame`, its chunk as text.
+    fn poll(body: &mut Body, waker: &Waker) -> Poll<Option<String>> {
+        let mut cx = Context::from_waker(waker);
+        Pin::new(body)
+            .poll_frame(&mut cx)
+            .map(|frame| frame.map(|f| String::from_utf8(f.unwrap().into_data().unwrap().to_vec()).unwrap()))
+    }
+
+    #[test]
+    fn what_the_work_sends_in_one_poll_goes_out_as_one_chunk() {
+        let (tx, rx) = mpsc::channel(64);
+        let work: Producer = Box::pin(async move {
+            for n in 2..=3 {
+                tx.send(notification(n)).await.unwrap();
+            }
+            tx.send(last()).await.unwrap();
+        });
+        let mut body = Body::sse(notification(1), rx, Some(work));
+        let (_, waker) = Woken::new();
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=3) + LAST)));
+        assert!(body.is_end_stream(), "the final response ends the stream");
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(None));
+    }
+
+    #[test]
+    fn an_event_goes_out_before_the_work_waits_and_the_work_wakes_the_body() {
+        let (tx, rx) = mpsc::channel(64);
+        let (go, wait) = oneshot::channel::<()>();
+        let work: Producer = Box::pin(async move {
+            tx.send(notification(2)).await.unwrap();
+            wait.await.unwrap();
+            tx.send(last()).await.unwrap();
+        });
+        let mut body = Body::sse(notification(1), rx, Some(work));
+        let (woken, waker) = Woken::new();
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))), "not held back for the rest");
+        assert_eq!(poll(&mut body, &waker), Poll::Pending);
+        assert!(!woken.take());
+        go.send(()).unwrap();
+        assert!(woken.take(), "what the work waits on wakes the body's task");
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(LAST.to_owned())));
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(None));
+    }
+
+    #[test]
+    fn work_that_fills_the_channel_is_woken_by_the_read_and_nothing_is_lost_or_reordered() {
+        let (tx, rx) = mpsc::channel(4);
+        let work: Producer = Box::pin(async move {
+            for n in 2..=40 {
+                tx.send(notification(n)).await.unwrap();
+            }
+            tx.send(last()).await.unwrap();
+        });
+        let mut body = Body::sse(notification(1), rx, Some(work));
+        let (woken, waker) = Woken::new();
+        let (mut streamed, mut chunks) = (String::new(), 0);
+        for _ in 0..100 {
+            match poll(&mut body, &waker) {
+                Poll::Ready(Some(chunk)) => {
+                    assert!(chunk.matches("event:").count() <= 5, "a chunk is bounded by the channel: {chunk}");
+                    streamed += &chunk;
+                    chunks += 1;
+                }
+                Poll::Ready(None) => break,
+                Poll::Pending => assert!(woken.take(), "pending only with a wake-up on its way"),
+            }
+        }
+        assert_eq!(streamed, frames(1..=40) + LAST);
+        assert!(chunks >= 8, "{chunks} chunks for 41 events through a channel of 4");
+    }
+
+    #[test]
+    fn dropping_the_body_drops_its_work() {
+        let (tx, rx) = mpsc::channel(4);
+        let (alive, mut dropped) = oneshot::channel::<()>();
+        let work: Producer = Box::pin(async move {
+            let _alive = alive;
+            tx.send(notification(2)).await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let mut body = Body::sse(notification(1), rx, Some(work));
+        let (_, waker) = Woken::new();
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))));
+        assert_eq!(dropped.try_recv(), Err(oneshot::error::TryRecvError::Empty), "the work is still running");
+        drop(body);
+        assert_eq!(dropped.try_recv(), Err(oneshot::error::TryRecvError::Closed), "and is gone with the body");
+    }
+
+    #[test]
+    fn work_that_ends_without_a_final_response_ends_the_stream_after_what_it_sent() {
+        let (tx, rx) = mpsc::channel(4);
+        let work: Producer = Box::pin(async move {
+            tx.send(notification(2)).await.unwrap();
+        });
+        let mut body = Body::sse(notification(1), rx, Some(work));
+        let (_, waker) = Woken::new();
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))));
+        assert_eq!(poll(&mut body, &waker), Poll::Ready(None));
     }
 }

@@ -8,7 +8,8 @@ and list50 its `target/release/local` will do: progress10 is a perf_server tool)
 `target/release/examples/floor` (scripts/perf.sh builds it). submit+poll needs Redis at
 REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
 its own, deleted at the end. Environment: CONNECTIONS
-(64), ROUNDS (3), PERF_SECONDS (4). Needs wrk."""
+(64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves both builds through the
+`vercel_runtime` edge, as api/mcp.rs does). Needs wrk."""
 import json, os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
@@ -27,7 +28,7 @@ requests = {
     "progress10": ("tools/call", {"name": "progress10", "arguments": {}, "_meta": dict(run.META, progressToken="p")}, "progress10"),
 }
 probe = lambda port: run.post(port, "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": run.META}, name="echo")
-env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef"}
+env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "PERF_EDGE": os.environ.get("PERF_EDGE", "local")}
 jobs = workload == "submit+poll"
 if jobs:
     # The harness's settings: no simulated work per step, and caps no run reaches.

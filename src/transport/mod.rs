@@ -21,7 +21,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-use crate::body::{FinalResponse, ResponseOutcome, StreamEvent};
+use crate::body::{FinalResponse, Producer, ResponseOutcome, StreamEvent};
 use crate::observe::RequestRecord;
 use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
@@ -446,12 +446,8 @@ pub(crate) fn error_reply(id: Option<&RequestId>, error: &McpError) -> FinalResp
     }
 }
 
-fn sse_response(
-    first: StreamEvent,
-    events: mpsc::Receiver<StreamEvent>,
-    producer: tokio::task::AbortHandle,
-) -> Response<Body> {
-    let mut response = Response::new(Body::sse(first, events, Some(producer)));
+fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<Producer>) -> Response<Body> {
+    let mut response = Response::new(Body::sse(first, events, producer));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
@@ -459,9 +455,11 @@ fn sse_response(
     response
 }
 
-/// Runs `work` on its own task with a stream outlet. If the first thing it produces is the
-/// final response, that goes out as plain JSON; if a notification comes first, the response
-/// becomes an SSE stream carrying everything in order. Dropping the response aborts the task.
+/// Runs `work` with a stream outlet until it produces something. If that is the final response,
+/// it goes out as plain JSON; if a notification comes first, the response becomes an SSE stream
+/// carrying everything in order, and its body goes on polling `work` (see [`crate::body`]), so
+/// dropping the response drops the work. On Vercel the work keeps the request's log sink, so
+/// what it logs while streaming stays tagged with its request.
 pub(crate) async fn respond_streaming<F>(work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F) -> Response<Body>
 where
     F: std::future::Future<Output = FinalResponse> + Send + 'static,
@@ -470,13 +468,21 @@ where
     let (tx, mut rx) = mpsc::channel(64);
     // A combinator, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
-    let task = tokio::spawn(work(tx.clone()).then(move |last| async move {
+    let work = work(tx.clone()).then(move |last| async move {
         let _ = tx.send(StreamEvent::Response(last)).await;
-    }));
-    let producer = task.abort_handle();
-    match rx.recv().await {
+    });
+    let mut producer: Producer = crate::observe::keeping_request_sink(work);
+    let mut running = true;
+    let first = std::future::poll_fn(|cx| {
+        if running && producer.as_mut().poll(cx).is_ready() {
+            running = false;
+        }
+        rx.poll_recv(cx)
+    })
+    .await;
+    match first {
         Some(StreamEvent::Response(last)) => json_response(last),
-        Some(first) => sse_response(first, rx, producer),
+        Some(first) => sse_response(first, rx, running.then_some(producer)),
         None => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
 }

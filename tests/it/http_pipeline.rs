@@ -339,6 +339,9 @@ async fn progress_and_logs_stream_as_sse_only_when_asked() {
     assert_eq!(levels, ["info", "error"], "only at or above the requested level");
     assert_eq!(events.last().unwrap()["id"], 2, "the response ends the stream");
     assert!(!streamed.text().contains("\nid:"), "no resumable event ids");
+    // The handler sent both notifications and its result without waiting on anything, so the
+    // body found all three at once: one chunk, one write (no write left waiting on Nagle).
+    assert_eq!(streamed.chunks, Some(1), "{}", streamed.text());
 }
 
 #[tokio::test]

@@ -143,6 +143,9 @@ pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// How many chunks carried a chunked body (`None` when it was not chunked): how many writes
+    /// of the body the server made.
+    pub chunks: Option<usize>,
 }
 
 impl Reply {
@@ -273,21 +276,26 @@ fn parse(raw: &[u8]) -> Reply {
     let headers: Vec<(String, String)> =
         lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
     let mut body = raw[split + 4..].to_vec();
+    let mut chunks = None;
     if headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
-        body = dechunk(&body);
+        let (whole, count) = dechunk(&body);
+        (body, chunks) = (whole, Some(count));
     }
-    Reply { status, headers, body }
+    Reply { status, headers, body, chunks }
 }
 
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+/// A chunked body's bytes, and how many chunks carried them.
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
+    let mut chunks = 0;
     loop {
         let line_end = raw.windows(2).position(|w| w == b"\r\n").unwrap();
         let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap().trim(), 16).unwrap();
         raw = &raw[line_end + 2..];
         if size == 0 {
-            return out;
+            return (out, chunks);
         }
+        chunks += 1;
         out.extend_from_slice(&raw[..size]);
         raw = &raw[size + 2..];
     }
