@@ -35,19 +35,6 @@ pub async fn with_request_sink<F: std::future::Future>(sink: Arc<dyn LogSink>, f
     REQUEST_SINK.scope(sink, future).await
 }
 
-/// Boxes `future` (work a request's response goes on doing after its head is sent: an SSE
-/// stream's producer) so that, polled from wherever, it logs to the sink of the request being
-/// served now, if there is one.
-pub fn keeping_request_sink<F>(future: F) -> std::pin::Pin<Box<dyn std::future::Future<Output = F::Output> + Send>>
-where
-    F: std::future::Future + Send + 'static,
-{
-    match REQUEST_SINK.try_with(Arc::clone) {
-        Ok(sink) => Box::pin(REQUEST_SINK.scope(sink, future)),
-        Err(_) => Box::pin(future),
-    }
-}
-
 /// Lines to standard error, each in one `write` and without std's lock on stderr: every worker
 /// logs a line per request, and two lines meeting on that lock cost a futex sleep and wake-up
 /// (0.63 futex calls a request at 64 connections, measured with `strace -c -f`). One `write` of at

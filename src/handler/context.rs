@@ -3,6 +3,10 @@
 //! There is no ambient "current request": the principal, the declared client capabilities,
 //! the MRTR answers and the notification outlet all arrive in this value, so two concurrent
 //! requests on one instance can never see each other's data.
+//!
+//! A client that goes away cancels its handler by the handler's future being dropped (the
+//! response, JSON or SSE, owns it): code after the pending `.await` never runs, so what a handler
+//! must release goes in a `Drop` guard.
 
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex};
@@ -186,14 +190,5 @@ impl RequestContext {
     /// Announces a change to every `subscriptions/listen` stream that asked for it.
     pub fn publish_change(&self, event: ChangeEvent) {
         self.bus.publish(event);
-    }
-
-    /// Resolves when the client has gone away (its stream closed). Never resolves for JSON
-    /// responses, whose cancellation is the transport dropping the handler future.
-    pub async fn cancelled(&self) {
-        match &self.outbox {
-            Some(outbox) => outbox.closed().await,
-            None => std::future::pending().await,
-        }
     }
 }

@@ -42,7 +42,7 @@ impl Default for ListenCaps {
 
 /// The open listen streams of this instance, counted per principal. A slot is taken before a
 /// stream opens and given back when it ends, however it ends (the guard is dropped with the
-/// stream's task).
+/// stream's work, which the response body owns).
 #[derive(Debug, Default)]
 pub struct ListenSlots {
     open: std::sync::Mutex<(usize, std::collections::HashMap<String, usize>)>,

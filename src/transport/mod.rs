@@ -458,20 +458,28 @@ fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, produce
 /// Runs `work` with a stream outlet until it produces something. If that is the final response,
 /// it goes out as plain JSON; if a notification comes first, the response becomes an SSE stream
 /// carrying everything in order, and its body goes on polling `work` (see [`crate::body`]), so
-/// dropping the response drops the work. On Vercel the work keeps the request's log sink, so
-/// what it logs while streaming stays tagged with its request.
-pub(crate) async fn respond_streaming<F>(work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F) -> Response<Body>
+/// dropping the response drops the work. A panic in `work` (outside the handler, which
+/// [`execute`] already contains) ends the response with `-32603` and a correlation id, as a
+/// handler's would: the body is polled by hyper's connection, which must not unwind.
+pub(crate) async fn respond_streaming<F>(
+    app: &Arc<App>,
+    request_id: &Arc<str>,
+    id: &RequestId,
+    work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F,
+) -> Response<Body>
 where
     F: std::future::Future<Output = FinalResponse> + Send + 'static,
 {
     use futures_util::FutureExt;
     let (tx, mut rx) = mpsc::channel(64);
-    // A combinator, not an `async` block awaiting `work`'s future: that would hold the future
+    let (app, request_id, id) = (app.clone(), request_id.clone(), id.clone());
+    // Combinators, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
-    let work = work(tx.clone()).then(move |last| async move {
+    let work = crate::server::catch_unwind(work(tx.clone())).then(move |outcome| async move {
+        let last = outcome.unwrap_or_else(|_| error_reply(Some(&id), &contained_panic(&app, &request_id)));
         let _ = tx.send(StreamEvent::Response(last)).await;
     });
-    let mut producer: Producer = crate::observe::keeping_request_sink(work);
+    let mut producer: Producer = Box::pin(work);
     let mut running = true;
     let first = std::future::poll_fn(|cx| {
         if running && producer.as_mut().poll(cx).is_ready() {
@@ -483,6 +491,7 @@ where
     match first {
         Some(StreamEvent::Response(last)) => json_response(last),
         Some(first) => sse_response(first, rx, running.then_some(producer)),
+        // The work always ends by sending its response, and `rx` is still here to take it.
         None => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
 }
@@ -536,13 +545,17 @@ pub(crate) fn catch_panic<'a, T>(
     use futures_util::FutureExt;
     crate::server::catch_unwind(future).map(move |outcome| match outcome {
         Ok(result) => result,
-        Err(_) => {
-            let location = crate::observe::take_panic_location();
-            app.logger.event("error", "panic", serde_json::json!({ "requestId": request_id, "location": location }));
-            Err(McpError::internal(format!("Internal error (correlation id {request_id})"))
-                .with_data(serde_json::json!({ "correlationId": request_id })))
-        }
+        Err(_) => Err(contained_panic(app, request_id)),
     })
+}
+
+/// Logs a contained panic (where it happened, never its message) and returns the `-32603` the
+/// client gets, which carries only the correlation id.
+fn contained_panic(app: &App, request_id: &str) -> McpError {
+    let location = crate::observe::take_panic_location();
+    app.logger.event("error", "panic", serde_json::json!({ "requestId": request_id, "location": location }));
+    McpError::internal(format!("Internal error (correlation id {request_id})"))
+        .with_data(serde_json::json!({ "correlationId": request_id }))
 }
 
 /// Executes a request on the server with panics contained ([`catch_panic`]). The future is boxed

@@ -90,14 +90,15 @@ pub(super) async fn handle(
             Ok(slot) => slot,
             Err(error) => return error_response(Some(&id), &error),
         };
-        let app = app.clone();
-        return respond_streaming(move |outbox| async move {
-            // Held for as long as the stream's task lives: its end, or its abort, frees the slot.
+        let (served, result_id) = (app.clone(), id.clone());
+        return respond_streaming(app, &request_id, &id, move |outbox| async move {
+            // Held for as long as the stream's work lives: its end, or the response being
+            // dropped, frees the slot.
             let _slot = slot;
             ctx.outbox = Some(outbox);
-            let body = match app.server.listen(&ctx, filter, app.listen).await {
-                Some(mut result) => finish(&app.server, &id, &mut result),
-                // The client left: nothing to send.
+            let body = match served.server.listen(&ctx, filter, served.listen).await {
+                Some(mut result) => finish(&served.server, &result_id, &mut result),
+                // The outlet closed: nothing to send.
                 None => Vec::new(),
             };
             FinalResponse { status: StatusCode::OK, body, outcome: ResponseOutcome::Ok }
@@ -109,10 +110,10 @@ pub(super) async fn handle(
     if !streams {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
-    let app = app.clone();
-    respond_streaming(move |outbox| async move {
+    let (served, served_id) = (app.clone(), request_id.clone());
+    respond_streaming(app, &request_id, &id, move |outbox| async move {
         ctx.outbox = Some(outbox);
-        run(&app, &request_id, ctx, &method, &params).await
+        run(&served, &served_id, ctx, &method, &params).await
     })
     .await
 }
@@ -379,6 +380,43 @@ mod tests {
 
     fn code(meta: Value) -> Option<(i32, StatusCode)> {
         check(&app(), &headers("tools/list"), "tools/list", &mut params(meta)).err().map(|e| (e.code.0, e.status))
+    }
+
+    /// What runs around a streaming handler (serialising its result, a listen loop) is polled by
+    /// the response, not by a task: a panic there ends the response with `-32603` and the
+    /// correlation id, before the head (as JSON) or after it (as the stream's last event).
+    #[tokio::test]
+    async fn a_panic_in_a_streams_work_ends_its_response_with_an_internal_error() {
+        let app = Arc::new(app());
+        let request_id: Arc<str> = Arc::from("r-9");
+        let id = RequestId::from_value(json!(9)).unwrap();
+        let before_head = super::super::respond_streaming(&app, &request_id, &id, |_outbox| async move {
+            panic!("around the handler");
+        })
+        .await;
+        assert_eq!(before_head.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let reply: Value = serde_json::from_slice(&before_head.into_body().collect().await).unwrap();
+        assert_eq!((reply["id"].clone(), reply["error"]["code"].clone()), (json!(9), json!(-32603)));
+        assert_eq!(reply["error"]["data"]["correlationId"], "r-9");
+
+        let after_head = super::super::respond_streaming(&app, &request_id, &id, |outbox| async move {
+            let first = crate::protocol::jsonrpc::notification("notifications/progress", &json!({"progress": 1}));
+            outbox.send(crate::body::StreamEvent::Notification(first)).await.unwrap();
+            tokio::task::yield_now().await;
+            panic!("around the handler, later");
+        })
+        .await;
+        assert!(after_head.body().is_stream());
+        let streamed = String::from_utf8(after_head.into_body().collect().await.to_vec()).unwrap();
+        let events: Vec<Value> = streamed
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(events.len(), 2, "{streamed}");
+        assert_eq!(events[0]["method"], "notifications/progress");
+        assert_eq!((events[1]["id"].clone(), events[1]["error"]["code"].clone()), (json!(9), json!(-32603)));
+        assert_eq!(events[1]["error"]["data"]["correlationId"], "r-9");
     }
 
     #[tokio::test]

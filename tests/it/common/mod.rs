@@ -143,8 +143,8 @@ pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
-    /// How many chunks carried a chunked body (`None` when it was not chunked): how many writes
-    /// of the body the server made.
+    /// How many chunks carried a chunked body (`None` when it was not chunked): how many frames
+    /// the server's body yielded, since hyper sends each data frame as a chunk.
     pub chunks: Option<usize>,
 }
 
