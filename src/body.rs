@@ -175,11 +175,25 @@ fn frame_into(chunk: &mut Vec<u8>, event: StreamEvent) -> bool {
         }
         StreamEvent::Response(last) => &last.body,
     };
-    chunk.extend_from_slice(b"event: message\ndata: ");
+    let framed = DATA_PREFIX.len() + json.len() + DATA_SUFFIX.len();
+    if chunk.capacity() == 0 {
+        // A chunk usually carries a burst (ten notifications and a result are ≈ 2 KB): room for
+        // one up front, rather than growing the buffer and copying it at each doubling.
+        chunk.reserve(framed.max(CHUNK_START));
+    }
+    chunk.reserve(framed);
+    chunk.extend_from_slice(DATA_PREFIX);
     chunk.extend_from_slice(json);
-    chunk.extend_from_slice(b"\n\n");
+    chunk.extend_from_slice(DATA_SUFFIX);
     matches!(event, StreamEvent::Response(_))
 }
+
+/// What an SSE frame puts before and after its JSON.
+const DATA_PREFIX: &[u8] = b"event: message\ndata: ";
+const DATA_SUFFIX: &[u8] = b"\n\n";
+
+/// The first allocation of a chunk that has something to carry.
+const CHUNK_START: usize = 4096;
 
 impl http_body::Body for Body {
     type Data = Bytes;
