@@ -516,10 +516,21 @@ pub async fn redis_span<T, E>(
     operation: &'static str,
     future: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
+    database_span("redis", operation, future).await
+}
+
+/// Runs one database call as a CLIENT span named `{system} {operation}` (`postgresql
+/// products.by_id`) under the span current in this task, if there is one; a failure marks it.
+/// The operation is a fixed name chosen by the caller: never the statement or its values.
+pub async fn database_span<T, E>(
+    system: &'static str,
+    operation: &'static str,
+    future: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     let current = Context::current();
     let Some(telemetry) = current.get::<Telemetry>() else { return future.await };
-    let attributes = vec![KeyValue::new("db.system.name", "redis"), KeyValue::new("db.operation.name", operation)];
-    let span = telemetry.start(format!("redis {operation}"), SpanKind::Client, Some(&current), None, attributes);
+    let attributes = vec![KeyValue::new("db.system.name", system), KeyValue::new("db.operation.name", operation)];
+    let span = telemetry.start(format!("{system} {operation}"), SpanKind::Client, Some(&current), None, attributes);
     let outcome = future.await;
     if outcome.is_err() {
         span.fail("store_error");

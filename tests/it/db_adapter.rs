@@ -342,3 +342,58 @@ async fn the_query_log_line_carries_no_argument_value() {
     assert!(queries[0]["category"].as_str().is_some_and(|d| !d.is_empty()), "a digest stands for the category");
     assert_eq!(queries[1]["query"], "selectById");
 }
+
+/// With tracing on, each PostgreSQL query is a CLIENT span under the tool call that ran it, named
+/// after its operation; the category asked for (a value) is in no span, and a query that fails
+/// (the server unreachable) marks its span.
+#[tokio::test]
+async fn postgres_queries_are_client_spans_under_their_tool_call_without_their_values() {
+    schema().await;
+    let (endpoint, received) = crate::telemetry::receiver().await;
+    let vars: std::collections::HashMap<&str, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        // The test receiver checks that configured headers are sent.
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
+        ("MCP_STATE_SECRET", "db-spans=0123456789abcdef0123456789abcdef".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let parts = Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let reachable = PostgresProducts::new(&reader_url()).expect("TEST_DATABASE_URL parses");
+    let unreachable =
+        PostgresProducts::new(&format!("postgres://mcp_products_reader@127.0.0.1:{closed_port}/test")).unwrap();
+    let mut server = McpServer::new(db_adapter::SERVER_NAME, "0.1.0");
+    db_adapter::register(
+        &mut server,
+        Arc::new(DbAdapter::new(Arc::new(reachable), Arc::new(RecordingQueryLog::default()))),
+    );
+    let mut down = McpServer::new(db_adapter::SERVER_NAME, "0.1.0");
+    db_adapter::register(
+        &mut down,
+        Arc::new(DbAdapter::new(Arc::new(unreachable), Arc::new(RecordingQueryLog::default()))),
+    );
+    let options = vercel_mcp::client::ClientOptions::default();
+    let client = vercel_mcp::testing::client_with(server, &parts, options.clone()).await;
+    let listed = client.call_tool("get_products_by_category", json!({"category": "gadgets-7f2c"})).await.unwrap();
+    assert!(!listed.is_error, "{listed:?}");
+    let failing = vercel_mcp::testing::client_with(down, &parts, options).await;
+    let refused = failing.call_tool("list_categories", json!({})).await.unwrap();
+    assert!(refused.is_error, "the database is down: {refused:?}");
+    parts.telemetry.flush().await;
+
+    let received = received.lock().unwrap();
+    let named = |name: &str| received.spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let [query] = named("postgresql products.by_category")[..] else { panic!("one query span") };
+    let [tool] = named("execute_tool get_products_by_category")[..] else { panic!("one tool span") };
+    assert_eq!((query.parent_span_id.clone(), query.trace_id.clone()), (tool.span_id.clone(), tool.trace_id.clone()));
+    assert_eq!(query.kind, 3, "CLIENT");
+    let attributes = crate::telemetry::attributes(query);
+    assert_eq!(attributes["db.system.name"], "postgresql");
+    assert_eq!(attributes["db.operation.name"], "products.by_category");
+    assert!(query.status.as_ref().is_none_or(|s| s.code != 2), "a query that worked is not an error");
+    let [failed] = named("postgresql products.categories")[..] else { panic!("one failed query span") };
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(2), "status ERROR");
+    let everything = format!("{:?}", received.spans);
+    assert!(!everything.contains("gadgets-7f2c"), "a value reached a span");
+}

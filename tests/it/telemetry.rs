@@ -84,7 +84,7 @@ fn text(value: &Any) -> Option<String> {
     }
 }
 
-fn attributes(span: &Span) -> HashMap<String, String> {
+pub(crate) fn attributes(span: &Span) -> HashMap<String, String> {
     span.attributes.iter().filter_map(|a| Some((a.key.clone(), text(a.value.as_ref()?.value.as_ref()?)?))).collect()
 }
 

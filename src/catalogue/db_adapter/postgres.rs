@@ -93,16 +93,22 @@ impl PostgresProducts {
         Ok(client)
     }
 
+    /// Runs one of the fixed statements; with tracing on it is a CLIENT span named after
+    /// `operation` (the statement's values never reach a span).
     async fn query(
         &self,
+        operation: &'static str,
         statement: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, DbError> {
-        let client = self.client().await?;
-        tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
-            .await
-            .map_err(|_| DbError::Unavailable("product database unavailable (statement timed out)".into()))?
-            .map_err(|e| unavailable(&e))
+        crate::telemetry::database_span("postgresql", operation, async {
+            let client = self.client().await?;
+            tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
+                .await
+                .map_err(|_| DbError::Unavailable("product database unavailable (statement timed out)".into()))?
+                .map_err(|e| unavailable(&e))
+        })
+        .await
     }
 
     async fn write(&self, write: Write) -> Result<(), DbError> {
@@ -158,18 +164,18 @@ fn product(row: &Row) -> Result<ProductRow, DbError> {
 impl ProductBackend for PostgresProducts {
     fn select_by_category<'a>(&'a self, category: &'a str, limit: u32) -> DbFuture<'a, Vec<ProductRow>> {
         Box::pin(async move {
-            let rows = self.query(BY_CATEGORY, &[&category, &i64::from(limit)]).await?;
+            let rows = self.query("products.by_category", BY_CATEGORY, &[&category, &i64::from(limit)]).await?;
             rows.iter().map(product).collect()
         })
     }
 
     fn select_by_id(&self, id: i64) -> DbFuture<'_, Option<ProductRow>> {
-        Box::pin(async move { self.query(BY_ID, &[&id]).await?.first().map(product).transpose() })
+        Box::pin(async move { self.query("products.by_id", BY_ID, &[&id]).await?.first().map(product).transpose() })
     }
 
     fn categories(&self) -> DbFuture<'_, Vec<String>> {
         Box::pin(async move {
-            let rows = self.query(CATEGORIES, &[]).await?;
+            let rows = self.query("products.categories", CATEGORIES, &[]).await?;
             rows.iter().map(|row| row.try_get(0).map_err(|e| unavailable(&e))).collect()
         })
     }
