@@ -11,6 +11,7 @@ URL is the MCP endpoint, e.g. https://<deployment>.vercel.app/api/mcp. Every req
   - a job through whatever queue the deployment runs (submit_job, get_job_status until done,
     get_job_result), so the consumer and the store are exercised, not only /api/mcp;
   - the RFC 9728 metadata at both well-known paths, naming this endpoint as the resource;
+  - a `subscriptions/listen` stream: SSE, its first event the acknowledgement (read, then closed);
   - with --token: the 401 challenge for a request without it, pointing at that metadata;
   - with --origin: the CORS preflight from that origin;
   - the official conformance suite's server scenarios that hold for any deployment of this
@@ -193,6 +194,38 @@ def check_job(endpoint: Endpoint, args: argparse.Namespace) -> str:
     return f"done in {time.monotonic() - started:.1f} s"
 
 
+def check_listen(endpoint: Endpoint, _: argparse.Namespace) -> str:
+    """subscriptions/listen opens an SSE stream whose first event acknowledges the subscription;
+    the stream stays open, so only that event is read before closing it."""
+    endpoint.next_id += 1
+    body = json.dumps({"jsonrpc": "2.0", "id": endpoint.next_id, "method": "subscriptions/listen",
+                       "params": {"notifications": {"toolsListChanged": True}, "_meta": META}}).encode()
+    headers = {**endpoint.headers, "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": PROTOCOL, "Mcp-Method": "subscriptions/listen"}
+    connection_type = http.client.HTTPSConnection if endpoint.url.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(endpoint.url.hostname, endpoint.url.port, timeout=endpoint.timeout)
+    try:
+        connection.request("POST", endpoint.url.path or "/", body=body, headers=headers)
+        reply = connection.getresponse()
+        if reply.status != 200:  # (read only then: the message is built before `expect` sees it)
+            raise CheckFailed(f"HTTP {reply.status}: {reply.read(300)!r}")
+        kind = reply.headers.get("content-type", "")
+        expect(kind.startswith("text/event-stream"), f"content-type {kind!r}")
+        received = b""
+        while b"\n\n" not in received:  # the first event ends at a blank line
+            more = reply.read1(65536)  # what has arrived, the chunked encoding undone
+            expect(more != b"", f"the stream ended before its first event: {received!r}")
+            received += more
+        lines = received.split(b"\n\n", 1)[0].decode().splitlines()
+        data = [line[5:].strip() for line in lines if line.startswith("data:")]
+        expect(len(data) == 1, f"one data line in {lines}")
+        message = json.loads(data[0])
+        expect(message.get("method") == "notifications/subscriptions/acknowledged", f"first event {message}")
+        return "acknowledged over SSE"
+    finally:
+        connection.close()
+
+
 def check_metadata(endpoint: Endpoint, _: argparse.Namespace) -> str:
     resource = None
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource" + endpoint.url.path):
@@ -348,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'ok  ' if ok else 'FAIL'} {name} ({seconds:.1f} s): {detail}", flush=True)
 
     checks = [("server/discover", check_discover), ("tools/list", check_tools), ("echo", check_echo),
-              ("job through the queue", check_job), ("protected-resource metadata", check_metadata)]
+              ("job through the queue", check_job), ("protected-resource metadata", check_metadata),
+              ("listen stream over SSE", check_listen)]
     if args.token:
         checks.append(("401 challenge without the token", check_challenge))
     if args.origin:
