@@ -431,10 +431,17 @@ thread_local! {
 /// Runs `poll` marked as handler code: a panic inside it is recorded quietly for the transport
 /// to log (the default hook would print its message, which may carry request data).
 pub fn in_handler<T>(poll: impl FnOnce() -> T) -> T {
-    let outer = IN_HANDLER.with(|flag| flag.replace(true));
-    let result = poll();
-    IN_HANDLER.with(|flag| flag.set(outer));
-    result
+    /// Puts the thread's mark back as it was, on return and on unwinding alike: handler polls
+    /// nest (a stream's work contains the handler's own), and a panic caught inside must leave
+    /// the outer one still marked.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_HANDLER.with(|flag| flag.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_HANDLER.with(|flag| flag.replace(true)));
+    poll()
 }
 
 /// Installs the panic hook: panics in handler code are recorded (location, and a literal
@@ -447,7 +454,6 @@ pub fn install_panic_hook() {
             if !IN_HANDLER.with(|flag| flag.get()) {
                 return previous(info);
             }
-            IN_HANDLER.with(|flag| flag.set(false));
             let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
             let message = match info.payload().downcast_ref::<&'static str>() {
                 Some(literal) => (*literal).to_owned(),
@@ -522,6 +528,23 @@ mod tests {
         let sink = StderrSink::to(std::fs::File::from(std::os::fd::OwnedFd::from(writer)));
         emit_from_threads(sink, 200, |i| if i % 10 == 0 { 300_000 } else { 100 });
         assert_whole(&collector.join().unwrap(), 800);
+    }
+
+    #[test]
+    fn a_panic_caught_inside_nested_handler_code_leaves_the_outer_code_quiet_and_the_thread_unmarked() {
+        install_panic_hook();
+        let outer = std::panic::catch_unwind(|| {
+            in_handler(|| {
+                let inner = std::panic::catch_unwind(|| in_handler(|| panic!("inner")));
+                assert!(inner.is_err());
+                assert!(take_panic_location().expect("recorded").ends_with(": inner"));
+                panic!("outer")
+            })
+        });
+        assert!(outer.is_err());
+        let recorded = take_panic_location().expect("the second panic was recorded quietly too");
+        assert!(recorded.ends_with(": outer"), "{recorded}");
+        assert!(!IN_HANDLER.with(|flag| flag.get()), "the thread is not left marked");
     }
 
     #[test]

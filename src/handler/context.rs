@@ -4,9 +4,9 @@
 //! the MRTR answers and the notification outlet all arrive in this value, so two concurrent
 //! requests on one instance can never see each other's data.
 //!
-//! A client that goes away cancels its handler by the handler's future being dropped (the
-//! response, JSON or SSE, owns it): code after the pending `.await` never runs, so what a handler
-//! must release goes in a `Drop` guard.
+//! A client that goes away cancels its handler by the handler's future being dropped (hyper drops
+//! the service future of a JSON call, or the body of an SSE stream, which owns it): code after the
+//! pending `.await` never runs, so what a handler must release goes in a `Drop` guard.
 
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex};

@@ -175,6 +175,19 @@ async fn a_panic_is_contained_with_a_correlation_id() {
         .send()
         .await;
     assert_eq!(next.json()["result"]["content"][0]["text"], "still here");
+    // Streamed (a progress token): the work around the handler is contained too, and the
+    // handler's panic is logged once, by its own containment.
+    let mut params = json!({"name": "boom", "arguments": {"secret": "canary-panic-8e1b"}});
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "p"});
+    let streamed = env.server.modern(json!(9), "tools/call", params).send().await;
+    let id = streamed.header("x-mcp-request-id").unwrap().to_owned();
+    assert_eq!(
+        (streamed.code(), streamed.json()["error"]["data"]["correlationId"].as_str()),
+        (-32603, Some(id.as_str()))
+    );
+    let panics = env.logs.lines().into_iter().filter(|l| l["event"] == "panic" && l["requestId"] == id).count();
+    assert_eq!(panics, 1, "one panic line for the request");
 }
 
 #[tokio::test]
