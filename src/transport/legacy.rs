@@ -203,10 +203,10 @@ pub(super) async fn handle(
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
-    let (served, served_id, id) = (app.clone(), request_id.clone(), ctx.id.clone());
-    respond_streaming(app, &request_id, &id, move |outbox| async move {
+    let id = ctx.id.clone();
+    respond_streaming(app, &request_id, &id, move |outbox, app, request_id| async move {
         ctx.outbox = Some(outbox);
-        run(&served, &served_id, ctx, &method, &params).await
+        run(&app, &request_id, ctx, &method, &params).await
     })
     .await
 }

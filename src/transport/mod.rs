@@ -455,7 +455,8 @@ fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, produce
     response
 }
 
-/// Runs `work` with a stream outlet until it produces something. If that is the final response,
+/// Runs `work` with a stream outlet (and the app and request id it serves with) until it
+/// produces something. If that is the final response,
 /// it goes out as plain JSON; if a notification comes first, the response becomes an SSE stream
 /// carrying everything in order, and its body goes on polling `work` (see [`crate::body`]), so
 /// dropping the response drops the work. A panic in `work` (outside the handler, which
@@ -465,7 +466,7 @@ pub(crate) async fn respond_streaming<F>(
     app: &Arc<App>,
     request_id: &Arc<str>,
     id: &RequestId,
-    work: impl FnOnce(mpsc::Sender<StreamEvent>) -> F,
+    work: impl FnOnce(mpsc::Sender<StreamEvent>, Arc<App>, Arc<str>) -> F,
 ) -> Response<Body>
 where
     F: std::future::Future<Output = FinalResponse> + Send + 'static,
@@ -475,7 +476,8 @@ where
     let (app, request_id, id) = (app.clone(), request_id.clone(), id.clone());
     // Combinators, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
-    let work = crate::server::catch_unwind(work(tx.clone())).then(move |outcome| async move {
+    let work = work(tx.clone(), app.clone(), request_id.clone());
+    let work = crate::server::catch_unwind(work).then(move |outcome| async move {
         let last = outcome.unwrap_or_else(|_| error_reply(Some(&id), &contained_panic(&app, &request_id)));
         let _ = tx.send(StreamEvent::Response(last)).await;
     });

@@ -90,14 +90,13 @@ pub(super) async fn handle(
             Ok(slot) => slot,
             Err(error) => return error_response(Some(&id), &error),
         };
-        let (served, result_id) = (app.clone(), id.clone());
-        return respond_streaming(app, &request_id, &id, move |outbox| async move {
+        return respond_streaming(app, &request_id, &id, move |outbox, app, _| async move {
             // Held for as long as the stream's work lives: its end, or the response being
             // dropped, frees the slot.
             let _slot = slot;
             ctx.outbox = Some(outbox);
-            let body = match served.server.listen(&ctx, filter, served.listen).await {
-                Some(mut result) => finish(&served.server, &result_id, &mut result),
+            let body = match app.server.listen(&ctx, filter, app.listen).await {
+                Some(mut result) => finish(&app.server, &ctx.id, &mut result),
                 // The outlet closed: nothing to send.
                 None => Vec::new(),
             };
@@ -110,10 +109,9 @@ pub(super) async fn handle(
     if !streams {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
-    let (served, served_id) = (app.clone(), request_id.clone());
-    respond_streaming(app, &request_id, &id, move |outbox| async move {
+    respond_streaming(app, &request_id, &id, move |outbox, app, request_id| async move {
         ctx.outbox = Some(outbox);
-        run(&served, &served_id, ctx, &method, &params).await
+        run(&app, &request_id, ctx, &method, &params).await
     })
     .await
 }
@@ -390,7 +388,7 @@ mod tests {
         let app = Arc::new(app());
         let request_id: Arc<str> = Arc::from("r-9");
         let id = RequestId::from_value(json!(9)).unwrap();
-        let before_head = super::super::respond_streaming(&app, &request_id, &id, |_outbox| async move {
+        let before_head = super::super::respond_streaming(&app, &request_id, &id, |_outbox, _, _| async move {
             panic!("around the handler");
         })
         .await;
@@ -399,7 +397,7 @@ mod tests {
         assert_eq!((reply["id"].clone(), reply["error"]["code"].clone()), (json!(9), json!(-32603)));
         assert_eq!(reply["error"]["data"]["correlationId"], "r-9");
 
-        let after_head = super::super::respond_streaming(&app, &request_id, &id, |outbox| async move {
+        let after_head = super::super::respond_streaming(&app, &request_id, &id, |outbox, _, _| async move {
             let first = crate::protocol::jsonrpc::notification("notifications/progress", &json!({"progress": 1}));
             outbox.send(crate::body::StreamEvent::Notification(first)).await.unwrap();
             tokio::task::yield_now().await;
