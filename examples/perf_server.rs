@@ -47,18 +47,25 @@ fn register_workload_tools(server: &mut McpServer) {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), vercel_runtime::Error> {
-    let config = vercel_mcp::parts_or_exit();
-    let mut server = McpServer::new("perf", vercel_mcp::VERSION);
-    vercel_mcp::configure_server(&mut server, &config);
-    register_workload_tools(&mut server);
-    let app = Arc::new(App::new(server, config.endpoint()));
-    if std::env::var("PERF_EDGE").as_deref() == Ok("vercel") {
-        return vercel_mcp::vercel::serve_app(&config, app).await;
-    }
-    let routes = local::Routes::with_mcp(app).with_jobs(&config);
-    routes.start_background_work();
-    local::serve(routes, local::port_from_env()?).await?;
-    Ok(())
+fn main() -> Result<(), vercel_runtime::Error> {
+    // Each edge on the runtime it has in production: the local run's, and api/mcp.rs's `#[tokio::main]`.
+    let vercel = std::env::var("PERF_EDGE").as_deref() == Ok("vercel");
+    let runtime = match vercel {
+        true => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+        false => local::runtime()?,
+    };
+    runtime.block_on(async {
+        let config = vercel_mcp::parts_or_exit();
+        let mut server = McpServer::new("perf", vercel_mcp::VERSION);
+        vercel_mcp::configure_server(&mut server, &config);
+        register_workload_tools(&mut server);
+        let app = Arc::new(App::new(server, config.endpoint()));
+        if vercel {
+            return vercel_mcp::vercel::serve_app(&config, app).await;
+        }
+        let routes = local::Routes::with_mcp(app).with_jobs(&config);
+        routes.start_background_work();
+        local::serve(routes, local::port_from_env()?).await?;
+        Ok(())
+    })
 }

@@ -165,6 +165,13 @@ fn not_found() -> Response<Body> {
     response
 }
 
+/// The runtime the local run serves on: tokio's multi-threaded one, whose workers hold their log
+/// lines until they go idle (`observe::hold_lines_until_idle`) instead of writing one per request.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    crate::observe::hold_lines_until_idle(builder.enable_all()).build()
+}
+
 /// `PORT`, defaulting to 3000; anything but a port number is an error, not a silent default.
 pub fn port_from_env() -> std::io::Result<u16> {
     match std::env::var("PORT") {

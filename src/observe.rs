@@ -39,26 +39,35 @@ pub async fn with_request_sink<F: std::future::Future>(sink: Arc<dyn LogSink>, f
 /// logs a line per request, and two lines meeting on that lock cost a futex sleep and wake-up
 /// (0.63 futex calls a request at 64 connections, measured with `strace -c -f`). One `write` of at
 /// most `PIPE_BUF` bytes to a pipe is never interleaved with another (POSIX), and on Linux one
-/// `write` to a file lands whole; such lines share a read lock, which costs no system call. A
+/// `write` to a file lands whole; such writes share a read lock, which costs no system call. A
 /// longer line, which the kernel may split, takes that lock exclusively, so no line of this sink
 /// lands inside it. (Other writers to stderr, `eprintln!` and the panic hook, are not ordered with
 /// this sink's lines.)
+///
+/// On a runtime worker set up by [`hold_lines_until_idle`], lines are held and written together:
+/// stderr is a pipe wherever a platform collects logs, and a `write` per request to a pipe, which
+/// also wakes its reader, cost 30% of the throughput at 64 connections (performance.md).
+#[derive(Debug, Clone)]
+pub struct StderrSink(Arc<StderrOut>);
+
 #[derive(Debug)]
-pub struct StderrSink {
+struct StderrOut {
     /// A duplicate of file descriptor 2, written through `&File` (which has no lock).
     out: Option<std::fs::File>,
-    /// Shared by lines written whole, held alone by longer ones.
-    long_lines: std::sync::RwLock<()>,
 }
 
-/// The longest line written in one piece: `PIPE_BUF` (POSIX's minimum elsewhere).
+/// Shared by writes of whole lines, held alone by longer ones: one for the process, since every
+/// sink writes to standard error.
+static LONG_LINES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The longest write that lands whole: `PIPE_BUF` (POSIX's minimum elsewhere).
 const WHOLE_WRITE_MAX: usize = if cfg!(target_os = "linux") { 4096 } else { 512 };
 
 impl Default for StderrSink {
     fn default() -> Self {
         use std::os::fd::AsFd;
         let out = std::io::stderr().as_fd().try_clone_to_owned().ok().map(std::fs::File::from);
-        Self { out, long_lines: Default::default() }
+        Self(Arc::new(StderrOut { out }))
     }
 }
 
@@ -66,27 +75,129 @@ impl StderrSink {
     /// Lines to `out` instead (tests).
     #[cfg(test)]
     fn to(out: std::fs::File) -> Self {
-        Self { out: Some(out), long_lines: Default::default() }
+        Self(Arc::new(StderrOut { out: Some(out) }))
     }
+}
+
+impl StderrOut {
+    /// Writes complete lines: in one `write` when they fit in `WHOLE_WRITE_MAX`, else alone.
+    fn write(&self, lines: &[u8]) {
+        use std::io::Write;
+        let Some(mut out) = self.out.as_ref() else {
+            let _ = std::io::stderr().lock().write_all(lines);
+            return;
+        };
+        // Held until the lines are written. A poisoned lock guards nothing (its data is `()`).
+        let (_shared, _alone);
+        if lines.len() <= WHOLE_WRITE_MAX {
+            _shared = LONG_LINES.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        } else {
+            _alone = LONG_LINES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        let _ = out.write_all(lines);
+    }
+}
+
+/// The lines a runtime worker holds until it next goes idle.
+struct HeldLines {
+    /// Set when a worker of a runtime that [`hold_lines_until_idle`] set up goes idle after
+    /// logging more than one line since it last did: only such a thread is sure to write its
+    /// lines out soon, and only when lines come faster than it goes idle does holding them save
+    /// writes (one line an idle moment would only be written later).
+    holding: bool,
+    /// Lines logged since the thread last went idle.
+    since_idle: u32,
+    to: Option<Arc<StderrOut>>,
+    lines: Vec<u8>,
+}
+
+impl HeldLines {
+    fn write_out(&mut self) {
+        if let Some(to) = self.to.take()
+            && !self.lines.is_empty()
+        {
+            to.write(&self.lines);
+        }
+        self.lines.clear();
+    }
+}
+
+/// A thread that ends without its runtime's stop hook (one that a panic ended, or a line logged
+/// by another thread-local's destructor after the hook) still writes what it holds.
+impl Drop for HeldLines {
+    fn drop(&mut self) {
+        self.write_out();
+    }
+}
+
+thread_local! {
+    static HELD_LINES: RefCell<HeldLines> =
+        const { RefCell::new(HeldLines { holding: false, since_idle: 0, to: None, lines: Vec::new() }) };
+}
+
+/// Sets up `builder`'s worker threads to hold the lines of every [`StderrSink`] and write them
+/// together, in writes of at most `PIPE_BUF` bytes of whole lines: when the worker is about to go
+/// idle, when the next line would not fit, and when the worker stops. A worker holds lines only
+/// while they come faster than it goes idle (more than one between two idle moments); otherwise,
+/// as at low load, each line is written at once. Under load a worker writes every dozen lines or
+/// so. A held line waits only while its worker keeps running other work, including tasks that
+/// keep yielding (a worker with only yielded tasks does not park). A process killed outright, or
+/// one that exits while its runtime is still shutting down (`shutdown_timeout`,
+/// `shutdown_background`), loses at most the lines its workers held (up to 4 KiB each). Threads
+/// that are not the runtime's workers (`spawn_blocking`, `block_on`, other runtimes) write each
+/// line at once; a worker that `block_in_place` turns into a blocking thread goes on holding until
+/// it goes idle as a worker again or stops. Across workers, lines are not written in the order
+/// they were logged (each worker's own are): `ts` orders them. This replaces any park and stop
+/// hooks set on `builder` before.
+pub fn hold_lines_until_idle(builder: &mut tokio::runtime::Builder) -> &mut tokio::runtime::Builder {
+    builder.on_thread_park(going_idle).on_thread_stop(write_held_lines)
+}
+
+/// A worker is about to park: it writes out the lines it holds, and holds the next ones if it
+/// logged more than one since it last went idle.
+fn going_idle() {
+    let _ = HELD_LINES.try_with(|held| {
+        if let Ok(mut held) = held.try_borrow_mut() {
+            held.holding = held.since_idle > 1;
+            held.since_idle = 0;
+            held.write_out();
+        }
+    });
+}
+
+/// Writes out the lines this thread holds, if any.
+fn write_held_lines() {
+    let _ = HELD_LINES.try_with(|held| {
+        if let Ok(mut held) = held.try_borrow_mut() {
+            held.write_out();
+        }
+    });
 }
 
 impl LogSink for StderrSink {
     fn emit(&self, mut line: String) {
-        use std::io::Write;
-        // One write per line (eprintln! would issue the newline separately).
+        // One write per line at most (eprintln! would issue the newline separately).
         line.push('\n');
-        let Some(mut out) = self.out.as_ref() else {
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
-            return;
-        };
-        // Held until the line is written. A poisoned lock guards nothing (its data is `()`).
-        let (_shared, _alone);
-        if line.len() <= WHOLE_WRITE_MAX {
-            _shared = self.long_lines.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        } else {
-            _alone = self.long_lines.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = HELD_LINES.try_with(|held| {
+            let Ok(mut held) = held.try_borrow_mut() else { return false };
+            held.since_idle = held.since_idle.saturating_add(1);
+            if !held.holding || line.len() > WHOLE_WRITE_MAX {
+                return false;
+            }
+            let same_sink = held.to.as_ref().is_some_and(|to| Arc::ptr_eq(to, &self.0));
+            if !same_sink || held.lines.len() + line.len() > WHOLE_WRITE_MAX {
+                held.write_out();
+                held.to = Some(Arc::clone(&self.0));
+                held.lines.reserve(WHOLE_WRITE_MAX);
+            }
+            held.lines.extend_from_slice(line.as_bytes());
+            true
+        });
+        if held != Ok(true) {
+            // After what this thread holds, so that its lines stay in order.
+            write_held_lines();
+            self.0.write(line.as_bytes());
         }
-        let _ = out.write_all(line.as_bytes());
     }
 }
 
@@ -528,6 +639,182 @@ mod tests {
         let sink = StderrSink::to(std::fs::File::from(std::os::fd::OwnedFd::from(writer)));
         emit_from_threads(sink, 200, |i| if i % 10 == 0 { 300_000 } else { 100 });
         assert_whole(&collector.join().unwrap(), 800);
+    }
+
+    /// Written at once by [`holding_runtime`]'s worker, whose next idle moment makes it hold lines.
+    const WARM: &str = "warm 1\nwarm 2\n";
+
+    /// A one-worker runtime set up as [`hold_lines_until_idle`] does, whose worker reports each
+    /// time it goes idle whether it holds lines from then on; returned once it does.
+    fn holding_runtime(sink: &StderrSink) -> (tokio::runtime::Runtime, std::sync::mpsc::Receiver<bool>) {
+        let (went_idle, idle) = std::sync::mpsc::channel();
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        // The stop hook as set up for the local run; the park hook also reports.
+        let runtime = hold_lines_until_idle(builder.worker_threads(1))
+            .on_thread_park(move || {
+                going_idle();
+                let _ = went_idle.send(HELD_LINES.with(|held| held.borrow().holding));
+            })
+            .build()
+            .unwrap();
+        let sink = sink.clone();
+        runtime
+            .block_on(runtime.spawn(async move {
+                sink.emit("warm 1".into());
+                sink.emit("warm 2".into());
+            }))
+            .unwrap();
+        wait_until_idle(&idle, true);
+        (runtime, idle)
+    }
+
+    fn wait_until_idle(idle: &std::sync::mpsc::Receiver<bool>, holding: bool) {
+        while idle.recv_timeout(std::time::Duration::from_secs(10)).expect("the worker goes idle") != holding {}
+    }
+
+    fn log_file(name: &str) -> (std::path::PathBuf, StderrSink) {
+        let path = std::env::temp_dir().join(format!("vercel-mcp-{name}-{}", std::process::id()));
+        let sink = StderrSink::to(std::fs::File::create(&path).unwrap());
+        (path, sink)
+    }
+
+    fn read(path: &std::path::Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn a_busy_worker_holds_its_lines_until_it_goes_idle_and_keeps_their_order() {
+        let (path, sink) = log_file("held");
+        let (runtime, idle) = holding_runtime(&sink);
+        let long = format!("long{}", "x".repeat(5000));
+        let (seen, expected) = (path.clone(), format!("{WARM}a\nb\n{long}\nc\n"));
+        let (held, after_long, last_held) = runtime
+            .block_on(runtime.spawn(async move {
+                sink.emit("a".into());
+                sink.emit("b".into());
+                let held = read(&seen);
+                // A line too long to be written whole goes at once, after the lines held before it.
+                sink.emit(long);
+                let after_long = read(&seen);
+                sink.emit("c".into());
+                (held, after_long, read(&seen))
+            }))
+            .unwrap();
+        assert_eq!(held, WARM, "lines are held while their worker runs");
+        assert_eq!(after_long, expected.trim_end_matches("c\n"));
+        assert_eq!(last_held, after_long, "held again after the long line");
+        // The worker writes what it holds before it parks.
+        while read(&path) != expected {
+            idle.recv_timeout(std::time::Duration::from_secs(10)).expect("the worker goes idle again");
+        }
+        drop(runtime);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_worker_writes_its_lines_when_they_would_not_fit_in_one_write_and_when_it_stops() {
+        let (path, sink) = log_file("full");
+        let (runtime, _idle) = holding_runtime(&sink);
+        let seen = path.clone();
+        let line = |i: usize| format!("{i:04}{}", "y".repeat(95));
+        let written = runtime
+            .block_on(runtime.spawn(async move {
+                (0..100).for_each(|i| sink.emit(line(i)));
+                let written = read(&seen);
+                sink.emit("last".into());
+                written
+            }))
+            .unwrap();
+        // 100 lines of 100 bytes: whole lines went out in writes of at most 4096 bytes, and the
+        // rest is held.
+        let written = written.strip_prefix(WARM).expect("the warm-up lines first");
+        assert!(written.ends_with('\n') && written.len() % 100 == 0, "whole lines only");
+        assert!((10_000 - WHOLE_WRITE_MAX..10_000).contains(&written.len()), "{} bytes written", written.len());
+        runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+        let expected: String = (0..100).map(|i| format!("{}\n", line(i))).collect::<String>() + "last\n";
+        assert_eq!(read(&path), format!("{WARM}{expected}"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_worker_that_logs_one_line_between_idle_moments_writes_it_at_once() {
+        let (path, sink) = log_file("quiet");
+        let (runtime, idle) = holding_runtime(&sink);
+        let one = sink.clone();
+        runtime.block_on(runtime.spawn(async move { one.emit("one".into()) })).unwrap();
+        wait_until_idle(&idle, false);
+        let seen = path.clone();
+        let written = runtime
+            .block_on(runtime.spawn(async move {
+                sink.emit("two".into());
+                read(&seen)
+            }))
+            .unwrap();
+        assert_eq!(written, format!("{WARM}one\ntwo\n"));
+        drop(runtime);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn threads_that_are_not_holding_workers_write_each_line_at_once() {
+        let (path, sink) = log_file("direct");
+        let (runtime, _idle) = holding_runtime(&sink);
+        let mut expected = WARM.to_owned();
+        // The thread that blocks on the runtime, and one of its blocking pool: each logs lines
+        // between waits, and every line is written when it is logged.
+        runtime.block_on(async {
+            for i in 0..3 {
+                sink.emit(format!("block_on {i}"));
+                expected += &format!("block_on {i}\n");
+                assert_eq!(read(&path), expected);
+                tokio::task::yield_now().await;
+                tokio::spawn(async {}).await.unwrap();
+            }
+            let (sink, seen, before) = (sink.clone(), path.clone(), expected.clone());
+            let written = tokio::task::spawn_blocking(move || {
+                (0..3)
+                    .map(|i| {
+                        sink.emit(format!("blocking {i}"));
+                        read(&seen)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap();
+            for (i, written) in written.into_iter().enumerate() {
+                let lines: String = (0..=i).map(|n| format!("blocking {n}\n")).collect();
+                assert_eq!(written, format!("{before}{lines}"));
+            }
+        });
+        drop(runtime);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn lines_a_worker_logs_while_its_runtime_shuts_down_are_written() {
+        /// Logs two lines when dropped: the runtime drops it on its worker as it shuts down.
+        struct LogsWhenDropped(StderrSink);
+        impl Drop for LogsWhenDropped {
+            fn drop(&mut self) {
+                self.0.emit("dropped 1".into());
+                self.0.emit("dropped 2".into());
+            }
+        }
+        let (path, sink) = log_file("shutdown");
+        let (runtime, _idle) = holding_runtime(&sink);
+        let guard = LogsWhenDropped(sink.clone());
+        let (started, running) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            let _guard = guard;
+            sink.emit("running 1".into());
+            sink.emit("running 2".into());
+            let _ = started.send(());
+            std::future::pending::<()>().await;
+        });
+        running.recv_timeout(std::time::Duration::from_secs(10)).expect("the task runs");
+        drop(runtime);
+        assert_eq!(read(&path), format!("{WARM}running 1\nrunning 2\ndropped 1\ndropped 2\n"));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -9,7 +9,8 @@ and list50 its `target/release/local` will do: progress10 is a perf_server tool)
 REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
 its own, deleted at the end. Environment: CONNECTIONS
 (64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves both builds through the
-`vercel_runtime` edge, as api/mcp.rs does). Needs wrk."""
+`vercel_runtime` edge, as api/mcp.rs does), PERF_BATCH (1: wrk under SCHED_BATCH, as the harness's
+`echo-batch` row; needs chrt from util-linux). Needs wrk."""
 import json, os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
@@ -57,7 +58,7 @@ for _ in range(rounds):
     for label, binary in servers.items():
         port = run.free_port(); process = run.spawn(binary, port, {} if label == "floor" else env); run.wait_ready(port, probe)
         sent = floor_files if label == "floor" else files(port)
-        results[label].append(run.measure(process, port, sent, connections)); process.kill(); process.wait()
+        results[label].append(run.measure(process, port, sent, connections, os.environ.get("PERF_BATCH") == "1")); process.kill(); process.wait()
 if jobs:
     run.forget_redis_keys(env["MCP_REDIS_PREFIX"])
 for label, rows in results.items():

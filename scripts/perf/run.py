@@ -7,7 +7,7 @@ requests/s, p50/p99 latency and server CPU microseconds per request, using wrk o
 (median of 9 each). Writes docs/performance.md's latest-run
 section and appends a history row."""
 
-import datetime, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time, urllib.parse, urllib.request
+import datetime, glob, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time, urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,10 +90,19 @@ class OtlpSink(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-def spawn(binary, port, env):
+def spawn(binary, port, env, started=None):
+    """Starts a server with its stdout and stderr on one pipe that a `cat` reads and discards:
+    where a platform collects logs, they are a pipe (Vercel's, a container's, systemd's), and a
+    write to a pipe costs more than one to /dev/null, and wakes its reader. (`cat`, not a thread
+    here, so that reading does not compete with the harness for Python's lock.)"""
     full = dict(os.environ); full.update(env); full["PORT"] = str(port); full["VERCEL_DEV_PORT"] = str(port)
     full.pop("VERCEL", None)
-    return subprocess.Popen([binary], env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reader = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    if started is not None:
+        started.append(time.perf_counter())  # a cold start counts from here, the reader running
+    process = subprocess.Popen([binary], env=full, stdout=reader.stdin, stderr=subprocess.STDOUT)
+    reader.stdin.close()  # the server holds the pipe's only write end: `cat` ends with it
+    return process
 
 def wait_ready(port, probe, deadline=10.0):
     start = time.perf_counter()
@@ -116,10 +125,10 @@ def raw_echo(port):
 
 def spawn_to_answer_ms(binary, env):
     """One cold start: process spawn to the first successful tools/call."""
-    port = free_port(); started = time.perf_counter()
-    process = spawn(binary, port, env)
+    port = free_port(); started = []
+    process = spawn(binary, port, env, started)
     try:
-        wait_ready(port, raw_echo); return (time.perf_counter() - started) * 1000
+        wait_ready(port, raw_echo); return (time.perf_counter() - started[0]) * 1000
     finally:
         process.kill(); process.wait()
 
@@ -162,11 +171,24 @@ def cpu_ticks(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
-def wrk(port, files, seconds, connections=None):
+def preemptions(pid):
+    """How often the server's threads were switched out while runnable (summed over threads)."""
+    total = 0
+    for status in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            with open(status) as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
+        except OSError:
+            pass  # a thread that ended meanwhile (its switches leave the count with it)
+    return total
+
+def wrk(port, files, seconds, connections=None, batch=False):
+    """batch: wrk runs under SCHED_BATCH, so that its threads, woken by a response, wait for the
+    scheduler's tick instead of preempting the server that sent it (see performance.md)."""
     env = dict(os.environ); env["PERF_REQUESTS"] = ",".join(files)
     connections = connections or CONNECTIONS
     threads = 1 if connections <= 2 else 2
-    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", os.path.join(ROOT, "scripts/perf/requests.lua"), f"http://127.0.0.1:{port}/api/mcp"]
+    cmd = (["chrt", "--batch", "0"] if batch else []) + ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", os.path.join(ROOT, "scripts/perf/requests.lua"), f"http://127.0.0.1:{port}/api/mcp"]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     if "Non-2xx" in out: raise SystemExit("non-2xx responses:\n" + out)
     total = int(re.search(r"(\d+) requests in", out).group(1))
@@ -178,12 +200,14 @@ def wrk(port, files, seconds, connections=None):
     p999 = re.search(r"p999_us (\d+)", out)
     return total, rps, pct(50), pct(99), float(p999.group(1)) if p999 else float("nan")
 
-def measure(process, port, files, connections=None):
-    wrk(port, files, 1, connections)  # warm-up
-    before = cpu_ticks(process.pid)
-    total, rps, p50, p99, p999 = wrk(port, files, SECONDS, connections)
+def measure(process, port, files, connections=None, batch=False):
+    wrk(port, files, 1, connections, batch)  # warm-up
+    before, switched = cpu_ticks(process.pid), preemptions(process.pid)
+    total, rps, p50, p99, p999 = wrk(port, files, SECONDS, connections, batch)
     cpu_us = (cpu_ticks(process.pid) - before) * TICK_US / max(total, 1)
-    return {"rps": rps, "p50_us": p50, "p99_us": p99, "p999_us": p999, "cpu_us": cpu_us, "requests": total}
+    preempted = max(preemptions(process.pid) - switched, 0) / max(total, 1)
+    return {"rps": rps, "p50_us": p50, "p99_us": p99, "p999_us": p999, "cpu_us": cpu_us, "requests": total,
+            "preempted": preempted}
 
 CONCURRENCY = (16, 64)
 
@@ -194,6 +218,8 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
     for conns in CONCURRENCY:
         port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
         rows[f"floor {conns} echo"] = measure(floor, port, [echo], conns)
+        if conns == 64:
+            rows["floor 64 echo-batch"] = measure(floor, port, [echo], conns, batch=True)
         floor.kill(); floor.wait()
     listing = request_file(work, "c-list", "tools/list", {"_meta": META})
     authlist = request_file(work, "c-authlist", "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"})
@@ -201,6 +227,7 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
         port = free_port(); server = spawn(perf_bin, port, dict(base_env, PERF_EDGE=edge)); wait_ready(port, echo_probe)
         for conns in CONCURRENCY:
             rows[f"{edge} {conns} echo"] = measure(server, port, [echo], conns)
+        rows[f"{edge} 64 echo-batch"] = measure(server, port, [echo], 64, batch=True)
         rows[f"{edge} 64 mixed"] = measure(server, port, [echo, listing, echo, listing], 64)
         server.kill(); server.wait()
         port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
@@ -339,17 +366,20 @@ def report(results, use_redis):
     rows = results.get("concurrency", {})
     if rows:
         lines.append("")
-        lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency:")
+        lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency; `echo-batch` is echo "
+                     "with wrk under SCHED_BATCH (against the floor measured so), and *preempted* counts the server's "
+                     "involuntary context switches per request:")
         lines.append("")
-        lines.append("| edge | workload | connections | req/s | × floor | p50 µs | p99 µs | p999 µs | × floor p99 | CPU µs/req | × floor CPU |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        for conns in CONCURRENCY:
-            fl = rows[f"floor {conns} echo"]
-            lines.append(f"| floor | echo | {conns} | {fl['rps']:.0f} | 1.00 | {fl['p50_us']:.0f} | {fl['p99_us']:.0f} | {fl['p999_us']:.0f} | 1.00 | {fl['cpu_us']:.1f} | 1.00 |")
+        lines.append("| edge | workload | connections | req/s | × floor | p50 µs | p99 µs | p999 µs | × floor p99 | CPU µs/req | × floor CPU | preempted /req |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        # echo-batch: wrk under SCHED_BATCH, compared with the floor measured the same way.
+        for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch")]:
+            fl = rows[f"floor {conns} {name}"]
+            lines.append(f"| floor | {name} | {conns} | {fl['rps']:.0f} | 1.00 | {fl['p50_us']:.0f} | {fl['p99_us']:.0f} | {fl['p999_us']:.0f} | 1.00 | {fl['cpu_us']:.1f} | 1.00 | {fl['preempted']:.3f} |")
         for edge in ["local", "vercel"]:
-            for conns, name in [(16, "echo"), (64, "echo"), (64, "mixed"), (64, "list50+jwt")]:
-                w, fl = rows[f"{edge} {conns} {name}"], rows[f"floor {conns} echo"]
-                lines.append(f"| {edge} | {name} | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} |")
+            for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch"), (64, "mixed"), (64, "list50+jwt")]:
+                w, fl = rows[f"{edge} {conns} {name}"], rows[f"floor {conns} {'echo-batch' if name == 'echo-batch' else 'echo'}"]
+                lines.append(f"| {edge} | {name} | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs/performance.md")
