@@ -818,6 +818,36 @@ mod tests {
     }
 
     #[test]
+    fn the_local_runs_runtime_holds_the_lines_of_a_busy_worker_and_writes_them_all() {
+        let (path, sink) = log_file("local-runtime");
+        let runtime = crate::local::runtime().unwrap();
+        // A worker holds lines once it logged more than one between idle moments. Each round
+        // gives the workers an idle moment (the round trip through this thread); a round whose
+        // first line is not written at once shows a worker holding.
+        let mut rounds = 0;
+        let held = loop {
+            rounds += 1;
+            let (sink, seen) = (sink.clone(), path.clone());
+            let held = runtime
+                .block_on(runtime.spawn(async move {
+                    let before = read(&seen).len();
+                    sink.emit("one".into());
+                    let held = read(&seen).len() == before;
+                    sink.emit("two".into());
+                    held
+                }))
+                .unwrap();
+            if held || rounds == 1000 {
+                break held;
+            }
+        };
+        assert!(held, "no worker of the local run's runtime held a line in {rounds} rounds");
+        drop(runtime);
+        assert_eq!(read(&path), "one\ntwo\n".repeat(rounds), "every line written by the time it stopped");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn a_panic_caught_inside_nested_handler_code_leaves_the_outer_code_quiet_and_the_thread_unmarked() {
         install_panic_hook();
         let outer = std::panic::catch_unwind(|| {
