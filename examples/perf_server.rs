@@ -50,10 +50,8 @@ fn register_workload_tools(server: &mut McpServer) {
 fn main() -> Result<(), vercel_runtime::Error> {
     // Each edge on the runtime it has in production: the local run's, and api/mcp.rs's `#[tokio::main]`.
     let vercel = std::env::var("PERF_EDGE").as_deref() == Ok("vercel");
-    let runtime = match vercel {
-        true => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
-        false => local::runtime()?,
-    };
+    let runtime =
+        if vercel { tokio::runtime::Builder::new_multi_thread().enable_all().build()? } else { local::runtime()? };
     runtime.block_on(async {
         let config = vercel_mcp::parts_or_exit();
         let mut server = McpServer::new("perf", vercel_mcp::VERSION);

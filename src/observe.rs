@@ -181,7 +181,12 @@ impl LogSink for StderrSink {
         let held = HELD_LINES.try_with(|held| {
             let Ok(mut held) = held.try_borrow_mut() else { return false };
             held.since_idle = held.since_idle.saturating_add(1);
-            if !held.holding || line.len() > WHOLE_WRITE_MAX {
+            if !held.holding {
+                return false; // and holds nothing: it wrote out what it held when it stopped holding
+            }
+            if line.len() > WHOLE_WRITE_MAX {
+                // Written alone, after what this thread holds, so that its lines stay in order.
+                held.write_out();
                 return false;
             }
             let same_sink = held.to.as_ref().is_some_and(|to| Arc::ptr_eq(to, &self.0));
@@ -194,8 +199,6 @@ impl LogSink for StderrSink {
             true
         });
         if held != Ok(true) {
-            // After what this thread holds, so that its lines stay in order.
-            write_held_lines();
             self.0.write(line.as_bytes());
         }
     }
@@ -658,14 +661,20 @@ mod tests {
             .build()
             .unwrap();
         let sink = sink.clone();
-        runtime
-            .block_on(runtime.spawn(async move {
-                sink.emit("warm 1".into());
-                sink.emit("warm 2".into());
-            }))
-            .unwrap();
+        on_worker(&runtime, async move {
+            sink.emit("warm 1".into());
+            sink.emit("warm 2".into());
+        });
         wait_until_idle(&idle, true);
         (runtime, idle)
+    }
+
+    /// Runs `work` on the runtime's worker and returns its output.
+    fn on_worker<T: Send + 'static>(
+        runtime: &tokio::runtime::Runtime,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        runtime.block_on(runtime.spawn(work)).unwrap()
     }
 
     fn wait_until_idle(idle: &std::sync::mpsc::Receiver<bool>, holding: bool) {
@@ -688,18 +697,16 @@ mod tests {
         let (runtime, idle) = holding_runtime(&sink);
         let long = format!("long{}", "x".repeat(5000));
         let (seen, expected) = (path.clone(), format!("{WARM}a\nb\n{long}\nc\n"));
-        let (held, after_long, last_held) = runtime
-            .block_on(runtime.spawn(async move {
-                sink.emit("a".into());
-                sink.emit("b".into());
-                let held = read(&seen);
-                // A line too long to be written whole goes at once, after the lines held before it.
-                sink.emit(long);
-                let after_long = read(&seen);
-                sink.emit("c".into());
-                (held, after_long, read(&seen))
-            }))
-            .unwrap();
+        let (held, after_long, last_held) = on_worker(&runtime, async move {
+            sink.emit("a".into());
+            sink.emit("b".into());
+            let held = read(&seen);
+            // A line too long to be written whole goes at once, after the lines held before it.
+            sink.emit(long);
+            let after_long = read(&seen);
+            sink.emit("c".into());
+            (held, after_long, read(&seen))
+        });
         assert_eq!(held, WARM, "lines are held while their worker runs");
         assert_eq!(after_long, expected.trim_end_matches("c\n"));
         assert_eq!(last_held, after_long, "held again after the long line");
@@ -717,14 +724,12 @@ mod tests {
         let (runtime, _idle) = holding_runtime(&sink);
         let seen = path.clone();
         let line = |i: usize| format!("{i:04}{}", "y".repeat(95));
-        let written = runtime
-            .block_on(runtime.spawn(async move {
-                (0..100).for_each(|i| sink.emit(line(i)));
-                let written = read(&seen);
-                sink.emit("last".into());
-                written
-            }))
-            .unwrap();
+        let written = on_worker(&runtime, async move {
+            (0..100).for_each(|i| sink.emit(line(i)));
+            let written = read(&seen);
+            sink.emit("last".into());
+            written
+        });
         // 100 lines of 100 bytes: whole lines went out in writes of at most 4096 bytes, and the
         // rest is held.
         let written = written.strip_prefix(WARM).expect("the warm-up lines first");
@@ -741,15 +746,13 @@ mod tests {
         let (path, sink) = log_file("quiet");
         let (runtime, idle) = holding_runtime(&sink);
         let one = sink.clone();
-        runtime.block_on(runtime.spawn(async move { one.emit("one".into()) })).unwrap();
+        on_worker(&runtime, async move { one.emit("one".into()) });
         wait_until_idle(&idle, false);
         let seen = path.clone();
-        let written = runtime
-            .block_on(runtime.spawn(async move {
-                sink.emit("two".into());
-                read(&seen)
-            }))
-            .unwrap();
+        let written = on_worker(&runtime, async move {
+            sink.emit("two".into());
+            read(&seen)
+        });
         assert_eq!(written, format!("{WARM}one\ntwo\n"));
         drop(runtime);
         std::fs::remove_file(&path).unwrap();
@@ -828,15 +831,13 @@ mod tests {
         let held = loop {
             rounds += 1;
             let (sink, seen) = (sink.clone(), path.clone());
-            let held = runtime
-                .block_on(runtime.spawn(async move {
-                    let before = read(&seen).len();
-                    sink.emit("one".into());
-                    let held = read(&seen).len() == before;
-                    sink.emit("two".into());
-                    held
-                }))
-                .unwrap();
+            let held = on_worker(&runtime, async move {
+                let before = read(&seen).len();
+                sink.emit("one".into());
+                let held = read(&seen).len() == before;
+                sink.emit("two".into());
+                held
+            });
             if held || rounds == 1000 {
                 break held;
             }
