@@ -128,9 +128,9 @@ pub fn book_meeting(app: &Arc<App>, request_state: Option<&str>) -> String {
     send(app, modern_request("tools/call", Some("book_meeting"), params)).1.expect("a JSON answer")
 }
 
-/// `genuine` (`v1.<kid>.<payload>.<tag>`) with its key id and tag taken from `data`, and its
-/// payload kept: the binding and the expiry are right, so only the MAC stands between the input
-/// and an opened envelope. Returns the envelope and whether it is the genuine one.
+/// `genuine` (`<version>.<kid>.<payload>.<tag>`) with its key id and tag taken from `data`, its
+/// version and payload kept: the expiry is right and it is presented by the caller it was sealed
+/// for, so only the MAC stands between the input and an opened envelope. Returns the envelope and whether it is the genuine one.
 pub fn forge(genuine: &str, data: &[u8]) -> (String, bool) {
     use base64::Engine;
     let parts: Vec<&str> = genuine.split('.').collect();
@@ -145,7 +145,7 @@ pub fn forge(genuine: &str, data: &[u8]) -> (String, bool) {
         (kid, &rest[cut..])
     };
     let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag);
-    let forged = format!("v1.{kid}.{}.{tag}", parts[2]);
+    let forged = format!("{}.{kid}.{}.{tag}", parts[0], parts[2]);
     let is_genuine = forged == genuine;
     (forged, is_genuine)
 }

@@ -298,6 +298,9 @@ def main():
         for name, files in workloads.items():
             row[name] = measure(server, port, files)
         row["peak_kib"] = rss_kib(server.pid, "VmHWM:"); row["peak_split"] = rss_breakdown(server.pid); server.kill(); server.wait()
+        if use_redis:
+            # The next edge's jobs start from an empty store, as this one's did.
+            forget_redis_keys(base_env["MCP_REDIS_PREFIX"])
         # tools/list with authentication: a separate instance with JWT verification on.
         port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
         bearer = {"Authorization": f"Bearer {token}"}

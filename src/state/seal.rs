@@ -5,13 +5,23 @@
 //! envelopes already in flight:
 //!
 //! ```text
-//! v1.<kid>.<base64url(payload)>.<base64url(HMAC-SHA256(key[kid], purpose "\n" v1.<kid>.<payload>))>
-//! payload = {"exp": <unix ms>, "bind": "<hex SHA-256 of the binding>", "data": <value>}
+//! v2.<kid>.<base64url(payload)>.<base64url(HMAC-SHA256(key[kid], purpose "\n" len(binding) binding v2.<kid>.<payload>))>
+//! payload = {"exp": <unix ms>, "data": <value>}      len(binding) = 8 bytes, big-endian
 //! ```
 //!
 //! The envelope gives integrity, not confidentiality: the client can read `data`, so never
-//! put secrets in it. The binding (principal, method, digest of the salient params) is stored
-//! only as a digest, so the envelope does not reveal who it belongs to.
+//! put secrets in it. The binding (principal, method, digest of the salient params) is never
+//! in the envelope, only in what the MAC covers: the envelope does not reveal whom it belongs
+//! to, and one presented by anyone else fails exactly as a forged one does.
+//!
+//! Envelopes of the first format, `v1`, are still opened until the last of them has expired
+//! (the longest-lived, a 2025-11-25 session id, lasts a day): their payload carried the hex
+//! SHA-256 of the binding, which made a job handle twice as long.
+//!
+//! ```text
+//! v1.<kid>.<base64url(payload)>.<base64url(HMAC-SHA256(key[kid], purpose "\n" v1.<kid>.<payload>))>
+//! payload = {"exp": <unix ms>, "bind": "<hex SHA-256 of the binding>", "data": <value>}
+//! ```
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -63,7 +73,8 @@ pub enum SealError {
     BadSignature,
     /// Authentic but past its expiry.
     Expired,
-    /// Authentic but minted for another principal, method or request.
+    /// Authentic but minted for another principal, method or request (a `v1` envelope only: a
+    /// later one presented with another binding does not verify).
     WrongBinding,
 }
 
@@ -80,7 +91,14 @@ impl std::fmt::Display for SealError {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Payload<'a> {
+struct Payload {
+    exp: u64,
+    data: Value,
+}
+
+/// The `v1` payload, read only.
+#[derive(Deserialize)]
+struct PayloadV1<'a> {
     exp: u64,
     #[serde(borrow)]
     bind: &'a str,
@@ -176,15 +194,14 @@ impl Sealer {
     /// Seals `data`, bound to `binding`, valid for `ttl_ms` from now.
     pub fn seal(&self, purpose: Purpose, binding: &[u8], ttl_ms: u64, data: Value) -> String {
         let key = &self.keys[0];
-        let bind = hex(digest::digest(&digest::SHA256, binding).as_ref());
-        let payload = Payload { exp: self.clock.now_ms().saturating_add(ttl_ms), bind: &bind, data };
+        let payload = Payload { exp: self.clock.now_ms().saturating_add(ttl_ms), data };
         let payload = serde_json::to_vec(&payload).expect("payload serialises");
         let mut out = String::with_capacity(8 + key.id.len() + payload.len() * 4 / 3 + 48);
-        out.push_str("v1.");
+        out.push_str("v2.");
         out.push_str(&key.id);
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(&payload, &mut out);
-        let tag = sign(&key.key, purpose, out.as_bytes());
+        let tag = hmac::sign(&key.key, &mac_input(purpose, Some(binding), out.as_bytes()));
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut out);
         out
@@ -199,26 +216,41 @@ impl Sealer {
         ctx.sign().as_ref().try_into().expect("HMAC-SHA256 is 32 bytes")
     }
 
-    /// Opens an envelope: checks shape, key, MAC (constant time), expiry and binding, in that
-    /// order, and returns the sealed data.
+    /// Opens an envelope: checks shape, key, MAC (constant time; it covers the binding), and
+    /// expiry, in that order, and returns the sealed data.
     pub fn open(&self, purpose: Purpose, binding: &[u8], sealed: &str) -> Result<Value, SealError> {
         if sealed.len() > MAX_SEALED_LEN {
             return Err(SealError::Malformed);
         }
         let (signed, tag) = sealed.rsplit_once('.').ok_or(SealError::Malformed)?;
         let mut parts = signed.splitn(3, '.');
-        let (Some("v1"), Some(kid), Some(payload)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(version), Some(kid), Some(payload)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(SealError::Malformed);
+        };
+        let first_format = match version {
+            "v2" => false,
+            "v1" => true,
+            _ => return Err(SealError::Malformed),
         };
         let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| SealError::Malformed)?;
         let key = self.keys.iter().find(|k| k.id == kid).ok_or(SealError::UnknownKey)?;
-        let mut message = Vec::with_capacity(purpose.label().len() + 1 + signed.len());
-        message.extend_from_slice(purpose.label());
-        message.push(b'\n');
-        message.extend_from_slice(signed.as_bytes());
+        let message = mac_input(purpose, (!first_format).then_some(binding), signed.as_bytes());
         hmac::verify(&key.key, &message, &tag).map_err(|_| SealError::BadSignature)?;
         let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| SealError::Malformed)?;
+        if first_format {
+            return self.open_v1_payload(binding, &payload);
+        }
         let payload: Payload = serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)?;
+        if self.clock.now_ms() >= payload.exp {
+            return Err(SealError::Expired);
+        }
+        Ok(payload.data)
+    }
+
+    /// The rest of opening a `v1` envelope whose MAC verified: expiry, then the binding its
+    /// payload names.
+    fn open_v1_payload(&self, binding: &[u8], payload: &[u8]) -> Result<Value, SealError> {
+        let payload: PayloadV1 = serde_json::from_slice(payload).map_err(|_| SealError::Malformed)?;
         if self.clock.now_ms() >= payload.exp {
             return Err(SealError::Expired);
         }
@@ -230,12 +262,22 @@ impl Sealer {
     }
 }
 
-fn sign(key: &hmac::Key, purpose: Purpose, signed: &[u8]) -> hmac::Tag {
-    let mut ctx = hmac::Context::with_key(key);
-    ctx.update(purpose.label());
-    ctx.update(b"\n");
-    ctx.update(signed);
-    ctx.sign()
+/// What an envelope's MAC covers: the purpose, then (from `v2` on) the binding with its length,
+/// then the signed text. The purpose labels hold no newline, and the length fixes where the
+/// binding ends, so no two inputs run together; after the newline a `v1` input has `v`, a later
+/// one the zero high byte of the length, so the formats never share an input either.
+fn mac_input(purpose: Purpose, binding: Option<&[u8]>, signed: &[u8]) -> Vec<u8> {
+    let label = purpose.label();
+    let binding_len = binding.map_or(0, |b| 8 + b.len());
+    let mut message = Vec::with_capacity(label.len() + 1 + binding_len + signed.len());
+    message.extend_from_slice(label);
+    message.push(b'\n');
+    if let Some(binding) = binding {
+        message.extend_from_slice(&(binding.len() as u64).to_be_bytes());
+        message.extend_from_slice(binding);
+    }
+    message.extend_from_slice(signed);
+    message
 }
 
 /// A key id derived from a secret: the first 8 hex digits of its SHA-256. Reveals nothing
@@ -282,7 +324,9 @@ mod tests {
         let s = sealer(&[("k1", A)], &clock);
         let env = s.seal(Purpose::RequestState, b"alice|tools/call|x", 60_000, json!({"round": 2}));
         assert_eq!(s.open(Purpose::RequestState, b"alice|tools/call|x", &env), Ok(json!({"round": 2})));
-        assert_eq!(s.open(Purpose::RequestState, b"bob|tools/call|x", &env), Err(SealError::WrongBinding));
+        // Another binding fails as a forgery does: the MAC covers it.
+        assert_eq!(s.open(Purpose::RequestState, b"bob|tools/call|x", &env), Err(SealError::BadSignature));
+        assert_eq!(s.open(Purpose::RequestState, b"alice|tools/call|", &env), Err(SealError::BadSignature));
         assert_eq!(s.open(Purpose::JobHandle, b"alice|tools/call|x", &env), Err(SealError::BadSignature));
     }
 
@@ -329,7 +373,7 @@ mod tests {
         assert_eq!(rotated.current_key_id(), "k2");
         assert_eq!(rotated.open(Purpose::RequestState, b"b", &env), Ok(json!(1)));
         let fresh = rotated.seal(Purpose::RequestState, b"b", 60_000, json!(2));
-        assert!(fresh.starts_with("v1.k2."));
+        assert!(fresh.starts_with("v2.k2."));
         assert_eq!(old.open(Purpose::RequestState, b"b", &fresh), Err(SealError::UnknownKey));
         let retired = sealer(&[("k2", B)], &clock);
         assert_eq!(retired.open(Purpose::RequestState, b"b", &env), Err(SealError::UnknownKey));
@@ -381,7 +425,57 @@ mod tests {
         let s = sealer(&[("k1", A)], &clock);
         let env = s.seal(Purpose::RequestState, b"user:alice@example.com", 1_000, json!(null));
         let payload = env.split('.').nth(2).unwrap();
-        let decoded = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
-        assert!(!decoded.contains("alice"));
+        let decoded: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+        assert_eq!(decoded, json!({"exp": 1_000, "data": null}), "nothing but the expiry and the data");
+    }
+
+    /// Envelopes of the first format, as the release before this one sealed them (key `A` as
+    /// `k1`, expiring at 61 000 ms), generated from the documented format by an independent
+    /// implementation.
+    const V1_REQUEST_STATE: &str = "v1.k1.eyJleHAiOjYxMDAwLCJiaW5kIjoiM2UyM2U4MTYwMDM5NTk0YTMzODk0ZjY1NjRlMWIxMzQ4YmJkN2EwMDg4ZDQyYzRhY2I3M2VlYWVkNTljMDA5ZCIsImRhdGEiOnsicm91bmQiOjJ9fQ.uEdbqWv8D3h9hDB0L-OFGcF3GA4ouwlAdJCrUvum5NE";
+    const V1_JOB_HANDLE: &str = "v1.k1.eyJleHAiOjYxMDAwLCJiaW5kIjoiZDAzYmIyZDlmOWVmYzBjOGNlZTlhZWFmY2EzMmYxMmNmMTNmYTY1NzM3MzNiZDQ2OWMxMWIyN2FmMjAxNmI2ZCIsImRhdGEiOiJBQUFBQUFBQUFBQUFBQUFBQUFBQUFBIn0.YBvb4WkY8pVfDbdwTNYHbaOn9dc94wyCXWHaoFF449M";
+
+    #[test]
+    fn first_format_envelopes_open_until_they_expire() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        assert_eq!(s.open(Purpose::RequestState, b"b", V1_REQUEST_STATE), Ok(json!({"round": 2})));
+        assert_eq!(s.open(Purpose::JobHandle, b"sub:alice", V1_JOB_HANDLE), Ok(json!("AAAAAAAAAAAAAAAAAAAAAA")));
+        assert_eq!(s.open(Purpose::RequestState, b"c", V1_REQUEST_STATE), Err(SealError::WrongBinding));
+        assert_eq!(s.open(Purpose::JobHandle, b"b", V1_REQUEST_STATE), Err(SealError::BadSignature));
+        // Relabelled as the current format, it is judged by the current MAC and fails.
+        let relabelled = V1_REQUEST_STATE.replacen("v1.", "v2.", 1);
+        assert_eq!(s.open(Purpose::RequestState, b"b", &relabelled), Err(SealError::BadSignature));
+        for i in 0..V1_JOB_HANDLE.len() {
+            let mut altered = V1_JOB_HANDLE.as_bytes().to_vec();
+            altered[i] = if altered[i] == b'A' { b'B' } else { b'A' };
+            let altered = String::from_utf8(altered).unwrap();
+            assert!(s.open(Purpose::JobHandle, b"sub:alice", &altered).is_err(), "byte {i}");
+        }
+        clock.advance_ms(60_000);
+        assert_eq!(s.open(Purpose::RequestState, b"b", V1_REQUEST_STATE), Err(SealError::Expired));
+    }
+
+    #[test]
+    fn the_binding_cannot_lend_its_end_to_the_signed_text() {
+        // Without the binding's length under the MAC, binding "zv2.k1." + text "v2.k1.<p>" and
+        // binding "z" + text "v2.k1.v2.k1.<p>" would be the same MAC input.
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::JobHandle, b"zv2.k1.", 60_000, json!("x"));
+        let (signed, tag) = env.rsplit_once('.').unwrap();
+        let shifted = format!("v2.k1.{signed}.{tag}");
+        assert_eq!(s.open(Purpose::JobHandle, b"z", &shifted), Err(SealError::BadSignature));
+    }
+
+    #[test]
+    fn a_current_envelope_relabelled_as_the_first_format_fails() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let s = sealer(&[("k1", A)], &clock);
+        let env = s.seal(Purpose::JobHandle, b"sub:alice", 60_000, json!("AAAAAAAAAAAAAAAAAAAAAA"));
+        assert!(env.starts_with("v2.k1."));
+        let relabelled = env.replacen("v2.", "v1.", 1);
+        assert_eq!(s.open(Purpose::JobHandle, b"sub:alice", &relabelled), Err(SealError::BadSignature));
+        assert_eq!(s.open(Purpose::JobHandle, b"sub:alice", &env.replacen("v2.", "v3.", 1)), Err(SealError::Malformed));
     }
 }
