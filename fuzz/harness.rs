@@ -130,7 +130,8 @@ pub fn book_meeting(app: &Arc<App>, request_state: Option<&str>) -> String {
 
 /// `genuine` (`<version>.<kid>.<payload>.<tag>`) with its key id and tag taken from `data`, its
 /// version and payload kept: the expiry is right and it is presented by the caller it was sealed
-/// for, so only the MAC stands between the input and an opened envelope. Returns the envelope and whether it is the genuine one.
+/// for, so only the MAC stands between the input and an opened envelope. Returns the envelope
+/// and whether it is the genuine one.
 pub fn forge(genuine: &str, data: &[u8]) -> (String, bool) {
     use base64::Engine;
     let parts: Vec<&str> = genuine.split('.').collect();

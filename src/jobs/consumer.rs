@@ -5,10 +5,9 @@
 //! consumer group that is not this deployment's, confirms the lease with the queue (extending
 //! its visibility) before running anything, runs the job's remaining steps, and acknowledges the
 //! lease only after success. Delivery is
-//! at-least-once, so the worker is idempotent: it applies each step with a compare-and-set on
-//! the step count (and the total the message names), so a redelivered or concurrent message
-//! never applies a step twice; a cancelled or finished job is left alone. It does not read the
-//! job first: the first step's compare-and-set returns the job as it is when it does not apply.
+//! at-least-once, so the worker is idempotent: it re-reads the job and applies each step with a
+//! compare-and-set on the step count, so a redelivered or concurrent message never applies a
+//! step twice; a cancelled or finished job is left alone.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
@@ -16,9 +15,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::model::{JOBS_TOPIC, Step};
+use super::model::JOBS_TOPIC;
 use super::queue::{JobMessage, Lease, QueueApi, StreamEntry};
-use super::store::{Advanced, JobStore};
+use super::store::JobStore;
 use crate::body::Body;
 use crate::state::Clock;
 use crate::store::StoreError;
@@ -233,49 +232,47 @@ impl Consumer {
 
     /// [`Consumer::process`], settling `entry` with the job's last write when the store can;
     /// the flag says whether it did.
-    ///
-    /// The job is not read first. Its message was sent when it was created, so a delivery
-    /// expects a job that has run none of its steps, and tries the first step against that; the
-    /// store applies a step only to a job that has run exactly the steps expected, of the total
-    /// the message names, and returns the job as it is either way. A delivery that finds it
-    /// otherwise (a redelivery after some steps, a cancelled, finished or missing job) learns
-    /// it from that same call, having spent one step's wait, and goes on from what it found.
     async fn process_settling(
         &self,
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
     ) -> Result<(Processed, bool), StoreError> {
         let (owner, id) = (message.owner_id.as_str(), message.job_id.as_str());
-        let mut step = Step::first_of(message.steps);
+        let Some(mut job) = self.store.get(owner, id, self.clock.now_ms()).await? else {
+            return Ok((Processed::Skipped("not_found"), false));
+        };
+        if job.total_steps != message.steps {
+            return Ok((Processed::Skipped("mismatched_message"), false));
+        }
+        if !job.state.is_active() {
+            return Ok((Processed::Finished(job.state.as_str()), false));
+        }
+        if job.completed_steps == 0 {
+            // The first delivery to start work: how long the job waited in the queue.
+            let waited = self.clock.now_ms().saturating_sub(job.created_at);
+            self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
+        }
         let started = Instant::now();
         loop {
             if started.elapsed() >= self.budget {
                 return Ok((Processed::Deferred, false));
             }
-            let step_started = self.clock.now_ms();
             if !self.step_delay.is_zero() {
                 tokio::time::sleep(self.step_delay).await;
             }
-            let now = self.clock.now_ms();
-            let settling = entry.and_then(|entry| self.store.advance_settling(owner, id, step, now, entry));
+            let (expected, now) = (job.completed_steps, self.clock.now_ms());
+            let settling = entry.and_then(|entry| self.store.advance_settling(owner, id, expected, now, entry));
             // When settling, the script has acknowledged the entry if the job is over now.
             let settles = settling.is_some();
             let advanced = match settling {
                 Some(advance) => advance.await?,
-                None => self.store.advance(owner, id, step, now).await?,
+                None => self.store.advance(owner, id, expected, now).await?,
             };
-            let Some(Advanced { record: job, applied }) = advanced else {
-                return Ok((Processed::Skipped("not_found"), settles));
+            let applied;
+            (job, applied) = match advanced {
+                Some(advanced) => (advanced.record, advanced.applied),
+                None => return Ok((Processed::Skipped("not_found"), settles)),
             };
-            if job.total_steps != message.steps {
-                // Refused by the store, so nothing changed.
-                return Ok((Processed::Skipped("mismatched_message"), settles));
-            }
-            if applied && step.done == 0 && job.completed_steps == 1 {
-                // This delivery started the job: how long it waited in the queue.
-                let waited = step_started.saturating_sub(job.created_at);
-                self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
-            }
             // A step another delivery of the same message applied is its to report.
             if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };
@@ -293,7 +290,6 @@ impl Consumer {
             if !job.state.is_active() {
                 return Ok((Processed::Finished(job.state.as_str()), settles));
             }
-            step.done = job.completed_steps;
         }
     }
 }

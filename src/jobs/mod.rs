@@ -15,7 +15,7 @@ pub mod store;
 pub mod sweep;
 
 pub use consumer::Consumer;
-pub use model::{JobRecord, JobResult, JobState, Step};
+pub use model::{JobRecord, JobResult, JobState};
 pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, RedisStreamQueue, VercelQueue};
 pub use service::Jobs;
 pub use store::{JobStore, MemoryJobStore, UnconfiguredJobStore};

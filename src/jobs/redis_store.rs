@@ -33,7 +33,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use redis::Script;
 use std::sync::LazyLock;
 
-use super::model::{JOB_RETENTION_MS, JobRecord, Step};
+use super::model::{JOB_RETENTION_MS, JobRecord};
 use super::queue::{JobMessage, StreamEntry, StreamTarget};
 use super::store::{Advanced, CreateRefused, JobStore, Quota, RATE_WINDOW_MS, SweepReport};
 use crate::store::{Redis, StoreError, StoreFuture, fault_from};
@@ -104,15 +104,14 @@ job.finishedAt = now
 return store(job, now, tonumber(ARGV[4]))
 "#;
 
-/// The step applies only to an active job that has run `ARGV[5]` steps of `ARGV[6]`. `over`
-/// settles the delivery when the job is over after this call, if the caller passed its stream
-/// entry (`KEYS[5]`, group `ARGV[7]`, entry `ARGV[8]`): acknowledged and deleted with the job's
-/// last write. A job that goes on keeps its entry pending.
+/// `over` settles the delivery when the job is over after this call, if the caller passed its
+/// stream entry (`KEYS[5]`, group `ARGV[6]`, entry `ARGV[7]`): acknowledged and deleted with the
+/// job's last write. A job that goes on keeps its entry pending.
 const ADVANCE: &str = r#"
 local function over(out)
   if KEYS[5] then
-    redis.call('XACK', KEYS[5], ARGV[7], ARGV[8])
-    redis.call('XDEL', KEYS[5], ARGV[8])
+    redis.call('XACK', KEYS[5], ARGV[6], ARGV[7])
+    redis.call('XDEL', KEYS[5], ARGV[7])
   end
   return out
 end
@@ -122,7 +121,7 @@ local job = cjson.decode(raw)
 local now = tonumber(ARGV[3])
 if settle(job, now) then return over(store(job, now, tonumber(ARGV[4]))) end
 if job.state ~= 'pending' and job.state ~= 'running' then return over(raw) end
-if job.completedSteps ~= tonumber(ARGV[5]) or job.totalSteps ~= tonumber(ARGV[6]) then return raw end
+if job.completedSteps ~= tonumber(ARGV[5]) then return raw end
 if job.cancelRequested then
   job.state = 'cancelled'
   job.finishedAt = now
@@ -236,15 +235,15 @@ impl RedisJobStore {
     }
 
     /// Runs a mutating script; its answer, unparsed. `advance` is what only the advance script
-    /// takes: the step (`ARGV[5..6]`) and the stream entry it may settle (`KEYS[5]`, `ARGV[7..8]`),
-    /// which therefore never comes without the step.
+    /// takes: the expected step count (`ARGV[5]`) and the stream entry it may settle (`KEYS[5]`,
+    /// `ARGV[6..7]`), which therefore never comes without the count.
     async fn mutate_raw(
         &self,
         script: &Script,
         owner: &str,
         job_id: &str,
         now: u64,
-        advance: Option<(Step, Option<StreamEntry<'_>>)>,
+        advance: Option<(u32, Option<StreamEntry<'_>>)>,
     ) -> Result<Option<String>, StoreError> {
         let owner = Self::owner_part(owner);
         let mut invocation = script.key(self.job_key(&owner, job_id));
@@ -256,8 +255,8 @@ impl RedisJobStore {
             .arg(Self::index_member(&owner, job_id))
             .arg(now)
             .arg(JOB_RETENTION_MS);
-        if let Some((step, entry)) = advance {
-            invocation.arg(step.done).arg(step.of);
+        if let Some((expected, entry)) = advance {
+            invocation.arg(expected);
             if let Some(entry) = entry {
                 invocation.key(entry.target.stream).arg(entry.group).arg(entry.id);
             }
@@ -269,13 +268,13 @@ impl RedisJobStore {
         &self,
         owner: &str,
         job_id: &str,
-        step: Step,
+        expected: u32,
         now: u64,
         entry: Option<StreamEntry<'_>>,
     ) -> Result<Option<Advanced>, StoreError> {
         // The script marks a record it changed with a leading `A`; a record it only read
         // (the step was applied already, or the job is over) comes back as it is.
-        let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some((step, entry))).await?;
+        let raw = self.mutate_raw(&ADVANCE_SCRIPT, owner, job_id, now, Some((expected, entry))).await?;
         raw.map(|raw| match raw.strip_prefix('A') {
             Some(changed) => parse(changed).map(|record| Advanced { record, applied: true }),
             None => parse(&raw).map(|record| Advanced { record, applied: false }),
@@ -384,17 +383,17 @@ impl JobStore for RedisJobStore {
         &'a self,
         owner: &'a str,
         job_id: &'a str,
-        step: Step,
+        expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>> {
-        Box::pin(crate::telemetry::redis_span("job.advance", self.run_advance(owner, job_id, step, now, None)))
+        Box::pin(crate::telemetry::redis_span("job.advance", self.run_advance(owner, job_id, expected, now, None)))
     }
 
     fn advance_settling<'a>(
         &'a self,
         owner: &'a str,
         job_id: &'a str,
-        step: Step,
+        expected: u32,
         now: u64,
         entry: StreamEntry<'a>,
     ) -> Option<StoreFuture<'a, Option<Advanced>>> {
@@ -402,7 +401,7 @@ impl JobStore for RedisJobStore {
         if !entry.target.redis.is_same_connection(&self.redis) {
             return None;
         }
-        let advance = self.run_advance(owner, job_id, step, now, Some(entry));
+        let advance = self.run_advance(owner, job_id, expected, now, Some(entry));
         Some(Box::pin(crate::telemetry::redis_span("job.advance", advance)))
     }
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::model::{JobRecord, Step};
+use super::model::JobRecord;
 use super::queue::{JobMessage, StreamEntry, StreamTarget};
 use crate::store::{StoreError, StoreFuture};
 
@@ -101,13 +101,13 @@ pub trait JobStore: Send + Sync + 'static {
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
     /// Cancels the owner's job if active; returns the record as it now is.
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
-    /// Applies `step` if it is the job's next (see [`JobRecord::advance`]), and says whether this
-    /// call applied it (a concurrent duplicate delivery finds it applied).
+    /// Applies step `expected + 1` if exactly `expected` steps have run (see [`JobRecord::advance`]),
+    /// and says whether this call applied it (a concurrent duplicate delivery finds it applied).
     fn advance<'a>(
         &'a self,
         owner: &'a str,
         job_id: &'a str,
-        step: Step,
+        expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>>;
     /// [`JobStore::advance`] that also acknowledges and deletes `entry` in the same atomic step
@@ -119,7 +119,7 @@ pub trait JobStore: Send + Sync + 'static {
         &'a self,
         _owner: &'a str,
         _job_id: &'a str,
-        _step: Step,
+        _expected: u32,
         _now: u64,
         _entry: StreamEntry<'a>,
     ) -> Option<StoreFuture<'a, Option<Advanced>>> {
@@ -227,12 +227,12 @@ impl JobStore for MemoryJobStore {
         &'a self,
         owner: &'a str,
         job_id: &'a str,
-        step: Step,
+        expected: u32,
         now: u64,
     ) -> StoreFuture<'a, Option<Advanced>> {
         let job = self.with(now, |jobs| {
             let job = jobs.get_mut(&key(owner, job_id))?;
-            let applied = job.advance(step, now);
+            let applied = job.advance(expected, now);
             Some(Advanced { record: job.clone(), applied })
         });
         Box::pin(async move { Ok(job) })
@@ -288,7 +288,7 @@ impl JobStore for UnconfiguredJobStore {
     fn cancel<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.fail()
     }
-    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: Step, _: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.fail()
     }
     fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
 use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
 use vercel_mcp::jobs::store::{Advanced, CreateRefused, Quota, SweepReport};
-use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, Step, UnconfiguredJobStore};
+use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, UnconfiguredJobStore};
 use vercel_mcp::local::Routes;
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, SeededRandom};
@@ -322,7 +322,7 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
 /// step in (a crash, a cancel, a count).
 trait Hooks: Send + Sync + 'static {
     fn inner(&self) -> &dyn JobStore;
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: Step, n: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.inner().advance(o, j, e, n)
     }
     fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
@@ -350,7 +350,7 @@ impl<H: Hooks> JobStore for Hooked<H> {
     fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.0.inner().cancel(o, j, n)
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: Step, n: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.0.advance(o, j, e, n)
     }
     fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
@@ -371,7 +371,7 @@ impl Hooks for CrashAfter {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: Step, n: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         if self.steps_left.fetch_sub(1, Ordering::SeqCst) == 0 {
             return Box::pin(async { Err(StoreError::fault("consumer crashed")) });
         }
@@ -411,7 +411,7 @@ impl Hooks for CancelAfter {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: Step, n: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         Box::pin(async move {
             if self.steps.fetch_add(1, Ordering::SeqCst) == self.at {
                 self.inner.cancel(o, j, n).await?;
@@ -539,25 +539,21 @@ async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
 /// own timestamp, and a call applied its step (the one after `expected`) exactly when the record
 /// it returns carries that timestamp and is not cancelled; a refused compare-and-set returns the
 /// record as another call left it. Two writes for one `expected` are one step applied twice. Its first
-/// `rendezvous` advances of the step after `meet` steps wait for each other, so duplicate
-/// deliveries reach that step's compare-and-set at the same moment (a delivery first tries the
-/// job's first step, and learns from the refusal where a job that has moved on is).
+/// `rendezvous` advances wait for each other, so duplicate deliveries reach the compare-and-set
+/// at the same moment.
 struct CountingStore {
     inner: Arc<dyn JobStore>,
     /// The step (its expected count before) of every advance that wrote the record.
     applied: std::sync::Mutex<Vec<u32>>,
     barrier: tokio::sync::Barrier,
-    calls: AtomicU32,
     arrivals: AtomicU32,
     rendezvous: u32,
-    meet: u32,
 }
 
 impl CountingStore {
-    fn new(inner: Arc<dyn JobStore>, rendezvous: u32, meet: u32) -> Self {
+    fn new(inner: Arc<dyn JobStore>, rendezvous: u32) -> Self {
         let barrier = tokio::sync::Barrier::new(rendezvous.max(1) as usize);
-        let (calls, arrivals) = (AtomicU32::new(0), AtomicU32::new(0));
-        Self { inner, applied: Default::default(), barrier, calls, arrivals, rendezvous, meet }
+        Self { inner, applied: Default::default(), barrier, arrivals: AtomicU32::new(0), rendezvous }
     }
 }
 
@@ -565,17 +561,18 @@ impl Hooks for CountingStore {
     fn inner(&self) -> &dyn JobStore {
         &*self.inner
     }
-    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: Step, n: u64) -> StoreFuture<'a, Option<Advanced>> {
+    fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         Box::pin(async move {
-            if e.done == self.meet && self.arrivals.fetch_add(1, Ordering::SeqCst) < self.rendezvous {
+            let arrival = self.arrivals.fetch_add(1, Ordering::SeqCst);
+            if arrival < self.rendezvous {
                 self.barrier.wait().await;
             }
-            let stamp = n + 1 + u64::from(self.calls.fetch_add(1, Ordering::SeqCst));
+            let stamp = n + 1 + u64::from(arrival);
             let advanced = self.inner.advance(o, j, e, stamp).await?;
             // Applied by this call, and not a cancellation: a step was applied.
             let cancelled = vercel_mcp::jobs::model::JobState::Cancelled;
             if advanced.as_ref().is_some_and(|a| a.applied && a.record.state != cancelled) {
-                self.applied.lock().unwrap().push(e.done);
+                self.applied.lock().unwrap().push(e);
             }
             Ok(advanced)
         })
@@ -601,7 +598,7 @@ async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
                 Arc::new(Hooked(CrashAfter { inner: inner.clone(), steps_left: AtomicU32::new(head_start) }));
             assert!(partial.process(&message).await.is_err());
         }
-        let counting = Arc::new(Hooked(CountingStore::new(inner.clone(), copies, head_start)));
+        let counting = Arc::new(Hooked(CountingStore::new(inner.clone(), copies)));
         let deliveries = (0..copies).map(|_| {
             let mut consumer = vercel_mcp::consumer(&config);
             consumer.store = counting.clone();

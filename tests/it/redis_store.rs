@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use vercel_mcp::jobs::model::{JOB_DEADLINE_MS, JOB_RETENTION_MS, JobRecord, JobState};
 use vercel_mcp::jobs::redis_store::RedisJobStore;
-use vercel_mcp::jobs::store::{Advanced, CreateRefused, Quota};
-use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, Step};
+use vercel_mcp::jobs::store::{CreateRefused, Quota};
+use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue};
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, Sealer, SeededRandom};
 use vercel_mcp::store::Redis;
@@ -68,14 +68,12 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     let store = RedisJobStore::new(vercel_mcp::store::Redis::connect(&url, &prefix).unwrap());
     let record = JobRecord::new(id(1), "sub:a:b".into(), 3, NOW);
     store.create(&record, &Quota::new(8, 256), NOW).await.unwrap().unwrap();
-    let after_one = store.advance("sub:a:b", &id(1), Step::first_of(3), NOW + 1).await.unwrap().unwrap();
+    let after_one = store.advance("sub:a:b", &id(1), 0, NOW + 1).await.unwrap().unwrap();
     assert_eq!(
         (after_one.record.state, after_one.record.completed_steps, after_one.applied),
         (JobState::Running, 1, true)
     );
-    let mismatched = store.advance("sub:a:b", &id(1), Step { done: 1, of: 4 }, NOW + 2).await.unwrap().unwrap();
-    assert_eq!(mismatched, Advanced { record: after_one.record.clone(), applied: false }, "another total: refused");
-    let duplicate = store.advance("sub:a:b", &id(1), Step::first_of(3), NOW + 2).await.unwrap().unwrap();
+    let duplicate = store.advance("sub:a:b", &id(1), 0, NOW + 2).await.unwrap().unwrap();
     assert_eq!(duplicate.record.completed_steps, 1, "a redelivered step is not applied twice");
     assert!(!duplicate.applied, "and the call says so");
     assert_eq!(store.get("sub:a", &id(1), NOW).await.unwrap(), None, "the owner is part of the key");
@@ -84,7 +82,7 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     }
     let cancelled = store.cancel("sub:a:b", &id(1), NOW + 3).await.unwrap().unwrap();
     assert_eq!((cancelled.state, cancelled.finished_at), (JobState::Cancelled, Some(NOW + 3)));
-    let after_cancel = store.advance("sub:a:b", &id(1), Step { done: 1, of: 3 }, NOW + 4).await.unwrap().unwrap();
+    let after_cancel = store.advance("sub:a:b", &id(1), 1, NOW + 4).await.unwrap().unwrap();
     let after_cancel = (after_cancel.record.state, after_cancel.record.completed_steps, after_cancel.applied);
     assert_eq!(after_cancel, (JobState::Cancelled, 1, false), "no step after cancel");
     let again = store.cancel("sub:a:b", &id(1), NOW + 5).await.unwrap().unwrap();
@@ -94,7 +92,7 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     // Finishing frees the slot: a cap of 1 admits a new job.
     let next = JobRecord::new(id(2), "sub:a:b".into(), 1, NOW);
     assert_eq!(store.create(&next, &Quota::new(1, 256), NOW).await.unwrap(), Ok(()));
-    let done = store.advance("sub:a:b", &id(2), Step::first_of(1), NOW + 6).await.unwrap().unwrap().record;
+    let done = store.advance("sub:a:b", &id(2), 0, NOW + 6).await.unwrap().unwrap().record;
     assert_eq!((done.state, done.result.map(|r| r.sum)), (JobState::Done, Some(0)));
 }
 
@@ -104,7 +102,7 @@ async fn the_sweep_fails_stuck_jobs_and_forgets_evicted_ones() {
     let store = RedisJobStore::new(Redis::connect(&url, &unique_prefix("sweep")).unwrap());
     store.create(&JobRecord::new(id(1), "sub:a".into(), 3, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     store.create(&JobRecord::new(id(2), "sub:a".into(), 1, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
-    store.advance("sub:a", &id(2), Step::first_of(1), NOW).await.unwrap();
+    store.advance("sub:a", &id(2), 0, NOW).await.unwrap();
     let early = store.sweep(NOW + 1).await.unwrap();
     assert_eq!((early.failed_stuck, early.evicted), (0, 0));
     let late = store.sweep(NOW + JOB_DEADLINE_MS).await.unwrap();
@@ -139,16 +137,13 @@ async fn a_stuck_job_is_failed_by_every_operation_without_the_sweep() {
         "both slots are free at the deadline"
     );
     // Job 1 is first touched by a late step, job 3 by a cancel: each stores the failure.
-    let advanced = store.advance("sub:a", &id(1), Step::first_of(3), deadline + 20).await.unwrap().unwrap();
+    let advanced = store.advance("sub:a", &id(1), 0, deadline + 20).await.unwrap().unwrap();
     let advanced = (advanced.record.state, advanced.record.completed_steps, advanced.applied);
     assert_eq!(advanced, (JobState::Failed, 0, false), "no step after the deadline");
     let cancelled = store.cancel("sub:a", &id(3), deadline + 20).await.unwrap().unwrap();
     assert_eq!((cancelled.state, cancelled.finished_at), (JobState::Failed, Some(deadline)), "not cancelled");
     assert_eq!(store.cancel("sub:a", &id(1), deadline + 30).await.unwrap().unwrap().state, JobState::Failed);
-    assert_eq!(
-        store.advance("sub:a", &id(3), Step::first_of(3), deadline + 30).await.unwrap().unwrap().record.completed_steps,
-        0
-    );
+    assert_eq!(store.advance("sub:a", &id(3), 0, deadline + 30).await.unwrap().unwrap().record.completed_steps, 0);
     // Stored with a TTL that ends retention after the deadline, not after the write.
     let until = JOB_RETENTION_MS as i64 - 20;
     for n in [1, 3] {

@@ -15,7 +15,7 @@ use vercel_mcp::jobs::queue::{
     JobMessage, RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamEntry, StreamSettings, StreamTarget,
 };
 use vercel_mcp::jobs::redis_store::RedisJobStore;
-use vercel_mcp::jobs::{JobStore, Jobs, Step};
+use vercel_mcp::jobs::{JobStore, Jobs};
 use vercel_mcp::observe::{Logger, MemorySink};
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{Sealer, SeededRandom, SystemClock};
@@ -208,7 +208,7 @@ async fn a_submit_while_redis_is_down_is_a_clear_error() {
         group: STREAM_CONSUMER_GROUP,
         id: "1-0",
     };
-    let settling = world.store.advance_settling("sub:alice", "AAAAAAAAAAAAAAAAAAAAAA", Step::first_of(1), now(), entry);
+    let settling = world.store.advance_settling("sub:alice", "AAAAAAAAAAAAAAAAAAAAAA", 0, now(), entry);
     let error = settling.expect("same connection: one script").await.unwrap_err();
     assert!(error.message().starts_with("job store unavailable: connection failed"), "{}", error.message());
     let message = JobMessage {
@@ -285,25 +285,14 @@ async fn the_step_that_ends_a_job_settles_its_entry_and_no_other_step_does() {
     let (id, message) = read_entry(&world, &queue, "t").await;
     let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
     let (owner, job) = (message.owner_id.as_str(), message.job_id.as_str());
-    assert!(
-        elsewhere.advance_settling(owner, job, Step::first_of(2), now(), entry).is_none(),
-        "another connection: no script"
-    );
-    let first =
-        world.store.advance_settling(owner, job, Step::first_of(2), now(), entry).unwrap().await.unwrap().unwrap();
+    assert!(elsewhere.advance_settling(owner, job, 0, now(), entry).is_none(), "another connection: no script");
+    let first = world.store.advance_settling(owner, job, 0, now(), entry).unwrap().await.unwrap().unwrap();
     assert!(first.applied && first.record.state.is_active());
     assert_eq!(pending_and_length(&world, &queue).await, (1, 1), "the job goes on: its entry stays pending");
-    let again =
-        world.store.advance_settling(owner, job, Step::first_of(2), now(), entry).unwrap().await.unwrap().unwrap();
+    let again = world.store.advance_settling(owner, job, 0, now(), entry).unwrap().await.unwrap().unwrap();
     assert!(!again.applied && again.record.completed_steps == 1);
     assert_eq!(pending_and_length(&world, &queue).await, (1, 1), "a step applied already settles nothing");
-    let last = world
-        .store
-        .advance_settling(owner, job, Step { done: 1, of: 2 }, now(), entry)
-        .unwrap()
-        .await
-        .unwrap()
-        .unwrap();
+    let last = world.store.advance_settling(owner, job, 1, now(), entry).unwrap().await.unwrap().unwrap();
     assert!(last.applied && last.record.state.as_str() == "done");
     assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "the last step acknowledged and deleted it");
 
@@ -312,8 +301,7 @@ async fn the_step_that_ends_a_job_settles_its_entry_and_no_other_step_does() {
     jobs.cancel(&world.alice, &handle_of(&cancelled)).await.unwrap();
     let (id, message) = read_entry(&world, &queue, "t").await;
     let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
-    let found =
-        world.store.advance_settling(&message.owner_id, &message.job_id, Step::first_of(message.steps), now(), entry);
+    let found = world.store.advance_settling(&message.owner_id, &message.job_id, 0, now(), entry);
     let found = found.unwrap().await.unwrap().unwrap();
     assert!(!found.applied && found.record.state.as_str() == "cancelled");
     assert_eq!(pending_and_length(&world, &queue).await, (0, 0));
@@ -322,12 +310,7 @@ async fn the_step_that_ends_a_job_settles_its_entry_and_no_other_step_does() {
     jobs.submit(&world.alice, 1, None).await.unwrap();
     let (id, message) = read_entry(&world, &queue, "t").await;
     let entry = StreamEntry { target, group: STREAM_CONSUMER_GROUP, id: &id };
-    let gone = world
-        .store
-        .advance_settling("sub:mallory", &message.job_id, Step::first_of(message.steps), now(), entry)
-        .unwrap()
-        .await
-        .unwrap();
+    let gone = world.store.advance_settling("sub:mallory", &message.job_id, 0, now(), entry).unwrap().await.unwrap();
     assert!(gone.is_none());
     assert_eq!(pending_and_length(&world, &queue).await, (0, 0));
     assert!(world.store.get("sub:mallory", &message.job_id, now()).await.unwrap().is_none());
@@ -411,9 +394,9 @@ fn command_head(line: &str) -> Vec<&str> {
     quoted.split("\" \"").take(3).map(|part| part.trim_matches('"')).collect()
 }
 
-/// With the job store on the queue's connection, a one-step job's delivery is a read and the
-/// script that stores the step and acknowledges the entry: the worker sends no acknowledging
-/// script of its own.
+/// With the job store on the queue's connection, a one-step job's delivery is a read, a `GET`
+/// and the script that stores the step and acknowledges the entry: the worker sends no
+/// acknowledging script of its own.
 #[tokio::test]
 async fn a_delivery_settled_by_its_last_step_sends_no_acknowledgement_of_its_own() {
     let Some((url, _guard)) = redis() else { return };
@@ -509,7 +492,7 @@ async fn a_consumer_that_died_is_taken_over_and_no_step_runs_twice() {
         let message: Value = serde_json::from_str(&body[0].1[1]).unwrap();
         let (owner, id) = (message["ownerId"].as_str().unwrap(), message["jobId"].as_str().unwrap());
         for step in 0..stored {
-            assert!(world.store.advance(owner, id, Step { done: step, of: 8 }, now()).await.unwrap().unwrap().applied);
+            assert!(world.store.advance(owner, id, step, now()).await.unwrap().unwrap().applied);
         }
         let sink = Arc::new(MemorySink::default());
         let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
