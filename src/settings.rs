@@ -13,7 +13,7 @@ use crate::security::auth::KeySource;
 use crate::security::jwks::{JwksCache, parse_jwks};
 use crate::security::resource::RESOURCE_URL_ENV;
 use crate::security::{AllowedOrigins, AuthConfig, AuthMode, Authenticator, CanonicalResource};
-use crate::state::{Clock, Sealer, SystemClock, seal::derived_key_id};
+use crate::state::{Clock, SealFormat, Sealer, SystemClock, seal::derived_key_id};
 use jsonwebtoken::Algorithm;
 
 /// Every setting, parsed and validated. The clock is an input because the sealing keys and the
@@ -320,6 +320,15 @@ impl Settings {
             }
             None => (Some(ephemeral_sealer(clock.clone())), true),
         };
+        let seal_format = match non_empty("MCP_SEAL_FORMAT").as_deref().map(str::trim) {
+            None | Some("v2") => SealFormat::V2,
+            Some("v1") => SealFormat::V1,
+            Some(_) => {
+                problems.push("MCP_SEAL_FORMAT must be v1 or v2".into());
+                SealFormat::V2
+            }
+        };
+        let sealer = sealer.map(|sealer| sealer.sealing(seal_format));
         let examples = crate::catalogue::ExampleSettings::from_lookup(&non_empty).unwrap_or_else(|mut problems_of| {
             problems.append(&mut problems_of);
             crate::catalogue::ExampleSettings::default()
@@ -685,6 +694,20 @@ mod tests {
         assert!(text.contains("MCP_REQUEST_STATE_SINGLE_USE must be on or off"), "{text}");
         assert!(text.contains("MCP_AUTH_CLIENT_CREDENTIALS must be on or off"), "{text}");
         assert!(load(&[("MCP_REQUEST_STATE_SINGLE_USE", " off "), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]).is_ok());
+    }
+
+    #[test]
+    fn the_seal_format_is_v2_unless_told_v1() {
+        use crate::state::Purpose;
+        let version = |vars: &[(&str, &str)]| {
+            let sealed = load(vars).unwrap().sealer.seal(Purpose::JobHandle, b"p", 1_000, serde_json::json!("x"));
+            sealed[..3].to_owned()
+        };
+        assert_eq!(version(&[]), "v2.");
+        assert_eq!(version(&[("MCP_SEAL_FORMAT", " v1 ")]), "v1.");
+        assert_eq!(version(&[("MCP_SEAL_FORMAT", "v2")]), "v2.");
+        let error = load(&[("MCP_SEAL_FORMAT", "v3")]).unwrap_err().to_string();
+        assert!(error.contains("MCP_SEAL_FORMAT must be v1 or v2"), "{error}");
     }
 
     #[test]

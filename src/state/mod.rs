@@ -12,4 +12,4 @@ pub use bus::{ChangeBus, ChangeEvent, LocalBus, RedisBus};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use nonce::{MemoryNonces, NonceStore, RedisNonces, UnconfiguredNonces, nonce_store};
 pub use random::{Random, SeededRandom, SystemRandom};
-pub use seal::{Purpose, SealError, Sealer};
+pub use seal::{Purpose, SealError, SealFormat, Sealer};

@@ -96,8 +96,8 @@ struct Payload {
     data: Value,
 }
 
-/// The `v1` payload, read only.
-#[derive(Deserialize)]
+/// The `v1` payload.
+#[derive(Serialize, Deserialize)]
 struct PayloadV1<'a> {
     exp: u64,
     #[serde(borrow)]
@@ -110,10 +110,22 @@ struct SealingKey {
     key: hmac::Key,
 }
 
+/// The format a [`Sealer`] seals in; it opens both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SealFormat {
+    /// The first format, for the first step of a rolling upgrade from a release that opens only
+    /// it: every instance learns to open `v2` while all of them still seal `v1`.
+    V1,
+    /// The current format.
+    #[default]
+    V2,
+}
+
 /// Seals and opens envelopes with a ring of HMAC-SHA256 keys; the first key seals.
 #[derive(Clone)]
 pub struct Sealer {
     keys: Arc<[SealingKey]>,
+    format: SealFormat,
     clock: Arc<dyn Clock>,
 }
 
@@ -150,7 +162,7 @@ impl Sealer {
             }
             ring.push(SealingKey { id, key: hmac::Key::new(hmac::HMAC_SHA256, &secret) });
         }
-        Ok(Self { keys: ring.into(), clock })
+        Ok(Self { keys: ring.into(), format: SealFormat::V2, clock })
     }
 
     /// Parses `MCP_STATE_SECRET`: comma-separated entries, each `kid=secret` or a bare secret
@@ -181,6 +193,12 @@ impl Sealer {
         Self::new(keys, clock)
     }
 
+    /// Seals in `format` from now on (`MCP_SEAL_FORMAT`); opening is unchanged.
+    pub fn sealing(mut self, format: SealFormat) -> Self {
+        self.format = format;
+        self
+    }
+
     /// The id of the key that seals.
     pub fn current_key_id(&self) -> &str {
         &self.keys[0].id
@@ -194,14 +212,21 @@ impl Sealer {
     /// Seals `data`, bound to `binding`, valid for `ttl_ms` from now.
     pub fn seal(&self, purpose: Purpose, binding: &[u8], ttl_ms: u64, data: Value) -> String {
         let key = &self.keys[0];
-        let payload = Payload { exp: self.clock.now_ms().saturating_add(ttl_ms), data };
-        let payload = serde_json::to_vec(&payload).expect("payload serialises");
+        let exp = self.clock.now_ms().saturating_add(ttl_ms);
+        let (version, payload, mac_binding) = match self.format {
+            SealFormat::V2 => ("v2.", serde_json::to_vec(&Payload { exp, data }), Some(binding)),
+            SealFormat::V1 => {
+                let bind = hex(digest::digest(&digest::SHA256, binding).as_ref());
+                ("v1.", serde_json::to_vec(&PayloadV1 { exp, bind: &bind, data }), None)
+            }
+        };
+        let payload = payload.expect("payload serialises");
         let mut out = String::with_capacity(8 + key.id.len() + payload.len() * 4 / 3 + 48);
-        out.push_str("v2.");
+        out.push_str(version);
         out.push_str(&key.id);
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(&payload, &mut out);
-        let tag = hmac::sign(&key.key, &mac_input(purpose, Some(binding), out.as_bytes()));
+        let tag = hmac::sign(&key.key, &mac_input(purpose, mac_binding, out.as_bytes()));
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut out);
         out
@@ -466,6 +491,23 @@ mod tests {
         let (signed, tag) = env.rsplit_once('.').unwrap();
         let shifted = format!("v2.k1.{signed}.{tag}");
         assert_eq!(s.open(Purpose::JobHandle, b"z", &shifted), Err(SealError::BadSignature));
+    }
+
+    #[test]
+    fn a_sealer_told_to_seal_the_first_format_does_so_and_everyone_opens_it() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let old = sealer(&[("k1", A)], &clock).sealing(SealFormat::V1);
+        let env = old.seal(Purpose::RequestState, b"b", 60_000, json!({"round": 2}));
+        assert!(env.starts_with("v1.k1."), "{env}");
+        for reader in [&old, &sealer(&[("k1", A)], &clock)] {
+            assert_eq!(reader.open(Purpose::RequestState, b"b", &env), Ok(json!({"round": 2})));
+            assert_eq!(reader.open(Purpose::RequestState, b"c", &env), Err(SealError::WrongBinding));
+            assert_eq!(reader.open(Purpose::JobHandle, b"b", &env), Err(SealError::BadSignature));
+        }
+        // Byte for byte what the release before sealed.
+        let fixture = sealer(&[("k1", A)], &Arc::new(ManualClock::new(1_000))).sealing(SealFormat::V1);
+        assert_eq!(fixture.seal(Purpose::RequestState, b"b", 60_000, json!({"round": 2})), V1_REQUEST_STATE);
+        assert_eq!(old.sealing(SealFormat::V2).seal(Purpose::RequestState, b"b", 1, json!(1))[..3], *"v2.");
     }
 
     #[test]
