@@ -135,6 +135,12 @@ thread_local! {
         const { RefCell::new(HeldLines { holding: false, since_idle: 0, to: None, lines: Vec::new() }) };
 }
 
+/// Runs `f` on this thread's held lines; `None` while the thread is being torn down, or while
+/// they are already borrowed further up its stack (then the caller writes at once).
+fn with_held_lines<T>(f: impl FnOnce(&mut HeldLines) -> T) -> Option<T> {
+    HELD_LINES.try_with(|held| held.try_borrow_mut().ok().map(|mut held| f(&mut held))).ok().flatten()
+}
+
 /// Sets up `builder`'s worker threads to hold the lines of every [`StderrSink`] and write them
 /// together, in writes of at most `PIPE_BUF` bytes of whole lines: when the worker is about to go
 /// idle, when the next line would not fit, and when the worker stops. A worker holds lines only
@@ -156,30 +162,23 @@ pub fn hold_lines_until_idle(builder: &mut tokio::runtime::Builder) -> &mut toki
 /// A worker is about to park: it writes out the lines it holds, and holds the next ones if it
 /// logged more than one since it last went idle.
 fn going_idle() {
-    let _ = HELD_LINES.try_with(|held| {
-        if let Ok(mut held) = held.try_borrow_mut() {
-            held.holding = held.since_idle > 1;
-            held.since_idle = 0;
-            held.write_out();
-        }
+    with_held_lines(|held| {
+        held.holding = held.since_idle > 1;
+        held.since_idle = 0;
+        held.write_out();
     });
 }
 
 /// Writes out the lines this thread holds, if any.
 fn write_held_lines() {
-    let _ = HELD_LINES.try_with(|held| {
-        if let Ok(mut held) = held.try_borrow_mut() {
-            held.write_out();
-        }
-    });
+    with_held_lines(HeldLines::write_out);
 }
 
 impl LogSink for StderrSink {
     fn emit(&self, mut line: String) {
         // One write per line at most (eprintln! would issue the newline separately).
         line.push('\n');
-        let held = HELD_LINES.try_with(|held| {
-            let Ok(mut held) = held.try_borrow_mut() else { return false };
+        let held = with_held_lines(|held| {
             held.since_idle = held.since_idle.saturating_add(1);
             if !held.holding {
                 return false; // and holds nothing: it wrote out what it held when it stopped holding
@@ -198,7 +197,7 @@ impl LogSink for StderrSink {
             held.lines.extend_from_slice(line.as_bytes());
             true
         });
-        if held != Ok(true) {
+        if held != Some(true) {
             self.0.write(line.as_bytes());
         }
     }
@@ -681,10 +680,26 @@ mod tests {
         while idle.recv_timeout(std::time::Duration::from_secs(10)).expect("the worker goes idle") != holding {}
     }
 
-    fn log_file(name: &str) -> (std::path::PathBuf, StderrSink) {
+    /// A file the test's sink writes to, removed when the test ends (passing or not).
+    struct LogFile(std::path::PathBuf);
+
+    impl std::ops::Deref for LogFile {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for LogFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn log_file(name: &str) -> (LogFile, StderrSink) {
         let path = std::env::temp_dir().join(format!("vercel-mcp-{name}-{}", std::process::id()));
         let sink = StderrSink::to(std::fs::File::create(&path).unwrap());
-        (path, sink)
+        (LogFile(path), sink)
     }
 
     fn read(path: &std::path::Path) -> String {
@@ -696,7 +711,7 @@ mod tests {
         let (path, sink) = log_file("held");
         let (runtime, idle) = holding_runtime(&sink);
         let long = format!("long{}", "x".repeat(5000));
-        let (seen, expected) = (path.clone(), format!("{WARM}a\nb\n{long}\nc\n"));
+        let (seen, expected) = (path.to_path_buf(), format!("{WARM}a\nb\n{long}\nc\n"));
         let (held, after_long, last_held) = on_worker(&runtime, async move {
             sink.emit("a".into());
             sink.emit("b".into());
@@ -714,15 +729,13 @@ mod tests {
         while read(&path) != expected {
             idle.recv_timeout(std::time::Duration::from_secs(10)).expect("the worker goes idle again");
         }
-        drop(runtime);
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
     fn a_worker_writes_its_lines_when_they_would_not_fit_in_one_write_and_when_it_stops() {
         let (path, sink) = log_file("full");
         let (runtime, _idle) = holding_runtime(&sink);
-        let seen = path.clone();
+        let seen = path.to_path_buf();
         let line = |i: usize| format!("{i:04}{}", "y".repeat(95));
         let written = on_worker(&runtime, async move {
             (0..100).for_each(|i| sink.emit(line(i)));
@@ -738,7 +751,6 @@ mod tests {
         runtime.shutdown_timeout(std::time::Duration::from_secs(10));
         let expected: String = (0..100).map(|i| format!("{}\n", line(i))).collect::<String>() + "last\n";
         assert_eq!(read(&path), format!("{WARM}{expected}"));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -748,14 +760,12 @@ mod tests {
         let one = sink.clone();
         on_worker(&runtime, async move { one.emit("one".into()) });
         wait_until_idle(&idle, false);
-        let seen = path.clone();
+        let seen = path.to_path_buf();
         let written = on_worker(&runtime, async move {
             sink.emit("two".into());
             read(&seen)
         });
         assert_eq!(written, format!("{WARM}one\ntwo\n"));
-        drop(runtime);
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -773,7 +783,7 @@ mod tests {
                 tokio::task::yield_now().await;
                 tokio::spawn(async {}).await.unwrap();
             }
-            let (sink, seen, before) = (sink.clone(), path.clone(), expected.clone());
+            let (sink, seen, before) = (sink.clone(), path.to_path_buf(), expected.clone());
             let written = tokio::task::spawn_blocking(move || {
                 (0..3)
                     .map(|i| {
@@ -789,8 +799,6 @@ mod tests {
                 assert_eq!(written, format!("{before}{lines}"));
             }
         });
-        drop(runtime);
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -817,7 +825,6 @@ mod tests {
         running.recv_timeout(std::time::Duration::from_secs(10)).expect("the task runs");
         drop(runtime);
         assert_eq!(read(&path), format!("{WARM}running 1\nrunning 2\ndropped 1\ndropped 2\n"));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
@@ -830,7 +837,7 @@ mod tests {
         let mut rounds = 0;
         let held = loop {
             rounds += 1;
-            let (sink, seen) = (sink.clone(), path.clone());
+            let (sink, seen) = (sink.clone(), path.to_path_buf());
             let held = on_worker(&runtime, async move {
                 let before = read(&seen).len();
                 sink.emit("one".into());
@@ -845,7 +852,6 @@ mod tests {
         assert!(held, "no worker of the local run's runtime held a line in {rounds} rounds");
         drop(runtime);
         assert_eq!(read(&path), "one\ntwo\n".repeat(rounds), "every line written by the time it stopped");
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

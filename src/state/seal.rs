@@ -16,7 +16,9 @@
 //!
 //! Envelopes of the first format, `v1`, are still opened until the last of them has expired
 //! (the longest-lived, a 2025-11-25 session id, lasts a day): their payload carried the hex
-//! SHA-256 of the binding, which made a job handle twice as long.
+//! SHA-256 of the binding, which made a job handle twice as long. [`SealFormat::V1`]
+//! (`MCP_SEAL_FORMAT=v1`) still seals them, for a rolling upgrade from a release that opens only
+//! those.
 //!
 //! ```text
 //! v1.<kid>.<base64url(payload)>.<base64url(HMAC-SHA256(key[kid], purpose "\n" v1.<kid>.<payload>))>
@@ -121,6 +123,14 @@ pub enum SealFormat {
     V2,
 }
 
+impl SealFormat {
+    /// What of the binding the MAC covers: all of it from `v2` on; nothing in `v1`, whose
+    /// payload names the binding's digest instead.
+    fn binding_under_mac(self, binding: &[u8]) -> Option<&[u8]> {
+        (self == Self::V2).then_some(binding)
+    }
+}
+
 /// Seals and opens envelopes with a ring of HMAC-SHA256 keys; the first key seals.
 #[derive(Clone)]
 pub struct Sealer {
@@ -213,11 +223,11 @@ impl Sealer {
     pub fn seal(&self, purpose: Purpose, binding: &[u8], ttl_ms: u64, data: Value) -> String {
         let key = &self.keys[0];
         let exp = self.clock.now_ms().saturating_add(ttl_ms);
-        let (version, payload, mac_binding) = match self.format {
-            SealFormat::V2 => ("v2.", serde_json::to_vec(&Payload { exp, data }), Some(binding)),
+        let (version, payload) = match self.format {
+            SealFormat::V2 => ("v2.", serde_json::to_vec(&Payload { exp, data })),
             SealFormat::V1 => {
                 let bind = hex(digest::digest(&digest::SHA256, binding).as_ref());
-                ("v1.", serde_json::to_vec(&PayloadV1 { exp, bind: &bind, data }), None)
+                ("v1.", serde_json::to_vec(&PayloadV1 { exp, bind: &bind, data }))
             }
         };
         let payload = payload.expect("payload serialises");
@@ -226,6 +236,7 @@ impl Sealer {
         out.push_str(&key.id);
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(&payload, &mut out);
+        let mac_binding = self.format.binding_under_mac(binding);
         let tag = hmac::sign(&key.key, &mac_input(purpose, mac_binding, out.as_bytes()));
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut out);
@@ -252,17 +263,17 @@ impl Sealer {
         let (Some(version), Some(kid), Some(payload)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(SealError::Malformed);
         };
-        let first_format = match version {
-            "v2" => false,
-            "v1" => true,
+        let format = match version {
+            "v2" => SealFormat::V2,
+            "v1" => SealFormat::V1,
             _ => return Err(SealError::Malformed),
         };
         let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| SealError::Malformed)?;
         let key = self.keys.iter().find(|k| k.id == kid).ok_or(SealError::UnknownKey)?;
-        let message = mac_input(purpose, (!first_format).then_some(binding), signed.as_bytes());
+        let message = mac_input(purpose, format.binding_under_mac(binding), signed.as_bytes());
         hmac::verify(&key.key, &message, &tag).map_err(|_| SealError::BadSignature)?;
         let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| SealError::Malformed)?;
-        if first_format {
+        if format == SealFormat::V1 {
             return self.open_v1_payload(binding, &payload);
         }
         let payload: Payload = serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)?;
