@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::store::JobStore;
 use crate::body::Body;
+use crate::security::constant_time_eq;
 use crate::state::Clock;
 
 /// What the sweep needs.
@@ -28,11 +29,6 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     response
-}
-
-/// Constant-time equality of two byte strings (length is not secret).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Sweep {
@@ -58,18 +54,5 @@ impl Sweep {
             }
             Err(error) => reply(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": error.message() })),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn compares_exactly() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
     }
 }

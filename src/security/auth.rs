@@ -7,17 +7,20 @@
 //! is exactly the canonical resource (RFC 8707); `exp` is in the future (a token is expired at its
 //! `exp` second, no leeway); `nbf`, if present, has passed; the lifetime is at most the maximum.
 //! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
-//! `insufficient_scope`. The token itself is never logged, echoed or stored.
+//! `insufficient_scope`. The token itself is never logged, echoed or written to a store; a token
+//! that verified is held in this instance's memory, for 300 s at most, so that its next use skips
+//! the signature check (`verified.rs`).
 
 use http::{HeaderMap, StatusCode, header};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::Principal;
 use super::jwks::JwksCache;
 use super::resource::CanonicalResource;
+use super::verified::{VERIFIED_TTL_SECS, VerifiedTokens};
 use crate::state::Clock;
 
 /// Whether requests must, may or need not carry a token.
@@ -146,50 +149,6 @@ pub struct Authenticator {
     verified: Arc<VerifiedTokens>,
 }
 
-/// Tokens that passed every check recently, by a 128-bit keyed digest of the whole token
-/// (signature included, so an altered token never hits). The digest is SipHash-2-4 (128-bit
-/// output) under a random key this cache draws and never shows: a keyed PRF, so nobody can
-/// compute a token's entry or aim another token at one (a try lands on one of at most
-/// [`VERIFIED_MAX`] entries with a chance of about 2^-116). SHA-256 of the token did the same job
-/// at ≈ 6× the cost, which every authenticated request paid (docs/decisions.md, "Authentication
-/// and scopes"). A hit skips the signature check only; expiry is re-checked on every use, and an
-/// entry is trusted for at most [`VERIFIED_TTL_SECS`].
-struct VerifiedTokens {
-    key: (u64, u64),
-    entries: Mutex<HashMap<u128, (Principal, u64)>>,
-}
-
-impl Default for VerifiedTokens {
-    fn default() -> Self {
-        use crate::state::Random;
-        let mut key = [0u8; 16];
-        crate::state::SystemRandom::default().fill(&mut key);
-        let word = |half: &[u8]| u64::from_le_bytes(half.try_into().expect("8 bytes"));
-        Self { key: (word(&key[..8]), word(&key[8..])), entries: Mutex::default() }
-    }
-}
-
-impl VerifiedTokens {
-    fn entry_of(&self, token: &str) -> u128 {
-        use siphasher::sip128::Hasher128;
-        use std::hash::Hasher;
-        let mut hasher = siphasher::sip128::SipHasher24::new_with_keys(self.key.0, self.key.1);
-        hasher.write(token.as_bytes());
-        hasher.finish128().as_u128()
-    }
-}
-
-/// The longest a cached verification is reused.
-const VERIFIED_TTL_SECS: u64 = 300;
-/// The most tokens remembered (the map is cleared when full: a bounded cache, never a store).
-const VERIFIED_MAX: usize = 4096;
-
-impl std::fmt::Debug for VerifiedTokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("VerifiedTokens")
-    }
-}
-
 impl Authenticator {
     /// An authenticator over `config`.
     pub fn new(config: AuthConfig, clock: Arc<dyn Clock>) -> Self {
@@ -247,15 +206,20 @@ impl Authenticator {
                 (true, _) => Err(Refusal::InvalidToken("send one Authorization header")),
             };
         };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|t| !t.is_empty())
-            .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
-        let principal = self.verify_cached(token).await.map_err(Refusal::InvalidToken)?;
+        let principal = match self.remembered(value.as_bytes()) {
+            Some(principal) => principal,
+            None => {
+                let token = value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.split_once(' '))
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, token)| token.trim())
+                    .filter(|t| !t.is_empty())
+                    .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
+                self.verify_and_remember(token).await.map_err(Refusal::InvalidToken)?
+            }
+        };
         let missing: Vec<String> =
             self.config.route_scopes.iter().filter(|s| !principal.scopes().contains(s)).cloned().collect();
         if !missing.is_empty() {
@@ -264,21 +228,27 @@ impl Authenticator {
         Ok(principal)
     }
 
-    /// [`Authenticator::verify`], reusing a recent successful verification of the same token.
-    async fn verify_cached(&self, token: &str) -> Result<Principal, &'static str> {
-        let key = self.verified.entry_of(token);
-        let now = self.clock.now_ms() / 1000;
-        if let Some((principal, valid_until)) = self.verified.entries.lock().expect("token cache").get(&key) {
-            if now < *valid_until {
-                return Ok(principal.clone());
-            }
+    /// The principal of a recent successful verification of exactly this `Authorization` value's
+    /// token. Read from the header's bytes: a hit equals a token that passed the checks of the
+    /// text path below (visible ASCII, Bearer), so only a miss pays for them.
+    fn remembered(&self, value: &[u8]) -> Option<Principal> {
+        let space = value.iter().position(|&b| b == b' ')?;
+        let (scheme, token) = (&value[..space], &value[space + 1..]);
+        if !scheme.eq_ignore_ascii_case(b"bearer") {
+            return None;
         }
+        // What `str::trim` below takes from a header value: spaces and tabs.
+        let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+        let start = token.iter().position(|b| !is_space(b))?;
+        let end = token.iter().rposition(|b| !is_space(b))? + 1;
+        self.verified.lookup(&token[start..end], self.clock.now_ms() / 1000)
+    }
+
+    /// [`Authenticator::verify`], remembering a success for the token's next use.
+    async fn verify_and_remember(&self, token: &str) -> Result<Principal, &'static str> {
         let (principal, exp) = self.verify_with_expiry(token).await?;
-        let mut cache = self.verified.entries.lock().expect("token cache");
-        if cache.len() >= VERIFIED_MAX {
-            cache.clear();
-        }
-        cache.insert(key, (principal.clone(), exp.min(now + VERIFIED_TTL_SECS)));
+        let now = self.clock.now_ms() / 1000;
+        self.verified.remember(token.as_bytes(), principal.clone(), exp.min(now + VERIFIED_TTL_SECS));
         Ok(principal)
     }
 

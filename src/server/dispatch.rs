@@ -55,12 +55,10 @@ impl McpServer {
             // clients list tools unconditionally, and an empty list is the honest answer.
             "tools/list" => {
                 // Each principal sees only the tools it may call; the list is then per caller.
-                let visible: Vec<&str> = self
-                    .tools
-                    .iter()
-                    .filter(|t| self.may_use(&ctx.principal, t))
-                    .map(|t| t.listing_json.as_str())
-                    .collect();
+                let mut visible: Vec<&str> = Vec::with_capacity(self.tools.len());
+                visible.extend(
+                    self.tools.iter().filter(|t| self.may_use(&ctx.principal, t)).map(|t| t.listing_json.as_str()),
+                );
                 let (start, end) = self.page_bounds(&ListParams::parse(params)?, visible.len())?;
                 let mut items =
                     String::with_capacity(visible[start..end].iter().map(|t| t.len() + 1).sum::<usize>() + 2);

@@ -180,8 +180,9 @@ fn finish_with(
     if has_meta {
         attach_server_info(result, server);
     }
-    let fields = serde_json::to_vec(result).expect("values serialise");
-    let mut out = Vec::with_capacity(fields.len() + server.meta_json.len() + items.map_or(0, |(_, i)| i.len()) + 64);
+    // Room for the envelope, the spliced parts and a small result: one allocation for a listing.
+    let spliced = server.meta_json.len() + items.map_or(0, |(key, items)| key.len() + items.len());
+    let mut out = Vec::with_capacity(256 + spliced);
     jsonrpc::begin_result(&mut out, id);
     out.push(b'{');
     let mut first = true;
@@ -201,9 +202,12 @@ fn finish_with(
     if let Some((key, items)) = items {
         field(&mut out, &[b"\"", key.as_bytes(), b"\":", items.as_bytes()]);
     }
-    // `fields` is `{...}`: append its members, if any.
-    if fields.len() > 2 {
-        field(&mut out, &[&fields[1..fields.len() - 1]]);
+    // The result's own members, written as `serde_json` writes a map (in its order, compact).
+    for (key, value) in result.iter() {
+        field(&mut out, &[]);
+        serde_json::to_writer(&mut out, key).expect("keys serialise");
+        out.push(b':');
+        serde_json::to_writer(&mut out, value).expect("values serialise");
     }
     out.extend_from_slice(b"}}");
     out

@@ -452,6 +452,22 @@ async fn a_remembered_verification_still_expires_with_its_token() {
     let tampered = format!("Bearer {}", String::from_utf8(tampered).unwrap());
     let forged = server.modern(json!(1), "tools/list", json!({})).header("Authorization", &tampered).send().await;
     assert_eq!(forged.status, 401, "an altered signature never hits the cache");
+    // The remembered token's signature under another payload: it ends as the remembered token
+    // does, so it reaches the same entry, and is still verified (and refused), never served.
+    let (_, signature) = valid.rsplit_once('.').unwrap();
+    let (header, _) = valid.split_once('.').unwrap();
+    let other_claims = token(json!({"exp": NOW + 60, "sub": "someone-else"}));
+    let other_payload = other_claims.split('.').nth(1).unwrap();
+    let spliced = format!("Bearer {header}.{other_payload}.{signature}");
+    let forged = server.modern(json!(1), "tools/list", json!({})).header("Authorization", &spliced).send().await;
+    assert_eq!(forged.status, 401, "a payload under a remembered signature never hits the cache");
+    // A remembered token is read from the header as on its first use: any case of `Bearer`,
+    // spaces and tabs around the token; another scheme is refused however well the token is known.
+    let with = |value: String| server.modern(json!(1), "tools/list", json!({})).header("Authorization", &value).send();
+    assert_eq!(with(format!("bEaReR  \t{valid} \t")).await.status, 200);
+    for refused in [format!("Basic {valid}"), format!("Bearer{valid}"), format!("Token {valid}"), valid.clone()] {
+        assert_eq!(with(refused).await.status, 401);
+    }
     assert_eq!(list().await.status, 200, "and the genuine token still does");
     clock.advance_ms(60_000);
     assert_eq!(list().await.status, 401, "a cached token expires at its exp second");

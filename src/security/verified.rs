@@ -1,0 +1,174 @@
+//! The verified-token cache: tokens that passed every check recently, so that their next use
+//! skips the signature check (an RS256 verification is ≈ 100× the rest of a request).
+//!
+//! A hit is the exact token: the entry holds the token's bytes, found by its last
+//! [`TAIL`] bytes (the end of its signature) and compared whole, in constant time. So an altered
+//! token never hits, whatever it shares with a remembered one, and nothing rests on a digest being
+//! hard to collide. The cache is bounded in entries and in bytes and is cleared when full; each
+//! authenticator has its own (a token verified at one endpoint is never taken from another's).
+//! Expiry is re-checked on every use, and an entry is trusted for at most [`VERIFIED_TTL_SECS`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::Principal;
+use super::constant_time_eq;
+
+/// The longest a cached verification is reused.
+pub(super) const VERIFIED_TTL_SECS: u64 = 300;
+/// The most tokens remembered.
+const VERIFIED_MAX: usize = 4096;
+/// The most token bytes remembered (tokens may be up to 16 KiB; typical ones are 0.7–2 KiB).
+const VERIFIED_MAX_BYTES: usize = 2 * 1024 * 1024;
+/// How many bytes at a token's end pick its entry: the end of its signature, which a token's
+/// holder cannot choose.
+const TAIL: usize = 32;
+
+/// Remembered verifications, by the end of the token.
+#[derive(Default)]
+pub(super) struct VerifiedTokens {
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_tail: HashMap<[u8; TAIL], Remembered>,
+    bytes: usize,
+}
+
+struct Remembered {
+    token: Box<[u8]>,
+    principal: Principal,
+    /// Unix seconds: the token's `exp`, or [`VERIFIED_TTL_SECS`] after it was verified if sooner.
+    valid_until: u64,
+}
+
+/// The last [`TAIL`] bytes of `token`, zero-padded in front when it is shorter.
+fn tail(token: &[u8]) -> [u8; TAIL] {
+    let mut tail = [0u8; TAIL];
+    let end = &token[token.len().saturating_sub(TAIL)..];
+    tail[TAIL - end.len()..].copy_from_slice(end);
+    tail
+}
+
+impl VerifiedTokens {
+    /// The principal of `token` if exactly this token verified and is still valid at `now`.
+    pub(super) fn lookup(&self, token: &[u8], now: u64) -> Option<Principal> {
+        let entries = self.entries.lock().expect("verified tokens");
+        let entry = entries.by_tail.get(&tail(token))?;
+        (constant_time_eq(&entry.token, token) && now < entry.valid_until).then(|| entry.principal.clone())
+    }
+
+    /// Remembers that `token` verified as `principal`, until `valid_until` (Unix seconds) at most.
+    /// A token sharing its end with a remembered one replaces it.
+    pub(super) fn remember(&self, token: &[u8], principal: Principal, valid_until: u64) {
+        if token.len() > VERIFIED_MAX_BYTES {
+            return;
+        }
+        let mut entries = self.entries.lock().expect("verified tokens");
+        if entries.by_tail.len() >= VERIFIED_MAX || entries.bytes + token.len() > VERIFIED_MAX_BYTES {
+            entries.by_tail.clear();
+            entries.bytes = 0;
+        }
+        let entry = Remembered { token: token.into(), principal, valid_until };
+        entries.bytes += token.len();
+        if let Some(replaced) = entries.by_tail.insert(tail(token), entry) {
+            entries.bytes -= replaced.token.len();
+        }
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
+        let entries = self.entries.lock().expect("verified tokens");
+        (entries.by_tail.len(), entries.bytes)
+    }
+}
+
+impl std::fmt::Debug for VerifiedTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VerifiedTokens")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str) -> Principal {
+        Principal::verified(Some(name), None, vec!["mcp:read".to_owned()])
+    }
+
+    fn token(body: &str, signature: &str) -> Vec<u8> {
+        format!("eyJhbGciOiJSUzI1NiJ9.{body}.{signature}").into_bytes()
+    }
+
+    const SIGNATURE: &str = "c2lnbmF0dXJlLW9mLXRoZS10b2tlbi10aGF0LWVuZHMtaXQ";
+
+    #[test]
+    fn only_the_exact_token_hits_until_it_expires() {
+        let cache = VerifiedTokens::default();
+        let alice = token("eyJzdWIiOiJhbGljZSJ9", SIGNATURE);
+        cache.remember(&alice, principal("alice"), 1_000);
+        assert_eq!(cache.lookup(&alice, 999), Some(principal("alice")));
+        assert_eq!(cache.lookup(&alice, 1_000), None, "expired at its second");
+
+        // Same end (so the same entry), another payload: compared whole, it misses.
+        let forged = token("eyJzdWIiOiJtYWxsb3J5In0", SIGNATURE);
+        assert_eq!(tail(&forged), tail(&alice));
+        assert_eq!(cache.lookup(&forged, 0), None);
+        // One byte shorter or longer at the front, or a byte flipped inside: misses.
+        assert_eq!(cache.lookup(&alice[1..], 0), None);
+        let mut longer = b"x".to_vec();
+        longer.extend_from_slice(&alice);
+        assert_eq!(cache.lookup(&longer, 0), None);
+        let mut flipped = alice.clone();
+        flipped[3] ^= 1;
+        assert_eq!(cache.lookup(&flipped, 0), None);
+        assert_eq!(cache.lookup(&alice, 0), Some(principal("alice")), "and the genuine token still hits");
+    }
+
+    #[test]
+    fn a_token_with_the_same_end_replaces_the_entry_and_its_bytes() {
+        let cache = VerifiedTokens::default();
+        let first = token("eyJzdWIiOiJhIn0", SIGNATURE);
+        let second = token("eyJzdWIiOiJiYmJiYmIifQ", SIGNATURE);
+        cache.remember(&first, principal("a"), 10);
+        cache.remember(&second, principal("b"), 10);
+        assert_eq!(cache.held(), (1, second.len()));
+        assert_eq!(cache.lookup(&first, 0), None);
+        assert_eq!(cache.lookup(&second, 0), Some(principal("b")));
+    }
+
+    #[test]
+    fn short_tokens_are_padded_not_refused() {
+        let cache = VerifiedTokens::default();
+        cache.remember(b"abc", principal("short"), 10);
+        assert_eq!(cache.lookup(b"abc", 0), Some(principal("short")));
+        assert_eq!(cache.lookup(b"\0abc", 0), None, "padding is not part of the token");
+        assert_eq!(cache.lookup(b"", 0), None);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_in_entries_and_in_bytes() {
+        let cache = VerifiedTokens::default();
+        for i in 0..VERIFIED_MAX {
+            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), 10);
+        }
+        assert_eq!(cache.held().0, VERIFIED_MAX);
+        cache.remember(b"one more", principal("p"), 10);
+        assert_eq!(cache.held(), (1, 8), "full: cleared, then the new token held");
+
+        let big = vec![b'a'; VERIFIED_MAX_BYTES / 2];
+        let mut other = big.clone();
+        other[0] = b'b';
+        other.push(b'c');
+        cache.remember(&big, principal("p"), 10);
+        assert_eq!(cache.held(), (2, 8 + big.len()));
+        cache.remember(&other, principal("p"), 10);
+        assert_eq!(cache.held(), (1, other.len()), "over the byte budget: cleared first");
+        assert_eq!(cache.lookup(&other, 0), Some(principal("p")));
+
+        cache.remember(&vec![b'z'; VERIFIED_MAX_BYTES + 1], principal("p"), 10);
+        assert_eq!(cache.held(), (1, other.len()), "a token bigger than the budget is not held");
+    }
+}
