@@ -154,18 +154,8 @@ impl RequestContext {
             }
             *last = Some(progress);
         }
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Progress<'a> {
-            progress_token: &'a Value,
-            progress: f64,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            total: Option<f64>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            message: Option<&'a str>,
-        }
-        let params = Progress { progress_token: token, progress, total, message };
-        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/progress", &params))).await;
+        let notification = jsonrpc::progress_notification(token, progress, total, message);
+        let _ = outbox.send(StreamEvent::Notification(notification)).await;
     }
 
     /// Sends `notifications/message` if the request set a log level at or below `level`
