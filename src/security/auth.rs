@@ -8,8 +8,8 @@
 //! `exp` second, no leeway); `nbf`, if present, has passed; the lifetime is at most the maximum.
 //! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
 //! `insufficient_scope`. The token itself is never logged, echoed or written to a store; a token
-//! that verified is held in this instance's memory, for 300 s at most, so that its next use skips
-//! the signature check (`verified.rs`).
+//! that verified is held in this instance's memory so that its uses in the next 300 s skip the
+//! signature check (`verified.rs` says how long its bytes stay).
 
 use http::{HeaderMap, StatusCode, header};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -248,7 +248,7 @@ impl Authenticator {
     async fn verify_and_remember(&self, token: &str) -> Result<Principal, &'static str> {
         let (principal, exp) = self.verify_with_expiry(token).await?;
         let now = self.clock.now_ms() / 1000;
-        self.verified.remember(token.as_bytes(), principal.clone(), exp.min(now + VERIFIED_TTL_SECS));
+        self.verified.remember(token.as_bytes(), principal.clone(), exp.min(now + VERIFIED_TTL_SECS), now);
         Ok(principal)
     }
 
@@ -363,5 +363,61 @@ impl Authenticator {
             "scopes_supported": self.config.scopes_supported,
             "bearer_methods_supported": ["header"],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ManualClock;
+
+    /// An authenticator with no keys: no token verifies, so a success can only be a remembered one.
+    fn authenticator() -> Authenticator {
+        let config = AuthConfig {
+            mode: AuthMode::Required,
+            resource: CanonicalResource::resolve(Some("https://mcp.example.com/api/mcp")).unwrap(),
+            issuer: "https://auth.example.com".into(),
+            algorithms: vec![Algorithm::RS256],
+            keys: None,
+            max_lifetime_secs: 3600,
+            route_scopes: vec![],
+            authorization_servers: vec![],
+            scopes_supported: vec![],
+            scopes_supported_configured: false,
+            client_credentials: false,
+        };
+        Authenticator::new(config, Arc::new(ManualClock::new(1_000_000)))
+    }
+
+    fn authorization(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+        headers
+    }
+
+    /// A remembered token is taken from the header's bytes as the text path would take it: any
+    /// case of `Bearer`, spaces and tabs around the token; anything else is not a hit.
+    #[tokio::test]
+    async fn a_remembered_token_is_read_from_the_header_as_the_text_path_reads_it() {
+        let auth = authenticator();
+        let token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLW9mLWFsaWNl";
+        let alice = Principal::verified(Some("alice"), None, vec!["mcp:read".into()]);
+        assert!(auth.authenticate(&authorization(&format!("Bearer {token}"))).await.is_err(), "nothing verifies here");
+        auth.verified.remember(token.as_bytes(), alice.clone(), 2_000, 1_000);
+        for accepted in [format!("Bearer {token}"), format!("bEaReR  \t{token} \t")] {
+            assert_eq!(auth.authenticate(&authorization(&accepted)).await, Ok(alice.clone()), "{accepted}");
+        }
+        let refused = [
+            format!("Basic {token}"),
+            format!("Bearer{token}"),
+            format!("Bearer {token}x"),
+            format!("Bearer x{token}"),
+            format!("Bearer {token} {token}"),
+            token.to_owned(),
+            "Bearer  ".to_owned(),
+        ];
+        for refused in refused {
+            assert!(auth.authenticate(&authorization(&refused)).await.is_err(), "{refused}");
+        }
     }
 }

@@ -4,9 +4,12 @@
 //! A hit is the exact token: the entry holds the token's bytes, found by its last
 //! [`TAIL`] bytes (the end of its signature) and compared whole, in constant time. So an altered
 //! token never hits, whatever it shares with a remembered one, and nothing rests on a digest being
-//! hard to collide. The cache is bounded in entries and in bytes and is cleared when full; each
-//! authenticator has its own (a token verified at one endpoint is never taken from another's).
-//! Expiry is re-checked on every use, and an entry is trusted for at most [`VERIFIED_TTL_SECS`].
+//! hard to collide. An entry is trusted until the token's `exp` or for [`VERIFIED_TTL_SECS`],
+//! whichever is sooner, re-checked on every use. Expired entries are dropped when the cache is
+//! next used [`PRUNE_EVERY_SECS`] or more after its last pruning. The cache is bounded in entries
+//! and in bytes: when full it drops its expired entries, and is cleared only if that is not
+//! enough. Each endpoint's authenticator has its own (a token verified at one endpoint is never
+//! taken from another's).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,6 +23,9 @@ pub(super) const VERIFIED_TTL_SECS: u64 = 300;
 const VERIFIED_MAX: usize = 4096;
 /// The most token bytes remembered (tokens may be up to 16 KiB; typical ones are 0.7–2 KiB).
 const VERIFIED_MAX_BYTES: usize = 2 * 1024 * 1024;
+/// How often expired entries are looked for (they are never trusted after they expire; this
+/// bounds how long their bytes stay in memory on an instance in use).
+const PRUNE_EVERY_SECS: u64 = 60;
 /// How many bytes at a token's end pick its entry: the end of its signature, which a token's
 /// holder cannot choose.
 const TAIL: usize = 32;
@@ -34,6 +40,25 @@ pub(super) struct VerifiedTokens {
 struct Entries {
     by_tail: HashMap<[u8; TAIL], Remembered>,
     bytes: usize,
+    /// Unix seconds: when expired entries are next looked for.
+    next_prune: u64,
+}
+
+impl Entries {
+    /// Drops the entries expired at `now`: at most every [`PRUNE_EVERY_SECS`], or at once if
+    /// `now_or_never` (the cache is full).
+    fn prune(&mut self, now: u64, now_or_never: bool) {
+        if !now_or_never && now < self.next_prune {
+            return;
+        }
+        self.next_prune = now + PRUNE_EVERY_SECS;
+        self.by_tail.retain(|_, entry| now < entry.valid_until);
+        self.bytes = self.by_tail.values().map(|entry| entry.token.len()).sum();
+    }
+
+    fn full_for(&self, token: &[u8]) -> bool {
+        self.by_tail.len() >= VERIFIED_MAX || self.bytes + token.len() > VERIFIED_MAX_BYTES
+    }
 }
 
 struct Remembered {
@@ -54,19 +79,24 @@ fn tail(token: &[u8]) -> [u8; TAIL] {
 impl VerifiedTokens {
     /// The principal of `token` if exactly this token verified and is still valid at `now`.
     pub(super) fn lookup(&self, token: &[u8], now: u64) -> Option<Principal> {
-        let entries = self.entries.lock().expect("verified tokens");
+        let mut entries = self.entries.lock().expect("verified tokens");
+        entries.prune(now, false);
         let entry = entries.by_tail.get(&tail(token))?;
         (constant_time_eq(&entry.token, token) && now < entry.valid_until).then(|| entry.principal.clone())
     }
 
-    /// Remembers that `token` verified as `principal`, until `valid_until` (Unix seconds) at most.
-    /// A token sharing its end with a remembered one replaces it.
-    pub(super) fn remember(&self, token: &[u8], principal: Principal, valid_until: u64) {
+    /// Remembers that `token` verified as `principal` at `now`, until `valid_until` at most (Unix
+    /// seconds). A token sharing its end with a remembered one replaces it.
+    pub(super) fn remember(&self, token: &[u8], principal: Principal, valid_until: u64, now: u64) {
         if token.len() > VERIFIED_MAX_BYTES {
             return;
         }
         let mut entries = self.entries.lock().expect("verified tokens");
-        if entries.by_tail.len() >= VERIFIED_MAX || entries.bytes + token.len() > VERIFIED_MAX_BYTES {
+        entries.prune(now, false);
+        if entries.full_for(token) {
+            entries.prune(now, true);
+        }
+        if entries.full_for(token) {
             entries.by_tail.clear();
             entries.bytes = 0;
         }
@@ -108,7 +138,7 @@ mod tests {
     fn only_the_exact_token_hits_until_it_expires() {
         let cache = VerifiedTokens::default();
         let alice = token("eyJzdWIiOiJhbGljZSJ9", SIGNATURE);
-        cache.remember(&alice, principal("alice"), 1_000);
+        cache.remember(&alice, principal("alice"), 1_000, 0);
         assert_eq!(cache.lookup(&alice, 999), Some(principal("alice")));
         assert_eq!(cache.lookup(&alice, 1_000), None, "expired at its second");
 
@@ -132,8 +162,8 @@ mod tests {
         let cache = VerifiedTokens::default();
         let first = token("eyJzdWIiOiJhIn0", SIGNATURE);
         let second = token("eyJzdWIiOiJiYmJiYmIifQ", SIGNATURE);
-        cache.remember(&first, principal("a"), 10);
-        cache.remember(&second, principal("b"), 10);
+        cache.remember(&first, principal("a"), 10, 0);
+        cache.remember(&second, principal("b"), 10, 0);
         assert_eq!(cache.held(), (1, second.len()));
         assert_eq!(cache.lookup(&first, 0), None);
         assert_eq!(cache.lookup(&second, 0), Some(principal("b")));
@@ -142,7 +172,7 @@ mod tests {
     #[test]
     fn short_tokens_are_padded_not_refused() {
         let cache = VerifiedTokens::default();
-        cache.remember(b"abc", principal("short"), 10);
+        cache.remember(b"abc", principal("short"), 10, 0);
         assert_eq!(cache.lookup(b"abc", 0), Some(principal("short")));
         assert_eq!(cache.lookup(b"\0abc", 0), None, "padding is not part of the token");
         assert_eq!(cache.lookup(b"", 0), None);
@@ -152,23 +182,47 @@ mod tests {
     fn the_cache_is_bounded_in_entries_and_in_bytes() {
         let cache = VerifiedTokens::default();
         for i in 0..VERIFIED_MAX {
-            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), 10);
+            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), 1_000, 0);
         }
         assert_eq!(cache.held().0, VERIFIED_MAX);
-        cache.remember(b"one more", principal("p"), 10);
-        assert_eq!(cache.held(), (1, 8), "full: cleared, then the new token held");
+        cache.remember(b"one more", principal("p"), 1_000, 0);
+        assert_eq!(cache.held(), (1, 8), "full of live tokens: cleared, then the new token held");
 
         let big = vec![b'a'; VERIFIED_MAX_BYTES / 2];
         let mut other = big.clone();
         other[0] = b'b';
         other.push(b'c');
-        cache.remember(&big, principal("p"), 10);
+        cache.remember(&big, principal("p"), 1_000, 0);
         assert_eq!(cache.held(), (2, 8 + big.len()));
-        cache.remember(&other, principal("p"), 10);
+        cache.remember(&other, principal("p"), 1_000, 0);
         assert_eq!(cache.held(), (1, other.len()), "over the byte budget: cleared first");
         assert_eq!(cache.lookup(&other, 0), Some(principal("p")));
 
-        cache.remember(&vec![b'z'; VERIFIED_MAX_BYTES + 1], principal("p"), 10);
+        cache.remember(&vec![b'z'; VERIFIED_MAX_BYTES + 1], principal("p"), 1_000, 0);
         assert_eq!(cache.held(), (1, other.len()), "a token bigger than the budget is not held");
+    }
+
+    #[test]
+    fn expired_entries_leave_memory_and_make_room_before_live_ones() {
+        let cache = VerifiedTokens::default();
+        // Half the cache expires at second 5, half lives on.
+        for i in 0..VERIFIED_MAX {
+            let valid_until = if i % 2 == 0 { 5 } else { 1_000 };
+            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), valid_until, 0);
+        }
+        // Full before the minute's pruning is due: the expired half goes, the live half stays.
+        cache.remember(b"one more", principal("p"), 1_000, 10);
+        assert_eq!(cache.held().0, VERIFIED_MAX / 2 + 1);
+        assert_eq!(cache.lookup(format!("token-{:040}", 1).as_bytes(), 10), Some(principal("p")));
+
+        // A minute on, any use drops what has expired since, bytes and all.
+        let cache = VerifiedTokens::default();
+        cache.remember(b"short-lived", principal("p"), 30, 0);
+        cache.remember(b"long-lived", principal("p"), 1_000, 0);
+        assert_eq!(cache.lookup(b"short-lived", 31), None, "never trusted after it expires");
+        assert_eq!(cache.held().0, 2, "but its bytes wait for the next pruning");
+        assert_eq!(cache.lookup(b"unknown", PRUNE_EVERY_SECS), None);
+        assert_eq!(cache.held(), (1, 10));
+        assert_eq!(cache.lookup(b"long-lived", PRUNE_EVERY_SECS), Some(principal("p")));
     }
 }

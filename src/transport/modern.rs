@@ -384,6 +384,44 @@ mod tests {
         check(&app(), &headers("tools/list"), "tools/list", &mut params(meta)).err().map(|e| (e.code.0, e.status))
     }
 
+    /// A finished result is the JSON-RPC envelope around one object: the result's own members
+    /// (escaped as JSON), `resultType` unless the result set it, the server's `_meta` and the
+    /// spliced list, each once, whatever the result holds.
+    #[test]
+    fn a_finished_result_holds_its_members_and_the_spliced_parts() {
+        let app = app();
+        let meta: Value = serde_json::from_str(&app.server.meta_json).unwrap();
+        let cases = [
+            (json!({}), None),
+            (json!({}), Some(("tools", "[]"))),
+            (json!({"nextCursor": "a\"b\\", "n": [1, {"x": null}]}), Some(("tools", r#"[{"name":"t"}]"#))),
+            (json!({"resultType": "incomplete", "é\u{1}": "\n"}), None),
+            (json!({"_meta": {"k": 1}, "resultType": "complete"}), None),
+            (json!({"_meta": {"k": 1}}), Some(("tools", "[]"))),
+        ];
+        for (result, items) in cases {
+            let mut map = result.as_object().unwrap().clone();
+            let id = RequestId::from_value(json!("r\"1")).unwrap();
+            let bytes = finish_with(&app.server, &id, &mut map, items);
+            let text = String::from_utf8(bytes).unwrap();
+            let mut expected = result.as_object().unwrap().clone();
+            expected.entry("resultType").or_insert(json!("complete"));
+            // A result's own `_meta` keeps its members and gains the server's.
+            let mut expected_meta = match result.get("_meta") {
+                Some(Value::Object(own)) => own.clone(),
+                _ => Map::new(),
+            };
+            expected_meta.extend(meta.as_object().unwrap().clone());
+            expected.insert("_meta".into(), Value::Object(expected_meta));
+            if let Some((key, items)) = items {
+                expected.insert(key.into(), serde_json::from_str(items).unwrap());
+            }
+            let parsed: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(parsed, json!({"jsonrpc": "2.0", "id": "r\"1", "result": expected}), "{text}");
+            assert_eq!(text.matches("\"resultType\"").count(), 1, "{text}");
+        }
+    }
+
     /// What runs around a streaming handler (serialising its result, a listen loop) is polled by
     /// the response, not by a task: a panic there ends the response with `-32603` and the
     /// correlation id, before the head (as JSON) or after it (as the stream's last event).
