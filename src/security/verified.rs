@@ -45,10 +45,10 @@ struct Entries {
 }
 
 impl Entries {
-    /// Drops the entries expired at `now`: at most every [`PRUNE_EVERY_SECS`], or at once if
-    /// `now_or_never` (the cache is full).
-    fn prune(&mut self, now: u64, now_or_never: bool) {
-        if !now_or_never && now < self.next_prune {
+    /// Drops the entries expired at `now`: at most every [`PRUNE_EVERY_SECS`], or at once when
+    /// `full` (room is needed).
+    fn prune(&mut self, now: u64, full: bool) {
+        if !full && now < self.next_prune {
             return;
         }
         self.next_prune = now + PRUNE_EVERY_SECS;
