@@ -155,7 +155,7 @@ impl RequestContext {
             *last = Some(progress);
         }
         let notification = jsonrpc::progress_notification(token, progress, total, message);
-        let _ = outbox.send(StreamEvent::Notification(notification)).await;
+        send(outbox, StreamEvent::Notification(notification)).await;
     }
 
     /// Sends `notifications/message` if the request set a log level at or below `level`
@@ -174,11 +174,20 @@ impl RequestContext {
         if let Some(logger) = logger {
             params["logger"] = json!(logger);
         }
-        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/message", &params))).await;
+        send(outbox, StreamEvent::Notification(jsonrpc::notification("notifications/message", &params))).await;
     }
 
     /// Announces a change to every `subscriptions/listen` stream that asked for it.
     pub fn publish_change(&self, event: ChangeEvent) {
         self.bus.publish(event);
+    }
+}
+
+/// Sends `event` to the request's stream, waiting only if the stream is full. Most sends find
+/// room, and `try_send` then takes it without building and polling a permit future; a stream
+/// whose client has gone drops the event either way.
+async fn send(outbox: &Outbox, event: StreamEvent) {
+    if let Err(mpsc::error::TrySendError::Full(event)) = outbox.try_send(event) {
+        let _ = outbox.send(event).await;
     }
 }

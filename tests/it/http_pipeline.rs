@@ -344,6 +344,35 @@ async fn progress_and_logs_stream_as_sse_only_when_asked() {
     assert_eq!(streamed.chunks, Some(1), "{}", streamed.text());
 }
 
+/// More progress than the stream holds before the body reads it (64 events) all arrives, in
+/// order and once each: a handler that fills the stream waits for the body to drain it, and
+/// nothing is dropped on the way.
+#[tokio::test]
+async fn progress_beyond_what_the_stream_holds_arrives_in_order() {
+    use std::sync::Arc;
+    use vercel_mcp::protocol::types::CallToolResult;
+    use vercel_mcp::server::{McpServer, NoArguments, ToolDef};
+    const STEPS: u32 = 300;
+    let mut server = McpServer::new("many", "1");
+    server.tool(ToolDef::new("many").description("Reports many steps"), |ctx, _: NoArguments| async move {
+        for step in 1..=STEPS {
+            ctx.progress(f64::from(step), Some(f64::from(STEPS)), None).await;
+        }
+        CallToolResult::text("done")
+    });
+    let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
+    let mut params = call("many", json!({}));
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "m"});
+    let streamed = server.modern(json!(1), "tools/call", params).send().await;
+    let events = streamed.events();
+    let steps: Vec<u64> =
+        events[..events.len() - 1].iter().map(|e| e["params"]["progress"].as_f64().unwrap() as u64).collect();
+    assert_eq!(steps, (1..=u64::from(STEPS)).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap()["result"]["content"][0]["text"], "done");
+    assert!(streamed.chunks.unwrap() > 1, "a full stream was read in more than one chunk");
+}
+
 #[tokio::test]
 async fn closing_the_stream_cancels_the_handler() {
     let f = fixture().await;
