@@ -91,6 +91,20 @@ fn subject_of(sub: Option<&Value>, client_credentials: bool) -> Option<Option<St
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value: the scheme in any case, a space, then
+/// the token without the spaces and tabs around it; `None` for another scheme or no token.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let space = value.iter().position(|&b| b == b' ')?;
+    let (scheme, token) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = token.iter().position(|b| !is_space(b))?;
+    let end = token.iter().rposition(|b| !is_space(b))? + 1;
+    Some(&token[start..end])
+}
+
 /// The JOSE `typ` of a token this server accepts as an access token: none, `JWT`, or RFC 9068's
 /// `at+jwt` (also as `application/at+jwt`), compared without case. Any other type (`dpop+jwt`,
 /// `logout+jwt`, `secevent+jwt`, …) is a token made for something else, signed by the same issuer.
@@ -206,17 +220,15 @@ impl Authenticator {
                 (true, _) => Err(Refusal::InvalidToken("send one Authorization header")),
             };
         };
-        let principal = match self.remembered(value.as_bytes()) {
+        const NOT_BEARER: Refusal = Refusal::InvalidToken("the Authorization scheme must be Bearer");
+        let token = bearer_token(value.as_bytes()).ok_or(NOT_BEARER)?;
+        let principal = match self.verified.lookup(token, self.clock.now_ms() / 1000) {
             Some(principal) => principal,
             None => {
-                let token = value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| v.split_once(' '))
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .filter(|t| !t.is_empty())
-                    .ok_or(Refusal::InvalidToken("the Authorization scheme must be Bearer"))?;
+                // A remembered token passed this on its first use, so only a new one pays for it:
+                // the whole value must be visible ASCII.
+                value.to_str().map_err(|_| NOT_BEARER)?;
+                let token = std::str::from_utf8(token).expect("a slice of visible ASCII is UTF-8");
                 self.verify_and_remember(token).await.map_err(Refusal::InvalidToken)?
             }
         };
@@ -226,22 +238,6 @@ impl Authenticator {
             return Err(Refusal::InsufficientScope(self.config.route_scopes.clone()));
         }
         Ok(principal)
-    }
-
-    /// The principal of a recent successful verification of exactly this `Authorization` value's
-    /// token. Read from the header's bytes: a hit equals a token that passed the checks of the
-    /// text path below (visible ASCII, Bearer), so only a miss pays for them.
-    fn remembered(&self, value: &[u8]) -> Option<Principal> {
-        let space = value.iter().position(|&b| b == b' ')?;
-        let (scheme, token) = (&value[..space], &value[space + 1..]);
-        if !scheme.eq_ignore_ascii_case(b"bearer") {
-            return None;
-        }
-        // What `str::trim` below takes from a header value: spaces and tabs.
-        let is_space = |b: &u8| *b == b' ' || *b == b'\t';
-        let start = token.iter().position(|b| !is_space(b))?;
-        let end = token.iter().rposition(|b| !is_space(b))? + 1;
-        self.verified.lookup(&token[start..end], self.clock.now_ms() / 1000)
     }
 
     /// [`Authenticator::verify`], remembering a success for the token's next use.
@@ -416,6 +412,13 @@ mod tests {
             token.to_owned(),
             "Bearer  ".to_owned(),
         ];
+        // A value that is not visible ASCII is refused as the wrong scheme, as it always was, even
+        // when it is valid UTF-8 (it never reaches verification).
+        let mut headers = HeaderMap::new();
+        let value = http::HeaderValue::from_bytes("Bearer café.token".as_bytes()).unwrap();
+        headers.insert(header::AUTHORIZATION, value);
+        let not_bearer = Refusal::InvalidToken("the Authorization scheme must be Bearer");
+        assert_eq!(auth.authenticate(&headers).await, Err(not_bearer));
         for refused in refused {
             assert!(auth.authenticate(&authorization(&refused)).await.is_err(), "{refused}");
         }

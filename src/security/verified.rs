@@ -114,6 +114,7 @@ impl VerifiedTokens {
     }
 }
 
+/// Written by hand: a derived `Debug` would print the tokens.
 impl std::fmt::Debug for VerifiedTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("VerifiedTokens")
