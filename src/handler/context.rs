@@ -8,17 +8,15 @@
 //! the service future of a JSON call, or the body of an SSE stream, which owns it): code after the
 //! pending `.await` never runs, so what a handler must release goes in a `Drop` guard.
 
-use serde_json::{Map, Value, json};
-use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
-
 use crate::body::StreamEvent;
 use crate::protocol::{Era, LogLevel, RequestId, jsonrpc};
 use crate::security::Principal;
 use crate::state::{ChangeBus, ChangeEvent};
+use serde_json::{Map, Value, json};
+use std::sync::{Arc, Mutex};
 
 /// Where a request's notifications go; absent when the response is plain JSON.
-pub(crate) type Outbox = mpsc::Sender<StreamEvent>;
+pub(crate) use crate::body::Outbox;
 
 /// The request being served, as handlers see it.
 pub struct RequestContext {
@@ -154,8 +152,9 @@ impl RequestContext {
             }
             *last = Some(progress);
         }
-        let notification = jsonrpc::progress_notification(token, progress, total, message);
-        send(outbox, StreamEvent::Notification(notification)).await;
+        // Written straight into the stream; a stream whose client has gone drops it.
+        let _ =
+            outbox.send_with(|out| jsonrpc::write_progress_notification(out, token, progress, total, message)).await;
     }
 
     /// Sends `notifications/message` if the request set a log level at or below `level`
@@ -174,20 +173,11 @@ impl RequestContext {
         if let Some(logger) = logger {
             params["logger"] = json!(logger);
         }
-        send(outbox, StreamEvent::Notification(jsonrpc::notification("notifications/message", &params))).await;
+        let _ = outbox.send(StreamEvent::Notification(jsonrpc::notification("notifications/message", &params))).await;
     }
 
     /// Announces a change to every `subscriptions/listen` stream that asked for it.
     pub fn publish_change(&self, event: ChangeEvent) {
         self.bus.publish(event);
-    }
-}
-
-/// Sends `event` to the request's stream, waiting only if the stream is full. Most sends find
-/// room, and `try_send` then takes it without building and polling a permit future; a stream
-/// whose client has gone drops the event either way.
-async fn send(outbox: &Outbox, event: StreamEvent) {
-    if let Err(mpsc::error::TrySendError::Full(event)) = outbox.try_send(event) {
-        let _ = outbox.send(event).await;
     }
 }

@@ -289,27 +289,31 @@ pub fn notification(method: &str, params: &impl serde::Serialize) -> Vec<u8> {
     out
 }
 
-/// `notifications/progress`, serialised: as [`notification`] would write it from a struct of
+/// Appends `notifications/progress` to `out`: as [`notification`] would write it from a struct of
 /// these members (`total` and `message` left out when absent), with the constant text written as
 /// it is. A tool may report progress hundreds of times a call, and writing each key and the
 /// method through `serde_json`'s escaper, and each whole number through its float formatting, was
 /// most of what a notification cost.
-pub fn progress_notification(token: &Value, progress: f64, total: Option<f64>, message: Option<&str>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
+pub fn write_progress_notification(
+    out: &mut Vec<u8>,
+    token: &Value,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+) {
     out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"#);
-    serde_json::to_writer(&mut out, token).expect("values serialise");
+    serde_json::to_writer(&mut *out, token).expect("values serialise");
     out.extend_from_slice(br#","progress":"#);
-    write_f64(&mut out, progress);
+    write_f64(out, progress);
     if let Some(total) = total {
         out.extend_from_slice(br#","total":"#);
-        write_f64(&mut out, total);
+        write_f64(out, total);
     }
     if let Some(message) = message {
         out.extend_from_slice(br#","message":"#);
-        serde_json::to_writer(&mut out, message).expect("strings serialise");
+        serde_json::to_writer(&mut *out, message).expect("strings serialise");
     }
     out.extend_from_slice(b"}}");
-    out
 }
 
 /// Writes `value` exactly as `serde_json` writes an `f64`; whole numbers below 10^15 (`3.0`),
@@ -390,7 +394,9 @@ mod tests {
             let message = [None, Some("step \"3\"\n\u{1}é")][(i / 2) % 2];
             let expected =
                 notification("notifications/progress", &Progress { progress_token: token, progress, total, message });
-            let written = progress_notification(token, progress, total, message);
+            let mut written = b"before".to_vec();
+            write_progress_notification(&mut written, token, progress, total, message);
+            let written = written.strip_prefix(b"before").expect("appended after what was there").to_vec();
             assert_eq!(String::from_utf8(written).unwrap(), String::from_utf8(expected).unwrap(), "{progress:e}");
         }
     }

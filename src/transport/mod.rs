@@ -19,9 +19,8 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
-use crate::body::{FinalResponse, Producer, ResponseOutcome, StreamEvent};
+use crate::body::{Events, FinalResponse, First, Outbox, Producer, ResponseOutcome};
 use crate::observe::RequestRecord;
 use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
@@ -446,8 +445,8 @@ pub(crate) fn error_reply(id: Option<&RequestId>, error: &McpError) -> FinalResp
     }
 }
 
-fn sse_response(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<Producer>) -> Response<Body> {
-    let mut response = Response::new(Body::sse(first, events, producer));
+fn sse_response(events: Events, producer: Option<Producer>) -> Response<Body> {
+    let mut response = Response::new(Body::sse(events, producer));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
@@ -466,20 +465,20 @@ pub(crate) async fn respond_streaming<F>(
     app: &Arc<App>,
     request_id: &Arc<str>,
     id: &RequestId,
-    work: impl FnOnce(mpsc::Sender<StreamEvent>, Arc<App>, Arc<str>) -> F,
+    work: impl FnOnce(Outbox, Arc<App>, Arc<str>) -> F,
 ) -> Response<Body>
 where
     F: std::future::Future<Output = FinalResponse> + Send + 'static,
 {
     use futures_util::FutureExt;
-    let (tx, mut rx) = mpsc::channel(64);
+    let (tx, mut events) = crate::body::outbox::channel(crate::body::STREAM_CAPACITY);
     let (app, request_id, id) = (app.clone(), request_id.clone(), id.clone());
     // Combinators, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
     let work = work(tx.clone(), app.clone(), request_id.clone());
-    let work = crate::server::catch_unwind(work).then(move |outcome| async move {
+    let work = crate::server::catch_unwind(work).map(move |outcome| {
         let last = outcome.unwrap_or_else(|_| error_reply(Some(&id), &contained_panic(&app, &request_id)));
-        let _ = tx.send(StreamEvent::Response(last)).await;
+        let _ = tx.send_final(last);
     });
     let mut producer: Producer = Box::pin(work);
     let mut running = true;
@@ -487,14 +486,14 @@ where
         if running && producer.as_mut().poll(cx).is_ready() {
             running = false;
         }
-        rx.poll_recv(cx)
+        events.poll_first(cx)
     })
     .await;
     match first {
-        Some(StreamEvent::Response(last)) => json_response(last),
-        Some(first) => sse_response(first, rx, running.then_some(producer)),
-        // The work always ends by sending its response, and `rx` is still here to take it.
-        None => error_response(None, &McpError::internal("Internal error: the handler failed")),
+        First::Response(last) => json_response(last),
+        First::Stream => sse_response(events, running.then_some(producer)),
+        // The work always ends by sending its response, and `events` is still here to take it.
+        First::Gone => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The response body of every route: a buffered payload, or an SSE stream fed by a channel.
+//! The response body of every route: a buffered payload, or an SSE stream fed through an
+//! [`Outbox`] ([`outbox`]).
 //!
 //! A stream's body owns the work producing it and polls that work itself, then writes everything
 //! the work has sent by then as one chunk. No task is woken per event, and a burst of
@@ -17,9 +18,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use sync_wrapper::SyncWrapper;
-use tokio::sync::mpsc;
 
 use serde_json::Value;
+
+pub mod outbox;
+pub use outbox::{Closed, Outbox, STREAM_CAPACITY};
+pub(crate) use outbox::{Events, First};
 
 /// A message the transport writes to the request's SSE stream.
 #[derive(Debug)]
@@ -96,15 +100,14 @@ pub struct Body {
     outcome: Option<ResponseOutcome>,
 }
 
-/// The work feeding a stream: it sends its events into the stream's channel and ends after
+/// The work feeding a stream: it sends its events through the stream's [`Outbox`] and ends after
 /// sending the final response. The body polls it (see the module's comment).
 pub(crate) type Producer = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 enum Kind {
     Full(Option<Bytes>),
     Stream {
-        events: mpsc::Receiver<StreamEvent>,
-        first: Option<StreamEvent>,
+        events: Events,
         done: bool,
         // `None` once it has finished. `SyncWrapper` because a body must be `Sync`
         // (`vercel_runtime` boxes it as a `BoxBody`) and a future need not be; it is only ever
@@ -125,10 +128,10 @@ impl Body {
         Self::of(Kind::Full(None))
     }
 
-    /// An SSE stream: `first` (already received) and then whatever `events` yields, up to and
-    /// including the final response, while the body polls `producer` (unless it has finished).
-    pub(crate) fn sse(first: StreamEvent, events: mpsc::Receiver<StreamEvent>, producer: Option<Producer>) -> Self {
-        Self::of(Kind::Stream { events, first: Some(first), done: false, producer: producer.map(SyncWrapper::new) })
+    /// An SSE stream of whatever `events` carries, up to and including the final response, while
+    /// the body polls `producer` (unless it has finished).
+    pub(crate) fn sse(events: Events, producer: Option<Producer>) -> Self {
+        Self::of(Kind::Stream { events, done: false, producer: producer.map(SyncWrapper::new) })
     }
 
     fn of(kind: Kind) -> Self {
@@ -159,42 +162,6 @@ impl Body {
     }
 }
 
-/// Appends one event's SSE frame to a chunk. Data is compact JSON, so it never contains a raw
-/// newline. Returns whether the event ends the stream (the final response does).
-fn frame_into(chunk: &mut Vec<u8>, event: StreamEvent) -> bool {
-    let serialised;
-    let json = match &event {
-        StreamEvent::KeepAlive => {
-            chunk.extend_from_slice(b": keep-alive\n\n");
-            return false;
-        }
-        StreamEvent::Notification(json) => json,
-        StreamEvent::ClientRequest { message } => {
-            serialised = serde_json::to_vec(message).expect("values serialise");
-            &serialised
-        }
-        StreamEvent::Response(last) => &last.body,
-    };
-    let framed = DATA_PREFIX.len() + json.len() + DATA_SUFFIX.len();
-    if chunk.capacity() == 0 {
-        // A chunk usually carries a burst (ten notifications and a result are ≈ 2 KB): room for
-        // one up front, rather than growing the buffer and copying it at each doubling.
-        chunk.reserve(framed.max(CHUNK_START));
-    }
-    chunk.reserve(framed);
-    chunk.extend_from_slice(DATA_PREFIX);
-    chunk.extend_from_slice(json);
-    chunk.extend_from_slice(DATA_SUFFIX);
-    matches!(event, StreamEvent::Response(_))
-}
-
-/// What an SSE frame puts before and after its JSON.
-const DATA_PREFIX: &[u8] = b"event: message\ndata: ";
-const DATA_SUFFIX: &[u8] = b"\n\n";
-
-/// The first allocation of a chunk that has something to carry.
-const CHUNK_START: usize = 4096;
-
 impl http_body::Body for Body {
     type Data = Bytes;
     type Error = Infallible;
@@ -202,40 +169,33 @@ impl http_body::Body for Body {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match &mut self.kind {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Stream { events, first, done, producer } => {
+            Kind::Stream { events, done, producer } => {
                 if *done {
                     return Poll::Ready(None);
                 }
-                // The work runs first, so what it sends now goes out in this chunk.
+                // The work runs first, so what it sends now goes out in this chunk (and need not
+                // wake this task to be read).
                 if let Some(work) = producer {
+                    events.quiet();
                     if work.get_mut().as_mut().poll(cx).is_ready() {
                         *producer = None;
                     }
                 }
-                let mut chunk = Vec::new();
-                if let Some(event) = first.take() {
-                    *done = frame_into(&mut chunk, event);
-                }
-                // Everything already sent, up to the final response. The channel's capacity
-                // bounds a chunk: a producer that fills it waits for this read, which wakes it.
-                while !*done {
-                    match events.poll_recv(cx) {
-                        Poll::Ready(Some(event)) => *done = frame_into(&mut chunk, event),
-                        Poll::Ready(None) => {
-                            // The work ended without a final response (it cannot, short of a
-                            // bug): end the stream after what was read.
-                            *done = true;
-                            if chunk.is_empty() {
-                                return Poll::Ready(None);
-                            }
-                        }
-                        Poll::Pending => break,
+                // Everything sent so far, up to the final response. The stream's capacity bounds
+                // a chunk: a producer that fills it waits for this read, which wakes it.
+                match events.poll_chunk(cx) {
+                    Poll::Ready(Some((chunk, ended))) => {
+                        *done = ended;
+                        Poll::Ready(Some(Ok(Frame::data(chunk.into()))))
                     }
+                    // The work ended without a final response (it cannot, short of a bug): end
+                    // the stream after what was read.
+                    Poll::Ready(None) => {
+                        *done = true;
+                        Poll::Ready(None)
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
-                if chunk.is_empty() {
-                    return Poll::Pending;
-                }
-                Poll::Ready(Some(Ok(Frame::data(chunk.into()))))
             }
         }
     }
@@ -285,6 +245,12 @@ mod tests {
         }
     }
 
+    /// Sends `event` into a stream with room (no waiting).
+    fn sent(tx: &Outbox, event: StreamEvent) {
+        use futures_util::FutureExt;
+        tx.send(event).now_or_never().expect("the stream has room").expect("the stream is open");
+    }
+
     fn notification(n: u32) -> StreamEvent {
         StreamEvent::Notification(format!("{{\"n\":{n}}}").into_bytes())
     }
@@ -313,14 +279,15 @@ mod tests {
 
     #[test]
     fn what_the_work_sends_in_one_poll_goes_out_as_one_chunk() {
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = outbox::channel(64);
+        sent(&tx, notification(1));
         let work: Producer = Box::pin(async move {
             for n in 2..=3 {
                 tx.send(notification(n)).await.unwrap();
             }
             tx.send(last()).await.unwrap();
         });
-        let mut body = Body::sse(notification(1), rx, Some(work));
+        let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=3) + LAST)));
         assert!(body.is_end_stream(), "the final response ends the stream");
@@ -329,14 +296,15 @@ mod tests {
 
     #[test]
     fn an_event_goes_out_before_the_work_waits_and_the_work_wakes_the_body() {
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = outbox::channel(64);
+        sent(&tx, notification(1));
         let (go, wait) = oneshot::channel::<()>();
         let work: Producer = Box::pin(async move {
             tx.send(notification(2)).await.unwrap();
             wait.await.unwrap();
             tx.send(last()).await.unwrap();
         });
-        let mut body = Body::sse(notification(1), rx, Some(work));
+        let mut body = Body::sse(rx, Some(work));
         let (woken, waker) = Woken::new();
         assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))), "not held back for the rest");
         assert_eq!(poll(&mut body, &waker), Poll::Pending);
@@ -348,44 +316,49 @@ mod tests {
     }
 
     #[test]
-    fn work_that_fills_the_channel_goes_on_after_each_read_and_nothing_is_lost_or_reordered() {
-        let (tx, rx) = mpsc::channel(4);
+    fn work_that_fills_the_stream_goes_on_after_each_read_and_nothing_is_lost_or_reordered() {
+        let (tx, rx) = outbox::channel(4);
+        sent(&tx, notification(1));
         let work: Producer = Box::pin(async move {
             for n in 2..=40 {
                 tx.send(notification(n)).await.unwrap();
             }
             tx.send(last()).await.unwrap();
         });
-        let mut body = Body::sse(notification(1), rx, Some(work));
+        let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         let (mut streamed, mut chunks) = (String::new(), 0);
         for _ in 0..100 {
             match poll(&mut body, &waker) {
                 Poll::Ready(Some(chunk)) => {
-                    assert!(chunk.matches("event:").count() <= 5, "a chunk is bounded by the channel: {chunk}");
+                    assert!(
+                        chunk.matches("event:").count() <= 5,
+                        "a chunk is bounded by the stream's capacity: {chunk}"
+                    );
                     streamed += &chunk;
                     chunks += 1;
                 }
                 Poll::Ready(None) => break,
                 // Each read made room, and the next poll runs the work first: it always has
                 // something to send until it ends.
-                Poll::Pending => panic!("the work stalled on a channel the body had emptied"),
+                Poll::Pending => panic!("the work stalled on a stream the body had emptied"),
             }
         }
         assert_eq!(streamed, frames(1..=40) + LAST);
-        assert!(chunks >= 8, "{chunks} chunks for 41 events through a channel of 4");
+        assert!(chunks >= 8, "{chunks} chunks for 41 events through a stream of 4");
     }
 
     #[test]
     fn dropping_the_body_drops_its_work() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = outbox::channel(4);
+        sent(&tx, notification(1));
         let (alive, mut dropped) = oneshot::channel::<()>();
         let work: Producer = Box::pin(async move {
             let _alive = alive;
             tx.send(notification(2)).await.unwrap();
             std::future::pending::<()>().await;
         });
-        let mut body = Body::sse(notification(1), rx, Some(work));
+        let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))));
         assert_eq!(dropped.try_recv(), Err(oneshot::error::TryRecvError::Empty), "the work is still running");
@@ -395,11 +368,12 @@ mod tests {
 
     #[test]
     fn work_that_ends_without_a_final_response_ends_the_stream_after_what_it_sent() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = outbox::channel(4);
+        sent(&tx, notification(1));
         let work: Producer = Box::pin(async move {
             tx.send(notification(2)).await.unwrap();
         });
-        let mut body = Body::sse(notification(1), rx, Some(work));
+        let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=2))));
         assert_eq!(poll(&mut body, &waker), Poll::Ready(None));
