@@ -81,7 +81,7 @@ async fn main() {
 
     // Warm up: connect and load the scripts.
     let warm = Principal::verified(Some("warm"), None, vec![]);
-    let handle = jobs.submit(&warm, 1, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let handle = jobs.submit(&warm, 1, None).await.unwrap().job_id;
     jobs.status(&warm, &handle).await.unwrap();
 
     let before = trips.now().await;
@@ -91,7 +91,7 @@ async fn main() {
         let started = Instant::now();
         let submitted = jobs.submit(principal, 3, None).await.unwrap();
         latencies.push(started.elapsed());
-        handles.push(submitted["jobId"].as_str().unwrap().to_owned());
+        handles.push(submitted.job_id);
     }
     report("submit_job", latencies, trips.now().await - before);
 

@@ -372,16 +372,7 @@ impl Logger {
     /// line starts as the request line does (`ts`, `level`, `event`); a field of one of those
     /// names is left out, so each appears once and means what the line's own says.
     pub fn event(&self, level: &str, event: &str, fields: Value) {
-        // Written into bytes as the request line is: `Value`'s `Display` goes through the
-        // formatting machinery a few bytes at a time, and cost several times as much (a job
-        // status poll logs one of these besides its request line).
-        let mut line: Vec<u8> = Vec::with_capacity(256);
-        line.extend_from_slice(b"{\"ts\":\"");
-        write_iso8601(&mut line, self.clock.now_ms());
-        line.extend_from_slice(b"\",\"level\":");
-        serde_json::to_writer(&mut line, level).expect("strings serialise");
-        line.extend_from_slice(b",\"event\":");
-        serde_json::to_writer(&mut line, event).expect("strings serialise");
+        let mut line = self.begin_event(level, event);
         if let Value::Object(fields) = &fields {
             for (name, value) in fields.iter().filter(|(name, _)| !matches!(name.as_str(), "ts" | "level" | "event")) {
                 line.push(b',');
@@ -392,6 +383,39 @@ impl Logger {
         }
         line.push(b'}');
         self.emit(String::from_utf8(line).expect("serde_json writes UTF-8"));
+    }
+
+    /// [`Logger::event`] for fields fixed in code: `fields` is a struct with named fields (none
+    /// of them `ts`, `level` or `event`), written straight into the line with no `Value` built
+    /// (the job service logs one on every submit and poll, and the worker two a job).
+    pub fn event_of(&self, level: &str, event: &str, fields: &impl serde::Serialize) {
+        let mut line = self.begin_event(level, event);
+        let at = line.len();
+        serde_json::to_writer(&mut line, fields).expect("event fields serialise");
+        debug_assert_eq!(line.get(at), Some(&b'{'), "event fields serialise as an object");
+        if line.len() == at + 2 {
+            line.truncate(at); // `{}`: no fields
+        } else {
+            // The object's opening brace becomes the comma after `event`; its closing one ends the line.
+            line[at] = b',';
+            line.pop();
+        }
+        line.push(b'}');
+        self.emit(String::from_utf8(line).expect("serde_json writes UTF-8"));
+    }
+
+    /// `{"ts":…,"level":…,"event":…` of an event line. Written into bytes as the request line
+    /// is: `Value`'s `Display` goes through the formatting machinery a few bytes at a time, and
+    /// cost several times as much.
+    fn begin_event(&self, level: &str, event: &str) -> Vec<u8> {
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        line.extend_from_slice(b"{\"ts\":\"");
+        write_iso8601(&mut line, self.clock.now_ms());
+        line.extend_from_slice(b"\",\"level\":");
+        serde_json::to_writer(&mut line, level).expect("strings serialise");
+        line.extend_from_slice(b",\"event\":");
+        serde_json::to_writer(&mut line, event).expect("strings serialise");
+        line
     }
 }
 
@@ -935,6 +959,35 @@ mod tests {
         );
         logger.event("info", "bare", json!({}));
         assert_eq!(sink.raw()[1], r#"{"ts":"2026-12-01T00:00:00.000Z","level":"info","event":"bare"}"#);
+    }
+
+    #[test]
+    fn a_typed_event_line_reads_as_the_same_line_built_from_a_value() {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Fields<'a> {
+            job: &'a str,
+            completed_steps: u32,
+            none: Option<u32>,
+        }
+        #[derive(serde::Serialize)]
+        struct NoFields {}
+        let clock = Arc::new(ManualClock::new(1_796_083_200_000));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        logger.event_of("warn", "job.\"odd\"", &Fields { job: "a\"b\n{}", completed_steps: 3, none: None });
+        logger.event("warn", "job.\"odd\"", json!({ "job": "a\"b\n{}", "completedSteps": 3, "none": null }));
+        logger.event_of("info", "bare", &NoFields {});
+        let raw = sink.raw();
+        assert_eq!(
+            raw[0],
+            r#"{"ts":"2026-12-01T00:00:00.000Z","level":"warn","event":"job.\"odd\"","job":"a\"b\n{}","completedSteps":3,"none":null}"#
+        );
+        let (typed, built): (Value, Value) =
+            (serde_json::from_str(&raw[0]).unwrap(), serde_json::from_str(&raw[1]).unwrap());
+        assert_eq!(typed, built);
+        assert_eq!(raw[2], r#"{"ts":"2026-12-01T00:00:00.000Z","level":"info","event":"bare"}"#);
     }
 
     #[test]

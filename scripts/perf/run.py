@@ -239,7 +239,8 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
 def main():
     if not shutil.which("wrk"):
         raise SystemExit("wrk is required: apt-get install -y wrk")
-    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "perf_server", "--example", "mint_token")
+    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "floor_redis", "--example", "perf_server",
+       "--example", "mint_token")
     pressure_start, wall_start = cpu_pressure_us(), time.monotonic()
     bins = os.path.join(ROOT, "target/release/examples")
     floor_bin, perf_bin = os.path.join(bins, "floor"), os.path.join(bins, "perf_server")
@@ -314,7 +315,13 @@ def main():
         traced.kill(); traced.wait()
         results[edge] = row
     second_floor = run_floor()
-    if use_redis: forget_redis_keys(base_env["MCP_REDIS_PREFIX"])
+    if use_redis:
+        forget_redis_keys(base_env["MCP_REDIS_PREFIX"])
+        # The floor of a request with one Redis round trip: what submit+poll could reach with
+        # no work of ours around its round trips.
+        port = free_port(); floor_redis = spawn(os.path.join(bins, "floor_redis"), port, {"FLOOR_REDIS": REDIS_URL})
+        wait_ready(port, echo_probe)
+        results["floor_redis"] = measure(floor_redis, port, [echo]); floor_redis.kill(); floor_redis.wait()
     results["floor"] = max(first_floor, second_floor, key=lambda r: r["echo"]["rps"])
     # Memory figures come together from the run with the smaller peak, so idle, peak and its split
     # describe one process.
@@ -351,6 +358,13 @@ def report(results, use_redis):
             if name not in row: continue
             w = row[name]
             lines.append(f"| {edge} | {name} | {w['rps']:.0f} | {w['rps']/f['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['cpu_us']:.1f} | {w['cpu_us']/f['cpu_us']:.2f} |")
+    if "floor_redis" in results:
+        fr = results["floor_redis"]
+        jobs = ", ".join(f"{edge} {results[edge]['submit+poll']['rps'] / fr['rps']:.2f}×" for edge in ["local", "vercel"]
+                         if "submit+poll" in results[edge])
+        lines.append("")
+        lines.append(f"One Redis round trip a request (`examples/floor_redis.rs`: the floor plus one `GET`): {fr['rps']:.0f} req/s, "
+                     f"{fr['rps'] / f['rps']:.2f}× the floor, {fr['cpu_us']:.1f} µs CPU/request; submit+poll against it: {jobs}.")
     lines.append("")
     lines.append("| edge | cold start ms | × floor | idle KiB | anonymous KiB after load (RssAnon) | × floor RssAnon | peak RSS KiB (file-backed / anonymous) | binary bytes | JWT CPU µs/req (list50+jwt − list50) |")
     lines.append("|---|---|---|---|---|---|---|---|---|")

@@ -7,7 +7,6 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 use std::sync::Arc;
 
 use super::{READ_SCOPE as READ, WRITE_SCOPE as WRITE};
@@ -36,9 +35,10 @@ fn annotations(read_only: bool, idempotent: bool) -> ToolAnnotations {
     ToolAnnotations { read_only_hint: Some(read_only), idempotent_hint: Some(idempotent), ..Default::default() }
 }
 
-fn reply(outcome: Result<Value, String>) -> Result<CallToolResult, ToolError> {
+/// The payload as the text block's JSON (typed, so nothing is built as a `Value` first).
+fn reply(outcome: Result<impl serde::Serialize, String>) -> Result<CallToolResult, ToolError> {
     outcome
-        .map(|payload| CallToolResult::text(serde_json::to_string(&payload).expect("values serialise")))
+        .map(|payload| CallToolResult::text(serde_json::to_string(&payload).expect("job payloads serialise")))
         .map_err(ToolError::Execution)
 }
 

@@ -45,6 +45,24 @@ pub struct Consumer {
     pub platform: crate::security::PlatformIdentity,
 }
 
+/// A delivery's log line: which job, how the delivery ended, the job's state.
+#[derive(serde::Serialize)]
+struct RunFields {
+    job: crate::observe::Digest,
+    result: &'static str,
+    state: &'static str,
+}
+
+/// A stored step's log line (`job.progress`, `job.finish`).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StepFields {
+    job: crate::observe::Digest,
+    state: &'static str,
+    completed_steps: u32,
+    total_steps: u32,
+}
+
 /// How long past the work budget a confirmed lease stays invisible to other consumers.
 const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
@@ -216,11 +234,8 @@ impl Consumer {
                 Ok(Processed::Deferred) => ("deferred", ""),
                 Err(_) => ("store_error", ""),
             };
-            logger.event(
-                if outcome.is_err() { "warn" } else { "info" },
-                "job.run",
-                json!({ "job": logger.digest("job", message.job_id.as_bytes()), "result": result, "state": state }),
-            );
+            let fields = RunFields { job: logger.digest("job", message.job_id.as_bytes()), result, state };
+            logger.event_of(if outcome.is_err() { "warn" } else { "info" }, "job.run", &fields);
         }
         outcome.map(|processed| (processed, settled))
     }
@@ -276,16 +291,13 @@ impl Consumer {
             // A step another delivery of the same message applied is its to report.
             if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };
-                logger.event(
-                    "info",
-                    event,
-                    json!({
-                        "job": logger.digest("job", id.as_bytes()),
-                        "state": job.state.as_str(),
-                        "completedSteps": job.completed_steps,
-                        "totalSteps": job.total_steps,
-                    }),
-                );
+                let fields = StepFields {
+                    job: logger.digest("job", id.as_bytes()),
+                    state: job.state.as_str(),
+                    completed_steps: job.completed_steps,
+                    total_steps: job.total_steps,
+                };
+                logger.event_of("info", event, &fields);
             }
             if !job.state.is_active() {
                 return Ok((Processed::Finished(job.state.as_str()), settles));

@@ -17,7 +17,7 @@ pub mod sweep;
 pub use consumer::Consumer;
 pub use model::{JobRecord, JobResult, JobState};
 pub use queue::{JobMessage, LocalQueue, Publisher, QueueApi, RedisStreamQueue, VercelQueue};
-pub use service::Jobs;
+pub use service::{JobOutcome, JobProgress, Jobs, Submitted};
 pub use store::{JobStore, MemoryJobStore, UnconfiguredJobStore};
 pub use sweep::Sweep;
 

@@ -2,11 +2,13 @@
 //! caps per principal, signed handles, a foreign handle indistinguishable from a missing one,
 //! and no owner information in anything returned.
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::sync::Arc;
 
 use super::handle::{self, UNKNOWN_JOB_HANDLE};
-use super::model::{JobRecord, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS};
+use super::model::{
+    JobRecord, JobResult, MAX_ACTIVE_JOBS_ANONYMOUS, MAX_ACTIVE_JOBS_PER_PRINCIPAL, MAX_JOBS_TOTAL, MAX_STEPS,
+};
 use super::queue::{JobMessage, PublishError, Publisher, queue_full_refusal};
 use super::store::{CreateRefused, JobStore, Quota};
 use crate::security::Principal;
@@ -22,6 +24,68 @@ pub struct Jobs {
     pub(crate) random: Arc<dyn Random>,
     pub(crate) logger: Option<crate::observe::Logger>,
     pub(crate) limits: JobLimits,
+}
+
+/// What a submission returns: the handle to poll with, never the raw id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Submitted {
+    /// The signed handle.
+    pub job_id: String,
+    /// `pending`.
+    pub state: &'static str,
+    /// Steps the job will run.
+    pub total_steps: u32,
+}
+
+/// A job's progress, as a status poll or a cancellation reports it; `job_id` is the handle the
+/// caller presented.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobProgress<'a> {
+    /// The handle.
+    pub job_id: &'a str,
+    /// The job's state.
+    pub state: &'static str,
+    /// Steps run so far.
+    pub completed_steps: u32,
+    /// Steps in all.
+    pub total_steps: u32,
+}
+
+/// A job's result: `None` (`null`) until the job is done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobOutcome<'a> {
+    /// The handle.
+    pub job_id: &'a str,
+    /// The job's state.
+    pub state: &'static str,
+    /// The frozen result, once done.
+    pub result: Option<JobResult>,
+}
+
+/// What a lifecycle line says besides who and which job.
+enum Detail {
+    /// A submission: how many steps.
+    Steps(u32),
+    /// A read: the job's state, or `unknown_handle`.
+    Outcome(&'static str),
+    /// A cancellation: the job's state after it.
+    State(&'static str),
+}
+
+/// A lifecycle line's fields, as written.
+#[derive(Serialize)]
+struct LifecycleFields {
+    principal: crate::observe::Digest,
+    job: Option<crate::observe::Digest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
 }
 
 /// Caps on concurrent work (configurable; the active caps and the total are the reference
@@ -95,16 +159,21 @@ impl Jobs {
 
     /// A lifecycle event: the job appears as a keyed digest of its id, the caller as a digest of
     /// the principal; never the handle, never the owner.
-    fn log(&self, event: &str, principal: &Principal, job_id: Option<&str>, extra: Value) {
+    fn log(&self, event: &str, principal: &Principal, job_id: Option<&str>, detail: Detail) {
         let Some(logger) = &self.logger else { return };
-        let mut fields = json!({
-            "principal": logger.digest("principal", principal.id().as_bytes()),
-            "job": job_id.map(|id| logger.digest("job", id.as_bytes())),
-        });
-        if let (Value::Object(fields), Value::Object(extra)) = (&mut fields, extra) {
-            fields.extend(extra);
+        let mut fields = LifecycleFields {
+            principal: logger.digest("principal", principal.id().as_bytes()),
+            job: job_id.map(|id| logger.digest("job", id.as_bytes())),
+            steps: None,
+            outcome: None,
+            state: None,
+        };
+        match detail {
+            Detail::Steps(steps) => fields.steps = Some(steps),
+            Detail::Outcome(outcome) => fields.outcome = Some(outcome),
+            Detail::State(state) => fields.state = Some(state),
         }
-        logger.event("info", event, fields);
+        logger.event_of("info", event, &fields);
     }
 
     /// A store or queue fault as the caller sees it: the short description (already free of
@@ -122,11 +191,16 @@ impl Jobs {
         self.publisher = publisher;
     }
 
-    /// Creates a pending job and enqueues it; returns `{jobId, state, totalSteps}`. Nothing is
+    /// Creates a pending job and enqueues it; returns its handle. Nothing is
     /// left behind when it fails: the record is created only after validation, with its message
     /// in the same step where the queue is a Redis stream the store reaches, and otherwise
     /// removed again if the message cannot be enqueued.
-    pub async fn submit(&self, principal: &Principal, steps: i64, oidc_token: Option<&str>) -> Result<Value, String> {
+    pub async fn submit(
+        &self,
+        principal: &Principal,
+        steps: i64,
+        oidc_token: Option<&str>,
+    ) -> Result<Submitted, String> {
         self.submit_traced(principal, steps, oidc_token, None).await
     }
 
@@ -138,7 +212,7 @@ impl Jobs {
         steps: i64,
         oidc_token: Option<&str>,
         traceparent: Option<String>,
-    ) -> Result<Value, String> {
+    ) -> Result<Submitted, String> {
         if !(1..=i64::from(MAX_STEPS)).contains(&steps) {
             return Err(format!("steps must be an integer from 1 to {MAX_STEPS}"));
         }
@@ -202,13 +276,13 @@ impl Jobs {
             }
         }
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
-        self.log("job.submit", principal, Some(&record.job_id), json!({ "steps": steps }));
-        Ok(json!({ "jobId": handle, "state": record.state.as_str(), "totalSteps": record.total_steps }))
+        self.log("job.submit", principal, Some(&record.job_id), Detail::Steps(steps));
+        Ok(Submitted { job_id: handle, state: record.state.as_str(), total_steps: record.total_steps })
     }
 
     async fn lookup(&self, principal: &Principal, handle: &str) -> Result<JobRecord, String> {
         let Some(id) = handle::open(&self.sealer, principal.id(), handle) else {
-            self.log("job.retrieve", principal, None, json!({ "outcome": "unknown_handle" }));
+            self.log("job.retrieve", principal, None, Detail::Outcome("unknown_handle"));
             return Err(UNKNOWN_JOB_HANDLE.to_owned());
         };
         let job = self
@@ -217,26 +291,26 @@ impl Jobs {
             .await
             .map_err(|e| self.fault("get", e.message()))?;
         let outcome = job.as_ref().map_or("unknown_handle", |j| j.state.as_str());
-        self.log("job.retrieve", principal, Some(&id), json!({ "outcome": outcome }));
+        self.log("job.retrieve", principal, Some(&id), Detail::Outcome(outcome));
         job.ok_or_else(|| UNKNOWN_JOB_HANDLE.to_owned())
     }
 
-    /// `{jobId, state, completedSteps, totalSteps}`.
-    pub async fn status(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+    /// The job's progress.
+    pub async fn status<'a>(&self, principal: &Principal, handle: &'a str) -> Result<JobProgress<'a>, String> {
         let job = self.lookup(principal, handle).await?;
         Ok(progress(handle, &job))
     }
 
-    /// `{jobId, state, result}`; `result` is null until the job is done. Every read after done
-    /// returns the same payload (the stored record is never handed out, only serialised).
-    pub async fn result(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+    /// The job's result, `None` until the job is done. Every read after done returns the same
+    /// payload (the stored record is never handed out).
+    pub async fn result<'a>(&self, principal: &Principal, handle: &'a str) -> Result<JobOutcome<'a>, String> {
         let job = self.lookup(principal, handle).await?;
-        Ok(json!({ "jobId": handle, "state": job.state.as_str(), "result": job.result }))
+        Ok(JobOutcome { job_id: handle, state: job.state.as_str(), result: job.result })
     }
 
     /// Requests cancellation; an active job is cancelled at once (freeing its slot), a finished
     /// one is left as it is. Repeats are safe and do not extend retention.
-    pub async fn cancel(&self, principal: &Principal, handle: &str) -> Result<Value, String> {
+    pub async fn cancel<'a>(&self, principal: &Principal, handle: &'a str) -> Result<JobProgress<'a>, String> {
         let id = handle::open(&self.sealer, principal.id(), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
         let job = self
             .store
@@ -244,11 +318,16 @@ impl Jobs {
             .await
             .map_err(|e| self.fault("cancel", e.message()))?
             .ok_or(UNKNOWN_JOB_HANDLE)?;
-        self.log("job.cancel", principal, Some(&id), json!({ "state": job.state.as_str() }));
+        self.log("job.cancel", principal, Some(&id), Detail::State(job.state.as_str()));
         Ok(progress(handle, &job))
     }
 }
 
-fn progress(handle: &str, job: &JobRecord) -> Value {
-    json!({ "jobId": handle, "state": job.state.as_str(), "completedSteps": job.completed_steps, "totalSteps": job.total_steps })
+fn progress<'a>(handle: &'a str, job: &JobRecord) -> JobProgress<'a> {
+    JobProgress {
+        job_id: handle,
+        state: job.state.as_str(),
+        completed_steps: job.completed_steps,
+        total_steps: job.total_steps,
+    }
 }

@@ -6,14 +6,13 @@
 use crate::common;
 
 use common::redis::unique_prefix;
-use serde_json::json;
 use std::sync::Arc;
 
 use vercel_mcp::Parts;
 use vercel_mcp::jobs::consumer::Processed;
 use vercel_mcp::jobs::model::JOB_RETENTION_MS;
 use vercel_mcp::jobs::redis_store::RedisJobStore;
-use vercel_mcp::jobs::{Consumer, JobMessage, JobStore, Jobs, MemoryJobStore};
+use vercel_mcp::jobs::{Consumer, JobMessage, JobResult, JobStore, Jobs, MemoryJobStore};
 use vercel_mcp::observe::MemorySink;
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, SeededRandom};
@@ -47,8 +46,7 @@ fn env_logging_to(store: Arc<dyn JobStore>, logs: Arc<MemorySink>) -> Env {
 impl Env {
     /// Submits `steps` for `owner`; returns the handle and the message the queue would carry.
     async fn submit(&self, owner: &Principal, steps: u32) -> (String, JobMessage) {
-        let handle =
-            self.jobs.submit(owner, i64::from(steps), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+        let handle = self.jobs.submit(owner, i64::from(steps), None).await.unwrap().job_id;
         let job_id = vercel_mcp::jobs::handle::open(&self.config.settings.sealer, owner.id(), &handle).unwrap();
         (handle, JobMessage { job_id, owner_id: owner.id().into(), steps, traceparent: None })
     }
@@ -67,11 +65,11 @@ async fn a_forged_owner_or_step_count_in_a_message_touches_nothing() {
     let inflated = JobMessage { steps: 50, ..message.clone() };
     assert!(matches!(env.consumer.process(&inflated).await, Ok(Processed::Skipped("mismatched_message"))));
     let status = env.jobs.status(&alice(), &handle).await.unwrap();
-    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("pending"), json!(0)));
+    assert_eq!((status.state, status.completed_steps), ("pending", 0));
     let mallory = Principal::verified(Some("mallory"), None, vec![]);
     assert_eq!(env.jobs.status(&mallory, &handle).await.unwrap_err(), "unknown job handle");
     env.consumer.process(&message).await.unwrap();
-    assert_eq!(env.jobs.result(&alice(), &handle).await.unwrap()["result"], json!({"sum": 3, "stepsRun": 3}));
+    assert_eq!(env.jobs.result(&alice(), &handle).await.unwrap().result, Some(JobResult { sum: 3, steps_run: 3 }));
 }
 
 #[tokio::test]
@@ -85,8 +83,8 @@ async fn out_of_order_repeated_and_late_deliveries_apply_each_step_once() {
     assert!(matches!(env.consumer.process(&first_message).await, Ok(Processed::Finished("done"))));
     // Redelivered after finishing: acknowledged as finished, nothing re-run.
     assert!(matches!(env.consumer.process(&first_message).await, Ok(Processed::Finished("done"))));
-    assert_eq!(env.jobs.result(&alice(), &first).await.unwrap()["result"], json!({"sum": 1, "stepsRun": 2}));
-    assert_eq!(env.jobs.result(&alice(), &second).await.unwrap()["result"], json!({"sum": 6, "stepsRun": 4}));
+    assert_eq!(env.jobs.result(&alice(), &first).await.unwrap().result, Some(JobResult { sum: 1, steps_run: 2 }));
+    assert_eq!(env.jobs.result(&alice(), &second).await.unwrap().result, Some(JobResult { sum: 6, steps_run: 4 }));
     // Late, after the record expired: skipped, and no record comes back to life.
     env.clock.advance_ms(JOB_RETENTION_MS + 1);
     assert!(matches!(env.consumer.process(&second_message).await, Ok(Processed::Skipped("not_found"))));
@@ -114,8 +112,8 @@ async fn redis_down_at_start_is_a_clear_error_until_it_comes_back() {
             Err(e) => assert!(e.starts_with("job store unavailable"), "{e}"),
         }
     }
-    let handle = accepted.expect("submits succeed once Redis is back")["jobId"].as_str().unwrap().to_owned();
-    assert_eq!(env.jobs.status(&alice(), &handle).await.unwrap()["state"], "pending");
+    let handle = accepted.expect("submits succeed once Redis is back").job_id;
+    assert_eq!(env.jobs.status(&alice(), &handle).await.unwrap().state, "pending");
 }
 
 /// A server that accepts connections and reads, but never answers: the slowest Redis.

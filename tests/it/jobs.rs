@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use vercel_mcp::jobs::model::{JOB_RETENTION_MS, JobRecord};
 use vercel_mcp::jobs::queue::{FailingPublisher, JobMessage};
 use vercel_mcp::jobs::store::{Advanced, CreateRefused, Quota, SweepReport};
-use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue, MemoryJobStore, UnconfiguredJobStore};
+use vercel_mcp::jobs::{JobResult, JobStore, Jobs, LocalQueue, MemoryJobStore, UnconfiguredJobStore};
 use vercel_mcp::local::Routes;
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, SeededRandom};
@@ -277,14 +277,14 @@ async fn a_foreign_handle_is_indistinguishable_from_a_missing_one() {
     let (jobs, _queue) = service(store.clone(), Arc::new(ManualClock::new(0)));
     let alice = Principal::verified(Some("alice"), None, vec![]);
     let bob = Principal::verified(Some("bob"), None, vec![]);
-    let handle = jobs.submit(&alice, 3, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let handle = jobs.submit(&alice, 3, None).await.unwrap().job_id;
     let foreign = jobs.status(&bob, &handle).await.unwrap_err();
     let missing = jobs.status(&bob, "bogus").await.unwrap_err();
     assert_eq!(foreign, missing);
     assert!(!foreign.contains("alice"));
     assert_eq!(jobs.cancel(&bob, &handle).await.unwrap_err(), missing);
     assert_eq!(jobs.result(&bob, &handle).await.unwrap_err(), missing);
-    assert_eq!(jobs.status(&alice, &handle).await.unwrap()["state"], "pending", "alice's job is untouched");
+    assert_eq!(jobs.status(&alice, &handle).await.unwrap().state, "pending", "alice's job is untouched");
     // Verified principals get eight slots; one principal at its cap does not block another.
     for _ in 0..7 {
         jobs.submit(&alice, 1, None).await.unwrap();
@@ -385,18 +385,18 @@ async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
     let clock = Arc::new(ManualClock::new(0));
     let (jobs, _) = service(store.clone(), clock.clone());
     let owner = Principal::anonymous();
-    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap().job_id;
     let config = config(store.clone(), clock.clone());
     let mut crashing = vercel_mcp::consumer(&config);
     crashing.store = Arc::new(Hooked(CrashAfter { inner: store.clone(), steps_left: AtomicU32::new(4) }));
     let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
     let message = JobMessage { job_id, owner_id: owner.id().into(), steps: 10, traceparent: None };
     assert!(crashing.process(&message).await.is_err(), "the first delivery dies after 4 steps");
-    assert_eq!(jobs.status(&owner, &handle).await.unwrap()["completedSteps"], 4);
+    assert_eq!(jobs.status(&owner, &handle).await.unwrap().completed_steps, 4);
     let healthy = vercel_mcp::consumer(&config);
     healthy.process(&message).await.unwrap();
     let result = jobs.result(&owner, &handle).await.unwrap();
-    assert_eq!(result["result"], json!({"sum": 45, "stepsRun": 10}), "every step ran exactly once");
+    assert_eq!(result.result, Some(JobResult { sum: 45, steps_run: 10 }), "every step ran exactly once");
 }
 
 /// Cancels the job after a number of steps, from inside the step loop (a client's cancel_job
@@ -427,15 +427,15 @@ async fn cancelling_mid_run_stops_at_the_next_step_boundary() {
     let clock = Arc::new(ManualClock::new(0));
     let (jobs, _) = service(store.clone(), clock.clone());
     let owner = Principal::anonymous();
-    let handle = jobs.submit(&owner, 10, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let handle = jobs.submit(&owner, 10, None).await.unwrap().job_id;
     let config = config(store.clone(), clock);
     let mut consumer = vercel_mcp::consumer(&config);
     consumer.store = Arc::new(Hooked(CancelAfter { inner: store.clone(), steps: AtomicU32::new(0), at: 2 }));
     let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
     consumer.process(&JobMessage { job_id, owner_id: owner.id().into(), steps: 10, traceparent: None }).await.unwrap();
     let status = jobs.status(&owner, &handle).await.unwrap();
-    assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("cancelled"), json!(2)));
-    assert_eq!(jobs.result(&owner, &handle).await.unwrap()["result"], Value::Null);
+    assert_eq!((status.state, status.completed_steps), ("cancelled", 2));
+    assert_eq!(jobs.result(&owner, &handle).await.unwrap().result, None);
 }
 
 /// What a client sees of a stuck job does not depend on the sweep's schedule (Hobby runs it once
@@ -495,7 +495,7 @@ async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
     for _ in 0..1000 {
         match jobs.submit(&mallory, 1, None).await {
             Ok(job) => {
-                jobs.cancel(&mallory, job["jobId"].as_str().unwrap()).await.unwrap();
+                jobs.cancel(&mallory, &job.job_id).await.unwrap();
             }
             Err(error) => {
                 refusal = Some(error);
@@ -523,7 +523,7 @@ async fn one_caller_cannot_take_the_job_capacity_from_everyone() {
         match jobs.submit(&eve, 1, None).await {
             Ok(job) => {
                 created += 1;
-                jobs.cancel(&eve, job["jobId"].as_str().unwrap()).await.unwrap();
+                jobs.cancel(&eve, &job.job_id).await.unwrap();
             }
             Err(error) => break error,
         }
@@ -588,7 +588,7 @@ async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
     let owner = Principal::verified(Some("dup"), None, vec![]);
     let config = config(inner.clone(), clock.clone());
     for (copies, head_start) in [(2, 0), (3, 0), (2, 3)] {
-        let handle = jobs.submit(&owner, i64::from(STEPS), None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+        let handle = jobs.submit(&owner, i64::from(STEPS), None).await.unwrap().job_id;
         let job_id = vercel_mcp::jobs::handle::open(&config.settings.sealer, owner.id(), &handle).unwrap();
         let message = JobMessage { job_id, owner_id: owner.id().into(), steps: STEPS, traceparent: None };
         // A first delivery runs `head_start` steps alone, then dies; the duplicates meet mid-job.
@@ -613,7 +613,7 @@ async fn duplicates_apply_each_step_once(inner: Arc<dyn JobStore>) {
         let once: Vec<u32> = (head_start..STEPS).collect();
         assert_eq!(applied, once, "{copies} copies from step {head_start}: each step applied exactly once");
         let status = jobs.status(&owner, &handle).await.unwrap();
-        assert_eq!((status["state"].clone(), status["completedSteps"].clone()), (json!("done"), json!(STEPS)));
+        assert_eq!((status.state, status.completed_steps), ("done", STEPS));
     }
 }
 

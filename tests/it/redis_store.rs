@@ -226,7 +226,7 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     let queue = LocalQueue::new();
     let jobs = Jobs::new(store.clone(), Arc::new(queue), sealer, clock, Arc::new(SeededRandom::new(3)));
     let alice = Principal::verified(Some("alice"), None, vec![]);
-    let handle = jobs.submit(&alice, 2, None).await.unwrap()["jobId"].as_str().unwrap().to_owned();
+    let handle = jobs.submit(&alice, 2, None).await.unwrap().job_id;
     private.stop();
     let error = jobs.status(&alice, &handle).await.unwrap_err();
     assert!(error.starts_with("job store unavailable"), "{error}");
@@ -246,7 +246,7 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
         }
     }
     assert!(reconnected, "the store reconnects after the outage");
-    assert_eq!(jobs.status(&alice, &handle).await.unwrap()["state"], "pending", "the earlier job survived the restart");
+    assert_eq!(jobs.status(&alice, &handle).await.unwrap().state, "pending", "the earlier job survived the restart");
     let records = keys(&private.url(), "*:job:*").await;
     assert_eq!(
         records.len(),

@@ -15,7 +15,7 @@ use vercel_mcp::jobs::queue::{
     JobMessage, RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamEntry, StreamSettings, StreamTarget,
 };
 use vercel_mcp::jobs::redis_store::RedisJobStore;
-use vercel_mcp::jobs::{JobStore, Jobs};
+use vercel_mcp::jobs::{JobStore, Jobs, Submitted};
 use vercel_mcp::observe::{Logger, MemorySink};
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{Sealer, SeededRandom, SystemClock};
@@ -80,7 +80,7 @@ fn settings(reclaim_idle_ms: u64) -> StreamSettings {
 async fn finished(jobs: &Jobs, principal: &Principal, handle: &str, limit: Duration) -> Value {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let status = jobs.status(principal, handle).await.unwrap();
+        let status = serde_json::to_value(jobs.status(principal, handle).await.unwrap()).unwrap();
         if !matches!(status["state"].as_str(), Some("pending" | "running")) {
             return status;
         }
@@ -89,8 +89,8 @@ async fn finished(jobs: &Jobs, principal: &Principal, handle: &str, limit: Durat
     }
 }
 
-fn handle_of(submitted: &Value) -> String {
-    submitted["jobId"].as_str().unwrap().to_owned()
+fn handle_of(submitted: &Submitted) -> String {
+    submitted.job_id.clone()
 }
 
 /// The completed-step counts a consumer logged, in order.
@@ -176,7 +176,7 @@ async fn a_submit_queues_its_job_and_a_full_stream_refuses_without_storing_anyth
     let entries: Vec<(String, Vec<Vec<u8>>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
     let message = vercel_mcp::jobs::JobMessage::parse(&entries[0].1[1]).expect("a job message");
     assert_eq!((message.owner_id.as_str(), message.steps), ("sub:alice", 2));
-    assert_eq!(jobs.status(&world.alice, &handle).await.unwrap()["state"], "pending");
+    assert_eq!(jobs.status(&world.alice, &handle).await.unwrap().state, "pending");
 
     let refused = jobs.submit(&world.alice, 1, None).await.unwrap_err();
     assert!(refused.contains("the job queue is full (1 waiting)") && refused.contains("try again later"), "{refused}");
