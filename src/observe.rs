@@ -387,12 +387,23 @@ impl Logger {
 
     /// [`Logger::event`] for fields fixed in code: `fields` is a struct with named fields (none
     /// of them `ts`, `level` or `event`), written straight into the line with no `Value` built
-    /// (the job service logs one on every submit and poll, and the worker two a job).
+    /// (the job service logs one on every submit and poll, and the worker two a job). Anything
+    /// that does not serialise as an object goes through [`Logger::event`] instead, so the line
+    /// is always one JSON object.
     pub fn event_of(&self, level: &str, event: &str, fields: &impl serde::Serialize) {
         let mut line = self.begin_event(level, event);
         let at = line.len();
-        serde_json::to_writer(&mut line, fields).expect("event fields serialise");
-        debug_assert_eq!(line.get(at), Some(&b'{'), "event fields serialise as an object");
+        if serde_json::to_writer(&mut line, fields).is_err() || line.get(at) != Some(&b'{') {
+            return self.event(level, event, serde_json::to_value(fields).unwrap_or_default());
+        }
+        debug_assert!(
+            serde_json::from_slice::<serde_json::Map<String, Value>>(&line[at..]).is_ok_and(|fields| ![
+                "ts", "level", "event"
+            ]
+            .iter()
+            .any(|name| fields.contains_key(*name))),
+            "event fields name none of the line's own members"
+        );
         if line.len() == at + 2 {
             line.truncate(at); // `{}`: no fields
         } else {
@@ -979,6 +990,7 @@ mod tests {
         logger.event_of("warn", "job.\"odd\"", &Fields { job: "a\"b\n{}", completed_steps: 3, none: None });
         logger.event("warn", "job.\"odd\"", json!({ "job": "a\"b\n{}", "completedSteps": 3, "none": null }));
         logger.event_of("info", "bare", &NoFields {});
+        logger.event_of("info", "not an object", &(1, 2));
         let raw = sink.raw();
         assert_eq!(
             raw[0],
@@ -988,6 +1000,7 @@ mod tests {
             (serde_json::from_str(&raw[0]).unwrap(), serde_json::from_str(&raw[1]).unwrap());
         assert_eq!(typed, built);
         assert_eq!(raw[2], r#"{"ts":"2026-12-01T00:00:00.000Z","level":"info","event":"bare"}"#);
+        assert_eq!(raw[3], r#"{"ts":"2026-12-01T00:00:00.000Z","level":"info","event":"not an object"}"#);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The response body of every route: a buffered payload, or an SSE stream fed through an
-//! [`Outbox`] ([`outbox`]).
+//! outbox (`outbox.rs`).
 //!
 //! A stream's body owns the work producing it and polls that work itself, then writes everything
 //! the work has sent by then as one chunk. No task is woken per event, and a burst of
@@ -21,9 +21,8 @@ use sync_wrapper::SyncWrapper;
 
 use serde_json::Value;
 
-pub mod outbox;
-pub use outbox::{Closed, Outbox, STREAM_CAPACITY};
-pub(crate) use outbox::{Events, First};
+pub(crate) mod outbox;
+pub(crate) use outbox::{Events, First, Outbox, STREAM_CAPACITY};
 
 /// A message the transport writes to the request's SSE stream.
 #[derive(Debug)]

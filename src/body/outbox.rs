@@ -34,7 +34,7 @@ const CHUNK_START: usize = 4096;
 const DATA_PREFIX: &[u8] = b"event: message\ndata: ";
 const DATA_SUFFIX: &[u8] = b"\n\n";
 
-/// The stream is gone: its body was dropped, or it already carried its final response.
+/// The stream is gone: its body was dropped, or its final response was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Closed;
 
@@ -132,7 +132,8 @@ impl Outbox {
     }
 
     /// Sends one JSON message that `write` appends (compact, as `serde_json` writes it) straight
-    /// into the stream's buffer, waiting while the stream is full.
+    /// into the stream's buffer, waiting while the stream is full. `write` runs under the
+    /// stream's lock: it must only write (touching this stream from it would deadlock).
     pub async fn send_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), Closed> {
         self.send_raw(|out| {
             out.extend_from_slice(DATA_PREFIX);

@@ -53,13 +53,13 @@ struct RunFields {
     state: &'static str,
 }
 
-/// A stored step's log line (`job.progress`, `job.finish`).
+/// A stored step's log line (`job.progress`, `job.finish`), members in name order.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct StepFields {
+    completed_steps: u32,
     job: crate::observe::Digest,
     state: &'static str,
-    completed_steps: u32,
     total_steps: u32,
 }
 
@@ -292,9 +292,9 @@ impl Consumer {
             if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };
                 let fields = StepFields {
+                    completed_steps: job.completed_steps,
                     job: logger.digest("job", id.as_bytes()),
                     state: job.state.as_str(),
-                    completed_steps: job.completed_steps,
                     total_steps: job.total_steps,
                 };
                 logger.event_of("info", event, &fields);

@@ -55,13 +55,13 @@ impl JobState {
 }
 
 /// The frozen outcome of a finished job: the sum 0 + 1 + … + (N − 1) and the steps run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobResult {
-    /// 0 + 1 + … + (steps − 1).
-    pub sum: u64,
-    /// Steps actually run.
+    /// How many steps ran.
     pub steps_run: u32,
+    /// The sum 0 + 1 + … + (steps − 1).
+    pub sum: u64,
 }
 
 impl JobResult {

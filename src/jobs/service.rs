@@ -26,43 +26,44 @@ pub struct Jobs {
     pub(crate) limits: JobLimits,
 }
 
-/// What a submission returns: the handle to poll with, never the raw id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// What a submission returns: the handle to poll with, never the raw id. A tool may return it
+/// as structured output (`Json(submitted)`): its schema comes with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Submitted {
-    /// The signed handle.
+    /// The job's handle: pass it to get_job_status, get_job_result or cancel_job.
     pub job_id: String,
-    /// `pending`.
+    /// The job's state: pending until a worker starts it.
     pub state: &'static str,
-    /// Steps the job will run.
+    /// How many steps the job runs.
     pub total_steps: u32,
 }
 
 /// A job's progress, as a status poll or a cancellation reports it; `job_id` is the handle the
-/// caller presented.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// caller presented. (Members in name order, as these payloads have always been written.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobProgress<'a> {
-    /// The handle.
-    pub job_id: &'a str,
-    /// The job's state.
-    pub state: &'static str,
-    /// Steps run so far.
+    /// How many steps have run.
     pub completed_steps: u32,
-    /// Steps in all.
+    /// The job's handle.
+    pub job_id: &'a str,
+    /// The job's state: pending, running, done, cancelled or failed.
+    pub state: &'static str,
+    /// How many steps the job runs in all.
     pub total_steps: u32,
 }
 
 /// A job's result: `None` (`null`) until the job is done.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobOutcome<'a> {
-    /// The handle.
+    /// The job's handle.
     pub job_id: &'a str,
-    /// The job's state.
-    pub state: &'static str,
-    /// The frozen result, once done.
+    /// The job's result once it is done; null before.
     pub result: Option<JobResult>,
+    /// The job's state: pending, running, done, cancelled or failed.
+    pub state: &'static str,
 }
 
 /// What a lifecycle line says besides who and which job.
@@ -75,17 +76,17 @@ enum Detail {
     State(&'static str),
 }
 
-/// A lifecycle line's fields, as written.
+/// A lifecycle line's fields, as written (in name order, as they always were).
 #[derive(Serialize)]
 struct LifecycleFields {
-    principal: crate::observe::Digest,
     job: Option<crate::observe::Digest>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    steps: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     outcome: Option<&'static str>,
+    principal: crate::observe::Digest,
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps: Option<u32>,
 }
 
 /// Caps on concurrent work (configurable; the active caps and the total are the reference
@@ -162,11 +163,11 @@ impl Jobs {
     fn log(&self, event: &str, principal: &Principal, job_id: Option<&str>, detail: Detail) {
         let Some(logger) = &self.logger else { return };
         let mut fields = LifecycleFields {
-            principal: logger.digest("principal", principal.id().as_bytes()),
             job: job_id.map(|id| logger.digest("job", id.as_bytes())),
-            steps: None,
             outcome: None,
+            principal: logger.digest("principal", principal.id().as_bytes()),
             state: None,
+            steps: None,
         };
         match detail {
             Detail::Steps(steps) => fields.steps = Some(steps),
@@ -305,7 +306,7 @@ impl Jobs {
     /// payload (the stored record is never handed out).
     pub async fn result<'a>(&self, principal: &Principal, handle: &'a str) -> Result<JobOutcome<'a>, String> {
         let job = self.lookup(principal, handle).await?;
-        Ok(JobOutcome { job_id: handle, state: job.state.as_str(), result: job.result })
+        Ok(JobOutcome { job_id: handle, result: job.result, state: job.state.as_str() })
     }
 
     /// Requests cancellation; an active job is cancelled at once (freeing its slot), a finished
@@ -325,9 +326,9 @@ impl Jobs {
 
 fn progress<'a>(handle: &'a str, job: &JobRecord) -> JobProgress<'a> {
     JobProgress {
+        completed_steps: job.completed_steps,
         job_id: handle,
         state: job.state.as_str(),
-        completed_steps: job.completed_steps,
         total_steps: job.total_steps,
     }
 }

@@ -86,9 +86,14 @@ async fn a_job_runs_to_completion_through_the_queue() {
     assert_eq!(payload(&env.call("get_job_status", &handle).await)["completedSteps"], 0, "submit does no work");
     assert_eq!(env.queue.pending_len(), 1);
     env.queue.drain().await;
-    let status = payload(&env.call("get_job_status", &handle).await);
-    assert_eq!(status, json!({"jobId": handle, "state": "done", "completedSteps": 4, "totalSteps": 4}));
-    let first = payload(&env.call("get_job_result", &handle).await);
+    let status = env.call("get_job_status", &handle).await;
+    assert_eq!(payload(&status), json!({"jobId": handle, "state": "done", "completedSteps": 4, "totalSteps": 4}));
+    // The text a model reads, byte for byte: members in name order, as they were always written.
+    let text = |result: &Value| result["content"][0]["text"].as_str().unwrap().to_owned();
+    assert_eq!(text(&status), format!(r#"{{"completedSteps":4,"jobId":"{handle}","state":"done","totalSteps":4}}"#));
+    let result = env.call("get_job_result", &handle).await;
+    assert_eq!(text(&result), format!(r#"{{"jobId":"{handle}","result":{{"stepsRun":4,"sum":6}},"state":"done"}}"#));
+    let first = payload(&result);
     assert_eq!(first["result"], json!({"sum": 6, "stepsRun": 4}));
     assert_eq!(payload(&env.call("get_job_result", &handle).await), first, "result fetch is idempotent");
 }
