@@ -262,6 +262,16 @@ mod tests {
         })
     }
 
+    /// Work that sends notification `n` for each of `numbers`, then the final response.
+    fn notifications_then_last(tx: Outbox, numbers: std::ops::RangeInclusive<u32>) -> Producer {
+        Box::pin(async move {
+            for n in numbers {
+                tx.send(notification(n)).await.unwrap();
+            }
+            tx.send(last()).await.unwrap();
+        })
+    }
+
     fn frames(numbers: impl IntoIterator<Item = u32>) -> String {
         numbers.into_iter().map(|n| format!("event: message\ndata: {{\"n\":{n}}}\n\n")).collect()
     }
@@ -280,12 +290,7 @@ mod tests {
     fn what_the_work_sends_in_one_poll_goes_out_as_one_chunk() {
         let (tx, rx) = outbox::channel(64);
         sent(&tx, notification(1));
-        let work: Producer = Box::pin(async move {
-            for n in 2..=3 {
-                tx.send(notification(n)).await.unwrap();
-            }
-            tx.send(last()).await.unwrap();
-        });
+        let work = notifications_then_last(tx, 2..=3);
         let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         assert_eq!(poll(&mut body, &waker), Poll::Ready(Some(frames(1..=3) + LAST)));
@@ -318,12 +323,7 @@ mod tests {
     fn work_that_fills_the_stream_goes_on_after_each_read_and_nothing_is_lost_or_reordered() {
         let (tx, rx) = outbox::channel(4);
         sent(&tx, notification(1));
-        let work: Producer = Box::pin(async move {
-            for n in 2..=40 {
-                tx.send(notification(n)).await.unwrap();
-            }
-            tx.send(last()).await.unwrap();
-        });
+        let work = notifications_then_last(tx, 2..=40);
         let mut body = Body::sse(rx, Some(work));
         let (_, waker) = Woken::new();
         let (mut streamed, mut chunks) = (String::new(), 0);

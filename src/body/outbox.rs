@@ -34,6 +34,13 @@ const CHUNK_START: usize = 4096;
 const DATA_PREFIX: &[u8] = b"event: message\ndata: ";
 const DATA_SUFFIX: &[u8] = b"\n\n";
 
+/// Appends one SSE `message` event whose data is the JSON `write` appends.
+fn frame_json(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(DATA_PREFIX);
+    write(out);
+    out.extend_from_slice(DATA_SUFFIX);
+}
+
 /// The stream is gone: its body was dropped, or its final response was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Closed;
@@ -135,12 +142,7 @@ impl Outbox {
     /// into the stream's buffer, waiting while the stream is full. `write` runs under the
     /// stream's lock: it must only write (touching this stream from it would deadlock).
     pub async fn send_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), Closed> {
-        self.send_raw(|out| {
-            out.extend_from_slice(DATA_PREFIX);
-            write(out);
-            out.extend_from_slice(DATA_SUFFIX);
-        })
-        .await
+        self.send_raw(|out| frame_json(out, write)).await
     }
 
     /// Sends what `frame` appends as one event.
@@ -194,10 +196,13 @@ impl Outbox {
         }
         state.last = Some(last);
         state.ended = true;
+        // Only a full stream can have senders waiting for room; they will find it ended.
+        let senders_wait = state.queued >= state.capacity;
         let reader = state.reader.take();
         drop(state);
-        // Senders still waiting for room will find the stream ended.
-        self.shared.room.notify_waiters();
+        if senders_wait {
+            self.shared.room.notify_waiters();
+        }
         if let Some(reader) = reader {
             reader.wake();
         }
@@ -295,9 +300,7 @@ impl Events {
         let ended = last.is_some();
         if let Some(last) = last {
             chunk.reserve_exact(DATA_PREFIX.len() + last.body.len() + DATA_SUFFIX.len());
-            chunk.extend_from_slice(DATA_PREFIX);
-            chunk.extend_from_slice(&last.body);
-            chunk.extend_from_slice(DATA_SUFFIX);
+            frame_json(&mut chunk, |out| out.extend_from_slice(&last.body));
         }
         Poll::Ready(Some((chunk, ended)))
     }
