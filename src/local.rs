@@ -10,8 +10,11 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use tokio::net::TcpListener;
 
 use crate::compose::Parts;
@@ -141,13 +144,19 @@ impl Routes {
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        // A body that trickles in holds a connection and a buffer: it has a deadline.
-        let read =
-            tokio::time::timeout(self.limits.body_timeout, transport::read_body(body, self.mcp.max_body_bytes()));
-        match read.await {
-            Ok(Ok(bytes)) => self.route(Request::from_parts(parts, bytes)).await,
-            Ok(Err(response)) => response,
-            Err(_) => request_timeout(),
+        let mut read = std::pin::pin!(transport::read_body(body, self.mcp.max_body_bytes()));
+        // A body that trickles in holds a connection and a buffer: it has a deadline. Most bodies
+        // have already arrived with their head, and those are read without arming a timer.
+        let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(read) => read,
+            Poll::Pending => match tokio::time::timeout(self.limits.body_timeout, read).await {
+                Ok(read) => read,
+                Err(_) => return request_timeout(),
+            },
+        };
+        match read {
+            Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
+            Err(response) => response,
         }
     }
 }
@@ -213,7 +222,7 @@ async fn termination() {
 /// Serves on an already bound listener (tests bind port 0 and read the address first).
 ///
 /// Slow and numerous clients are bounded: a request head must arrive within the header timeout
-/// (from the connection's start, or the previous response on it), a body within the body
+/// (from the connection's start, or the end of the previous response on it), a body within the body
 /// timeout (else 408), and at most `max_connections` connections are served at once; the next
 /// one is accepted only when one of them ends, so the rest wait in the kernel's backlog instead
 /// of costing a task and buffers each.
@@ -226,17 +235,108 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
         let routes = routes.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let header_timeout = routes.limits.header_timeout;
-            let service = hyper::service::service_fn(move |request| {
-                let routes = routes.clone();
-                async move { Ok::<_, std::convert::Infallible>(routes.route_incoming(request).await) }
+            let activity = Arc::new(Activity::new());
+            // Each request borrows the connection's routes: cloning them (an `Arc` count each)
+            // per request would move counters shared by every connection between the cores.
+            let (routes, on_connection) = (&routes, &activity);
+            let service = hyper::service::service_fn(move |request| async move {
+                on_connection.busy();
+                let response = routes.route_incoming(request).await;
+                let activity = Arc::clone(on_connection);
+                Ok::<_, std::convert::Infallible>(response.map(|body| MarksIdleWhenDone { body, activity }))
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = connection => {}
+                // Dropping the connection closes it, as hyper's own header timeout would.
+                () = activity.idle_for(routes.limits.header_timeout) => {}
+            }
         });
+    }
+}
+
+/// Whether a connection is answering a request, or since when it has been idle: the local run's
+/// header timeout. hyper's own arms a timer for every request (an allocation, a clone of the
+/// runtime's handle, an entry added to the timer wheel and removed again) for a deadline that a
+/// served client never meets; here a connection has one timer, which fires at most once per
+/// timeout period and compares the deadline with the end of the last response.
+struct Activity {
+    /// When the connection was accepted; `idle_since` counts from it.
+    start: tokio::time::Instant,
+    /// Nanoseconds from `start` to the end of the last response (or 0, the connection's start),
+    /// or `BUSY` while a request is being answered.
+    idle_since: AtomicU64,
+}
+
+const BUSY: u64 = u64::MAX;
+
+impl Activity {
+    fn new() -> Self {
+        Self { start: tokio::time::Instant::now(), idle_since: AtomicU64::new(0) }
+    }
+
+    /// A request head has arrived: no deadline runs until its response is done.
+    fn busy(&self) {
+        self.idle_since.store(BUSY, Ordering::Relaxed);
+    }
+
+    /// The response is done: the next head is due within the timeout from now.
+    fn idle(&self) {
+        let since = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(BUSY - 1);
+        self.idle_since.store(since, Ordering::Relaxed);
+    }
+
+    /// Resolves once the connection has gone `timeout` without a request head, counted from its
+    /// start or from the end of its last response; never while a request is being answered.
+    async fn idle_for(&self, timeout: std::time::Duration) {
+        let sleep = tokio::time::sleep_until(self.start + timeout);
+        tokio::pin!(sleep);
+        loop {
+            sleep.as_mut().await;
+            let now = tokio::time::Instant::now();
+            let due = match self.idle_since.load(Ordering::Relaxed) {
+                BUSY => now + timeout,
+                since => self.start + std::time::Duration::from_nanos(since) + timeout,
+            };
+            if due <= now {
+                return;
+            }
+            sleep.as_mut().reset(due);
+        }
+    }
+}
+
+/// A response body that marks its connection idle when it is done: hyper drops it once it has
+/// written the last byte (or the connection ends).
+struct MarksIdleWhenDone {
+    body: Body,
+    activity: Arc<Activity>,
+}
+
+impl Drop for MarksIdleWhenDone {
+    fn drop(&mut self) {
+        self.activity.idle();
+    }
+}
+
+impl http_body::Body for MarksIdleWhenDone {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }

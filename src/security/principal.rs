@@ -4,28 +4,47 @@
 //! anonymous). It travels explicitly in each request's context; it is never read from a tool
 //! argument and never kept in module scope.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// The caller of one request, as established by authentication.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    id: Arc<str>,
-    scopes: Arc<[String]>,
-    verified: bool,
-    client_id: Option<Arc<str>>,
+///
+/// Cheap to clone, and the unauthenticated caller costs no reference count at all: a request
+/// clones its principal several times, and a count shared by every request would move between
+/// the cores on each clone.
+#[derive(Clone, Debug)]
+pub struct Principal(Caller);
+
+#[derive(Clone, Debug)]
+enum Caller {
+    Anonymous,
+    Known(Arc<Known>),
 }
+
+#[derive(Debug)]
+struct Known {
+    id: Box<str>,
+    scopes: Box<[String]>,
+    verified: bool,
+    client_id: Option<Box<str>>,
+}
+
+const ANONYMOUS_ID: &str = "anonymous";
+
+/// Equal when every part is: a principal restored as `anonymous` with no scopes is the
+/// anonymous one.
+impl PartialEq for Principal {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id(), self.scopes(), self.is_verified(), self.client_id())
+            == (other.id(), other.scopes(), other.is_verified(), other.client_id())
+    }
+}
+
+impl Eq for Principal {}
 
 impl Principal {
     /// The unauthenticated caller.
     pub fn anonymous() -> Self {
-        // Shared: every unauthenticated request gets one, and building it allocated twice.
-        static ANONYMOUS: LazyLock<Principal> = LazyLock::new(|| Principal {
-            id: Arc::from("anonymous"),
-            scopes: Arc::from([]),
-            verified: false,
-            client_id: None,
-        });
-        ANONYMOUS.clone()
+        Self(Caller::Anonymous)
     }
 
     /// A verified caller: `subject` wins over `client_id`.
@@ -35,42 +54,54 @@ impl Principal {
             (None, Some(client)) => format!("client:{client}"),
             (None, None) => return Self::anonymous(),
         };
-        Self {
-            id: Arc::from(id),
+        Self(Caller::Known(Arc::new(Known {
+            id: id.into(),
             scopes: scopes.into(),
             verified: true,
-            client_id: client_id.filter(|c| !c.is_empty()).map(Arc::from),
-        }
+            client_id: client_id.filter(|c| !c.is_empty()).map(Box::from),
+        })))
     }
 
     /// A principal rebuilt from a stored id (background work acting for its owner).
     pub fn restore(id: &str, verified: bool, scopes: Vec<String>) -> Self {
-        Self { id: Arc::from(id), scopes: scopes.into(), verified, client_id: None }
+        Self(Caller::Known(Arc::new(Known { id: id.into(), scopes: scopes.into(), verified, client_id: None })))
     }
 
     /// The OAuth client the token was issued to, if the token said.
     pub fn client_id(&self) -> Option<&str> {
-        self.client_id.as_deref()
+        match &self.0 {
+            Caller::Anonymous => None,
+            Caller::Known(known) => known.client_id.as_deref(),
+        }
     }
 
     /// A stable identifier, used for binding sealed state and keying stores. Not for logs.
     pub fn id(&self) -> &str {
-        &self.id
+        match &self.0 {
+            Caller::Anonymous => ANONYMOUS_ID,
+            Caller::Known(known) => &known.id,
+        }
     }
 
     /// Whether the identity came from a verified credential.
     pub fn is_verified(&self) -> bool {
-        self.verified
+        match &self.0 {
+            Caller::Anonymous => false,
+            Caller::Known(known) => known.verified,
+        }
     }
 
     /// The granted scopes.
     pub fn scopes(&self) -> &[String] {
-        &self.scopes
+        match &self.0 {
+            Caller::Anonymous => &[],
+            Caller::Known(known) => &known.scopes,
+        }
     }
 
     /// Whether every scope in `required` was granted.
     pub fn has_scopes(&self, required: &[&str]) -> bool {
-        required.iter().all(|r| self.scopes.iter().any(|s| s == r))
+        required.iter().all(|r| self.scopes().iter().any(|s| s == r))
     }
 }
 
@@ -93,6 +124,9 @@ mod tests {
         assert_eq!(Principal::verified(None, Some("c1"), vec![]).id(), "client:c1");
         assert_eq!(Principal::verified(Some(""), None, vec![]), Principal::anonymous());
         assert!(!Principal::anonymous().is_verified());
+        assert_eq!(Principal::anonymous().id(), "anonymous");
+        assert_eq!(Principal::restore("anonymous", false, vec![]), Principal::anonymous());
+        assert_ne!(Principal::restore("anonymous", true, vec![]), Principal::anonymous());
         let p = Principal::verified(Some("u"), None, vec!["a".into(), "b".into()]);
         assert!(p.has_scopes(&["a", "b"]) && !p.has_scopes(&["c"]));
     }

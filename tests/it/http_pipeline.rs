@@ -615,6 +615,84 @@ async fn slow_heads_and_bodies_are_cut_off() {
     assert_eq!(healthy.status, 200, "a prompt client is served as before");
 }
 
+/// The header timeout counts from the end of the last response: a kept-alive connection that
+/// sends nothing more is closed once it has been idle that long (and not before), while a
+/// response that streams for several timeouts is not cut off.
+#[tokio::test]
+async fn idle_connections_close_after_the_header_timeout_and_streams_do_not() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = Duration::from_millis(200);
+    let server = limited(vercel_mcp::settings::ConnectionLimits {
+        header_timeout: timeout,
+        body_timeout: timeout,
+        max_connections: 16,
+    })
+    .await;
+    let request = |method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": with_meta(params)}).to_string();
+        format!(
+            "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+
+    // Two requests on one connection, the second after more than half the timeout: each
+    // response restarts the count.
+    let mut idle = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    for _ in 0..2 {
+        idle.write_all(request("tools/list", json!({})).as_bytes()).await.unwrap();
+        // The whole response: its head, then as many bytes as its Content-Length says.
+        let mut response = Vec::new();
+        let (head_end, length) = loop {
+            let mut chunk = [0u8; 4096];
+            let n = idle.read(&mut chunk).await.unwrap();
+            assert_ne!(n, 0, "closed before the response ended");
+            response.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&response);
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+                    .expect("a content length");
+                break (end + 4, length.trim().parse::<usize>().unwrap());
+            }
+        };
+        while response.len() < head_end + length {
+            let mut chunk = [0u8; 4096];
+            let n = idle.read(&mut chunk).await.unwrap();
+            assert_ne!(n, 0, "closed before the response ended");
+            response.extend_from_slice(&chunk[..n]);
+        }
+        assert!(response.starts_with(b"HTTP/1.1 200"), "served");
+        tokio::time::sleep(timeout * 3 / 4).await;
+    }
+    let answered = Instant::now() - timeout * 3 / 4;
+    let rest = until_closed(&mut idle).await;
+    // (A tenth of slack: the server marks the response done a moment before it arrives here.)
+    let after = answered.elapsed();
+    assert!(after >= timeout * 9 / 10, "closed {after:?} after the response, before the timeout");
+    assert!(!String::from_utf8_lossy(&rest).contains("HTTP/1.1"), "closed without another response");
+
+    // A listen stream stays open across several timeouts.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let listen = request("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+    stream.write_all(listen.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let until = Instant::now() + timeout * 4;
+    while Instant::now() < until {
+        let mut chunk = [0u8; 1024];
+        match tokio::time::timeout_at(until.into(), stream.read(&mut chunk)).await {
+            Ok(Ok(0)) => panic!("the stream was cut off: {}", String::from_utf8_lossy(&received)),
+            Ok(Ok(n)) => received.extend_from_slice(&chunk[..n]),
+            Ok(Err(error)) => panic!("{error}"),
+            Err(_) => break,
+        }
+    }
+    let received = String::from_utf8_lossy(&received);
+    assert!(received.starts_with("HTTP/1.1 200") && received.contains("text/event-stream"), "{received}");
+}
+
 /// At most `max_connections` connections are served at once: a third client waits, unserved,
 /// while two idle connections hold the slots, and is served as soon as one of them goes.
 #[tokio::test]
