@@ -239,16 +239,23 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
             // Each request borrows the connection's routes: cloning them (an `Arc` count each)
             // per request would move counters shared by every connection between the cores.
             let (routes, on_connection) = (&routes, &activity);
-            let service = hyper::service::service_fn(move |request| async move {
+            let service = hyper::service::service_fn(move |request| {
                 on_connection.busy();
-                let response = routes.route_incoming(request).await;
-                let activity = Arc::clone(on_connection);
-                Ok::<_, std::convert::Infallible>(response.map(|body| MarksIdleWhenDone { body, activity }))
+                async move {
+                    let response = routes.route_incoming(request).await;
+                    let activity = Arc::clone(on_connection);
+                    Ok::<_, std::convert::Infallible>(response.map(|body| MarksIdleWhenDone { body, activity }))
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
+                // `Activity` keeps this timeout (hyper's would need a timer, and then default to 30 s).
+                .header_read_timeout(None)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
+                // The connection first: a head that has just arrived is read, and marks the
+                // connection busy, before the deadline is looked at.
+                biased;
                 _ = connection => {}
                 // Dropping the connection closes it, as hyper's own header timeout would.
                 () = activity.idle_for(routes.limits.header_timeout) => {}

@@ -46,7 +46,10 @@ pub async fn with_request_sink<F: std::future::Future>(sink: Arc<dyn LogSink>, f
 ///
 /// On a runtime worker set up by [`hold_lines_until_idle`], lines are held and written together:
 /// stderr is a pipe wherever a platform collects logs, and a `write` per request to a pipe, which
-/// also wakes its reader, cost 30% of the throughput at 64 connections (performance.md).
+/// also wakes its reader, cost 30% of the throughput at 64 connections (performance.md). Such a
+/// write may be longer than `PIPE_BUF`: it takes the lock alone, so no line of this sink lands
+/// inside it, but when the pipe is nearly full a writer outside the sink (`eprintln!`, the panic
+/// hook, another process on the same pipe) can.
 #[derive(Debug, Clone)]
 pub struct StderrSink(Arc<StderrOut>);
 
@@ -229,6 +232,13 @@ impl LogSink for MemorySink {
     }
 }
 
+/// The digest namespace of principal ids.
+const PRINCIPAL: &str = "principal";
+
+/// The id of the unauthenticated caller (`security::Principal::anonymous`): defined here, below
+/// the principal, so that the logger can keep its digest.
+pub(crate) const ANONYMOUS_ID: &str = "anonymous";
+
 /// Where the process's id numbers come from: each thread takes a block of them at a time, so the
 /// request path does not move one shared counter between the cores on every request.
 static NEXT_ID_BLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -266,6 +276,8 @@ pub struct Logger {
     clock: Arc<dyn crate::state::Clock>,
     digest_key: (u64, u64),
     id_prefix: Arc<str>,
+    /// The digest of the unauthenticated caller's id, which most requests of an open server log.
+    anonymous_principal: Digest,
 }
 
 impl std::fmt::Debug for Logger {
@@ -290,12 +302,20 @@ impl Logger {
         let derived = sealer.derive_key("log-digests");
         let word = |range: std::ops::Range<usize>| u64::from_le_bytes(derived[range].try_into().expect("8 bytes"));
         let digest_key = (word(0..8), word(8..16));
-        Self {
+        let mut logger = Self {
             sink,
             clock: sealer.clock().clone(),
             digest_key,
             id_prefix: Arc::from(crate::state::seal::hex(&bytes).as_str()),
-        }
+            anonymous_principal: HexText([0; 16]),
+        };
+        logger.anonymous_principal = logger.digest(PRINCIPAL, ANONYMOUS_ID.as_bytes());
+        logger
+    }
+
+    /// [`Logger::digest`] of a principal's id; the anonymous caller's is computed once.
+    pub fn principal_digest(&self, id: &str) -> Digest {
+        if id == ANONYMOUS_ID { self.anonymous_principal } else { self.digest(PRINCIPAL, id.as_bytes()) }
     }
 
     /// A stable, non-reversible digest of an identifier (`kind` separates namespaces): SipHash-2-4
@@ -378,7 +398,8 @@ impl Logger {
 
     /// A fresh W3C trace id (32 hex digits, never all zero).
     pub fn new_trace_id(&self) -> String {
-        let sequence = next_sequence() | 1;
+        // The top bit keeps it from being all zero without making two numbers one id.
+        let sequence = next_sequence() | 1 << 63;
         self.prefixed_id::<32>(&sequence.to_be_bytes()).as_str().to_owned()
     }
 
@@ -653,6 +674,14 @@ pub fn take_panic_location() -> Option<String> {
 mod tests {
     use super::*;
 
+    use crate::state::{ManualClock, SeededRandom};
+
+    fn logger() -> Logger {
+        let clock = Arc::new(ManualClock::new(0));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        Logger::new(Arc::new(StderrSink::default()), sealer, Arc::new(SeededRandom::new(1)))
+    }
+
     #[test]
     fn ids_are_unique_across_threads_and_loggers() {
         // Each thread takes more than a block, so blocks run out and are replaced concurrently.
@@ -662,19 +691,18 @@ mod tests {
         let numbers: Vec<u64> = threads.into_iter().flat_map(|t| t.join().expect("no panic")).collect();
         let distinct: std::collections::HashSet<_> = numbers.iter().collect();
         assert_eq!(distinct.len(), numbers.len(), "no number is handed out twice");
-        let logger = logger();
-        let ids: std::collections::HashSet<_> = (0..2000).map(|_| logger.new_id()).collect();
+        let first = logger();
+        let ids: std::collections::HashSet<_> = (0..2000).map(|_| first.new_id()).collect();
         assert_eq!(ids.len(), 2000);
         assert!(ids.iter().all(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit())));
-        let trace = logger.new_trace_id();
-        assert!(trace.len() == 32 && trace != "0".repeat(32));
-    }
-    use crate::state::{ManualClock, SeededRandom};
-
-    fn logger() -> Logger {
-        let clock = Arc::new(ManualClock::new(0));
-        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
-        Logger::new(Arc::new(StderrSink::default()), sealer, Arc::new(SeededRandom::new(1)))
+        let traces: std::collections::HashSet<_> = (0..2000).map(|_| first.new_trace_id()).collect();
+        assert_eq!(traces.len(), 2000, "trace ids are unique too");
+        assert!(
+            traces.iter().all(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit()) && *t != "0".repeat(32))
+        );
+        // A second logger (another endpoint of the process) draws from the same numbers.
+        let other = logger();
+        assert!((0..2000).map(|_| other.new_id()).all(|id| !ids.contains(&id)), "the same prefix, other numbers");
     }
 
     /// Four threads emit `lines` lines each (line `i` padded to `pad(i)` bytes); every line must
@@ -970,6 +998,14 @@ mod tests {
         }
         assert_ne!(logger.digest_json("arguments", &value), logger.digest_json("other", &value), "kinds separate");
         assert_eq!(logger.digest("principal", b"sub:a").len(), 16);
+    }
+
+    #[test]
+    fn a_principal_digest_is_the_digest_of_its_id_the_anonymous_one_kept() {
+        let logger = logger();
+        for id in ["anonymous", "sub:a", "anonymous "] {
+            assert_eq!(logger.principal_digest(id), logger.digest("principal", id.as_bytes()), "{id:?}");
+        }
     }
 
     #[test]

@@ -165,7 +165,7 @@ impl Jobs {
         let mut fields = LifecycleFields {
             job: job_id.map(|id| logger.digest("job", id.as_bytes())),
             outcome: None,
-            principal: logger.digest("principal", principal.id().as_bytes()),
+            principal: logger.principal_digest(principal.id()),
             state: None,
             steps: None,
         };

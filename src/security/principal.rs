@@ -28,7 +28,7 @@ struct Known {
     client_id: Option<Box<str>>,
 }
 
-const ANONYMOUS_ID: &str = "anonymous";
+use crate::observe::ANONYMOUS_ID;
 
 /// Equal when every part is: a principal restored as `anonymous` with no scopes is the
 /// anonymous one.

@@ -308,11 +308,17 @@ impl McpServer {
             "tool {}: its argument type uses JSON Schema keywords the validator cannot enforce: {unsupported:?}",
             def.name
         );
-        let handler = Arc::new(handler);
-        let erased: ToolFn = Arc::new(move |ctx, arguments| {
-            let args = A::deserialize(arguments).map_err(|e| ToolError::Execution(format!("Invalid arguments: {e}")));
-            let handler = handler.clone();
-            Box::pin(async move { handler(ctx, args?).await.into_tool_result() })
+        // The handler's future is made when the tool is called (inside the contained future, so
+        // a panic there is contained too) and owns what it needs: no count of the handler is
+        // taken per call, since one shared by every caller would move between the cores.
+        let erased: ToolFn = Arc::new(move |ctx, arguments| -> BoxFuture<ToolResult> {
+            match A::deserialize(arguments) {
+                Ok(args) => {
+                    let running = handler(ctx, args);
+                    Box::pin(async move { running.await.into_tool_result() })
+                }
+                Err(e) => Box::pin(std::future::ready(Err(ToolError::Execution(format!("Invalid arguments: {e}"))))),
+            }
         });
         if def.output_schema.is_none() {
             def.output_schema = <Fut::Output as IntoToolResult>::output_schema();
@@ -337,10 +343,9 @@ impl McpServer {
         Fut: Future + Send + 'static,
         Fut::Output: IntoToolResult,
     {
-        let handler = Arc::new(handler);
         let erased: ToolFn = Arc::new(move |ctx, arguments| {
-            let (handler, arguments) = (handler.clone(), arguments.as_object().cloned().unwrap_or_default());
-            Box::pin(async move { handler(ctx, arguments).await.into_tool_result() })
+            let running = handler(ctx, arguments.as_object().cloned().unwrap_or_default());
+            Box::pin(async move { running.await.into_tool_result() })
         });
         self.insert_tool(def, erased);
         self
@@ -385,15 +390,14 @@ impl McpServer {
         R: Into<Outcome<Vec<ResourceContents>>> + 'static,
     {
         assert!(!self.resource_index.contains_key(&resource.uri), "resource {} is registered twice", resource.uri);
-        let handler = Arc::new(handler);
         self.resource_index.insert(resource.uri.clone(), self.resources.len());
         self.resources.push(ResourceEntry {
             resource,
             cache: None,
             scopes: Vec::new(),
             handler: Arc::new(move |ctx, uri| {
-                let handler = handler.clone();
-                Box::pin(async move { handler(ctx, uri).await.map(Into::into) })
+                let running = handler(ctx, uri);
+                Box::pin(async move { running.await.map(Into::into) })
             }),
         });
         ResourceOptions(self.resources.last_mut().expect("just pushed"))
@@ -408,14 +412,13 @@ impl McpServer {
     {
         let matcher = UriTemplate::parse(&template.uri_template)
             .unwrap_or_else(|e| panic!("resource template {}: {e}", template.uri_template));
-        let handler = Arc::new(handler);
         self.templates.push(TemplateEntry {
             template,
             matcher,
             scopes: Vec::new(),
             handler: Arc::new(move |ctx, uri, vars| {
-                let handler = handler.clone();
-                Box::pin(async move { handler(ctx, uri, vars).await.map(Into::into) })
+                let running = handler(ctx, uri, vars);
+                Box::pin(async move { running.await.map(Into::into) })
             }),
         });
         ResourceScopes(&mut self.templates.last_mut().expect("just pushed").scopes)
@@ -438,18 +441,20 @@ impl McpServer {
         if prompt.arguments.is_empty() {
             prompt.arguments = prompt_arguments::<A>();
         }
-        let handler = Arc::new(handler);
         self.prompt_index.insert(prompt.name.clone(), self.prompts.len());
         self.prompts.push(PromptEntry {
             prompt,
-            handler: Arc::new(move |ctx, args| {
-                let handler = handler.clone();
-                Box::pin(async move {
-                    let object = args.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-                    let args: A = serde_json::from_value(Value::Object(object))
-                        .map_err(|e| McpError::invalid_params(format!("Invalid arguments: {e}")))?;
-                    handler(ctx, args).await.map(Into::into)
-                })
+            handler: Arc::new(move |ctx, args| -> BoxFuture<Result<Outcome<GetPromptResult>, McpError>> {
+                let object = args.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                match serde_json::from_value::<A>(Value::Object(object)) {
+                    Ok(args) => {
+                        let running = handler(ctx, args);
+                        Box::pin(async move { running.await.map(Into::into) })
+                    }
+                    Err(e) => {
+                        Box::pin(std::future::ready(Err(McpError::invalid_params(format!("Invalid arguments: {e}")))))
+                    }
+                }
             }),
         });
         self

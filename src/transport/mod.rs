@@ -277,7 +277,7 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
         Ok(principal) => principal,
         Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
     };
-    record.principal = Some(app.logger.digest("principal", principal.id().as_bytes()));
+    record.principal = Some(app.logger.principal_digest(principal.id()));
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {
         if !is_json(content_type) {
             let error = McpError::new(
