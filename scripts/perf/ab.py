@@ -1,23 +1,33 @@
-"""Two builds of the server compared so that the machine's drift cannot decide it: the floor and
-the two binaries take turns, ROUNDS rounds of PERF_SECONDS s of one workload at CONNECTIONS
-connections (wrk -t2 above 2 connections). Prints each round's throughput and CPU per request,
-and per round the second build's ratio to the first and both ratios to the floor.
-    python3 scripts/perf/ab.py BEFORE AFTER [echo|list50|progress10|submit+poll]
-BEFORE and AFTER are each build's `target/release/examples/perf_server`, copied aside (for echo
-and list50 its `target/release/local` will do: progress10 is a perf_server tool); the floor is
+"""Builds of the server compared so that the machine's drift cannot decide it: the floor and the
+builds take turns, ROUNDS rounds of PERF_SECONDS s of one workload at CONNECTIONS connections (wrk
+-t2 above 2 connections). Prints each round's throughput and CPU per request, and per round each
+build's ratio to the first and every build's ratio to the floor.
+    python3 scripts/perf/ab.py BEFORE AFTER [MORE...] [echo|list50|progress10|submit+poll]
+Each build is a `target/release/examples/perf_server` copied aside, optionally named `label=path`
+(unnamed, two builds are `before` and `after`, more are `build1`, `build2`, ...); for echo and
+list50 a build's `target/release/local` will do: progress10 is a perf_server tool. The floor is
 `target/release/examples/floor` (scripts/perf.sh builds it). submit+poll needs Redis at
 REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
 its own, deleted at the end. Environment: CONNECTIONS
-(64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves both builds through the
+(64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves every build through the
 `vercel_runtime` edge, as api/mcp.rs does), PERF_BATCH (1: wrk under SCHED_BATCH, as the harness's
 `echo-batch` row; needs chrt from util-linux). Needs wrk."""
 import json, os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
-if len(sys.argv) < 3:
+WORKLOADS = ("echo", "list50", "progress10", "submit+poll")
+workloads = [a for a in sys.argv[1:] if a in WORKLOADS]
+named = [a.split("=", 1) if "=" in a else [None, a] for a in sys.argv[1:] if a not in WORKLOADS]
+if len(named) < 2 or len(workloads) > 1:
     sys.exit(__doc__)
-before, after = sys.argv[1], sys.argv[2]
-workload = sys.argv[3] if len(sys.argv) > 3 else "echo"
+default_labels = ["before", "after"] if len(named) == 2 else [f"build{i}" for i in range(1, len(named) + 1)]
+builds = {label or default: path for (label, path), default in zip(named, default_labels)}
+if len(builds) < len(named) or "floor" in builds:
+    sys.exit("each build needs a label of its own, and not `floor`")
+for path in builds.values():
+    if not os.path.isfile(path):
+        sys.exit(f"{path}: no such build")
+workload = workloads[0] if workloads else "echo"
 connections = int(os.environ.get("CONNECTIONS", "64"))
 rounds = int(os.environ.get("ROUNDS", "3"))
 run.SECONDS = int(os.environ.get("PERF_SECONDS", "4"))
@@ -52,7 +62,7 @@ def files(port):
 # The floor answers anything with its canned body; it is sent the workload's request, or for
 # jobs the echo call.
 floor_files = files(None) if not jobs else [run.request_file(work, "floor", *requests["echo"][:2], name="echo")]
-servers = {"floor": floor_bin, "before": before, "after": after}
+servers = {"floor": floor_bin, **builds}
 results = {k: [] for k in servers}
 for _ in range(rounds):
     for label, binary in servers.items():
@@ -66,8 +76,10 @@ for _ in range(rounds):
 for label, rows in results.items():
     print(f"{label:7}", " ".join(f"{x['rps']:.0f} req/s {x['cpu_us']:.1f} µs p99 {x['p99_us']:.0f}" for x in rows))
 ratio = lambda key, a, b: [x[key] / y[key] for x, y in zip(results[a], results[b])]
+first, *others = builds
 for key in ("rps", "cpu_us"):
-    print(f"{key}: after/before", " ".join(f"{r:.2f}" for r in ratio(key, "after", "before")),
-          "| before/floor", " ".join(f"{r:.2f}" for r in ratio(key, "before", "floor")),
-          "| after/floor", " ".join(f"{r:.2f}" for r in ratio(key, "after", "floor")),
-          f"| median after/before {statistics.median(ratio(key, 'after', 'before')):.2f}")
+    for label in others:
+        print(f"{key}: {label}/{first}", " ".join(f"{r:.2f}" for r in ratio(key, label, first)),
+              f"| median {statistics.median(ratio(key, label, first)):.2f}")
+    for label in builds:
+        print(f"{key}: {label}/floor", " ".join(f"{r:.2f}" for r in ratio(key, label, "floor")))
