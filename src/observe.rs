@@ -153,7 +153,8 @@ fn with_held_lines<T>(f: impl FnOnce(&mut HeldLines) -> T) -> Option<T> {
 /// together, in writes of at most 16 KiB of whole lines: when the worker is about to go idle, when
 /// the next line would not fit, and when the worker stops. A worker holds lines only
 /// while they come faster than it goes idle (more than one between two idle moments); otherwise,
-/// as at low load, each line is written at once. Under load a worker writes every few dozen lines. A held line waits only while its worker keeps running other work, including tasks that
+/// as at low load, each line is written at once. Under load a worker writes every few dozen
+/// lines. A held line waits only while its worker keeps running other work, including tasks that
 /// keep yielding (a worker with only yielded tasks does not park). A process killed outright, or
 /// one that exits while its runtime is still shutting down (`shutdown_timeout`,
 /// `shutdown_background`), loses at most the lines its workers held (up to 16 KiB each). Threads
@@ -249,23 +250,18 @@ thread_local! {
     static ID_NUMBERS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// A number no other caller in this process has had.
+/// A number no other caller in this process has had. (The thread-local is a `const` `Cell` with
+/// nothing to drop, so it is there even while its thread is torn down.)
 fn next_sequence() -> u64 {
-    let block = || NEXT_ID_BLOCK.fetch_add(ID_BLOCK, std::sync::atomic::Ordering::Relaxed);
-    ID_NUMBERS
-        .try_with(|numbers| {
-            let (next, end) = numbers.get();
-            let (next, end) = if next < end {
-                (next, end)
-            } else {
-                let start = block();
-                (start, start + ID_BLOCK)
-            };
-            numbers.set((next + 1, end));
-            next
-        })
-        // A thread being torn down has no block left: it takes a whole one for one number.
-        .unwrap_or_else(|_| block())
+    ID_NUMBERS.with(|numbers| {
+        let (mut next, mut end) = numbers.get();
+        if next == end {
+            next = NEXT_ID_BLOCK.fetch_add(ID_BLOCK, std::sync::atomic::Ordering::Relaxed);
+            end = next + ID_BLOCK;
+        }
+        numbers.set((next + 1, end));
+        next
+    })
 }
 
 /// Keyed digests and ids for log lines.
@@ -673,7 +669,6 @@ pub fn take_panic_location() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use crate::state::{ManualClock, SeededRandom};
 
     fn logger() -> Logger {

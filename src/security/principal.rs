@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use crate::observe::ANONYMOUS_ID;
+
 /// The caller of one request, as established by authentication.
 ///
 /// Cheap to clone, and the unauthenticated caller costs no reference count at all: a request
@@ -27,8 +29,6 @@ struct Known {
     verified: bool,
     client_id: Option<Box<str>>,
 }
-
-use crate::observe::ANONYMOUS_ID;
 
 /// Equal when every part is: a principal restored as `anonymous` with no scopes is the
 /// anonymous one.

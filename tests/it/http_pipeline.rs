@@ -883,3 +883,40 @@ async fn a_json_call_whose_client_leaves_is_cancelled() {
     drop(stream);
     common::bounded("the handler to be dropped", cancelled).await;
 }
+
+/// A handler that panics before it has made its future (a plain closure's body, not its `async`
+/// block) is contained like one that panics inside it: the tool, resource or prompt is answered
+/// -32603 and the server goes on serving. The registry calls such a handler while the call's
+/// contained future runs.
+#[tokio::test]
+async fn a_handler_that_panics_before_its_future_exists_is_contained() {
+    use std::future::Ready;
+    use vercel_mcp::protocol::McpError;
+    use vercel_mcp::protocol::types::{CallToolResult, GetPromptResult, Prompt, Resource, ResourceContents};
+    use vercel_mcp::server::{McpServer, NoArguments, ToolDef};
+    let mut server = McpServer::new("eager", "1");
+    server.tool(ToolDef::new("eager").description("Panics at once"), |_, _: NoArguments| -> Ready<CallToolResult> {
+        panic!("tool bug before the future")
+    });
+    server.tool(ToolDef::new("fine").description("Answers"), |_, _: NoArguments| async { "fine" });
+    server.resource(Resource::new("test://eager", "eager"), |_, _| -> Ready<Result<Vec<ResourceContents>, McpError>> {
+        panic!("resource bug before the future")
+    });
+    server.prompt(Prompt::new("eager"), |_, _: NoArguments| -> Ready<Result<GetPromptResult, McpError>> {
+        panic!("prompt bug before the future")
+    });
+    let client = vercel_mcp::testing::client(server).await;
+    let code = |error| match error {
+        vercel_mcp::client::ClientError::Rpc { code, message, .. } => {
+            assert!(!message.contains("bug before"), "panic detail stays out of the response: {message}");
+            code
+        }
+        other => panic!("not a JSON-RPC error: {other}"),
+    };
+    assert_eq!(code(client.call_tool("eager", json!({})).await.unwrap_err()), -32603);
+    let read = client.request("resources/read", json!({"uri": "test://eager"}).as_object().unwrap().clone()).await;
+    assert_eq!(code(read.unwrap_err()), -32603);
+    let got = client.request("prompts/get", json!({"name": "eager"}).as_object().unwrap().clone()).await;
+    assert_eq!(code(got.unwrap_err()), -32603);
+    assert_eq!(client.call_tool("fine", json!({})).await.unwrap().joined_text(), "fine", "still serving");
+}
