@@ -21,7 +21,7 @@ for tool in valgrind callgrind_control wrk curl jq; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk curl jq)" >&2; exit 1; }
 done
 export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release --quiet --example perf_server --example floor --example mint_token
+cargo build --release --quiet --example perf_server --example floor --example floor_json --example mint_token
 workloads=("$@")
 [ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt echo+otel progress10)
 work=$(mktemp -d)
@@ -110,4 +110,9 @@ for workload in "${workloads[@]}"; do
   count target/callgrind/release/examples/floor "$workload"; floor=$instructions
   count target/callgrind/release/examples/perf_server "$workload"; ours=$instructions
   printf '| %s | %d | %d | %s |\n' "$workload" "$floor" "$ours" "$(awk "BEGIN {printf \"%.2f\", $ours / $floor}")"
+  if [ "$workload" = echo ]; then count target/callgrind/release/examples/floor_json echo; json=$instructions; fi
 done
+if [ -n "${json:-}" ]; then # what reading and writing JSON alone costs (examples/floor_json.rs)
+  printf '\nThe floor plus JSON read and written (floor_json), echo: %d instructions a request, %s× the floor.\n' \
+    "$json" "$(awk "BEGIN {printf \"%.2f\", $json / $floor}")"
+fi

@@ -221,6 +221,11 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
         if conns == 64:
             rows["floor 64 echo-batch"] = measure(floor, port, [echo], conns, batch=True)
         floor.kill(); floor.wait()
+        # The least a JSON-RPC server does (examples/floor_json.rs): what reading and writing JSON
+        # alone costs at this concurrency, with none of MCP's work.
+        port = free_port(); floor_json = spawn(floor_bin + "_json", port, {}); wait_ready(port, echo_probe)
+        rows[f"json {conns} echo"] = measure(floor_json, port, [echo], conns)
+        floor_json.kill(); floor_json.wait()
     listing = request_file(work, "c-list", "tools/list", {"_meta": META})
     authlist = request_file(work, "c-authlist", "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"})
     for edge in ["local", "vercel"]:
@@ -239,7 +244,7 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
 def main():
     if not shutil.which("wrk"):
         raise SystemExit("wrk is required: apt-get install -y wrk")
-    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "floor_redis", "--example", "perf_server",
+    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "floor_json", "--example", "floor_redis", "--example", "perf_server",
        "--example", "mint_token")
     pressure_start, wall_start = cpu_pressure_us(), time.monotonic()
     bins = os.path.join(ROOT, "target/release/examples")
@@ -385,7 +390,8 @@ def report(results, use_redis):
         lines.append("")
         lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency; `echo-batch` is echo "
                      "with wrk under SCHED_BATCH (against the floor measured so), and *preempted* counts the server's "
-                     "involuntary context switches per request:")
+                     "involuntary context switches per request. `json` is `examples/floor_json.rs`, the floor plus "
+                     "reading the body as a JSON `Value` and writing a JSON answer, and nothing else:")
         lines.append("")
         lines.append("| edge | workload | connections | req/s | × floor | p50 µs | p99 µs | p999 µs | × floor p99 | CPU µs/req | × floor CPU | preempted /req |")
         lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -393,6 +399,9 @@ def report(results, use_redis):
         for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch")]:
             fl = rows[f"floor {conns} {name}"]
             lines.append(f"| floor | {name} | {conns} | {fl['rps']:.0f} | 1.00 | {fl['p50_us']:.0f} | {fl['p99_us']:.0f} | {fl['p999_us']:.0f} | 1.00 | {fl['cpu_us']:.1f} | 1.00 | {fl['preempted']:.3f} |")
+        for conns in CONCURRENCY:
+            w, fl = rows[f"json {conns} echo"], rows[f"floor {conns} echo"]
+            lines.append(f"| json | echo | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
         for edge in ["local", "vercel"]:
             for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch"), (64, "mixed"), (64, "list50+jwt")]:
                 w, fl = rows[f"{edge} {conns} {name}"], rows[f"floor {conns} {'echo-batch' if name == 'echo-batch' else 'echo'}"]
@@ -410,7 +419,8 @@ def report(results, use_redis):
     history = (f"| {date} | {label} | {local['echo']['rps']/f['rps']:.2f}× floor echo, {local['list50']['rps']/f['rps']:.2f}× list50 "
                f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}×, "
                f"RssAnon {local['peak_split'][1]} KiB ({local['peak_split'][1]/max(floor['peak_split'][1], 1):.1f}× floor)"
-               + (f"; echo at 64 connections {rows['local 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}× floor, CPU {rows['local 64 echo']['cpu_us']/rows['floor 64 echo']['cpu_us']:.2f}×" if rows else "")
+               + (f"; echo at 64 connections {rows['local 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}× floor, CPU {rows['local 64 echo']['cpu_us']/rows['floor 64 echo']['cpu_us']:.2f}×"
+                  f" (json {rows['json 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}×)" if rows else "")
                + " |")
     text = text.rstrip("\n") + "\n" + history + "\n"
     open(path, "w").write(text)

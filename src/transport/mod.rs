@@ -576,16 +576,108 @@ fn execute<'a>(
     Box::pin(catch_panic(app, request_id, span.in_context(app.server.execute(ctx, method, params))))
 }
 
-/// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400.
+/// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400. A body
+/// that declares more than `limit` is refused before any of it is read. Most bodies come in one
+/// chunk, which is returned as it came (no copy, no list of chunks); trailers are ignored.
 pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, Response<Body>>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    use http_body_util::{BodyExt, Limited};
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(body_too_large(limit)),
-        Err(_) => Err(error_response(None, &McpError::invalid_request("Invalid Request: the body could not be read"))),
+    use http_body_util::BodyExt;
+    let broken = || error_response(None, &McpError::invalid_request("Invalid Request: the body could not be read"));
+    if usize::try_from(body.size_hint().lower()).map_or(true, |declared| declared > limit) {
+        return Err(body_too_large(limit));
+    }
+    let mut body = std::pin::pin!(body);
+    let (mut read, mut first, mut joined) = (0, Bytes::new(), None::<bytes::BytesMut>);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| broken())?.into_data() else { continue };
+        if data.len() > limit - read {
+            return Err(body_too_large(limit));
+        }
+        read += data.len();
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if first.is_empty() => first = data,
+            None => {
+                let mut both = bytes::BytesMut::with_capacity(read);
+                both.extend_from_slice(&std::mem::take(&mut first));
+                both.extend_from_slice(&data);
+                joined = Some(both);
+            }
+        }
+    }
+    Ok(joined.map_or(first, bytes::BytesMut::freeze))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Frame;
+    use http_body_util::{BodyExt, StreamBody};
+
+    type Chunks = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>>;
+
+    /// A body in the given frames, with no declared length (as a chunked request's).
+    fn chunks(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> Chunks {
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    fn data(text: &'static str) -> Result<Frame<Bytes>, std::io::Error> {
+        Ok(Frame::data(Bytes::from_static(text.as_bytes())))
+    }
+
+    fn read(
+        body: impl http_body::Body<Data = Bytes, Error = std::io::Error>,
+        limit: usize,
+    ) -> Result<Bytes, StatusCode> {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(read_body(body, limit)).map_err(|refused| refused.status())
+    }
+
+    #[test]
+    fn a_body_in_one_chunk_is_returned_as_it_came() {
+        let chunk = Bytes::from_static(b"{\"jsonrpc\":\"2.0\"}");
+        let read = read(http_body_util::Full::new(chunk.clone()).map_err(|never| match never {}), 64).unwrap();
+        assert_eq!(read, chunk);
+        assert_eq!(read.as_ptr(), chunk.as_ptr(), "not copied");
+    }
+
+    #[test]
+    fn chunks_are_joined_in_order_and_trailers_ignored() {
+        let trailers = Ok(Frame::trailers(http::HeaderMap::new()));
+        let body = chunks(vec![data(""), data("ab"), data("c"), trailers, data("def")]);
+        assert_eq!(read(body, 6).unwrap(), "abcdef");
+    }
+
+    #[test]
+    fn a_body_longer_than_the_limit_is_413_however_it_comes() {
+        assert_eq!(read(chunks(vec![data("abc"), data("defg")]), 6), Err(StatusCode::PAYLOAD_TOO_LARGE));
+        assert_eq!(read(chunks(vec![data("abcdefg")]), 6), Err(StatusCode::PAYLOAD_TOO_LARGE));
+        assert_eq!(read(chunks(vec![data("abc"), data("def")]), 6).unwrap(), "abcdef", "the limit itself is allowed");
+
+        /// Declares its length and must not be read.
+        struct Declares(u64);
+        impl http_body::Body for Declares {
+            type Data = Bytes;
+            type Error = std::io::Error;
+            fn poll_frame(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+                panic!("a body declared too long was read")
+            }
+            fn size_hint(&self) -> http_body::SizeHint {
+                http_body::SizeHint::with_exact(self.0)
+            }
+        }
+        assert_eq!(read(Declares(7), 6), Err(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+
+    #[test]
+    fn a_body_that_breaks_is_400() {
+        let broken = Err(std::io::Error::other("connection reset"));
+        assert_eq!(read(chunks(vec![data("ab"), broken]), 64), Err(StatusCode::BAD_REQUEST));
     }
 }
