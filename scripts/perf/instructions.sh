@@ -12,6 +12,8 @@
 # one-step job with the job store and queue (a stream) in Redis, so it includes running the job
 # in the same process; poll is `get_job_status` of one job. Both count user-space instructions:
 # what a Redis round trip costs in the kernel and in Redis is not in them.
+# For echo it also counts examples/floor_json.rs (the floor plus JSON read into a `Value` and written
+# from one): what speaking JSON at all costs.
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
