@@ -30,17 +30,17 @@ where
         let _ = stream.set_nodelay(true);
         let answer = answer.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let answer = answer.clone();
-                async move {
-                    let (status, body) = answer(request.into_body().collect().await.ok()).await;
-                    let mut response = http::Response::new(Full::new(body));
-                    *response.status_mut() = status;
-                    response
-                        .headers_mut()
-                        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-                    Ok::<_, std::convert::Infallible>(response)
-                }
+            // Each request borrows the connection's `answer`, as the local run's requests borrow
+            // its routes: nothing is cloned per request.
+            let answer = &answer;
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| async move {
+                let (status, body) = answer(request.into_body().collect().await.ok()).await;
+                let mut response = http::Response::new(Full::new(body));
+                *response.status_mut() = status;
+                response
+                    .headers_mut()
+                    .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                Ok::<_, std::convert::Infallible>(response)
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)

@@ -112,9 +112,12 @@ for workload in "${workloads[@]}"; do
   count target/callgrind/release/examples/floor "$workload"; floor=$instructions
   count target/callgrind/release/examples/perf_server "$workload"; ours=$instructions
   printf '| %s | %d | %d | %s |\n' "$workload" "$floor" "$ours" "$(awk "BEGIN {printf \"%.2f\", $ours / $floor}")"
-  if [ "$workload" = echo ]; then count target/callgrind/release/examples/floor_json echo; json=$instructions; fi
+  if [ "$workload" = echo ]; then
+    echo_floor=$floor
+    count target/callgrind/release/examples/floor_json echo; json=$instructions
+  fi
 done
 if [ -n "${json:-}" ]; then # what reading and writing JSON alone costs (examples/floor_json.rs)
   printf '\nThe floor plus JSON read and written (floor_json), echo: %d instructions a request, %s× the floor.\n' \
-    "$json" "$(awk "BEGIN {printf \"%.2f\", $json / $floor}")"
+    "$json" "$(awk "BEGIN {printf \"%.2f\", $json / $echo_floor}")"
 fi

@@ -577,8 +577,9 @@ fn execute<'a>(
 }
 
 /// Reads a request body up to `limit` bytes; a larger body gets 413, a broken one 400. A body
-/// that declares more than `limit` is refused before any of it is read. Most bodies come in one
-/// chunk, which is returned as it came (no copy, no list of chunks); trailers are ignored.
+/// that declares more than `limit` (`Content-Length`) is refused before any of it is read, so
+/// neither its arrival nor a break in it is waited for. Most bodies come in one chunk, which is
+/// returned as it came (no list of chunks to build and drop); trailers are ignored.
 pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, Response<Body>>
 where
     B: http_body::Body<Data = Bytes>,
@@ -586,13 +587,16 @@ where
 {
     use http_body_util::BodyExt;
     let broken = || error_response(None, &McpError::invalid_request("Invalid Request: the body could not be read"));
-    if usize::try_from(body.size_hint().lower()).map_or(true, |declared| declared > limit) {
+    let Some(declared) = usize::try_from(body.size_hint().lower()).ok().filter(|&declared| declared <= limit) else {
         return Err(body_too_large(limit));
-    }
+    };
     let mut body = std::pin::pin!(body);
     let (mut read, mut first, mut joined) = (0, Bytes::new(), None::<bytes::BytesMut>);
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|_| broken())?.into_data() else { continue };
+        if data.is_empty() {
+            continue;
+        }
         if data.len() > limit - read {
             return Err(body_too_large(limit));
         }
@@ -601,7 +605,8 @@ where
             Some(joined) => joined.extend_from_slice(&data),
             None if first.is_empty() => first = data,
             None => {
-                let mut both = bytes::BytesMut::with_capacity(read);
+                // Room for the whole declared body at once (a chunked one grows as it comes).
+                let mut both = bytes::BytesMut::with_capacity(read.max(declared));
                 both.extend_from_slice(&std::mem::take(&mut first));
                 both.extend_from_slice(&data);
                 joined = Some(both);
@@ -647,8 +652,12 @@ mod tests {
     #[test]
     fn chunks_are_joined_in_order_and_trailers_ignored() {
         let trailers = Ok(Frame::trailers(http::HeaderMap::new()));
-        let body = chunks(vec![data(""), data("ab"), data("c"), trailers, data("def")]);
+        let body = chunks(vec![data(""), data("ab"), data(""), data("c"), trailers, data("def")]);
         assert_eq!(read(body, 6).unwrap(), "abcdef");
+        // Empty chunks around one chunk leave it as it came.
+        let chunk = Bytes::from_static(b"whole");
+        let around = chunks(vec![data(""), Ok(Frame::data(chunk.clone())), data("")]);
+        assert_eq!(read(around, 6).unwrap().as_ptr(), chunk.as_ptr());
     }
 
     #[test]
@@ -677,7 +686,9 @@ mod tests {
 
     #[test]
     fn a_body_that_breaks_is_400() {
-        let broken = Err(std::io::Error::other("connection reset"));
-        assert_eq!(read(chunks(vec![data("ab"), broken]), 64), Err(StatusCode::BAD_REQUEST));
+        let broken = || Err(std::io::Error::other("connection reset"));
+        assert_eq!(read(chunks(vec![data("ab"), broken()]), 64), Err(StatusCode::BAD_REQUEST));
+        // Past the limit nothing more is read: the break after it is never seen.
+        assert_eq!(read(chunks(vec![data("abcdefg"), broken()]), 6), Err(StatusCode::PAYLOAD_TOO_LARGE));
     }
 }
