@@ -83,6 +83,21 @@ async fn send_raw(addr: std::net::SocketAddr, body: &[u8]) -> String {
 }
 
 #[tokio::test]
+async fn a_body_declared_over_the_limit_is_refused_before_it_is_sent() {
+    let f = fixture().await;
+    // The head promises more than the fixture's 4 KiB limit, and the body never comes: the answer
+    // is 413 at once, not a wait for bytes that could never be served (408 after the body timeout).
+    let mut stream = TcpStream::connect(f.server.addr).await.unwrap();
+    let head = "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    common::bounded("the refusal", stream.read_to_end(&mut out)).await.unwrap();
+    let reply = String::from_utf8_lossy(&out);
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    still_serving(&f).await;
+}
+
+#[tokio::test]
 async fn huge_values_are_bounded_by_the_body_limit() {
     let f = fixture().await;
     // The fixture's limit is 4 KiB: a huge string or array is refused before parsing.
