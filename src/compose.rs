@@ -123,6 +123,7 @@ impl Parts {
     /// The logger every route of this process uses.
     pub fn logger(&self) -> Logger {
         Logger::new(self.log_sink.clone(), self.settings.sealer.clone(), self.random.clone())
+            .with_request_lines(self.settings.request_lines)
     }
 
     /// One line for the start-up banner: where records live, which queue, which product data.

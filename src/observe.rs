@@ -31,8 +31,15 @@ tokio::task_local! {
 
 /// Runs `future` (one request's handling) with its log lines going to `sink` instead of the
 /// logger's own. Work that outlives the request (background jobs, exports) logs as before.
-pub async fn with_request_sink<F: std::future::Future>(sink: Arc<dyn LogSink>, future: F) -> F::Output {
-    REQUEST_SINK.scope(sink, future).await
+///
+/// A plain function returning tokio's scoping future, not an `async fn`: one that awaited
+/// `future` would hold it twice (as its argument and inside the future it awaits), and the
+/// request's future is several kilobytes that the runtime copies into a box per request.
+pub fn with_request_sink<F: std::future::Future>(
+    sink: Arc<dyn LogSink>,
+    future: F,
+) -> impl std::future::Future<Output = F::Output> {
+    REQUEST_SINK.scope(sink, future)
 }
 
 /// Lines to standard error, each in one `write` and without std's lock on stderr: every worker
@@ -264,10 +271,29 @@ fn next_sequence() -> u64 {
     })
 }
 
+/// Which requests get a request line (`MCP_REQUEST_LOG`).
+///
+/// A line per request is one write per request to the platform's log channel (on Vercel, a
+/// message over the function's IPC socket; elsewhere a pipe), and at high concurrency that write
+/// and the wake-up of whoever reads it cost as much as the rest of the request
+/// (docs/performance.md, "A line per request"). `Failures` keeps the lines an operator acts on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RequestLines {
+    /// Every request (the default).
+    #[default]
+    All,
+    /// Only requests that did not succeed: an HTTP status of 400 or above, a JSON-RPC error, a
+    /// refused token, a tool result with `isError`, a contained panic. Event lines (job
+    /// lifecycle, faults) are written as before.
+    Failures,
+}
+
 /// Keyed digests and ids for log lines.
 #[derive(Clone)]
 pub struct Logger {
     sink: Arc<dyn LogSink>,
+    /// Which requests [`RequestRecord::finish`] writes a line for.
+    request_lines: RequestLines,
     /// The clock every other part reads, so log times agree with record times (and tests pin them).
     clock: Arc<dyn crate::state::Clock>,
     digest_key: (u64, u64),
@@ -300,6 +326,7 @@ impl Logger {
         let digest_key = (word(0..8), word(8..16));
         let mut logger = Self {
             sink,
+            request_lines: RequestLines::All,
             clock: sealer.clock().clone(),
             digest_key,
             id_prefix: Arc::from(crate::state::seal::hex(&bytes).as_str()),
@@ -307,6 +334,12 @@ impl Logger {
         };
         logger.anonymous_principal = logger.digest(PRINCIPAL, ANONYMOUS_ID.as_bytes());
         logger
+    }
+
+    /// This logger, writing request lines for `lines` only.
+    pub fn with_request_lines(mut self, lines: RequestLines) -> Self {
+        self.request_lines = lines;
+        self
     }
 
     /// [`Logger::digest`] of a principal's id; the anonymous caller's is computed once.
@@ -570,8 +603,13 @@ impl RequestRecord {
         }
     }
 
-    /// Emits the request line. `outcome` is a fixed word; `code` a JSON-RPC code.
+    /// Emits the request line, unless the logger writes failures only and this request succeeded.
+    /// `outcome` is a fixed word; `code` a JSON-RPC code.
     pub fn finish(self, logger: &Logger, status: u16, outcome: crate::body::ResponseOutcome, stream: bool) {
+        let succeeded = status < 400 && outcome == crate::body::ResponseOutcome::Ok && self.panic_location.is_none();
+        if succeeded && logger.request_lines == RequestLines::Failures {
+            return;
+        }
         let level = if self.panic_location.is_some() || status >= 500 { "error" } else { "info" };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed
@@ -670,6 +708,25 @@ pub fn take_panic_location() -> Option<String> {
 mod tests {
     use super::*;
     use crate::state::{ManualClock, SeededRandom};
+
+    /// The scope adds the sink and its bookkeeping to the request's future, not a second copy of
+    /// it (an `async fn` awaiting its argument holds it twice, and the Vercel runtime copies the
+    /// whole future into a box per request).
+    #[test]
+    fn a_request_sink_does_not_hold_the_request_twice() {
+        let request = async {
+            let held = [7u8; 4096];
+            std::future::ready(()).await;
+            held.len()
+        };
+        let alone = std::mem::size_of_val(&request);
+        assert!(alone >= 4096, "the stand-in request holds its buffer across an await");
+        let scoped = with_request_sink(Arc::new(MemorySink::default()), request);
+        let size = std::mem::size_of_val(&scoped);
+        assert!(size < alone + 128, "{size} bytes around a {alone}-byte future");
+        let served = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(scoped);
+        assert_eq!(served, 4096);
+    }
 
     fn logger() -> Logger {
         let clock = Arc::new(ManualClock::new(0));
@@ -1028,6 +1085,42 @@ mod tests {
         RequestRecord::start(&logger).finish(&logger, 200, crate::body::ResponseOutcome::Ok, false);
         let times: Vec<Value> = sink.lines().iter().map(|line| line["ts"].clone()).collect();
         assert_eq!(times, [json!("2026-12-01T00:00:00.000Z"), json!("2026-12-01T00:00:01.500Z")]);
+    }
+
+    #[test]
+    fn failures_only_skips_the_lines_of_requests_that_succeeded_and_nothing_else() {
+        use crate::body::ResponseOutcome;
+        let clock = Arc::new(ManualClock::new(1_796_083_200_000));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let every = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let failures = every.clone().with_request_lines(RequestLines::Failures);
+        let finish = |logger: &Logger, status: u16, outcome: ResponseOutcome, panicked: bool| {
+            let mut record = RequestRecord::start(logger);
+            record.panic_location = panicked.then(|| "src/tools.rs:1:1".to_owned());
+            record.finish(logger, status, outcome, false);
+            sink.lines().len()
+        };
+        assert_eq!(finish(&every, 200, ResponseOutcome::Ok, false), 1, "by default every request has its line");
+        assert_eq!(finish(&every, 202, ResponseOutcome::Ok, false), 2);
+        assert_eq!(finish(&failures, 200, ResponseOutcome::Ok, false), 2, "a success has none");
+        assert_eq!(finish(&failures, 202, ResponseOutcome::Ok, false), 2, "nor an accepted notification");
+        let failed = [
+            (200, ResponseOutcome::ToolError, false),
+            (200, ResponseOutcome::ProtocolError(Some(-32602)), false),
+            (400, ResponseOutcome::ProtocolError(Some(-32600)), false),
+            (401, ResponseOutcome::AuthFailure, false),
+            (403, ResponseOutcome::Ok, false),
+            (500, ResponseOutcome::Ok, true),
+            (200, ResponseOutcome::Ok, true),
+        ];
+        for (at, (status, outcome, panicked)) in failed.into_iter().enumerate() {
+            assert_eq!(finish(&failures, status, outcome, panicked), 3 + at, "{status} {outcome:?} {panicked}");
+        }
+        let statuses: Vec<Value> = sink.lines()[2..].iter().map(|line| line["status"].clone()).collect();
+        assert_eq!(statuses, [json!(200), json!(200), json!(400), json!(401), json!(403), json!(500), json!(200)]);
+        failures.event("info", "job.submit", json!({}));
+        assert_eq!(sink.lines().last().unwrap()["event"], "job.submit", "event lines are not request lines");
     }
 
     #[test]

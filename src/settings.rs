@@ -64,6 +64,8 @@ pub struct Settings {
     pub example_route_scopes: std::collections::HashMap<&'static str, Vec<String>>,
     /// `MCP_REQUEST_STATE_SINGLE_USE` (default on): whether used `requestState` nonces are kept.
     pub request_state_single_use: bool,
+    /// `MCP_REQUEST_LOG` (`all` by default, or `failures`): which requests get a request line.
+    pub request_lines: crate::observe::RequestLines,
     /// `VERCEL_PROJECT_ID` and the environment: which request OIDC tokens name this deployment.
     pub platform: crate::security::PlatformIdentity,
     /// The examples' own settings.
@@ -329,6 +331,14 @@ impl Settings {
             }
         };
         let sealer = sealer.map(|sealer| sealer.sealing(seal_format));
+        let request_lines = match non_empty("MCP_REQUEST_LOG").as_deref().map(str::trim) {
+            None | Some("all") => crate::observe::RequestLines::All,
+            Some("failures") => crate::observe::RequestLines::Failures,
+            Some(_) => {
+                problems.push("MCP_REQUEST_LOG must be all or failures".into());
+                crate::observe::RequestLines::All
+            }
+        };
         let examples = crate::catalogue::ExampleSettings::from_lookup(&non_empty).unwrap_or_else(|mut problems_of| {
             problems.append(&mut problems_of);
             crate::catalogue::ExampleSettings::default()
@@ -432,6 +442,7 @@ impl Settings {
                 .collect(),
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             request_state_single_use: single_use,
+            request_lines,
             platform: crate::security::PlatformIdentity::from_lookup(&non_empty),
             examples,
             telemetry,
@@ -694,6 +705,18 @@ mod tests {
         assert!(text.contains("MCP_REQUEST_STATE_SINGLE_USE must be on or off"), "{text}");
         assert!(text.contains("MCP_AUTH_CLIENT_CREDENTIALS must be on or off"), "{text}");
         assert!(load(&[("MCP_REQUEST_STATE_SINGLE_USE", " off "), ("MCP_AUTH_CLIENT_CREDENTIALS", "on")]).is_ok());
+    }
+
+    #[test]
+    fn every_request_is_logged_unless_told_failures() {
+        use crate::observe::RequestLines;
+        assert_eq!(load(&[]).unwrap().request_lines, RequestLines::All);
+        assert_eq!(load(&[("MCP_REQUEST_LOG", "all")]).unwrap().request_lines, RequestLines::All);
+        assert_eq!(load(&[("MCP_REQUEST_LOG", " failures ")]).unwrap().request_lines, RequestLines::Failures);
+        for wrong in ["none", "Failures", "errors", "0"] {
+            let error = load(&[("MCP_REQUEST_LOG", wrong)]).unwrap_err().to_string();
+            assert!(error.contains("MCP_REQUEST_LOG must be all or failures"), "{wrong}: {error}");
+        }
     }
 
     #[test]

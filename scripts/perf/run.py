@@ -235,6 +235,12 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
         rows[f"{edge} 64 echo-batch"] = measure(server, port, [echo], 64, batch=True)
         rows[f"{edge} 64 mixed"] = measure(server, port, [echo, listing, echo, listing], 64)
         server.kill(); server.wait()
+        # The same server writing request lines for failures only (MCP_REQUEST_LOG=failures): what a
+        # line per request costs at this concurrency.
+        port = free_port(); quiet = spawn(perf_bin, port, dict(base_env, PERF_EDGE=edge, MCP_REQUEST_LOG="failures"))
+        wait_ready(port, echo_probe)
+        rows[f"{edge} 64 echo-failures"] = measure(quiet, port, [echo], 64)
+        quiet.kill(); quiet.wait()
         port = free_port(); authed = spawn(perf_bin, port, dict(auth_env, PERF_EDGE=edge))
         wait_ready(port, lambda p: post(p, "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"}))
         rows[f"{edge} 64 list50+jwt"] = measure(authed, port, [authlist], 64)
@@ -391,7 +397,9 @@ def report(results, use_redis):
         lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency; `echo-batch` is echo "
                      "with wrk under SCHED_BATCH (against the floor measured so), and *preempted* counts the server's "
                      "involuntary context switches per request. `json` is `examples/floor_json.rs`, the floor plus "
-                     "reading the body as a JSON `Value` and writing a JSON answer, and nothing else:")
+                     "reading the body as a JSON `Value` and writing a JSON answer, and nothing else. `echo-failures` "
+                     "is echo from a server started with `MCP_REQUEST_LOG=failures` (no line for a request that "
+                     "succeeded):")
         lines.append("")
         lines.append("| edge | workload | connections | req/s | × floor | p50 µs | p99 µs | p999 µs | × floor p99 | CPU µs/req | × floor CPU | preempted /req |")
         lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -403,7 +411,8 @@ def report(results, use_redis):
             w, fl = rows[f"json {conns} echo"], rows[f"floor {conns} echo"]
             lines.append(f"| json | echo | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
         for edge in ["local", "vercel"]:
-            for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch"), (64, "mixed"), (64, "list50+jwt")]:
+            for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-failures"), (64, "echo-batch"), (64, "mixed"),
+                                (64, "list50+jwt")]:
                 w, fl = rows[f"{edge} {conns} {name}"], rows[f"floor {conns} {'echo-batch' if name == 'echo-batch' else 'echo'}"]
                 lines.append(f"| {edge} | {name} | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
     section = "\n".join(lines)

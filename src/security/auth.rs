@@ -229,7 +229,9 @@ impl Authenticator {
                 // the whole value must be visible ASCII.
                 value.to_str().map_err(|_| NOT_BEARER)?;
                 let token = std::str::from_utf8(token).expect("a slice of visible ASCII is UTF-8");
-                self.verify_and_remember(token).await.map_err(Refusal::InvalidToken)?
+                // Boxed: a key fetch makes this the largest future of a request, and a remembered
+                // token, which most requests carry, never awaits it.
+                Box::pin(self.verify_and_remember(token)).await.map_err(Refusal::InvalidToken)?
             }
         };
         let missing: Vec<String> =

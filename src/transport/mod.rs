@@ -305,7 +305,19 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
             if legacy::is_legacy(&parts.headers, &method, &params) {
                 record.era = Some("legacy");
                 span.set([opentelemetry::KeyValue::new("mcp.protocol.version", crate::protocol::LEGACY_VERSIONS[0])]);
-                legacy::handle(app, &parts.headers, principal, Observed { request_id, span }, id, method, params).await
+                // Boxed: the fallback era's future is the largest below this one, and held inline
+                // it would size every request's future (which the Vercel runtime copies into a box
+                // per request) for a path most requests never take.
+                Box::pin(legacy::handle(
+                    app,
+                    &parts.headers,
+                    principal,
+                    Observed { request_id, span },
+                    id,
+                    method,
+                    params,
+                ))
+                .await
             } else {
                 record.era = Some("modern");
                 span.set([opentelemetry::KeyValue::new("mcp.protocol.version", crate::protocol::PROTOCOL_VERSION)]);

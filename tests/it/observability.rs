@@ -26,8 +26,12 @@ struct Env {
 }
 
 async fn env() -> Env {
+    env_with(&[]).await
+}
+
+async fn env_with(vars: &[(&str, &str)]) -> Env {
     let (jwks, _) = stub_jwks().await;
-    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "optional")]);
+    let mut config = auth_config(jwks, &[&[("MCP_AUTH_MODE", "optional")], vars].concat());
     let logs = Arc::new(MemorySink::default());
     config.log_sink = logs.clone();
     config.settings.job_step_delay = std::time::Duration::ZERO;
@@ -105,6 +109,47 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
     let fresh = env.server.modern(json!(3), "tools/list", json!({})).send().await;
     let lines = env.logs.lines();
     assert_eq!(request_line(&lines, fresh.header("x-mcp-request-id").unwrap())["traceId"].as_str().unwrap().len(), 32);
+}
+
+/// `MCP_REQUEST_LOG=failures`: a request that succeeded leaves no line, every kind of failure
+/// still does, and job events are written as before.
+#[tokio::test]
+async fn failures_only_logs_the_requests_that_failed() {
+    let env = env_with(&[("MCP_REQUEST_LOG", "failures")]).await;
+    let id = |reply: &common::Reply| reply.header("x-mcp-request-id").expect("a request id").to_owned();
+    let logged = |id: &str| env.logs.lines().iter().any(|l| l["event"] == "request" && l["requestId"] == id);
+
+    let echo = env.server.modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}));
+    let succeeded = echo.send().await;
+    assert_eq!(succeeded.status, 200);
+    assert!(!logged(&id(&succeeded)), "a success has no line");
+    let submitted = env
+        .server
+        .modern(json!(2), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}}))
+        .header("Authorization", &bearer("alice", "mcp:read mcp:write"))
+        .send()
+        .await;
+    assert!(submitted.text().contains("jobId"), "{}", submitted.text());
+    assert!(!logged(&id(&submitted)));
+    assert!(env.logs.lines().iter().any(|l| l["event"] == "job.submit"), "job events are still written");
+
+    let failures = [
+        (
+            env.server.modern(json!(3), "tools/call", json!({"name": "fail", "arguments": {"secret": "x"}})),
+            "tool_error",
+        ),
+        (env.server.modern(json!(4), "tools/call", json!({"name": "nope", "arguments": {}})), "protocol_error"),
+        (
+            env.server.modern(json!(5), "tools/list", json!({})).header("Authorization", "Bearer nonsense"),
+            "auth_failure",
+        ),
+        (env.server.post("{"), "protocol_error"),
+    ];
+    for (call, outcome) in failures {
+        let reply = call.send().await;
+        let lines = env.logs.lines();
+        assert_eq!(request_line(&lines, &id(&reply))["outcome"], outcome);
+    }
 }
 
 /// A 2025-11-25 request (no session: the tools need none).
