@@ -273,18 +273,19 @@ fn next_sequence() -> u64 {
 
 /// Which requests get a request line (`MCP_REQUEST_LOG`).
 ///
-/// A line per request is one write per request to the platform's log channel (on Vercel, a
-/// message over the function's IPC socket; elsewhere a pipe), and at high concurrency that write
-/// and the wake-up of whoever reads it cost as much as the rest of the request
-/// (docs/performance.md, "A line per request"). `Failures` keeps the lines an operator acts on.
+/// On a Vercel Function a line per request is one message per request on the runtime's IPC
+/// socket, and at high concurrency that write and the wake-up of its reader are about a quarter
+/// of the request's CPU (docs/performance.md, "A line per request"; the local run, which writes
+/// its busy workers' lines together, pays a tenth). `Failures` keeps the lines an operator acts on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RequestLines {
     /// Every request (the default).
     #[default]
     All,
-    /// Only requests that did not succeed: an HTTP status of 400 or above, a JSON-RPC error, a
-    /// refused token, a tool result with `isError`, a contained panic. Event lines (job
-    /// lifecycle, faults) are written as before.
+    /// Only requests that did not succeed: an HTTP status of 400 or above, a JSON-RPC error (a
+    /// contained panic is one), a refused token, a tool result with `isError`; and every stream,
+    /// whose outcome is not known when its line is written. Event lines (job lifecycle, faults,
+    /// panics) are written as before.
     Failures,
 }
 
@@ -604,9 +605,10 @@ impl RequestRecord {
     }
 
     /// Emits the request line, unless the logger writes failures only and this request succeeded.
-    /// `outcome` is a fixed word; `code` a JSON-RPC code.
+    /// `outcome` is a fixed word; `code` a JSON-RPC code. A stream's line is written when it opens,
+    /// before its outcome is known, so a stream always has one.
     pub fn finish(self, logger: &Logger, status: u16, outcome: crate::body::ResponseOutcome, stream: bool) {
-        let succeeded = status < 400 && outcome == crate::body::ResponseOutcome::Ok && self.panic_location.is_none();
+        let succeeded = !stream && status < 400 && outcome == crate::body::ResponseOutcome::Ok;
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
@@ -1095,10 +1097,8 @@ mod tests {
         let sink = Arc::new(MemorySink::default());
         let every = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
         let failures = every.clone().with_request_lines(RequestLines::Failures);
-        let finish = |logger: &Logger, status: u16, outcome: ResponseOutcome, panicked: bool| {
-            let mut record = RequestRecord::start(logger);
-            record.panic_location = panicked.then(|| "src/tools.rs:1:1".to_owned());
-            record.finish(logger, status, outcome, false);
+        let finish = |logger: &Logger, status: u16, outcome: ResponseOutcome, stream: bool| {
+            RequestRecord::start(logger).finish(logger, status, outcome, stream);
             sink.lines().len()
         };
         assert_eq!(finish(&every, 200, ResponseOutcome::Ok, false), 1, "by default every request has its line");
@@ -1110,15 +1110,15 @@ mod tests {
             (200, ResponseOutcome::ProtocolError(Some(-32602)), false),
             (400, ResponseOutcome::ProtocolError(Some(-32600)), false),
             (401, ResponseOutcome::AuthFailure, false),
-            (403, ResponseOutcome::Ok, false),
-            (500, ResponseOutcome::Ok, true),
+            (405, ResponseOutcome::Ok, false),
+            (500, ResponseOutcome::ProtocolError(Some(-32603)), false),
             (200, ResponseOutcome::Ok, true),
         ];
-        for (at, (status, outcome, panicked)) in failed.into_iter().enumerate() {
-            assert_eq!(finish(&failures, status, outcome, panicked), 3 + at, "{status} {outcome:?} {panicked}");
+        for (at, (status, outcome, stream)) in failed.into_iter().enumerate() {
+            assert_eq!(finish(&failures, status, outcome, stream), 3 + at, "{status} {outcome:?} stream {stream}");
         }
         let statuses: Vec<Value> = sink.lines()[2..].iter().map(|line| line["status"].clone()).collect();
-        assert_eq!(statuses, [json!(200), json!(200), json!(400), json!(401), json!(403), json!(500), json!(200)]);
+        assert_eq!(statuses, [json!(200), json!(200), json!(400), json!(401), json!(405), json!(500), json!(200)]);
         failures.event("info", "job.submit", json!({}));
         assert_eq!(sink.lines().last().unwrap()["event"], "job.submit", "event lines are not request lines");
     }

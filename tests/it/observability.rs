@@ -50,6 +50,13 @@ async fn env_with(vars: &[(&str, &str)]) -> Env {
         ToolDef::new("looks_failed").description("Succeeds with output shaped like an error"),
         |_, _: NoArguments| async move { CallToolResult::structured(json!({"isError": true, "error": {"code": -1}})) },
     );
+    server.tool(
+        ToolDef::new("told_then_fail").description("Reports progress, then fails"),
+        |ctx, _: NoArguments| async move {
+            ctx.progress(1.0, Some(2.0), None).await;
+            Err::<CallToolResult, _>(ToolError::Execution("failed after progress".into()))
+        },
+    );
     server.tool(ToolDef::new("ask").description("MRTR with state"), |ctx, args: Secretive| async move {
         if ctx.request_state().is_some() {
             return Outcome::Complete(CallToolResult::text("done"));
@@ -111,8 +118,9 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
     assert_eq!(request_line(&lines, fresh.header("x-mcp-request-id").unwrap())["traceId"].as_str().unwrap().len(), 32);
 }
 
-/// `MCP_REQUEST_LOG=failures`: a request that succeeded leaves no line, every kind of failure
-/// still does, and job events are written as before.
+/// `MCP_REQUEST_LOG=failures`: a request that succeeded leaves no line; every kind of failure the
+/// endpoint answers still does, and so does a stream (its line is written before its outcome is
+/// known); job and panic events are written as before.
 #[tokio::test]
 async fn failures_only_logs_the_requests_that_failed() {
     let env = env_with(&[("MCP_REQUEST_LOG", "failures")]).await;
@@ -144,12 +152,31 @@ async fn failures_only_logs_the_requests_that_failed() {
             "auth_failure",
         ),
         (env.server.post("{"), "protocol_error"),
+        (
+            env.server.modern(json!(6), "tools/call", json!({"name": "boom", "arguments": {"secret": "x"}})),
+            "protocol_error",
+        ),
+        (
+            env.server.modern(json!(7), "tools/list", json!({})).header("Origin", "https://evil.example"),
+            "protocol_error",
+        ),
+        (env.server.request("GET", "/api/mcp"), "protocol_error"),
     ];
     for (call, outcome) in failures {
         let reply = call.send().await;
         let lines = env.logs.lines();
         assert_eq!(request_line(&lines, &id(&reply))["outcome"], outcome);
     }
+    assert!(env.logs.lines().iter().any(|l| l["event"] == "panic"), "the panic has its event too");
+
+    let mut params = json!({"name": "told_then_fail", "arguments": {}});
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "p"});
+    let streamed = env.server.modern(json!(8), "tools/call", params).send().await;
+    assert_eq!(streamed.header("content-type"), Some("text/event-stream"), "{}", streamed.text());
+    let lines = env.logs.lines();
+    let line = request_line(&lines, &id(&streamed));
+    assert_eq!((line["stream"].clone(), line["outcome"].clone()), (json!(true), json!("ok")), "{line}");
 }
 
 /// A 2025-11-25 request (no session: the tools need none).
