@@ -274,9 +274,10 @@ fn next_sequence() -> u64 {
 /// Which requests get a request line (`MCP_REQUEST_LOG`).
 ///
 /// On a Vercel Function a line per request is one message per request on the runtime's IPC
-/// socket, and at high concurrency that write and the wake-up of its reader are about a quarter
-/// of the request's CPU (docs/performance.md, "A line per request"; the local run, which writes
-/// its busy workers' lines together, pays a tenth). `Failures` keeps the lines an operator acts on.
+/// socket. Measured with the `vercel_runtime` edge writing its lines to a pipe instead, at 64
+/// connections that write and the wake-up of its reader were about a quarter of the request's CPU
+/// (docs/performance.md, "A line per request"; the local run, which writes its busy workers' lines
+/// together, about a tenth). `Failures` keeps the lines an operator acts on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RequestLines {
     /// Every request (the default).
@@ -284,7 +285,7 @@ pub enum RequestLines {
     All,
     /// Only requests that did not succeed: an HTTP status of 400 or above, a JSON-RPC error (a
     /// contained panic is one), a refused token, a tool result with `isError`; and every stream,
-    /// whose outcome is not known when its line is written. Event lines (job lifecycle, faults,
+    /// whose outcome is not known when its line is written (the line reads `ok`). Event lines (job lifecycle, faults,
     /// panics) are written as before.
     Failures,
 }
@@ -337,7 +338,7 @@ impl Logger {
         logger
     }
 
-    /// This logger, writing request lines for `lines` only.
+    /// This logger, with `lines` deciding which requests get a request line.
     pub fn with_request_lines(mut self, lines: RequestLines) -> Self {
         self.request_lines = lines;
         self

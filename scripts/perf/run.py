@@ -236,9 +236,9 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
         rows[f"{edge} 64 mixed"] = measure(server, port, [echo, listing, echo, listing], 64)
         server.kill(); server.wait()
         # The same server writing request lines for failures only (MCP_REQUEST_LOG=failures), in a
-        # process of its own: what a line per request costs at this concurrency. The edge has no IPC
-        # socket here, so its lines go to standard error, one write each, as they would go to that
-        # socket on Vercel, one message each.
+        # process of its own: what a line per request costs at this concurrency. For `vercel`, which
+        # has no IPC socket here, lines go to standard error one write each (on Vercel, one message
+        # each on that socket); `local` writes its busy workers' lines together, as always.
         port = free_port(); quiet = spawn(perf_bin, port, dict(base_env, PERF_EDGE=edge, MCP_REQUEST_LOG="failures"))
         wait_ready(port, echo_probe)
         rows[f"{edge} 64 echo-failures"] = measure(quiet, port, [echo], 64)

@@ -122,7 +122,7 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
 /// endpoint answers still does, and so does a stream (its line is written before its outcome is
 /// known); job and panic events are written as before.
 #[tokio::test]
-async fn failures_only_logs_the_requests_that_failed() {
+async fn failures_only_logs_failures_and_streams() {
     let env = env_with(&[("MCP_REQUEST_LOG", "failures")]).await;
     let id = |reply: &common::Reply| reply.header("x-mcp-request-id").expect("a request id").to_owned();
     let logged = |id: &str| env.logs.lines().iter().any(|l| l["event"] == "request" && l["requestId"] == id);
