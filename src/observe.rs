@@ -274,10 +274,10 @@ fn next_sequence() -> u64 {
 /// Which requests get a request line (`MCP_REQUEST_LOG`).
 ///
 /// On a Vercel Function a line per request is one message per request on the runtime's IPC
-/// socket. Measured with the `vercel_runtime` edge writing its lines to a pipe instead, at 64
-/// connections that write and the wake-up of its reader were about a quarter of the request's CPU
-/// (docs/performance.md, "A line per request"; the local run, which writes its busy workers' lines
-/// together, about a tenth). `Failures` keeps the lines an operator acts on.
+/// socket, a write and a wake-up of its reader. At 64 connections leaving it out served a fifth
+/// more on that socket (a stand-in for the platform's end) and a third more with the lines on a
+/// pipe (docs/performance.md, "A line per request"; the local run, which writes its busy workers'
+/// lines together, about a tenth). `Failures` keeps the lines an operator acts on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RequestLines {
     /// Every request (the default).
