@@ -97,6 +97,7 @@ import socket, sys, threading
 server = socket.socket(socket.AF_UNIX)
 server.bind(sys.argv[1])
 server.listen(4)
+print("ready", flush=True)
 def drain(connection):
     while connection.recv(1 << 16):
         pass
@@ -106,16 +107,21 @@ while True:
 """
 
 def ipc_sink(directory):
-    """Starts the IPC stand-in on a fresh socket path; returns (process, path). A process of its own,
-    so that reading does not compete with the harness for Python's lock."""
+    """Starts the IPC stand-in on a fresh socket path, and returns (process, path) once it listens
+    (a runtime that cannot connect goes on without the socket, and says nothing). A process of its
+    own, so that reading does not compete with the harness for Python's lock."""
     path = os.path.join(directory, f"ipc-{time.monotonic_ns()}.sock")
-    reader = subprocess.Popen([sys.executable, "-c", IPC_READER, path])
-    for _ in range(200):
-        if os.path.exists(path):
-            return reader, path
-        time.sleep(0.01)
-    reader.kill()
-    raise SystemExit("the IPC stand-in did not start")
+    reader = subprocess.Popen([sys.executable, "-c", IPC_READER, path], stdout=subprocess.PIPE, text=True)
+    if reader.stdout.readline().strip() != "ready":
+        reader.kill(); reader.wait()
+        raise SystemExit("the IPC stand-in did not start")
+    return reader, path
+
+def ipc_connected(path):
+    """Whether a process is connected to the Unix socket at `path` (`ss` lists the listening socket,
+    and one more entry per connection)."""
+    listing = subprocess.run(["ss", "-x", "-a"], capture_output=True, text=True).stdout
+    return listing.count(path) > 1
 
 def spawn(binary, port, env, started=None):
     """Starts a server with its stdout and stderr on one pipe that a `cat` reads and discards:
@@ -282,11 +288,20 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
                             extra=invocation, name="echo")
     for lines, name in [("all", "echo"), ("failures", "echo-failures")]:
         sink, path = ipc_sink(work)
-        port = free_port()
-        server = spawn(perf_bin, port, dict(base_env, PERF_EDGE="vercel", VERCEL_IPC_PATH=path, MCP_REQUEST_LOG=lines))
-        wait_ready(port, echo_probe)
-        rows[f"vercel-ipc 64 {name}"] = measure(server, port, [echo_ipc], 64)
-        server.kill(); server.wait(); sink.kill(); sink.wait(); os.unlink(path)
+        server = None
+        try:
+            port = free_port()
+            server = spawn(perf_bin, port, dict(base_env, PERF_EDGE="vercel", VERCEL_IPC_PATH=path, MCP_REQUEST_LOG=lines))
+            wait_ready(port, echo_probe)
+            if not ipc_connected(path):
+                raise SystemExit("the edge did not connect to the IPC stand-in")
+            rows[f"vercel-ipc 64 {name}"] = measure(server, port, [echo_ipc], 64)
+        finally:
+            if server is not None:
+                server.kill(); server.wait()
+            sink.kill(); sink.wait()
+            if os.path.exists(path):
+                os.unlink(path)
     return rows
 
 def main():
