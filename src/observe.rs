@@ -274,7 +274,7 @@ fn next_sequence() -> u64 {
 /// Which requests get a request line (`MCP_REQUEST_LOG`).
 ///
 /// On a Vercel Function a line per request is one message per request on the runtime's IPC
-/// socket, a write and a wake-up of its reader. At 64 connections leaving it out served a fifth
+/// socket, a write and a wake-up of its reader. At 64 connections leaving it out served 16–20%
 /// more on that socket (a stand-in for the platform's end) and a third more with the lines on a
 /// pipe (docs/performance.md, "A line per request"; the local run, which writes its busy workers'
 /// lines together, about a tenth). `Failures` keeps the lines an operator acts on.
