@@ -127,7 +127,8 @@ impl App {
     }
 }
 
-/// Serves one request to the MCP endpoint, and logs one structured line about it.
+/// Serves one request to the MCP endpoint, and logs one structured line about it (which the
+/// logger leaves out for a request that succeeded when it writes failures only).
 pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
     let http_method = method_name(request.method());
