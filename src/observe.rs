@@ -731,6 +731,14 @@ mod tests {
         assert_eq!(served, 4096);
     }
 
+    /// A logger writing to memory, on `clock`, with a fixed key and seed.
+    fn logger_to_memory(clock: Arc<ManualClock>) -> (Arc<MemorySink>, Logger) {
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        (sink, logger)
+    }
+
     fn logger() -> Logger {
         let clock = Arc::new(ManualClock::new(0));
         let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
@@ -1080,9 +1088,7 @@ mod tests {
     #[test]
     fn log_times_come_from_the_injected_clock() {
         let clock = Arc::new(ManualClock::new(1_796_083_200_000)); // 2026-12-01T00:00:00Z
-        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
-        let sink = Arc::new(MemorySink::default());
-        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let (sink, logger) = logger_to_memory(clock.clone());
         logger.event("info", "tick", json!({}));
         clock.advance_ms(1_500);
         RequestRecord::start(&logger).finish(&logger, 200, crate::body::ResponseOutcome::Ok, false);
@@ -1093,10 +1099,7 @@ mod tests {
     #[test]
     fn failures_only_skips_the_lines_of_requests_that_succeeded_and_nothing_else() {
         use crate::body::ResponseOutcome;
-        let clock = Arc::new(ManualClock::new(1_796_083_200_000));
-        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
-        let sink = Arc::new(MemorySink::default());
-        let every = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let (sink, every) = logger_to_memory(Arc::new(ManualClock::new(1_796_083_200_000)));
         let failures = every.clone().with_request_lines(RequestLines::Failures);
         let finish = |logger: &Logger, status: u16, outcome: ResponseOutcome, stream: bool| {
             RequestRecord::start(logger).finish(logger, status, outcome, stream);
@@ -1126,10 +1129,7 @@ mod tests {
 
     #[test]
     fn an_event_line_is_one_json_object_whose_own_members_come_first_and_once() {
-        let clock = Arc::new(ManualClock::new(1_796_083_200_000));
-        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
-        let sink = Arc::new(MemorySink::default());
-        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let (sink, logger) = logger_to_memory(Arc::new(ManualClock::new(1_796_083_200_000)));
         let fields = json!({ "level": "debug", "event": "forged", "ts": 0, "job": "a\"b\n", "count": 3, "none": null });
         logger.event("warn", "job.\"odd\"", fields);
         let raw = sink.raw().remove(0);
@@ -1158,10 +1158,7 @@ mod tests {
         }
         #[derive(serde::Serialize)]
         struct NoFields {}
-        let clock = Arc::new(ManualClock::new(1_796_083_200_000));
-        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
-        let sink = Arc::new(MemorySink::default());
-        let logger = Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let (sink, logger) = logger_to_memory(Arc::new(ManualClock::new(1_796_083_200_000)));
         logger.event_of("warn", "job.\"odd\"", &Fields { job: "a\"b\n{}", completed_steps: 3, none: None });
         logger.event("warn", "job.\"odd\"", json!({ "job": "a\"b\n{}", "completedSteps": 3, "none": null }));
         logger.event_of("info", "bare", &NoFields {});
