@@ -127,18 +127,18 @@ impl Routes {
                 let name = path.trim_start_matches("/.well-known/oauth-protected-resource/api/examples/");
                 match self.examples.get(name.trim_end_matches('/')) {
                     Some(app) => transport::auth::metadata_response(app.auth(), request.method()),
-                    None => not_found(),
+                    None => self.no_route(request.headers()),
                 }
             }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
             (path, _, _) if path.starts_with("/api/examples/") => {
                 match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {
                     Some(app) => transport::handle(app, request).await,
-                    None => not_found(),
+                    None => self.no_route(request.headers()),
                 }
             }
             ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
-            _ => not_found(),
+            _ => self.no_route(request.headers()),
         }
     }
 
@@ -151,13 +151,18 @@ impl Routes {
             Poll::Ready(read) => read,
             Poll::Pending => match tokio::time::timeout(self.limits.body_timeout, read).await {
                 Ok(read) => read,
-                Err(_) => return request_timeout(),
+                Err(_) => return transport::refused(&self.mcp.logger, &parts.headers, request_timeout()),
             },
         };
         match read {
             Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
-            Err(response) => response,
+            Err(refusal) => transport::refused(&self.mcp.logger, &parts.headers, refusal),
         }
+    }
+
+    /// 404, with its log line.
+    fn no_route(&self, head: &http::HeaderMap) -> Response<Body> {
+        transport::refused(&self.mcp.logger, head, not_found())
     }
 }
 

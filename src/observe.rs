@@ -574,8 +574,6 @@ pub struct RequestRecord {
     pub principal: Option<Digest>,
     /// Keyed digest of the arguments.
     pub arguments: Option<Digest>,
-    /// Set when a panic was contained.
-    pub panic_location: Option<String>,
     /// When the request arrived, by the logger's clock (ms since the epoch): its span starts then.
     pub started_at_ms: u64,
     /// The request's span, once it is known which trace it belongs to.
@@ -599,7 +597,6 @@ impl RequestRecord {
             name: None,
             principal: None,
             arguments: None,
-            panic_location: None,
             started_at_ms: logger.clock.now_ms(),
             span: None,
         }
@@ -613,7 +610,9 @@ impl RequestRecord {
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
-        let level = if self.panic_location.is_some() || status >= 500 { "error" } else { "info" };
+        // A contained panic answers 500, so its line is an error too; where it happened is in its
+        // `panic` event, which carries this request's id.
+        let level = if status >= 500 { "error" } else { "info" };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed
         // words are known-safe text; only the method and the name (client-supplied) go through
@@ -646,7 +645,6 @@ impl RequestRecord {
         field(&mut line, "principal", self.principal.as_deref(), false);
         field(&mut line, "arguments", self.arguments.as_deref(), false);
         field(&mut line, "outcome", Some(outcome.label()), false);
-        field(&mut line, "panicLocation", self.panic_location.as_deref(), true);
         // Numbers go through serde_json's integer and float writers, not the formatting machinery.
         line.extend_from_slice(b",\"status\":");
         serde_json::to_writer(&mut line, &status).expect("numbers serialise");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
-use crate::observe::LogSink;
+use crate::observe::{LogSink, Logger};
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
@@ -19,22 +19,28 @@ use crate::transport::{self, App, Body};
 /// With tracing on, spans are exported after the response, through the runtime's `wait_until`
 /// (coalesced: one waiting at a time, a second later or at a full batch): the response does not wait, and the instance is not
 /// frozen before they are sent.
-pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, handler: H) -> Result<(), Error>
+///
+/// A body the function refuses (over `max_body`, or broken) is answered here, and has its request
+/// line written with `logger`.
+pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, logger: Logger, handler: H) -> Result<(), Error>
 where
-    H: Fn(http::Request<Bytes>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(http::Request<Bytes>) -> F + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
 {
     // On Vercel the runtime talks to the platform over this socket: log lines sent through it
     // are tagged with their request, which is how Vercel's logs tie a line to its invocation.
     let bridged = std::env::var_os("VERCEL_IPC_PATH").is_some();
+    // One reference count taken per request, for all three.
+    let function = Arc::new((handler, telemetry, logger));
     vercel_runtime::run(vercel_runtime::service_fn(move |request: Request, state: AppState| {
-        let (handler, telemetry) = (handler.clone(), telemetry.clone());
+        let function = function.clone();
         async move {
+            let (handler, telemetry, logger) = &*function;
             let (parts, body) = request.into_parts();
             let served = async {
                 match transport::read_body(body, max_body).await {
                     Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
-                    Err(response) => response,
+                    Err(refusal) => transport::refused(logger, &parts.headers, refusal),
                 }
             };
             let response = if bridged {
@@ -79,7 +85,7 @@ pub async fn serve_mcp(parts: &Parts) -> Result<(), Error> {
 pub async fn serve_app(parts: &Parts, app: Arc<App>) -> Result<(), Error> {
     run_jobs_in_process(parts);
     let max_body = app.max_body_bytes();
-    serve(max_body, parts.telemetry.clone(), move |request| {
+    serve(max_body, parts.telemetry.clone(), parts.logger(), move |request| {
         let app = app.clone();
         async move { transport::handle(&app, request).await }
     })
@@ -97,8 +103,9 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
             .collect(),
     );
     let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
-    serve(max_body, parts.telemetry.clone(), move |request| {
-        let apps = apps.clone();
+    let logger = Arc::new(parts.logger());
+    serve(max_body, parts.telemetry.clone(), parts.logger(), move |request| {
+        let (apps, logger) = (apps.clone(), logger.clone());
         async move {
             let name = request
                 .uri()
@@ -110,11 +117,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
                 .to_owned();
             match apps.get(name.as_str()) {
                 Some(app) => transport::handle(app, request).await,
-                None => {
-                    let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
-                    *response.status_mut() = http::StatusCode::NOT_FOUND;
-                    response
-                }
+                None => transport::refused(&logger, request.headers(), not_found()),
             }
         }
     })
@@ -124,7 +127,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
 /// `api/queues/process-job.rs`: the queue consumer.
 pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
     let consumer = Arc::new(crate::consumer(parts));
-    serve(64 * 1024, parts.telemetry.clone(), move |request| {
+    serve(64 * 1024, parts.telemetry.clone(), parts.logger(), move |request| {
         let consumer = consumer.clone();
         async move { consumer.handle(request).await }
     })
@@ -134,7 +137,7 @@ pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
 /// `api/cron/sweep-jobs.rs`: the cron sweep.
 pub async fn serve_sweep(parts: &Parts) -> Result<(), Error> {
     let sweep = Arc::new(crate::sweep(parts));
-    serve(16 * 1024, parts.telemetry.clone(), move |request| {
+    serve(16 * 1024, parts.telemetry.clone(), parts.logger(), move |request| {
         let sweep = sweep.clone();
         async move { sweep.handle(request).await }
     })
@@ -153,24 +156,27 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
             .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app.auth().clone())))
             .collect(),
     );
-    serve(1024, parts.telemetry.clone(), move |request| {
-        let (mcp, examples) = (mcp.clone(), examples.clone());
+    let logger = Arc::new(parts.logger());
+    serve(1024, parts.telemetry.clone(), parts.logger(), move |request| {
+        let (mcp, examples, logger) = (mcp.clone(), examples.clone(), logger.clone());
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));
             match example {
                 None => transport::auth::metadata_response(&mcp, request.method()),
                 Some(name) => match examples.get(name) {
                     Some(auth) => transport::auth::metadata_response(auth, request.method()),
-                    None => {
-                        let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
-                        *response.status_mut() = http::StatusCode::NOT_FOUND;
-                        response
-                    }
+                    None => transport::refused(&logger, request.headers(), not_found()),
                 },
             }
         }
     })
     .await
+}
+
+fn not_found() -> http::Response<Body> {
+    let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
+    *response.status_mut() = http::StatusCode::NOT_FOUND;
+    response
 }
 
 /// Without Vercel Queues (the local posture), a function process runs the jobs it submits: its

@@ -137,13 +137,7 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
         .is_on()
         .then(|| request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok()).map(str::to_owned))
         .flatten();
-    record.trace_id = request
-        .headers()
-        .get(headers::TRACEPARENT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(trace_id_from)
-        .map(str::to_owned)
-        .unwrap_or_default();
+    record.trace_id = header_trace_id(request.headers());
     // The Origin check comes first, before the method: a refused origin learns nothing else.
     let mut response = match app.origins.decide(request.headers()) {
         OriginDecision::Refused => plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY),
@@ -166,11 +160,45 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let outcome = outcome_of(&response);
     let stream = response.body().is_stream();
     end_span(app, &mut record, header_traceparent.as_deref(), http_method, response.status(), outcome);
+    answer_with_request_id(&mut response, &record);
+    record.finish(&app.logger, response.status().as_u16(), outcome, stream);
+    response
+}
+
+/// Logs the line of a request that an edge refused before any endpoint saw it (a body over the
+/// limit, one that broke or came too slowly, a path with no route), and returns the refusal with
+/// the line's request id. Nothing of the request was read, so the line has its status and
+/// outcome and no method, name or principal; it has no span either.
+pub fn refused(
+    logger: &crate::observe::Logger,
+    head: &http::HeaderMap,
+    mut response: Response<Body>,
+) -> Response<Body> {
+    let mut record = RequestRecord::start(logger);
+    record.trace_id = header_trace_id(head);
+    if record.trace_id.is_empty() {
+        record.trace_id = logger.new_trace_id();
+    }
+    answer_with_request_id(&mut response, &record);
+    let outcome = outcome_of(&response);
+    record.finish(logger, response.status().as_u16(), outcome, false);
+    response
+}
+
+/// The trace id of a `traceparent` header, or empty.
+fn header_trace_id(head: &http::HeaderMap) -> String {
+    head.get(headers::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(trace_id_from)
+        .map(str::to_owned)
+        .unwrap_or_default()
+}
+
+/// Tells the client the request id its log line carries.
+fn answer_with_request_id(response: &mut Response<Body>, record: &RequestRecord) {
     if let Ok(id) = HeaderValue::from_str(&record.request_id) {
         response.headers_mut().insert(headers::REQUEST_ID, id);
     }
-    record.finish(&app.logger, response.status().as_u16(), outcome, stream);
-    response
 }
 
 /// Ends the request's span (starting it now, as of the request's arrival, if the request was

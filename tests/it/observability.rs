@@ -30,6 +30,10 @@ async fn env() -> Env {
 }
 
 async fn env_with(vars: &[(&str, &str)]) -> Env {
+    env_limited(vars, vercel_mcp::settings::ConnectionLimits::default()).await
+}
+
+async fn env_limited(vars: &[(&str, &str)], limits: vercel_mcp::settings::ConnectionLimits) -> Env {
     let (jwks, _) = stub_jwks().await;
     let mut config = auth_config(jwks, &[&[("MCP_AUTH_MODE", "optional")], vars].concat());
     let logs = Arc::new(MemorySink::default());
@@ -70,7 +74,9 @@ async fn env_with(vars: &[(&str, &str)]) -> Env {
     let _ = NoArguments {};
     let logger = config.logger();
     let queue = config.jobs.local_queue.clone().unwrap();
-    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint()))).with_jobs(&config);
+    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint())))
+        .with_jobs(&config)
+        .with_limits(limits);
     Env { server: TestServer::start_routes(routes).await, logs, logger, queue }
 }
 
@@ -103,6 +109,29 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
     assert_eq!(line["principal"], env.logger.digest("principal", b"sub:alice").as_str());
     assert!(line["arguments"].as_str().unwrap().len() == 16);
     assert!(line["latencyMs"].as_f64().is_some() && line["ts"].as_str().unwrap().ends_with('Z'));
+    // The fields the README lists, and no other.
+    let mut fields: Vec<&str> = line.as_object().unwrap().keys().map(String::as_str).collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "arguments",
+            "code",
+            "era",
+            "event",
+            "latencyMs",
+            "level",
+            "method",
+            "name",
+            "outcome",
+            "principal",
+            "requestId",
+            "status",
+            "stream",
+            "traceId",
+            "ts"
+        ]
+    );
 
     let meta_trace = json!({"name": "echo", "arguments": {"message": "x"}, "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
@@ -177,6 +206,65 @@ async fn failures_only_logs_failures_and_streams() {
     let lines = env.logs.lines();
     let line = request_line(&lines, &id(&streamed));
     assert_eq!((line["stream"].clone(), line["outcome"].clone()), (json!(true), json!("ok")), "{line}");
+}
+
+/// Sends `raw` on a connection of its own and reads the answer until the server closes it.
+async fn exchange(server: &TestServer, raw: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    let mut out = Vec::new();
+    common::bounded("the answer", stream.read_to_end(&mut out)).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The request id an answer read off the wire carries.
+fn wire_request_id(answer: &str) -> &str {
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-mcp-request-id: "))
+        .unwrap_or_else(|| panic!("no request id in {answer}"))
+        .trim()
+}
+
+/// What the local run refuses before the endpoint runs (a path with no route, a body declared
+/// over the limit, one that breaks, one that comes too slowly) still gets its request line,
+/// under either setting of `MCP_REQUEST_LOG`, with the request id the answer carries.
+#[tokio::test]
+async fn refusals_before_the_endpoint_have_a_line() {
+    for setting in ["all", "failures"] {
+        let limits = vercel_mcp::settings::ConnectionLimits {
+            body_timeout: std::time::Duration::from_millis(300),
+            ..Default::default()
+        };
+        let env = env_limited(&[("MCP_REQUEST_LOG", setting)], limits).await;
+        let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let head = |extra: &str| {
+            format!(
+                "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\ntraceparent: {traced}\r\n{extra}Connection: close\r\n\r\n"
+            )
+        };
+        let cases: [(String, u16); 3] = [
+            (head("Content-Length: 100000000\r\n"), 413),
+            (head("Transfer-Encoding: chunked\r\n") + "zz\r\n{}\r\n", 400),
+            (head("Content-Length: 100\r\n") + "{\"jsonrpc\"", 408),
+        ];
+        for (raw, status) in cases {
+            let answer = exchange(&env.server, raw.as_bytes()).await;
+            assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{setting}: {answer}");
+            let lines = env.logs.lines();
+            let line = request_line(&lines, wire_request_id(&answer));
+            assert_eq!(line["status"], status, "{setting}: {line}");
+            assert_eq!(line["outcome"], "protocol_error", "{line}");
+            assert_eq!(line["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
+            assert_eq!((line["method"].clone(), line["principal"].clone()), (Value::Null, Value::Null), "{line}");
+        }
+        let missing = env.server.request("POST", "/api/nowhere").send().await;
+        assert_eq!(missing.status, 404);
+        let lines = env.logs.lines();
+        let line = request_line(&lines, missing.header("x-mcp-request-id").expect("a request id"));
+        assert_eq!((line["status"].clone(), line["level"].clone()), (json!(404), json!("info")), "{line}");
+    }
 }
 
 /// A 2025-11-25 request (no session: the tools need none).

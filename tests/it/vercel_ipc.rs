@@ -94,6 +94,29 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     assert_eq!((request["method"].as_str(), request["name"].as_str()), (Some("tools/call"), Some("echo")));
     assert_eq!(logged.iter().find(|m| m["payload"]["message"].is_string()).unwrap()["payload"]["level"], "info");
 
+    // A body the function refuses before the endpoint runs has its line too, tagged the same way.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let head = "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nx-vercel-internal-invocation-id: inv-42\r\nx-vercel-internal-request-id: 8\r\nConnection: close\r\n\r\n";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        crate::common::bounded("the refusal", stream.read_to_end(&mut answer)).await.unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 413 "), "{}", String::from_utf8_lossy(&answer));
+    }
+    let refused = loop {
+        let message = messages.recv_timeout(Duration::from_secs(20)).expect("the refusal's line");
+        if message["type"] == "log"
+            && message["payload"]["context"] == json!({"invocationId": "inv-42", "requestId": 8})
+        {
+            let text = base64::engine::general_purpose::STANDARD
+                .decode(message["payload"]["message"].as_str().unwrap())
+                .unwrap();
+            break serde_json::from_slice::<Value>(&text).unwrap();
+        }
+    };
+    assert_eq!((refused["event"].as_str(), refused["status"].as_u64()), (Some("request"), Some(413)), "{refused}");
+
     child.kill().unwrap();
     let mut stderr = String::new();
     child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
