@@ -610,8 +610,9 @@ impl RequestRecord {
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
-        // A contained panic answers 500, so its line is an error too; where it happened is in its
-        // `panic` event, which carries this request's id.
+        // A contained panic answers 500 (unless its stream had already opened, and its line with
+        // it), so its line is an error; where it happened is in its `panic` event, which carries
+        // this request's id.
         let level = if status >= 500 { "error" } else { "info" };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed

@@ -485,7 +485,7 @@ def report(results, use_redis):
             lines.append(f"| vercel-ipc | {name} | 64 | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
         stand_in = ", ".join(f"{rows[f'vercel-ipc 64 {name}']['companion_cpu_us']:.1f} µs with `{name}`" for name in ["echo", "echo-failures"])
         lines.append("")
-        lines.append(f"The IPC stand-in's own CPU a request (not in the rows above, which are the server's; it shares the two cores with it): {stand_in}.")
+        lines.append(f"The IPC stand-in's own CPU a request while wrk ran (not in the rows above, which are the server's; it shares the machine's cores with the server and wrk): {stand_in}.")
     section = "\n".join(lines)
     print(section)
     path = os.path.join(ROOT, "docs/performance.md")

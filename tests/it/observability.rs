@@ -234,7 +234,8 @@ fn wire_request_id(answer: &str) -> &str {
 async fn refusals_before_the_endpoint_have_a_line() {
     for setting in ["all", "failures"] {
         let limits = vercel_mcp::settings::ConnectionLimits {
-            body_timeout: std::time::Duration::from_millis(300),
+            // Long enough that the broken body, sent with its head, is read before it.
+            body_timeout: std::time::Duration::from_secs(1),
             ..Default::default()
         };
         let env = env_limited(&[("MCP_REQUEST_LOG", setting)], limits).await;
@@ -249,8 +250,11 @@ async fn refusals_before_the_endpoint_have_a_line() {
             (head("Transfer-Encoding: chunked\r\n") + "zz\r\n{}\r\n", 400),
             (head("Content-Length: 100\r\n") + "{\"jsonrpc\"", 408),
         ];
+        let request_lines = || env.logs.lines().iter().filter(|l| l["event"] == "request").count();
         for (raw, status) in cases {
+            let before = request_lines();
             let answer = exchange(&env.server, raw.as_bytes()).await;
+            assert_eq!(request_lines(), before + 1, "{setting}: one line for {status}");
             assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{setting}: {answer}");
             let lines = env.logs.lines();
             let line = request_line(&lines, wire_request_id(&answer));
@@ -259,11 +263,14 @@ async fn refusals_before_the_endpoint_have_a_line() {
             assert_eq!(line["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
             assert_eq!((line["method"].clone(), line["principal"].clone()), (Value::Null, Value::Null), "{line}");
         }
+        // No traceparent: the line has a trace id of its own.
         let missing = env.server.request("POST", "/api/nowhere").send().await;
         assert_eq!(missing.status, 404);
         let lines = env.logs.lines();
         let line = request_line(&lines, missing.header("x-mcp-request-id").expect("a request id"));
         assert_eq!((line["status"].clone(), line["level"].clone()), (json!(404), json!("info")), "{line}");
+        let trace = line["traceId"].as_str().unwrap();
+        assert!(trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()) && trace != "0".repeat(32), "{line}");
     }
 }
 

@@ -95,15 +95,22 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     assert_eq!(logged.iter().find(|m| m["payload"]["message"].is_string()).unwrap()["payload"]["level"], "info");
 
     // A body the function refuses before the endpoint runs has its line too, tagged the same way.
-    {
+    let refused_id = {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
         let head = "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nx-vercel-internal-invocation-id: inv-42\r\nx-vercel-internal-request-id: 8\r\nConnection: close\r\n\r\n";
         stream.write_all(head.as_bytes()).await.unwrap();
         let mut answer = Vec::new();
         crate::common::bounded("the refusal", stream.read_to_end(&mut answer)).await.unwrap();
-        assert!(answer.starts_with(b"HTTP/1.1 413 "), "{}", String::from_utf8_lossy(&answer));
-    }
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix("x-mcp-request-id: "))
+            .expect("the refusal's request id")
+            .trim()
+            .to_owned()
+    };
     let refused = loop {
         let message = messages.recv_timeout(Duration::from_secs(20)).expect("the refusal's line");
         if message["type"] == "log"
@@ -116,6 +123,7 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
         }
     };
     assert_eq!((refused["event"].as_str(), refused["status"].as_u64()), (Some("request"), Some(413)), "{refused}");
+    assert_eq!(refused["requestId"], refused_id.as_str(), "the line carries the id the answer does");
 
     child.kill().unwrap();
     let mut stderr = String::new();
