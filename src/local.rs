@@ -127,18 +127,18 @@ impl Routes {
                 let name = path.trim_start_matches("/.well-known/oauth-protected-resource/api/examples/");
                 match self.examples.get(name.trim_end_matches('/')) {
                     Some(app) => transport::auth::metadata_response(app.auth(), request.method()),
-                    None => self.no_route(request.headers()),
+                    None => transport::no_route(&self.mcp.logger, request.headers()),
                 }
             }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
             (path, _, _) if path.starts_with("/api/examples/") => {
                 match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {
                     Some(app) => transport::handle(app, request).await,
-                    None => self.no_route(request.headers()),
+                    None => transport::no_route(&self.mcp.logger, request.headers()),
                 }
             }
             ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
-            _ => self.no_route(request.headers()),
+            _ => transport::no_route(&self.mcp.logger, request.headers()),
         }
     }
 
@@ -159,23 +159,12 @@ impl Routes {
             Err(refusal) => transport::refused(&self.mcp.logger, &parts.headers, refusal),
         }
     }
-
-    /// 404, with its log line.
-    fn no_route(&self, head: &http::HeaderMap) -> Response<Body> {
-        transport::refused(&self.mcp.logger, head, not_found())
-    }
 }
 
 fn request_timeout() -> Response<Body> {
     let mut response = Response::new(Body::full(Bytes::from_static(b"Request Timeout: the body took too long")));
     *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
     response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-    response
-}
-
-fn not_found() -> Response<Body> {
-    let mut response = Response::new(Body::full(Bytes::from_static(b"Not Found")));
-    *response.status_mut() = StatusCode::NOT_FOUND;
     response
 }
 

@@ -117,7 +117,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
                 .to_owned();
             match apps.get(name.as_str()) {
                 Some(app) => transport::handle(app, request).await,
-                None => transport::refused(&logger, request.headers(), not_found()),
+                None => transport::no_route(&logger, request.headers()),
             }
         }
     })
@@ -165,18 +165,12 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
                 None => transport::auth::metadata_response(&mcp, request.method()),
                 Some(name) => match examples.get(name) {
                     Some(auth) => transport::auth::metadata_response(auth, request.method()),
-                    None => transport::refused(&logger, request.headers(), not_found()),
+                    None => transport::no_route(&logger, request.headers()),
                 },
             }
         }
     })
     .await
-}
-
-fn not_found() -> http::Response<Body> {
-    let mut response = http::Response::new(Body::full(Bytes::from_static(b"Not Found")));
-    *response.status_mut() = http::StatusCode::NOT_FOUND;
-    response
 }
 
 /// Without Vercel Queues (the local posture), a function process runs the jobs it submits: its

@@ -185,6 +185,11 @@ pub fn refused(
     response
 }
 
+/// 404 for a path, or an example, that nothing serves: [`refused`], so it has its line.
+pub fn no_route(logger: &crate::observe::Logger, head: &http::HeaderMap) -> Response<Body> {
+    refused(logger, head, plain(StatusCode::NOT_FOUND, "Not Found"))
+}
+
 /// The trace id of a `traceparent` header, or empty.
 fn header_trace_id(head: &http::HeaderMap) -> String {
     head.get(headers::TRACEPARENT)
