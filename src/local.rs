@@ -147,16 +147,24 @@ impl Routes {
         let mut read = std::pin::pin!(transport::read_body(body, self.mcp.max_body_bytes()));
         // A body that trickles in holds a connection and a buffer: it has a deadline. Most bodies
         // have already arrived with their head, and those are read without arming a timer.
+        // When the wait began, for a refusal's line (read only if there was a wait).
+        let mut waited_since = None;
         let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(read) => read,
-            Poll::Pending => match tokio::time::timeout(self.limits.body_timeout, read).await {
-                Ok(read) => read,
-                Err(_) => return transport::refused(&self.mcp.logger, &parts.headers, request_timeout()),
-            },
+            Poll::Pending => {
+                let since = *waited_since.insert(std::time::Instant::now());
+                match tokio::time::timeout(self.limits.body_timeout, read).await {
+                    Ok(read) => read,
+                    Err(_) => return transport::refused(&self.mcp.logger, &parts.headers, since, request_timeout()),
+                }
+            }
         };
         match read {
             Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
-            Err(refusal) => transport::refused(&self.mcp.logger, &parts.headers, refusal),
+            Err(refusal) => {
+                let arrived = waited_since.unwrap_or_else(std::time::Instant::now);
+                transport::refused(&self.mcp.logger, &parts.headers, arrived, refusal)
+            }
         }
     }
 }

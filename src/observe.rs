@@ -602,6 +602,12 @@ impl RequestRecord {
         }
     }
 
+    /// Starts a record for a request that came in at `arrived`: its latency counts from then.
+    pub fn start_at(logger: &Logger, arrived: Instant) -> Self {
+        let waited = u64::try_from(arrived.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Self { started: arrived, started_at_ms: logger.clock.now_ms().saturating_sub(waited), ..Self::start(logger) }
+    }
+
     /// Emits the request line, unless the logger writes failures only and this request succeeded.
     /// `outcome` is a fixed word; `code` a JSON-RPC code. A stream's line is written when it opens,
     /// before its outcome is known, so a stream always has one.
@@ -610,9 +616,9 @@ impl RequestRecord {
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
-        // A contained panic answers 500 (unless its stream had already opened, and its line with
-        // it), so its line is an error; where it happened is in its `panic` event, which carries
-        // this request's id.
+        // The status decides. A contained panic is always an error in its own `panic` event (which
+        // carries this request's id and where it happened); its request line says 500 where the
+        // answer does, and 200 in the 2025-11-25 era or after a stream's head.
         let level = if status >= 500 { "error" } else { "info" };
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed

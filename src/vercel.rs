@@ -40,7 +40,9 @@ where
             let served = async {
                 match transport::read_body(body, max_body).await {
                     Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
-                    Err(refusal) => transport::refused(logger, &parts.headers, refusal),
+                    // This edge has no body timeout of its own (the platform bounds the request):
+                    // the line's latency counts from the refusal.
+                    Err(refusal) => transport::refused(logger, &parts.headers, std::time::Instant::now(), refusal),
                 }
             };
             let response = if bridged {
@@ -85,7 +87,7 @@ pub async fn serve_mcp(parts: &Parts) -> Result<(), Error> {
 pub async fn serve_app(parts: &Parts, app: Arc<App>) -> Result<(), Error> {
     run_jobs_in_process(parts);
     let max_body = app.max_body_bytes();
-    serve(max_body, parts.telemetry.clone(), parts.logger(), move |request| {
+    serve(max_body, parts.telemetry.clone(), app.logger.clone(), move |request| {
         let app = app.clone();
         async move { transport::handle(&app, request).await }
     })
@@ -104,7 +106,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
     );
     let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
     let logger = Arc::new(parts.logger());
-    serve(max_body, parts.telemetry.clone(), parts.logger(), move |request| {
+    serve(max_body, parts.telemetry.clone(), (*logger).clone(), move |request| {
         let (apps, logger) = (apps.clone(), logger.clone());
         async move {
             let name = request
@@ -157,7 +159,7 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
             .collect(),
     );
     let logger = Arc::new(parts.logger());
-    serve(1024, parts.telemetry.clone(), parts.logger(), move |request| {
+    serve(1024, parts.telemetry.clone(), (*logger).clone(), move |request| {
         let (mcp, examples, logger) = (mcp.clone(), examples.clone(), logger.clone());
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));

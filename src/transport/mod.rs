@@ -168,13 +168,16 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
 /// Logs the line of a request that an edge refused before any endpoint saw it (a body over the
 /// limit, one that broke or came too slowly, a path with no route), and returns the refusal with
 /// the line's request id. Nothing of the request was read, so the line has its status and
-/// outcome and no method, name or principal; it has no span either.
+/// outcome and no method, name or principal; it has no span either. Its latency counts from
+/// `arrived`: when the edge began to wait for the body (a refusal that waited for nothing passes
+/// the present).
 pub fn refused(
     logger: &crate::observe::Logger,
     head: &http::HeaderMap,
+    arrived: std::time::Instant,
     mut response: Response<Body>,
 ) -> Response<Body> {
-    let mut record = RequestRecord::start(logger);
+    let mut record = RequestRecord::start_at(logger, arrived);
     record.trace_id = header_trace_id(head);
     if record.trace_id.is_empty() {
         record.trace_id = logger.new_trace_id();
@@ -187,7 +190,7 @@ pub fn refused(
 
 /// 404 for a path, or an example, that nothing serves: [`refused`], so it has its line.
 pub fn no_route(logger: &crate::observe::Logger, head: &http::HeaderMap) -> Response<Body> {
-    refused(logger, head, plain(StatusCode::NOT_FOUND, "Not Found"))
+    refused(logger, head, std::time::Instant::now(), plain(StatusCode::NOT_FOUND, "Not Found"))
 }
 
 /// The trace id of a `traceparent` header, or empty.

@@ -261,6 +261,10 @@ async fn refusals_before_the_endpoint_have_a_line() {
             assert_eq!(line["status"], status, "{setting}: {line}");
             assert_eq!(line["outcome"], "protocol_error", "{line}");
             assert_eq!(line["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
+            if status == 408 {
+                // Counted from when the wait for the body began, not from the refusal.
+                assert!(line["latencyMs"].as_f64().unwrap() >= 1000.0, "{line}");
+            }
             assert_eq!((line["method"].clone(), line["principal"].clone()), (Value::Null, Value::Null), "{line}");
         }
         // No traceparent: the line has a trace id of its own.
