@@ -39,20 +39,28 @@ fn next(messages: &mpsc::Receiver<Value>, kind: &str) -> Value {
     }
 }
 
-#[tokio::test]
-async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_request() {
-    let dir = std::env::temp_dir().join(format!("vercel-ipc-{}", std::process::id()));
+/// A function executable started as Vercel starts it: its IPC socket is a stand-in whose messages
+/// arrive on the receiver, and its port is announced in `server-started`.
+struct Function {
+    child: std::process::Child,
+    messages: mpsc::Receiver<Value>,
+    server: crate::common::TestServer,
+    dir: std::path::PathBuf,
+}
+
+fn launch(executable: &str, name: &str) -> Function {
+    let dir = std::env::temp_dir().join(format!("vercel-ipc-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("ipc.sock");
     let _ = std::fs::remove_file(&socket);
     let (sender, messages) = mpsc::channel();
     record(UnixListener::bind(&socket).unwrap(), sender);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp"));
+    let mut command = Command::new(executable);
     for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE"] {
         command.env_remove(inherited);
     }
-    let mut child = command
+    let child = command
         .env("VERCEL_IPC_PATH", &socket)
         .env("VERCEL_DEV_PORT", port.to_string())
         .env("MCP_STATE_SECRET", "ipc=0123456789abcdef0123456789abcdef")
@@ -62,8 +70,28 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
         .unwrap();
     let started = next(&messages, "server-started");
     assert_eq!(started["payload"]["httpPort"], port);
+    Function { child, messages, server: crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() }, dir }
+}
 
-    let server = crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+/// The request line logged for the invocation `context`, decoded.
+fn tagged_request_line(messages: &mpsc::Receiver<Value>, context: &Value) -> Value {
+    loop {
+        let message = messages.recv_timeout(Duration::from_secs(20)).expect("the request's line");
+        if message["type"] == "log" && message["payload"]["context"] == *context {
+            let text = base64::engine::general_purpose::STANDARD
+                .decode(message["payload"]["message"].as_str().unwrap())
+                .unwrap();
+            let line: Value = serde_json::from_slice(&text).unwrap();
+            if line["event"] == "request" {
+                return line;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_request() {
+    let Function { mut child, messages, server, dir } = launch(env!("CARGO_BIN_EXE_mcp"), "mcp");
     let reply = server
         .modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}))
         .header("x-vercel-internal-invocation-id", "inv-41")
@@ -111,17 +139,7 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
             .trim()
             .to_owned()
     };
-    let refused = loop {
-        let message = messages.recv_timeout(Duration::from_secs(20)).expect("the refusal's line");
-        if message["type"] == "log"
-            && message["payload"]["context"] == json!({"invocationId": "inv-42", "requestId": 8})
-        {
-            let text = base64::engine::general_purpose::STANDARD
-                .decode(message["payload"]["message"].as_str().unwrap())
-                .unwrap();
-            break serde_json::from_slice::<Value>(&text).unwrap();
-        }
-    };
+    let refused = tagged_request_line(&messages, &json!({"invocationId": "inv-42", "requestId": 8}));
     assert_eq!((refused["event"].as_str(), refused["status"].as_u64()), (Some("request"), Some(413)), "{refused}");
     assert_eq!(refused["requestId"], refused_id.as_str(), "the line carries the id the answer does");
 
@@ -130,5 +148,25 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     let _ = child.wait();
     assert!(!stderr.contains("\"event\":\"request\""), "the request line is not also on standard error: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The examples function answers an example it does not serve with 404 and the request's line,
+/// tagged with its invocation like every other.
+#[tokio::test]
+async fn an_unknown_example_is_404_with_a_tagged_line() {
+    let Function { mut child, messages, server, dir } = launch(env!("CARGO_BIN_EXE_example-routes"), "examples");
+    let reply = server
+        .request("POST", "/api/examples?example=nope")
+        .header("x-vercel-internal-invocation-id", "inv-43")
+        .header("x-vercel-internal-request-id", "9")
+        .send()
+        .await;
+    assert_eq!(reply.status, 404, "{}", reply.text());
+    let id = reply.header("x-mcp-request-id").expect("the answer's request id").to_owned();
+    let line = tagged_request_line(&messages, &json!({"invocationId": "inv-43", "requestId": 9}));
+    assert_eq!((line["status"].as_u64(), line["requestId"].as_str()), (Some(404), Some(id.as_str())), "{line}");
+    child.kill().unwrap();
+    let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
