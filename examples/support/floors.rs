@@ -1,4 +1,4 @@
-//! What the performance floors share (`floor.rs`, `floor_json.rs`, `floor_redis.rs`): the local
+//! What the performance floors share (`floor.rs`, `floor_json.rs`, `floor_typed.rs`, `floor_redis.rs`): the local
 //! run's way of serving (hyper's HTTP/1.1 with keep-alive, `TCP_NODELAY`, a task per connection)
 //! and the echo answer they send. Each floor differs only in what it does between reading a
 //! request's body and answering, so its cost beyond `floor.rs` is that work alone.

@@ -13,7 +13,8 @@
 # in the same process; poll is `get_job_status` of one job. Both count user-space instructions:
 # what a Redis round trip costs in the kernel and in Redis is not in them.
 # For echo it also counts examples/floor_json.rs (the floor plus JSON read into a `Value` and written
-# from one): what speaking JSON at all costs.
+# from one) and examples/floor_typed.rs (the same read into and written from borrowed structs): what
+# speaking JSON at all costs.
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
@@ -23,7 +24,7 @@ for tool in valgrind callgrind_control wrk curl jq; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install -y valgrind wrk curl jq)" >&2; exit 1; }
 done
 export CARGO_TARGET_DIR=target/callgrind CARGO_PROFILE_RELEASE_STRIP=none CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release --quiet --example perf_server --example floor --example floor_json --example mint_token
+cargo build --release --quiet --example perf_server --example floor --example floor_json --example floor_typed --example mint_token
 workloads=("$@")
 [ ${#workloads[@]} -gt 0 ] || workloads=(echo list50 list50+jwt echo+otel progress10)
 work=$(mktemp -d)
@@ -109,15 +110,17 @@ count() { # binary workload: sets $instructions to the instructions per request
 
 printf '| workload | floor instructions/request | local run instructions/request | × floor |\n|---|---|---|---|\n'
 for workload in "${workloads[@]}"; do
+  if [ "$workload" = echo ]; then # counted first, so that last.out is the local run's profile
+    count target/callgrind/release/examples/floor_json echo; json=$instructions
+    count target/callgrind/release/examples/floor_typed echo; typed=$instructions
+  fi
   count target/callgrind/release/examples/floor "$workload"; floor=$instructions
   count target/callgrind/release/examples/perf_server "$workload"; ours=$instructions
   printf '| %s | %d | %d | %s |\n' "$workload" "$floor" "$ours" "$(awk "BEGIN {printf \"%.2f\", $ours / $floor}")"
-  if [ "$workload" = echo ]; then
-    echo_floor=$floor
-    count target/callgrind/release/examples/floor_json echo; json=$instructions
-  fi
+  [ "$workload" = echo ] && echo_floor=$floor
 done
-if [ -n "${json:-}" ]; then # what reading and writing JSON alone costs (examples/floor_json.rs)
-  printf '\nThe floor plus JSON read and written (floor_json), echo: %d instructions a request, %s× the floor.\n' \
-    "$json" "$(awk "BEGIN {printf \"%.2f\", $json / $echo_floor}")"
+if [ -n "${json:-}" ]; then # what reading and writing JSON alone costs (floor_json.rs, floor_typed.rs)
+  printf '\nThe floor plus JSON read and written, echo: into and from a `Value` (floor_json) %d instructions a request, %s× the floor; typed (floor_typed) %d, %s×.\n' \
+    "$json" "$(awk "BEGIN {printf \"%.2f\", $json / $echo_floor}")" \
+    "$typed" "$(awk "BEGIN {printf \"%.2f\", $typed / $echo_floor}")"
 fi

@@ -262,9 +262,11 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
         floor.kill(); floor.wait()
         # The least a JSON-RPC server does (examples/floor_json.rs): what reading and writing JSON
         # alone costs at this concurrency, with none of MCP's work.
-        port = free_port(); floor_json = spawn(floor_bin + "_json", port, {}); wait_ready(port, echo_probe)
-        rows[f"json {conns} echo"] = measure(floor_json, port, [echo], conns)
-        floor_json.kill(); floor_json.wait()
+        # The same with typed messages (examples/floor_typed.rs): the least any parsing server costs.
+        for kind in ["json", "typed"]:
+            port = free_port(); lean = spawn(f"{floor_bin}_{kind}", port, {}); wait_ready(port, echo_probe)
+            rows[f"{kind} {conns} echo"] = measure(lean, port, [echo], conns)
+            lean.kill(); lean.wait()
     listing = request_file(work, "c-list", "tools/list", {"_meta": META})
     authlist = request_file(work, "c-authlist", "tools/list", {"_meta": META}, extra={"Authorization": f"Bearer {token}"})
     for edge in ["local", "vercel"]:
@@ -313,7 +315,7 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
 def main():
     if not shutil.which("wrk"):
         raise SystemExit("wrk is required: apt-get install -y wrk")
-    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "floor_json", "--example", "floor_redis", "--example", "perf_server",
+    sh("cargo", "build", "--release", "--quiet", "--example", "floor", "--example", "floor_json", "--example", "floor_typed", "--example", "floor_redis", "--example", "perf_server",
        "--example", "mint_token")
     pressure_start, wall_start = cpu_pressure_us(), time.monotonic()
     bins = os.path.join(ROOT, "target/release/examples")
@@ -460,7 +462,8 @@ def report(results, use_redis):
         lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency; `echo-batch` is echo "
                      "with wrk under SCHED_BATCH (against the floor measured so), and *preempted* counts the server's "
                      "involuntary context switches per request. `json` is `examples/floor_json.rs`, the floor plus "
-                     "reading the body as a JSON `Value` and writing a JSON answer, and nothing else. `echo-failures` "
+                     "reading the body as a JSON `Value` and writing a JSON answer, and nothing else; `typed` "
+                     "(`examples/floor_typed.rs`) does the same through borrowed structs. `echo-failures` "
                      "is echo from a server started with `MCP_REQUEST_LOG=failures` (no line for a request that "
                      "succeeded). `vercel-ipc` is the edge as it runs on Vercel: an IPC socket (a stand-in that reads "
                      "and drops every message) and requests tagged with their invocation, so each request's line "
@@ -472,9 +475,9 @@ def report(results, use_redis):
         for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-batch")]:
             fl = rows[f"floor {conns} {name}"]
             lines.append(f"| floor | {name} | {conns} | {fl['rps']:.0f} | 1.00 | {fl['p50_us']:.0f} | {fl['p99_us']:.0f} | {fl['p999_us']:.0f} | 1.00 | {fl['cpu_us']:.1f} | 1.00 | {fl['preempted']:.3f} |")
-        for conns in CONCURRENCY:
-            w, fl = rows[f"json {conns} echo"], rows[f"floor {conns} echo"]
-            lines.append(f"| json | echo | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
+        for kind, conns in [(kind, conns) for kind in ["json", "typed"] for conns in CONCURRENCY]:
+            w, fl = rows[f"{kind} {conns} echo"], rows[f"floor {conns} echo"]
+            lines.append(f"| {kind} | echo | {conns} | {w['rps']:.0f} | {w['rps']/fl['rps']:.2f} | {w['p50_us']:.0f} | {w['p99_us']:.0f} | {w['p999_us']:.0f} | {w['p99_us']/fl['p99_us']:.2f} | {w['cpu_us']:.1f} | {w['cpu_us']/fl['cpu_us']:.2f} | {w['preempted']:.3f} |")
         for edge in ["local", "vercel"]:
             for conns, name in [(16, "echo"), (64, "echo"), (64, "echo-failures"), (64, "echo-batch"), (64, "mixed"),
                                 (64, "list50+jwt")]:
