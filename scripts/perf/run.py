@@ -503,7 +503,8 @@ def report(results, use_redis):
                f"| CPU {local['echo']['cpu_us']/f['cpu_us']:.2f}× floor | cold {local['cold_ms']/floor['cold_ms']:.2f}×, "
                f"RssAnon {local['peak_split'][1]} KiB ({local['peak_split'][1]/max(floor['peak_split'][1], 1):.1f}× floor)"
                + (f"; echo at 64 connections {rows['local 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}× floor, CPU {rows['local 64 echo']['cpu_us']/rows['floor 64 echo']['cpu_us']:.2f}×"
-                  f" (json {rows['json 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}×)" if rows else "")
+                  f" (json {rows['json 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}×,"
+                  f" typed {rows['typed 64 echo']['rps']/rows['floor 64 echo']['rps']:.2f}×)" if rows else "")
                + " |")
     text = text.rstrip("\n") + "\n" + history + "\n"
     open(path, "w").write(text)

@@ -151,22 +151,55 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The examples function answers an example it does not serve with 404 and the request's line,
-/// tagged with its invocation like every other.
-#[tokio::test]
-async fn an_unknown_example_is_404_with_a_tagged_line() {
-    let Function { mut child, messages, server, dir } = launch(env!("CARGO_BIN_EXE_example-routes"), "examples");
-    let reply = server
-        .request("POST", "/api/examples?example=nope")
+/// A function that routes by example serves one it knows (`ask` builds the request for an
+/// example), and answers one it does not with 404 and the request's line, tagged with its
+/// invocation like every other.
+async fn an_unknown_example_is_refused_with_a_tagged_line(
+    executable: &str,
+    name: &str,
+    ask: fn(&crate::common::TestServer, &str) -> crate::common::Call,
+) {
+    let Function { mut child, messages, server, dir } = launch(executable, name);
+    let known = ask(&server, "minimal").send().await;
+    assert_eq!(known.status, 200, "{name} serves a known example: {}", known.text());
+    let reply = ask(&server, "nope")
         .header("x-vercel-internal-invocation-id", "inv-43")
         .header("x-vercel-internal-request-id", "9")
         .send()
         .await;
-    assert_eq!(reply.status, 404, "{}", reply.text());
+    assert_eq!(reply.status, 404, "{name}: {}", reply.text());
     let id = reply.header("x-mcp-request-id").expect("the answer's request id").to_owned();
     let line = tagged_request_line(&messages, &json!({"invocationId": "inv-43", "requestId": 9}));
     assert_eq!((line["status"].as_u64(), line["requestId"].as_str()), (Some(404), Some(id.as_str())), "{line}");
     child.kill().unwrap();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_unknown_example_is_404_with_a_tagged_line() {
+    an_unknown_example_is_refused_with_a_tagged_line(
+        env!("CARGO_BIN_EXE_example-routes"),
+        "examples",
+        |server, example| {
+            let list =
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": crate::common::with_meta(json!({}))});
+            server
+                .post_to(&format!("/api/examples?example={example}"), list.to_string())
+                .header("MCP-Protocol-Version", "2026-07-28")
+                .header("Mcp-Method", "tools/list")
+        },
+    )
+    .await;
+}
+
+/// The protected-resource metadata function, which publishes a document per example route.
+#[tokio::test]
+async fn unknown_example_metadata_is_404_with_a_tagged_line() {
+    an_unknown_example_is_refused_with_a_tagged_line(
+        env!("CARGO_BIN_EXE_oauth-protected-resource"),
+        "metadata",
+        |server, example| server.request("GET", &format!("/.well-known/oauth-protected-resource?example={example}")),
+    )
+    .await;
 }
