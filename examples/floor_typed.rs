@@ -1,9 +1,9 @@
 //! The least a JSON-RPC server can do with typed messages: `floor_json.rs` without the `Value`.
 //! The body is read into borrowed structs that keep only the `id` and the echo argument (every
 //! other member is skipped as it is parsed), and the answer is written from structs. No header
-//! checks, no validation, no log line, no dispatch. Its cost beyond the floor is a lower bound for
-//! any server that parses its requests at all; the MCP server's request path is typed the same way,
-//! and does its own work besides.
+//! checks, no validation, no log line, no dispatch. Its cost beyond the floor is about the least a
+//! server pays to parse its requests at all; the MCP server reads the message typed too, but its
+//! `arguments` and `_meta` into values, and does its own work besides.
 
 #[path = "support/floors.rs"]
 mod floors;
@@ -79,7 +79,7 @@ struct Arguments<'a> {
     message: Cow<'a, str>,
 }
 
-/// The echo tool's answer, the same bytes `floor_json.rs` writes.
+/// The echo tool's answer: the members of `floors::ECHO`, in the order the MCP server writes them.
 #[derive(Serialize)]
 struct Answer<'a> {
     jsonrpc: &'static str,

@@ -78,7 +78,10 @@ impl McpServer {
                 self.private_if_filtered(&mut result, self.tools.iter().any(|t| !t.scopes.is_empty()));
                 Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
-            "tools/call" if !self.tools.is_empty() => self.call_tool(ctx, CallToolParams::parse(params)?).await,
+            "tools/call" if !self.tools.is_empty() => {
+                let params = CallToolParams::parse(params)?;
+                self.call_tool(ctx, params).await
+            }
             "resources/list" if self.has_resources() => {
                 let listing: Vec<Value> = self
                     .resources
@@ -103,13 +106,17 @@ impl McpServer {
                 complete(result)
             }
             "resources/read" if self.has_resources() => {
-                self.read_resource(ctx, ReadResourceParams::parse(params)?).await
+                let params = ReadResourceParams::parse(params)?;
+                self.read_resource(ctx, params).await
             }
             "prompts/list" if !self.prompts.is_empty() => {
                 let listing: Vec<Value> = self.prompts.iter().map(|p| json!(p.prompt)).collect();
                 complete(self.page(params, "prompts", listing.iter(), CacheableMethod::PromptsList)?)
             }
-            "prompts/get" if !self.prompts.is_empty() => self.get_prompt(ctx, GetPromptParams::parse(params)?).await,
+            "prompts/get" if !self.prompts.is_empty() => {
+                let params = GetPromptParams::parse(params)?;
+                self.get_prompt(ctx, params).await
+            }
             "completion/complete" if !self.completions.is_empty() => {
                 complete(self.complete(CompleteParams::parse(params)?)?)
             }
@@ -199,63 +206,76 @@ impl McpServer {
         Ok((start, (start + self.page_size).min(total)))
     }
 
-    async fn call_tool(&self, ctx: RequestContext, params: CallToolParams<'_>) -> Result<Reply, McpError> {
-        let name = params.name;
-        let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
-        if !self.may_use(&ctx.principal, tool) {
-            // Defence in depth: the transport refuses with 403 before dispatch.
-            return tool_reply(CallToolResult::error(format!(
-                "insufficient scope: {name} requires {}",
-                tool.scopes.join(" ")
-            )));
-        }
-        let empty = Value::Object(Map::new());
-        let given = params.arguments.unwrap_or(&empty);
-        // Validated where they are, and handed to the handler where they are unless a member
-        // must be dropped (or a task must keep them).
-        let input_schema = tool.input_schema.compiled();
-        if let Err(problem) = input_schema.validate_arguments(given) {
-            return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
-        }
-        let arguments = input_schema.known_arguments(given);
-        let as_task = match tool.task_support {
-            TaskSupport::Forbidden => false,
-            TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
-            TaskSupport::Required if !ctx.has_extension(TASKS_EXTENSION) => return Err(tasks::extension_required()),
-            TaskSupport::Required => true,
-        };
-        if as_task {
-            // Boxed: the task path's futures are large, and inline they would size every call's.
-            let Value::Object(arguments) = arguments.into_owned() else {
-                unreachable!("CallToolParams keeps objects only")
-            };
-            return Box::pin(self.call_tool_as_task(tool, ctx, arguments)).await;
-        }
-        let span = ctx.span.execute_tool_span(name);
-        let started = std::time::Instant::now();
-        let outcome = span.in_context((tool.handler)(ctx, arguments.as_ref())).await;
-        let said = crate::handler::mark_tool_span(&span, &outcome);
-        span.end();
-        if let Some(telemetry) = span.telemetry() {
-            let series = vec![("gen_ai.tool.name", name.to_owned().into()), ("mcp.outcome", said.into())];
-            telemetry.record(crate::telemetry::TOOL_DURATION, series, started.elapsed());
-        }
-        match outcome {
-            Ok(Outcome::Complete(result)) => {
-                if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
-                    let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
-                    if schema.compiled().validate(structured).is_err() {
-                        // A server bug, not the caller's: never send output that breaks the contract.
-                        return Err(McpError::internal(format!(
-                            "Internal error: tool {name} produced output that does not match its outputSchema"
-                        )));
-                    }
-                }
-                tool_reply(result)
+    // A function returning an `async move` block, not an `async fn`: an `async fn` whose
+    // by-value argument is borrowed before an await stores it twice (as captured and as a local),
+    // and this argument is the request context, a few hundred bytes in the future of every tool
+    // call. Held once, the boxed future of a request stays small enough for glibc's per-thread
+    // cache (docs/performance.md, "A typed floor"). Hence the lint's exception, here and on the
+    // two below.
+    #[allow(clippy::manual_async_fn)]
+    fn call_tool<'a>(
+        &'a self,
+        ctx: RequestContext,
+        params: CallToolParams<'a>,
+    ) -> impl Future<Output = Result<Reply, McpError>> + Send + 'a {
+        async move {
+            let name = params.name;
+            let tool = self.tool_index.get(name).map(|&i| &self.tools[i]).ok_or_else(|| unknown_tool(name))?;
+            if !self.may_use(&ctx.principal, tool) {
+                // Defence in depth: the transport refuses with 403 before dispatch.
+                return tool_reply(CallToolResult::error(format!(
+                    "insufficient scope: {name} requires {}",
+                    tool.scopes.join(" ")
+                )));
             }
-            Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
-            Err(ToolError::Execution(message)) => tool_reply(CallToolResult::error(message)),
-            Err(ToolError::Protocol(error)) => Err(error),
+            let empty = Value::Object(Map::new());
+            let given = params.arguments.unwrap_or(&empty);
+            // Validated where they are, and handed to the handler where they are unless a member
+            // must be dropped (or a task must keep them).
+            let input_schema = tool.input_schema.compiled();
+            if let Err(problem) = input_schema.validate_arguments(given) {
+                return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
+            }
+            let arguments = input_schema.known_arguments(given);
+            let as_task = match tool.task_support {
+                TaskSupport::Forbidden => false,
+                TaskSupport::Optional => ctx.has_extension(TASKS_EXTENSION) && self.tasks.is_some(),
+                TaskSupport::Required if !ctx.has_extension(TASKS_EXTENSION) => return Err(tasks::extension_required()),
+                TaskSupport::Required => true,
+            };
+            if as_task {
+                // Boxed: the task path's futures are large, and inline they would size every call's.
+                let Value::Object(arguments) = arguments.into_owned() else {
+                    unreachable!("CallToolParams keeps objects only")
+                };
+                return Box::pin(self.call_tool_as_task(tool, ctx, arguments)).await;
+            }
+            let span = ctx.span.execute_tool_span(name);
+            let started = std::time::Instant::now();
+            let outcome = span.in_context((tool.handler)(ctx, arguments.as_ref())).await;
+            let said = crate::handler::mark_tool_span(&span, &outcome);
+            span.end();
+            if let Some(telemetry) = span.telemetry() {
+                let series = vec![("gen_ai.tool.name", name.to_owned().into()), ("mcp.outcome", said.into())];
+                telemetry.record(crate::telemetry::TOOL_DURATION, series, started.elapsed());
+            }
+            match outcome {
+                Ok(Outcome::Complete(result)) => {
+                    if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
+                        let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
+                        if schema.compiled().validate(structured).is_err() {
+                            // A server bug, not the caller's: never send output that breaks the contract.
+                            return Err(McpError::internal(format!(
+                                "Internal error: tool {name} produced output that does not match its outputSchema"
+                            )));
+                        }
+                    }
+                    tool_reply(result)
+                }
+                Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
+                Err(ToolError::Execution(message)) => tool_reply(CallToolResult::error(message)),
+                Err(ToolError::Protocol(error)) => Err(error),
+            }
         }
     }
 
@@ -320,46 +340,69 @@ impl McpServer {
         }
     }
 
-    async fn read_resource(&self, ctx: RequestContext, params: ReadResourceParams<'_>) -> Result<Reply, McpError> {
-        let uri = params.uri;
-        if let Some(required) = self.missing_resource_scopes(&ctx.principal, uri) {
-            // Defence in depth: the transport refuses with 403 before dispatch.
-            return Err(McpError::new(
-                ErrorCode::INVALID_PARAMS,
-                http::StatusCode::FORBIDDEN,
-                format!("insufficient scope: reading this resource requires {}", required.join(" ")),
-            ));
-        }
-        let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
-            let entry = &self.resources[i];
-            ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)
-        } else if let Some((entry, vars)) = self.templates.iter().find_map(|t| t.matcher.matches(uri).map(|v| (t, v))) {
-            ((entry.handler)(ctx, uri.to_owned(), vars).await?, None)
-        } else {
-            return Err(resource_not_found(uri, ctx.era));
-        };
-        match outcome {
-            Outcome::Complete(contents) => {
-                let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
-                let mut result = json!({ "contents": contents });
-                self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
-                Ok(Reply::Complete(into_map(result)))
+    /// As [`McpServer::call_tool`], a function returning its future (one copy of the context).
+    #[allow(clippy::manual_async_fn)]
+    fn read_resource<'a>(
+        &'a self,
+        ctx: RequestContext,
+        params: ReadResourceParams<'a>,
+    ) -> impl Future<Output = Result<Reply, McpError>> + Send + 'a {
+        async move {
+            let uri = params.uri;
+            if let Some(required) = self.missing_resource_scopes(&ctx.principal, uri) {
+                // Defence in depth: the transport refuses with 403 before dispatch.
+                return Err(McpError::new(
+                    ErrorCode::INVALID_PARAMS,
+                    http::StatusCode::FORBIDDEN,
+                    format!("insufficient scope: reading this resource requires {}", required.join(" ")),
+                ));
             }
-            Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+            let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
+                let entry = &self.resources[i];
+                ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)
+            } else if let Some((entry, vars)) =
+                self.templates.iter().find_map(|t| t.matcher.matches(uri).map(|v| (t, v)))
+            {
+                ((entry.handler)(ctx, uri.to_owned(), vars).await?, None)
+            } else {
+                return Err(resource_not_found(uri, ctx.era));
+            };
+            match outcome {
+                Outcome::Complete(contents) => {
+                    let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
+                    let mut result = json!({ "contents": contents });
+                    self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
+                    Ok(Reply::Complete(into_map(result)))
+                }
+                Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+            }
         }
     }
 
-    async fn get_prompt(&self, ctx: RequestContext, params: GetPromptParams<'_>) -> Result<Reply, McpError> {
-        let GetPromptParams { name, arguments } = params;
-        let entry = self.prompt_index.get(name).map(|&i| &self.prompts[i]).ok_or_else(|| {
-            McpError::invalid_params(format!("Prompt {} not found", crate::protocol::error::truncate_for_message(name)))
-        })?;
-        if let Some(missing) = entry.prompt.arguments.iter().find(|a| a.required && !arguments.contains_key(&a.name)) {
-            return Err(McpError::invalid_params(format!("Missing required argument: {}", missing.name)));
-        }
-        match (entry.handler)(ctx, arguments).await? {
-            Outcome::Complete(result) => Ok(Reply::Complete(into_map(json!(result)))),
-            Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+    /// As [`McpServer::call_tool`], a function returning its future (one copy of the context).
+    #[allow(clippy::manual_async_fn)]
+    fn get_prompt<'a>(
+        &'a self,
+        ctx: RequestContext,
+        params: GetPromptParams<'a>,
+    ) -> impl Future<Output = Result<Reply, McpError>> + Send + 'a {
+        async move {
+            let GetPromptParams { name, arguments } = params;
+            let entry = self.prompt_index.get(name).map(|&i| &self.prompts[i]).ok_or_else(|| {
+                McpError::invalid_params(format!(
+                    "Prompt {} not found",
+                    crate::protocol::error::truncate_for_message(name)
+                ))
+            })?;
+            if let Some(missing) =
+                entry.prompt.arguments.iter().find(|a| a.required && !arguments.contains_key(&a.name))
+            {
+                return Err(McpError::invalid_params(format!("Missing required argument: {}", missing.name)));
+            }
+            match (entry.handler)(ctx, arguments).await? {
+                Outcome::Complete(result) => Ok(Reply::Complete(into_map(json!(result)))),
+                Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
+            }
         }
     }
 

@@ -48,6 +48,16 @@ struct Function {
     dir: std::path::PathBuf,
 }
 
+/// The function process is killed and its directory removed however the test ends, so a failed
+/// assertion leaves no server behind.
+impl Drop for Function {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn launch(executable: &str, name: &str) -> Function {
     let dir = std::env::temp_dir().join(format!("vercel-ipc-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -68,9 +78,11 @@ fn launch(executable: &str, name: &str) -> Function {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = next(&messages, "server-started");
+    let function =
+        Function { child, messages, server: crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() }, dir };
+    let started = next(&function.messages, "server-started");
     assert_eq!(started["payload"]["httpPort"], port);
-    Function { child, messages, server: crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() }, dir }
+    function
 }
 
 /// The request line logged for the invocation `context`, decoded.
@@ -91,7 +103,8 @@ fn tagged_request_line(messages: &mpsc::Receiver<Value>, context: &Value) -> Val
 
 #[tokio::test]
 async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_request() {
-    let Function { mut child, messages, server, dir } = launch(env!("CARGO_BIN_EXE_mcp"), "mcp");
+    let mut function = launch(env!("CARGO_BIN_EXE_mcp"), "mcp");
+    let (messages, server) = (&function.messages, &function.server);
     let reply = server
         .modern(json!(1), "tools/call", json!({"name": "echo", "arguments": {"message": "hi"}}))
         .header("x-vercel-internal-invocation-id", "inv-41")
@@ -139,16 +152,14 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
             .trim()
             .to_owned()
     };
-    let refused = tagged_request_line(&messages, &json!({"invocationId": "inv-42", "requestId": 8}));
+    let refused = tagged_request_line(messages, &json!({"invocationId": "inv-42", "requestId": 8}));
     assert_eq!((refused["event"].as_str(), refused["status"].as_u64()), (Some("request"), Some(413)), "{refused}");
     assert_eq!(refused["requestId"], refused_id.as_str(), "the line carries the id the answer does");
 
-    child.kill().unwrap();
+    function.child.kill().unwrap();
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    let _ = child.wait();
+    function.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(!stderr.contains("\"event\":\"request\""), "the request line is not also on standard error: {stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A function that routes by example serves one it knows (`ask` builds the request for an
@@ -159,21 +170,19 @@ async fn an_unknown_example_is_refused_with_a_tagged_line(
     name: &str,
     ask: fn(&crate::common::TestServer, &str) -> crate::common::Call,
 ) {
-    let Function { mut child, messages, server, dir } = launch(executable, name);
-    let known = ask(&server, "minimal").send().await;
+    let function = launch(executable, name);
+    let (messages, server) = (&function.messages, &function.server);
+    let known = ask(server, "minimal").send().await;
     assert_eq!(known.status, 200, "{name} serves a known example: {}", known.text());
-    let reply = ask(&server, "nope")
+    let reply = ask(server, "nope")
         .header("x-vercel-internal-invocation-id", "inv-43")
         .header("x-vercel-internal-request-id", "9")
         .send()
         .await;
     assert_eq!(reply.status, 404, "{name}: {}", reply.text());
     let id = reply.header("x-mcp-request-id").expect("the answer's request id").to_owned();
-    let line = tagged_request_line(&messages, &json!({"invocationId": "inv-43", "requestId": 9}));
+    let line = tagged_request_line(messages, &json!({"invocationId": "inv-43", "requestId": 9}));
     assert_eq!((line["status"].as_u64(), line["requestId"].as_str()), (Some(404), Some(id.as_str())), "{line}");
-    child.kill().unwrap();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
@@ -182,8 +191,8 @@ async fn an_unknown_example_is_404_with_a_tagged_line() {
         env!("CARGO_BIN_EXE_example-routes"),
         "examples",
         |server, example| {
-            let list =
-                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": crate::common::with_meta(json!({}))});
+            let params = crate::common::with_meta(json!({}));
+            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
             server
                 .post_to(&format!("/api/examples?example={example}"), list.to_string())
                 .header("MCP-Protocol-Version", "2026-07-28")
