@@ -232,7 +232,23 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
     let connections = Arc::new(tokio::sync::Semaphore::new(routes.limits.max_connections));
     loop {
         let permit = connections.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let (stream, _) = listener.accept().await?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors (the connection cap can be above the process's limit),
+                // or a connection reset before it was taken: neither ends the server. The pause
+                // keeps a full descriptor table from being spun on while connections close.
+                #[derive(serde::Serialize)]
+                struct AcceptFields {
+                    error: String,
+                }
+                let fields = AcceptFields { error: format!("{:?}", error.kind()) };
+                routes.mcp.logger.event_of("warn", "accept.failed", &fields);
+                drop(permit);
+                tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let routes = routes.clone();
         tokio::spawn(async move {
@@ -280,6 +296,9 @@ struct Activity {
 }
 
 const BUSY: u64 = u64::MAX;
+
+/// How long the accept loop waits after a failed `accept` before it tries again.
+const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Activity {
     fn new() -> Self {

@@ -137,6 +137,10 @@ impl std::fmt::Debug for AuthConfig {
 pub enum Refusal {
     /// 401 `invalid_token` (missing, malformed, unverifiable, expired or foreign token).
     InvalidToken(&'static str),
+    /// 401 `invalid_token` for a caller who sent no token (`optional` mode) to a tool or resource
+    /// that needs scopes, naming them: a token is what is missing, not a scope of one (RFC 6750
+    /// §3.1), and a 401 is what starts a client's authorization flow.
+    TokenRequired(Vec<String>),
     /// 403 `insufficient_scope`, naming the scopes needed.
     InsufficientScope(Vec<String>),
 }
@@ -340,6 +344,9 @@ impl Authenticator {
         let (status, error, description, scopes) = match refusal {
             Refusal::InvalidToken(description) => {
                 (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes)
+            }
+            Refusal::TokenRequired(scopes) => {
+                (StatusCode::UNAUTHORIZED, "invalid_token", "a bearer token is required", scopes)
             }
             Refusal::InsufficientScope(scopes) => {
                 (StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope", scopes)

@@ -10,13 +10,20 @@ use std::time::Duration;
 
 use crate::state::Clock;
 
-/// Parses a JWKS document into keys by `kid`. Keys without a `kid`, or of a kind the verifier
-/// does not support, are skipped.
+/// Parses a JWKS document into keys by `kid`. Keys without a `kid`, of a kind the verifier
+/// does not support, or published for something other than verifying signatures (`use` other
+/// than `sig`, `key_ops` without `verify`: RFC 7517 §4.2, §4.3), are skipped.
 pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+    use jsonwebtoken::jwk::{KeyOperations, PublicKeyUse};
     let set: JwkSet = serde_json::from_slice(document).map_err(|_| "not a JWKS document".to_owned())?;
     let mut keys = HashMap::new();
     for jwk in &set.keys {
         let Some(kid) = jwk.common.key_id.clone() else { continue };
+        let for_signatures = !matches!(&jwk.common.public_key_use, Some(usage) if *usage != PublicKeyUse::Signature)
+            && jwk.common.key_operations.as_ref().is_none_or(|ops| ops.contains(&KeyOperations::Verify));
+        if !for_signatures {
+            continue;
+        }
         let algorithm = match (&jwk.algorithm, jwk.common.key_algorithm) {
             (_, Some(alg)) => match signing_algorithm(alg) {
                 Some(alg) => alg,
@@ -73,6 +80,8 @@ pub struct JwksCache {
 struct CacheState {
     keys: Arc<HashMap<String, (DecodingKey, Algorithm)>>,
     fetched_at: Option<u64>,
+    /// Fetches made so far: a request that waited for another's fetch sees this change.
+    fetches: u64,
 }
 
 impl JwksCache {
@@ -83,13 +92,14 @@ impl JwksCache {
 
     pub(crate) async fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
         let now = self.clock.now_ms();
-        let (cached, fresh, may_refetch) = {
+        let (cached, fresh, may_refetch, seen) = {
             let state = self.state.lock().expect("jwks lock");
             let age = state.fetched_at.map(|at| now.saturating_sub(at));
             (
                 state.keys.get(kid).cloned(),
                 age.is_some_and(|a| a < self.ttl.as_millis() as u64),
                 age.is_none_or(|a| a >= self.min_refetch.as_millis() as u64),
+                state.fetches,
             )
         };
         if let (Some(key), true) = (&cached, fresh) {
@@ -97,8 +107,10 @@ impl JwksCache {
         }
         if !fresh || may_refetch {
             let _guard = self.fetching.lock().await;
-            // Another request may have refreshed the cache while this one waited.
-            let refreshed = self.state.lock().expect("jwks lock").fetched_at.is_some_and(|at| at >= now);
+            // A fetch made while this request waited is as recent as its own would be. (Comparing
+            // times would not do: a fetch is stamped when it starts, so every request that arrived
+            // during a slow fetch would fetch again, one after another.)
+            let refreshed = self.state.lock().expect("jwks lock").fetches != seen;
             if !refreshed {
                 self.fetch().await;
             }
@@ -113,6 +125,7 @@ impl JwksCache {
         let mut state = self.state.lock().expect("jwks lock");
         // Even a failed fetch counts for the rate limit; keys already held stay usable.
         state.fetched_at = Some(now);
+        state.fetches += 1;
         if let Ok(response) = fetched {
             if response.status.is_success() {
                 if let Ok(keys) = parse_jwks(&response.body) {
@@ -126,6 +139,32 @@ impl JwksCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_keys_published_for_signatures_are_kept() {
+        let jwks = include_str!("../../tests/fixtures/jwks.json");
+        let mut document: serde_json::Value = serde_json::from_str(jwks).unwrap();
+        let key = document["keys"][0].clone();
+        let with = |extra: serde_json::Value| {
+            let mut key = key.clone();
+            for published in ["alg", "use", "key_ops"] {
+                key.as_object_mut().unwrap().remove(published);
+            }
+            key.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            key
+        };
+        document["keys"] = serde_json::json!([
+            with(serde_json::json!({"kid": "plain"})),
+            with(serde_json::json!({"kid": "sig", "use": "sig"})),
+            with(serde_json::json!({"kid": "verify", "key_ops": ["verify"]})),
+            with(serde_json::json!({"kid": "enc", "use": "enc"})),
+            with(serde_json::json!({"kid": "encrypt", "key_ops": ["encrypt"]})),
+        ]);
+        let keys = parse_jwks(document.to_string().as_bytes()).unwrap();
+        let mut kept: Vec<&str> = keys.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["plain", "sig", "verify"], "keys for encryption never verify a token");
+    }
 
     #[test]
     fn key_encryption_algorithms_never_verify() {

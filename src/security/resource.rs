@@ -67,9 +67,10 @@ impl CanonicalResource {
         self.metadata_url.clone()
     }
 
-    /// Whether a token's audience names this resource (after the same normalisation).
+    /// Whether a token's audience names this resource (after the same normalisation). A blank
+    /// audience names nothing: the default that stands in for an unset variable is not a token's.
     pub fn matches(&self, audience: &str) -> bool {
-        Self::resolve(Some(audience)).is_ok_and(|other| other.url == self.url)
+        !audience.trim().is_empty() && Self::resolve(Some(audience)).is_ok_and(|other| other.url == self.url)
     }
 }
 
@@ -96,5 +97,9 @@ mod tests {
         assert!(pinned.matches("https://mcp.example.com:8443/api/mcp/"));
         assert!(!pinned.matches("https://other.example/api/mcp"));
         assert!(!pinned.matches("https://mcp.example.com:8443/api/mcp/extra"));
+        for blank in ["", "  ", "\t"] {
+            assert!(!default.matches(blank), "a blank audience does not name the default resource: {blank:?}");
+        }
+        assert!(default.matches(DEFAULT_RESOURCE_URL));
     }
 }

@@ -299,15 +299,20 @@ impl TaskService {
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When
-    /// none remain outstanding the task resumes; the record returned is the one to run.
+    /// this call answers the last of them the task resumes, and the record returned is the one to
+    /// run. Only that call resumes it: a repeated update (a retry, or one racing the first) finds
+    /// the task working already and returns `None`, so the handler never runs twice for a round.
     pub async fn update(
         &self,
         principal: &Principal,
         task_id: &str,
         responses: &Map<String, Value>,
     ) -> Result<Option<TaskRecord>, McpError> {
+        // Set by the attempt that is stored: a retried compare-and-set decides afresh.
+        let resumes = std::sync::atomic::AtomicBool::new(false);
         let updated = self
             .modify(principal.id(), task_id, |record| {
+                resumes.store(false, std::sync::atomic::Ordering::Relaxed);
                 if record.status != TaskStatus::InputRequired {
                     return false;
                 }
@@ -320,16 +325,14 @@ impl TaskService {
                 }
                 if changed && record.input_requests.is_empty() {
                     record.status = TaskStatus::Working;
+                    resumes.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 changed
             })
             .await
             .map_err(self.store_fault("answer"))?
             .ok_or_else(not_found)?;
-        Ok((updated.status == TaskStatus::Working
-            && updated.input_requests.is_empty()
-            && !updated.input_responses.is_empty())
-        .then_some(updated))
+        Ok(resumes.into_inner().then_some(updated))
     }
 
     /// Resumes a task whose inputs are all answered.
@@ -412,6 +415,34 @@ mod tests {
     use super::*;
     use crate::observe::{Logger, MemorySink};
     use crate::state::{LocalBus, ManualClock, Sealer, SeededRandom};
+
+    /// The update that answers a task's last request resumes it; the same update sent again (a
+    /// retry), an empty one, or one after it finished resumes nothing.
+    #[tokio::test]
+    async fn only_the_update_that_answers_the_last_request_resumes_the_task() {
+        let clock = Arc::new(ManualClock::new(0));
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let service =
+            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let record: TaskRecord = serde_json::from_value(serde_json::json!({
+            "version": 0, "taskId": "t1", "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
+            "tool": "ask", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
+            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}}
+        }))
+        .unwrap();
+        store.create(&record).await.unwrap();
+        let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
+
+        assert_eq!(service.update(&alice, "t1", &answer("a")).await.unwrap(), None, "one request still open");
+        let resumed = service.update(&alice, "t1", &answer("b")).await.unwrap().expect("the last answer resumes");
+        assert_eq!((resumed.status, resumed.input_responses.len()), (TaskStatus::Working, 2));
+        for again in [answer("b"), answer("a"), Map::new()] {
+            assert_eq!(service.update(&alice, "t1", &again).await.unwrap(), None, "resumed once only: {again:?}");
+        }
+        let bob = Principal::verified(Some("bob"), None, vec![]);
+        assert!(service.update(&bob, "t1", &answer("b")).await.is_err(), "another principal's task is not found");
+    }
 
     #[test]
     fn contention_is_an_answer_and_an_outage_a_logged_fault() {

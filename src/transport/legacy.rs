@@ -254,9 +254,11 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
         }
         Err(error) => {
             // 2025-11-25 ties no status to JSON-RPC errors on a POST response; keep the
-            // modern statuses only for transport-level failures.
+            // modern statuses only for transport-level failures. A 404 above all: to a client
+            // holding a session id it says the session is gone, and the client starts over
+            // (and would again, at the next unknown method or resource).
             let mut reply = super::error_reply(Some(&id), &error);
-            if reply.status == StatusCode::INTERNAL_SERVER_ERROR {
+            if matches!(reply.status, StatusCode::INTERNAL_SERVER_ERROR | StatusCode::NOT_FOUND) {
                 reply.status = StatusCode::OK;
             }
             reply

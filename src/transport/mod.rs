@@ -568,7 +568,8 @@ pub(crate) fn platform_token(app: &App, headers: &http::HeaderMap) -> Option<Str
 }
 
 /// A 403 `insufficient_scope` for a `tools/call` or `resources/read` whose tool or resource needs
-/// scopes the caller lacks, decided before anything runs.
+/// scopes the caller's token lacks, decided before anything runs; a 401 naming them for a caller
+/// with no token (`optional` mode).
 pub(crate) fn scope_refusal(
     app: &App,
     principal: &Principal,
@@ -580,7 +581,11 @@ pub(crate) fn scope_refusal(
         "resources/read" => app.server.missing_resource_scopes(principal, params.get("uri")?.as_str()?)?,
         _ => return None,
     };
-    Some(auth::refusal_response(&app.auth, &crate::security::Refusal::InsufficientScope(required)))
+    let refusal = match principal.is_verified() {
+        true => crate::security::Refusal::InsufficientScope(required),
+        false => crate::security::Refusal::TokenRequired(required),
+    };
+    Some(auth::refusal_response(&app.auth, &refusal))
 }
 
 /// Runs a handler future, turning a panic into `-32603` with a correlation id so one faulty
@@ -654,8 +659,7 @@ where
             Some(joined) => joined.extend_from_slice(&data),
             None if first.is_empty() => first = data,
             None => {
-                // Room for the whole declared body at once (a chunked one grows as it comes).
-                let mut both = bytes::BytesMut::with_capacity(read.max(declared));
+                let mut both = bytes::BytesMut::with_capacity(join_capacity(read, declared));
                 both.extend_from_slice(&std::mem::take(&mut first));
                 both.extend_from_slice(&data);
                 joined = Some(both);
@@ -665,6 +669,17 @@ where
     Ok(joined.map_or(first, bytes::BytesMut::freeze))
 }
 
+/// The most a joined body reserves ahead of the bytes that arrived.
+const JOIN_RESERVE_MAX: usize = 64 * 1024;
+
+/// Room for a body being joined, `read` bytes of `declared` in: the whole declared body when it
+/// is small, else no more than [`JOIN_RESERVE_MAX`] ahead of what arrived, so a head that
+/// declares a large body and then trickles it in holds buffers for what was sent, not for what
+/// was promised (a chunked body, which declares nothing, grows as it comes).
+fn join_capacity(read: usize, declared: usize) -> usize {
+    read.max(declared.min(read.saturating_add(JOIN_RESERVE_MAX)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,6 +687,15 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     type Chunks = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>>;
+
+    #[test]
+    fn a_joined_body_reserves_for_what_arrived_not_what_was_promised() {
+        assert_eq!(join_capacity(300, 900), 900, "a small declared body is reserved whole");
+        assert_eq!(join_capacity(2, 1 << 20), 2 + JOIN_RESERVE_MAX, "two bytes of a promised MiB");
+        assert_eq!(join_capacity(1_000_000, 1 << 20), 1 << 20, "the rest is within reach: reserved whole");
+        assert_eq!(join_capacity(500_000, 1 << 20), 500_000 + JOIN_RESERVE_MAX, "grows with what arrives");
+        assert_eq!(join_capacity(500, 0), 500, "a chunked body declares nothing");
+    }
 
     /// A body in the given frames, with no declared length (as a chunked request's).
     fn chunks(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> Chunks {

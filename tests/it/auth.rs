@@ -291,6 +291,12 @@ async fn optional_mode_admits_anonymous_callers_but_not_bad_tokens() {
     assert_eq!(tool_names(&env.list_tools(None).await), ["echo"], "anonymous callers hold no scopes");
     let bad = env.server.modern(json!(1), "tools/list", json!({})).header("Authorization", "Bearer nope").send().await;
     assert_eq!(bad.status, 401, "an invalid token is refused, never downgraded to anonymous");
+    // A scoped tool called with no token: what is missing is a token, so 401 and a challenge
+    // naming the tool's scopes (which is what starts a client's authorization flow), not 403.
+    let call = json!({"name": "submit_job", "arguments": {"steps": 1}});
+    let anonymous = env.server.modern(json!(1), "tools/call", call).send().await;
+    assert_refused(&anonymous, 401, "invalid_token", "");
+    assert_eq!(challenge(&anonymous)["scope"], "mcp:read mcp:write", "{}", anonymous.text());
 }
 
 #[tokio::test]
@@ -603,7 +609,7 @@ async fn the_metadata_lists_the_route_and_tool_scopes() {
 /// Resources carry scopes like tools: db-adapter's `product://{product_id}` needs `mcp:read`, as
 /// its tools do. A caller without it does not see the template listed, and a read is refused
 /// with the same 403 `insufficient_scope` challenge as a tool call, before the handler runs;
-/// in `optional` mode an anonymous caller (no scopes) is refused too.
+/// in `optional` mode an anonymous caller (no token) is refused too, with a 401 naming the scope.
 #[tokio::test]
 async fn resources_are_listed_and_read_only_with_their_scopes() {
     for mode in ["required", "optional"] {
@@ -620,8 +626,9 @@ async fn resources_are_listed_and_read_only_with_their_scopes() {
         let callers = if mode == "optional" { vec![none.clone(), None] } else { vec![none.clone()] };
         for caller in callers {
             let read = send("resources/read", json!({"uri": "product://1"}), caller.clone()).await;
-            assert_eq!(read.status, 403, "{mode} {caller:?}: {}", read.text());
-            assert_eq!(challenge(&read)["error"], "insufficient_scope");
+            let (status, error) = if caller.is_some() { (403, "insufficient_scope") } else { (401, "invalid_token") };
+            assert_eq!(read.status, status, "{mode} {caller:?}: {}", read.text());
+            assert_eq!(challenge(&read)["error"], error);
             assert_eq!(challenge(&read)["scope"], "mcp:read");
             assert!(!read.text().contains("found"), "no row in the refusal");
             let templates = send("resources/templates/list", json!({}), caller.clone()).await.json();
@@ -753,6 +760,67 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     assert!(!verify(signed("test-rsa-1")).await, "a key the JWKS no longer lists is refused");
     assert!(verify(signed("test-rsa-2")).await);
     assert_eq!(fetches.load(Ordering::SeqCst), 4);
+}
+
+/// A burst of tokens naming unknown `kid`s while a refetch is under way costs that one fetch: the
+/// requests that waited for it use its answer, whatever the clock read when each arrived.
+#[tokio::test]
+async fn requests_waiting_for_a_jwks_refetch_do_not_fetch_again() {
+    use std::sync::atomic::AtomicBool;
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (hold, release) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
+    let (counter, held, released) = (fetches.clone(), hold.clone(), release.clone());
+    let addr = common::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let (held, released) = (held.clone(), released.clone());
+        async move {
+            if held.load(Ordering::SeqCst) {
+                released.notified().await;
+            }
+            (200, bytes::Bytes::from(JWKS))
+        }
+    })
+    .await;
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", format!("http://{addr}/jwks.json")),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    let config = Parts::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap();
+    let now = vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
+    let signed = |kid: &str| rs256(&claims(json!({"iat": now, "exp": now + 600})), kid);
+    assert!(config.settings.auth.verify(&signed("test-rsa-1")).await.is_ok(), "the first fetch");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+
+    // Past the refetch floor, one unknown kid starts a refetch that the JWKS answers slowly.
+    clock.advance_ms(31_000);
+    hold.store(true, Ordering::SeqCst);
+    let first = tokio::spawn({
+        let (auth, token) = (config.settings.auth.clone(), signed("unknown-0"));
+        async move { auth.verify(&token).await.is_ok() }
+    });
+    while fetches.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // More arrive while it is under way, each a little later by the clock.
+    let mut waiting = Vec::new();
+    for i in 1..=8 {
+        clock.advance_ms(1);
+        let (auth, token) = (config.settings.auth.clone(), signed(&format!("unknown-{i}")));
+        waiting.push(tokio::spawn(async move { auth.verify(&token).await.is_ok() }));
+    }
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    hold.store(false, Ordering::SeqCst);
+    release.notify_one();
+    assert!(!first.await.unwrap(), "an unknown kid is refused");
+    for request in waiting {
+        assert!(!request.await.unwrap(), "an unknown kid is refused");
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one refetch for the whole burst");
 }
 
 /// The token checks the matrix above does not reach: `iat` more than a minute ahead, the size

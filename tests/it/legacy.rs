@@ -69,6 +69,16 @@ async fn legacy_shapes_and_codes() {
     assert_eq!(call.json()["result"], json!({"content":[{"type":"text","text":"old"}]}));
     let discover = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})).send().await;
     assert_eq!(discover.code(), -32601);
+    // Not 404, which to a client holding a session id says the session is gone (it would start
+    // over, and again at the next unknown method): the error is in the body, the status 200.
+    let session = session_declaring(&f, json!({})).await;
+    for (method, params, code) in
+        [("server/discover", json!({}), -32601), ("resources/read", json!({"uri": "test://missing"}), -32002)]
+    {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let reply = legacy(&f, body).header("Mcp-Session-Id", &session).send().await;
+        assert_eq!((reply.status, reply.code()), (200, code), "{method}");
+    }
     let unknown_response = legacy(&f, json!({"jsonrpc":"2.0","id":"srv-unknown","result":{}})).send().await;
     assert_eq!(unknown_response.status, 400);
     assert_eq!(f.server.request("GET", "/api/mcp").header("Accept", "text/event-stream").send().await.status, 405);

@@ -147,10 +147,10 @@ async fn keys_are_scoped_to_the_verified_caller() {
     assert_eq!(text(&call(&server, "create_item", args("other"), Some(&a)).await), alpha);
     assert_eq!(text(&call(&server, "create_item", args("other"), Some(&b)).await), bravo);
     // Anonymous callers hold no scopes, so the write is refused rather than landing in a
-    // namespace everyone shares.
+    // namespace everyone shares (401: what they lack is a token).
     let anonymous =
         server.modern(json!(1), "tools/call", json!({"name": "create_item", "arguments": args("anon")})).send().await;
-    assert_eq!(anonymous.status, 403);
+    assert_eq!(anonymous.status, 401);
     // Items belong to their creator: each caller lists and reads only its own.
     let listed = text(&call(&server, "list_items", json!({}), Some(&a)).await);
     assert_eq!(listed, json!([alpha]), "A sees only A's item");

@@ -540,3 +540,30 @@ async fn shutting_down_hands_work_back_at_once() {
 fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
+
+/// A job longer than one delivery's time budget defers again and again: each deferral puts its
+/// entry back on the stream at once, so running long is never counted as a failed delivery and
+/// never ends in the dead letters, however low the delivery limit.
+#[tokio::test]
+async fn a_job_longer_than_a_delivery_defers_without_using_up_its_deliveries() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-defer");
+    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(200) });
+    let jobs = world.jobs(&queue);
+    let sink = Arc::new(MemorySink::default());
+    let short = Consumer {
+        budget: Duration::from_millis(40),
+        ..(*world.consumer(&queue, Duration::from_millis(15), &sink)).clone()
+    };
+    let worker = tokio::spawn(queue.clone().work(Arc::new(short)));
+    let submitted = jobs.submit(&world.alice, 12, None).await.unwrap();
+    let status = finished(&jobs, &world.alice, &handle_of(&submitted), Duration::from_secs(10)).await;
+    queue.shut_down();
+    worker.await.unwrap();
+    assert_eq!((status["state"].as_str(), status["completedSteps"].as_u64()), (Some("done"), Some(12)), "{status}");
+    let deferrals = sink.lines().iter().filter(|l| l["event"] == "job.run" && l["result"] == "deferred").count();
+    assert!(deferrals >= 2, "the job took more deliveries than the limit allows failures: {deferrals}");
+    assert_eq!(world.command::<u64>(&["XLEN", queue.dead_letter_key()]).await, 0, "nothing dead-lettered");
+    assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "and its entry settled");
+    assert_eq!(logged_steps(&sink), (1..=12).collect::<Vec<u64>>(), "each step once");
+}

@@ -105,7 +105,7 @@ async fn without_authentication_every_call_is_denied() {
     let server = env_with(list.clone(), "optional").await;
     for arguments in [json!({"name": "x"}), json!({"name": "x", "principal": "user:demo"})] {
         let reply = add(&server, arguments, None).await;
-        assert!(reply.status == 403 || reply.json()["result"]["isError"] == true, "{}", reply.text());
+        assert!(reply.status == 401 || reply.json()["result"]["isError"] == true, "{}", reply.text());
     }
     assert!(list.names().is_empty());
 }

@@ -194,7 +194,11 @@ impl LocalQueue {
         };
         let mut state = self.state.lock().expect("queue lock");
         state.in_flight.remove(&receipt);
-        let retry = (!state.acked.remove(&receipt) && delivery.attempts < self.max_attempts).then_some(delivery);
+        // Deferred work (202: the consumer's time budget ran out mid-job) is not a failed attempt:
+        // it comes back until the job ends, which the job's deadline bounds. Failures count.
+        let deferred = status == StatusCode::ACCEPTED;
+        let retry =
+            (!state.acked.remove(&receipt) && (deferred || delivery.attempts < self.max_attempts)).then_some(delivery);
         (status, retry)
     }
 
@@ -479,6 +483,57 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(queue.pending_len(), 0, "acknowledged once, gone");
+    }
+
+    /// A job longer than one delivery's budget comes back as often as it defers, beyond the
+    /// attempts a failing delivery gets; failures are still dropped after those attempts.
+    #[tokio::test]
+    async fn deferred_work_is_not_a_failed_attempt() {
+        let queue = LocalQueue::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (acking, counter) = (queue.clone(), calls.clone());
+        queue.connect(Arc::new(move |request: Request<Bytes>| {
+            let (queue, counter) = (acking.clone(), counter.clone());
+            Box::pin(async move {
+                let mut response = Response::new(Body::empty());
+                if counter.fetch_add(1, Ordering::SeqCst) < 12 {
+                    *response.status_mut() = StatusCode::ACCEPTED;
+                } else {
+                    let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
+                    queue.ack(&lease(&receipt)).await.unwrap();
+                }
+                response
+            })
+        }));
+        let message = |steps| JobMessage {
+            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            owner_id: "sub:a".into(),
+            steps,
+            traceparent: None,
+        };
+        queue.publish(&message(1), None).await.unwrap();
+        for _ in 0..12 {
+            assert_eq!(queue.deliver_next().await, Some(StatusCode::ACCEPTED));
+            assert_eq!(queue.pending_len(), 1, "deferred, so back on the queue");
+        }
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
+        assert_eq!(queue.pending_len(), 0, "acknowledged at last");
+
+        let failing = LocalQueue::new();
+        failing.connect(Arc::new(|_: Request<Bytes>| {
+            Box::pin(async {
+                let mut response = Response::new(Body::empty());
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                response
+            })
+        }));
+        failing.publish(&message(1), None).await.unwrap();
+        let mut deliveries = 0;
+        while failing.deliver_next().await.is_some() {
+            deliveries += 1;
+            assert!(deliveries <= 8, "a failing delivery is retried a bounded number of times");
+        }
+        assert_eq!((deliveries, failing.pending_len()), (8, 0));
     }
 
     #[tokio::test]

@@ -19,7 +19,9 @@
 //! reclaim time, any instance claims it (`XCLAIM`) and resumes from the stored record, so no
 //! step runs twice. A message delivered more times than the limit goes to the dead-letter
 //! stream. On shutdown an instance stops reading and hands back what it holds (the entry is
-//! added again and the old one removed, in one script), so another instance resumes it at once.
+//! added again and the old one removed, in one script), so another instance resumes it at once;
+//! a delivery whose time budget ran out mid-job hands its entry back the same way, so a long job
+//! is never counted as failing.
 
 use redis::Script;
 use redis::aio::ConnectionManager;
@@ -88,10 +90,14 @@ return 1
 "#;
 
 /// Moves an entry to the dead letters, if this consumer could claim it (it is still pending and
-/// has been idle at least `ARGV[3]` ms, or `ARGV[3]` is 0 for an entry this consumer holds).
+/// has been idle at least `ARGV[3]` ms, or `ARGV[3]` is 0 for an entry this consumer holds). An
+/// entry it could not claim is left alone: its consumer touched it since it was listed, so it is
+/// alive and will settle it (acknowledging it here would leave it in the stream with nobody to
+/// reclaim it). An entry deleted from the stream is only dropped from the pending list.
 const DEAD_LETTER: &str = r#"
 local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-if #claimed == 0 or not claimed[1][2] then
+if #claimed == 0 then return 0 end
+if not claimed[1][2] then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
   return 0
 end
@@ -327,7 +333,14 @@ impl RedisStreamQueue {
                     .invoke_async(&mut self.redis.connection())
                     .await;
             }
-            Some(Ok((Processed::Deferred, false)) | Err(_)) => {}
+            // The delivery's time budget ran out mid-job: back on the stream at once as a new
+            // entry, so running long is not counted as a failed delivery (the job's deadline
+            // bounds it); the next read anywhere resumes from the stored record.
+            Some(Ok((Processed::Deferred, false))) => {
+                let _ = self.hand_back(id).await;
+            }
+            // A store failure: left pending, reclaimed after the reclaim time and counted.
+            Some(Err(_)) => {}
             // Shutting down: hand it back now rather than after the reclaim time.
             None => {
                 let _ = self.hand_back(id).await;
@@ -410,5 +423,87 @@ impl QueueApi for RedisStreamQueue {
 
     fn ack<'a>(&'a self, _: &'a Lease) -> QueueFuture<'a, ()> {
         Box::pin(async { Err("this queue acknowledges its own deliveries".to_owned()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Redis the tests use (`TEST_REDIS_URL`, else the machine's), or `None` when there is
+    /// none and `MCP_TEST_SKIP_REDIS=1` allows going without.
+    fn redis(name: &str) -> Option<Redis> {
+        let url = std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let reachable = std::net::TcpStream::connect_timeout(
+            &url.trim_start_matches("redis://").trim_end_matches('/').parse().ok()?,
+            Duration::from_millis(300),
+        )
+        .is_ok();
+        if !reachable {
+            assert_eq!(std::env::var("MCP_TEST_SKIP_REDIS").as_deref(), Ok("1"), "{name}: Redis is required");
+            return None;
+        }
+        let prefix = format!("unit-{name}-{}-{}", std::process::id(), rand_suffix());
+        Some(Redis::connect(&url, &prefix).unwrap())
+    }
+
+    fn rand_suffix() -> u128 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    }
+
+    /// An entry listed as idle, then touched by its consumer before the dead-letter move runs:
+    /// the move finds it unclaimable and leaves it pending with its consumer, in the stream.
+    #[tokio::test]
+    async fn an_entry_its_consumer_still_holds_is_not_dead_lettered() {
+        let Some(redis) = redis("dead-letter-race") else { return };
+        let queue = RedisStreamQueue::new(redis.clone(), "reclaimer", StreamSettings::default());
+        queue.ensure_group().await.unwrap();
+        let mut connection = redis.connection();
+        let id: String = redis::cmd("XADD")
+            .arg(&queue.stream)
+            .arg("*")
+            .arg("body")
+            .arg("{}")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("owner")
+            .arg("STREAMS")
+            .arg(&queue.stream)
+            .arg(">")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        // Idle for well under a minute: not claimable with a minute's minimum.
+        assert_eq!(queue.dead_letter(&id, 60_000, "delivered too often").await.unwrap(), 0);
+        let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
+            .arg(&queue.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(pending.len(), 1, "still pending");
+        assert_eq!(pending[0].1, "owner", "with its consumer");
+        let dead: u64 = redis::cmd("XLEN").arg(&queue.dead).query_async(&mut connection).await.unwrap();
+        assert_eq!(dead, 0, "no dead letter");
+
+        // Claimable (no minimum): moved, acknowledged and deleted.
+        assert_eq!(queue.dead_letter(&id, 0, "delivered too often").await.unwrap(), 1);
+        let (length, dead): (u64, u64) = redis::pipe()
+            .cmd("XLEN")
+            .arg(&queue.stream)
+            .cmd("XLEN")
+            .arg(&queue.dead)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!((length, dead), (0, 1));
+        let _: () = redis::cmd("DEL").arg(&queue.stream).arg(&queue.dead).query_async(&mut connection).await.unwrap();
     }
 }
