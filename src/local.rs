@@ -230,6 +230,9 @@ async fn termination() {
 /// of costing a task and buffers each.
 pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::Result<()> {
     let connections = Arc::new(tokio::sync::Semaphore::new(routes.limits.max_connections));
+    // Failed accepts since the last `accept.failed` line, and when that was: one line a second
+    // at most while the descriptor table stays full.
+    let (mut unlogged_failures, mut last_logged) = (0u64, None::<std::time::Instant>);
     loop {
         let permit = connections.clone().acquire_owned().await.expect("the semaphore is never closed");
         let stream = match listener.accept().await {
@@ -241,9 +244,14 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 #[derive(serde::Serialize)]
                 struct AcceptFields {
                     error: String,
+                    times: u64,
                 }
-                let fields = AcceptFields { error: format!("{:?}", error.kind()) };
-                routes.mcp.logger.event_of("warn", "accept.failed", &fields);
+                unlogged_failures += 1;
+                if last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_EVERY) {
+                    let fields = AcceptFields { error: error.to_string(), times: unlogged_failures };
+                    routes.mcp.logger.event_of("warn", "accept.failed", &fields);
+                    (unlogged_failures, last_logged) = (0, Some(std::time::Instant::now()));
+                }
                 drop(permit);
                 tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
                 continue;
@@ -299,6 +307,9 @@ const BUSY: u64 = u64::MAX;
 
 /// How long the accept loop waits after a failed `accept` before it tries again.
 const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// At most one `accept.failed` line this often; it counts the failures since the last one.
+const ACCEPT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Activity {
     fn new() -> Self {

@@ -178,7 +178,14 @@ async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         assert!(server.0.try_wait().unwrap().is_none(), "the local run exited when accept failed");
-        if std::fs::read_to_string(&log).unwrap().contains("\"event\":\"accept.failed\"") {
+        let logged = std::fs::read_to_string(&log).unwrap();
+        let failed = logged
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["event"] == "accept.failed");
+        if let Some(line) = failed {
+            assert!(line["error"].as_str().unwrap().contains("Too many open files"), "{line}");
+            assert!(line["times"].as_u64().unwrap() >= 1, "{line}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no accept ever failed: is the limit applied?");

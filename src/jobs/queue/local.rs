@@ -34,7 +34,10 @@ pub type DeliverFn = Arc<dyn Fn(Request<Bytes>) -> Pin<Box<dyn Future<Output = R
 struct Delivery {
     message_id: String,
     payload: Bytes,
+    /// Deliveries so far (the consumer sees it as `ce-vqsdeliverycount`).
     attempts: u32,
+    /// Deliveries that failed: the ones the queue's limit counts (a deferral is not one).
+    failures: u32,
 }
 
 #[derive(Default)]
@@ -122,7 +125,7 @@ impl LocalQueue {
     pub fn duplicate_last(&self) {
         let mut state = self.state.lock().expect("queue lock");
         if let Some(last) = state.pending.back().cloned() {
-            state.pending.push_back(Delivery { attempts: 0, ..last });
+            state.pending.push_back(Delivery { attempts: 0, failures: 0, ..last });
         }
     }
 
@@ -196,9 +199,11 @@ impl LocalQueue {
         state.in_flight.remove(&receipt);
         // Deferred work (202: the consumer's time budget ran out mid-job) is not a failed attempt:
         // it comes back until the job ends, which the job's deadline bounds. Failures count.
-        let deferred = status == StatusCode::ACCEPTED;
-        let retry =
-            (!state.acked.remove(&receipt) && (deferred || delivery.attempts < self.max_attempts)).then_some(delivery);
+        let mut delivery = delivery;
+        if status != StatusCode::ACCEPTED {
+            delivery.failures += 1;
+        }
+        let retry = (!state.acked.remove(&receipt) && delivery.failures < self.max_attempts).then_some(delivery);
         (status, retry)
     }
 
@@ -251,7 +256,7 @@ impl Publisher for LocalQueue {
             }
             state.published += 1;
             let message_id = format!("local-{}", state.published);
-            state.pending.push_back(Delivery { message_id, payload, attempts: 0 });
+            state.pending.push_back(Delivery { message_id, payload, attempts: 0, failures: 0 });
         }
         self.wake.notify_one();
         Box::pin(async { Ok(()) })
@@ -496,8 +501,11 @@ mod tests {
             let (queue, counter) = (acking.clone(), counter.clone());
             Box::pin(async move {
                 let mut response = Response::new(Body::empty());
-                if counter.fetch_add(1, Ordering::SeqCst) < 12 {
+                let call = counter.fetch_add(1, Ordering::SeqCst);
+                if call < 12 {
                     *response.status_mut() = StatusCode::ACCEPTED;
+                } else if call == 12 {
+                    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
                 } else {
                     let receipt = request.headers()["ce-vqsreceipthandle"].to_str().unwrap().to_owned();
                     queue.ack(&lease(&receipt)).await.unwrap();
@@ -516,6 +524,9 @@ mod tests {
             assert_eq!(queue.deliver_next().await, Some(StatusCode::ACCEPTED));
             assert_eq!(queue.pending_len(), 1, "deferred, so back on the queue");
         }
+        // Its first failure, after more deliveries than the failure limit: still retried.
+        assert_eq!(queue.deliver_next().await, Some(StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(queue.pending_len(), 1, "one failure after many deferrals is retried");
         assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
         assert_eq!(queue.pending_len(), 0, "acknowledged at last");
 

@@ -430,32 +430,29 @@ impl QueueApi for RedisStreamQueue {
 mod tests {
     use super::*;
 
-    /// The Redis the tests use (`TEST_REDIS_URL`, else the machine's), or `None` when there is
-    /// none and `MCP_TEST_SKIP_REDIS=1` allows going without.
-    fn redis(name: &str) -> Option<Redis> {
+    /// The Redis the tests use (`TEST_REDIS_URL`, else the machine's, as the integration tests
+    /// find it), answering `PING`; `None` only when `MCP_TEST_SKIP_REDIS=1` allows going without.
+    async fn redis(name: &str) -> Option<Redis> {
         let url = std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let reachable = std::net::TcpStream::connect_timeout(
-            &url.trim_start_matches("redis://").trim_end_matches('/').parse().ok()?,
-            Duration::from_millis(300),
-        )
-        .is_ok();
-        if !reachable {
-            assert_eq!(std::env::var("MCP_TEST_SKIP_REDIS").as_deref(), Ok("1"), "{name}: Redis is required");
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let redis = Redis::connect(&url, &format!("unit-{name}-{}-{nanos}", std::process::id()));
+        let answering = match &redis {
+            Ok(redis) => redis::cmd("PING").query_async::<String>(&mut redis.connection()).await.is_ok(),
+            Err(_) => false,
+        };
+        if !answering {
+            let skip = std::env::var("MCP_TEST_SKIP_REDIS").as_deref() == Ok("1");
+            assert!(skip, "{name}: Redis is required at {url} (or set MCP_TEST_SKIP_REDIS=1)");
             return None;
         }
-        let prefix = format!("unit-{name}-{}-{}", std::process::id(), rand_suffix());
-        Some(Redis::connect(&url, &prefix).unwrap())
-    }
-
-    fn rand_suffix() -> u128 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+        redis.ok()
     }
 
     /// An entry listed as idle, then touched by its consumer before the dead-letter move runs:
     /// the move finds it unclaimable and leaves it pending with its consumer, in the stream.
     #[tokio::test]
     async fn an_entry_its_consumer_still_holds_is_not_dead_lettered() {
-        let Some(redis) = redis("dead-letter-race") else { return };
+        let Some(redis) = redis("dead-letter-race").await else { return };
         let queue = RedisStreamQueue::new(redis.clone(), "reclaimer", StreamSettings::default());
         queue.ensure_group().await.unwrap();
         let mut connection = redis.connection();
