@@ -415,13 +415,23 @@ async fn a_delivery_settled_by_its_last_step_sends_no_acknowledgement_of_its_own
     worker.await.unwrap();
     assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "every entry settled");
     let sent = monitor.caught_up(&world).await;
-    let scripts: Vec<Vec<&str>> =
-        sent.iter().map(|line| command_head(line)).filter(|head| head[0].starts_with("EVAL")).collect();
+    // Leaving the group at shutdown is a one-key script too, the only one whose last argument is
+    // this consumer's name (an acknowledgement's is an entry id).
+    let leaving = |line: &&String| line.trim_end().ends_with("\"a\"");
+    let scripts: Vec<Vec<&str>> = sent
+        .iter()
+        .filter(|line| !leaving(line))
+        .map(|line| command_head(line))
+        .filter(|head| head[0].starts_with("EVAL"))
+        .collect();
     let keys = |n: &str| scripts.iter().filter(|head| head.get(2) == Some(&n)).count();
     assert!(keys("6") >= 3, "each submit's create script names the stream: {sent:#?}");
     assert!(keys("5") >= 3, "each job's last step names the stream, to settle its entry: {sent:#?}");
     assert_eq!(keys("1"), 0, "no acknowledging script of its own: {sent:#?}");
     assert_eq!(scripts.len(), keys("6") + keys("5"), "{sent:#?}");
+    let left: Vec<Vec<&str>> = sent.iter().filter(leaving).map(|line| command_head(line)).collect();
+    assert_eq!(left.len(), 1, "one script to leave the group: {sent:#?}");
+    assert!(left[0][0].starts_with("EVAL") && left[0][2] == "1", "{left:?}");
 }
 
 fn b64(text: &str) -> String {
@@ -566,4 +576,48 @@ async fn a_job_longer_than_a_delivery_defers_without_using_up_its_deliveries() {
     assert_eq!(world.command::<u64>(&["XLEN", queue.dead_letter_key()]).await, 0, "nothing dead-lettered");
     assert_eq!(pending_and_length(&world, &queue).await, (0, 0), "and its entry settled");
     assert_eq!(logged_steps(&sink), (1..=12).collect::<Vec<u64>>(), "each step once");
+}
+
+/// The consumers in the group, by name, with the entries each holds.
+async fn consumers(world: &World, queue: &RedisStreamQueue) -> Vec<(String, u64)> {
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> =
+        world.command(&["XINFO", "CONSUMERS", queue.stream_key(), STREAM_CONSUMER_GROUP]).await;
+    let mut named: Vec<(String, u64)> = listed
+        .iter()
+        .map(|c| {
+            (
+                redis::from_redis_value(c["name"].clone()).unwrap(),
+                redis::from_redis_value(c["pending"].clone()).unwrap(),
+            )
+        })
+        .collect();
+    named.sort();
+    named
+}
+
+/// An instance that stops holding nothing leaves the group, so the group does not list every
+/// process that ever ran; one that still holds an entry stays, so the entry can be reclaimed.
+#[tokio::test]
+async fn an_instance_that_stops_holding_nothing_leaves_the_group() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-leave");
+    let (a, holder) = (world.queue("a", settings(600_000)), world.queue("holder", settings(600_000)));
+    let jobs = world.jobs(&a);
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(a.clone().work(world.consumer(&a, Duration::ZERO, &sink)));
+    let handle = handle_of(&jobs.submit(&world.alice, 1, None).await.unwrap());
+    assert_eq!(finished(&jobs, &world.alice, &handle, Duration::from_secs(10)).await["state"], "done");
+    assert_eq!(consumers(&world, &a).await, [("a".to_owned(), 0)], "a member while it runs");
+    a.shut_down();
+    worker.await.unwrap();
+    assert!(consumers(&world, &a).await.is_empty(), "gone once it stopped");
+
+    // One holding an entry it never settled (its hand-back did not happen) stays in the group.
+    jobs.submit(&world.alice, 1, None).await.unwrap();
+    read_entry(&world, &holder, "holder").await;
+    let worker = tokio::spawn(holder.clone().work(world.consumer(&holder, Duration::ZERO, &sink)));
+    tokio::task::yield_now().await;
+    holder.shut_down();
+    worker.await.unwrap();
+    assert_eq!(consumers(&world, &holder).await, [("holder".to_owned(), 1)], "kept, with what it holds");
 }

@@ -21,7 +21,7 @@
 //! stream. On shutdown an instance stops reading and hands back what it holds (the entry is
 //! added again and the old one removed, in one script), so another instance resumes it at once;
 //! a delivery whose time budget ran out mid-job hands its entry back the same way, so a long job
-//! is never counted as failing.
+//! is never counted as failing. An instance that stops holding nothing leaves the group.
 
 use redis::Script;
 use redis::aio::ConnectionManager;
@@ -108,7 +108,17 @@ redis.call('XDEL', KEYS[1], ARGV[4])
 return 1
 "#;
 
+/// Removes this consumer from the group when it holds nothing (after a shutdown handed its work
+/// back), so the group's list of consumers does not grow by one with every process that ever ran.
+/// A consumer still holding entries stays: deleting it would make them unclaimable.
+const LEAVE: &str = r#"
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"#;
+
 static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH));
+static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
 static ACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACK));
 static DEAD_LETTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DEAD_LETTER));
 static HAND_BACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HAND_BACK));
@@ -222,6 +232,17 @@ impl RedisStreamQueue {
             }
         }
         while tasks.join_next().await.is_some() {}
+        let _ = self.leave().await;
+    }
+
+    /// Leaves the group if this consumer holds nothing (see [`LEAVE`]); 1 when it left.
+    async fn leave(&self) -> redis::RedisResult<i64> {
+        LEAVE_SCRIPT
+            .key(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .invoke_async(&mut self.redis.connection())
+            .await
     }
 
     /// Creates the group (from the stream's start, so messages published before any instance
