@@ -581,9 +581,10 @@ pub(crate) fn scope_refusal(
         "resources/read" => app.server.missing_resource_scopes(principal, params.get("uri")?.as_str()?)?,
         _ => return None,
     };
-    let refusal = match principal.is_verified() {
-        true => crate::security::Refusal::InsufficientScope(required),
-        false => crate::security::Refusal::TokenRequired(required),
+    let refusal = if principal.is_verified() {
+        crate::security::Refusal::InsufficientScope(required)
+    } else {
+        crate::security::Refusal::TokenRequired(required)
     };
     Some(auth::refusal_response(&app.auth, &refusal))
 }
@@ -672,8 +673,8 @@ where
 /// The most a joined body reserves ahead of the bytes that arrived.
 const JOIN_RESERVE_MAX: usize = 64 * 1024;
 
-/// Room for a body being joined, `read` bytes of `declared` in: the whole declared body when it
-/// is small, else no more than [`JOIN_RESERVE_MAX`] ahead of what arrived, so a head that
+/// Room for a body being joined, `read` bytes of `declared` in: the whole declared body when the
+/// rest is within [`JOIN_RESERVE_MAX`], else no more than that ahead of what arrived, so a head that
 /// declares a large body and then trickles it in holds buffers for what was sent, not for what
 /// was promised (a chunked body, which declares nothing, grows as it comes).
 fn join_capacity(read: usize, declared: usize) -> usize {

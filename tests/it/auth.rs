@@ -706,6 +706,17 @@ async fn every_endpoint_is_its_own_protected_resource() {
 /// once the floor has passed, not before; a second unknown kid right after costs no fetch; a
 /// stale cache is refetched; a failed refetch keeps the keys already held; a key the JWKS drops
 /// is refused after the next refetch.
+/// Parts that verify tokens with the keys of the JWKS served at `addr`, on `clock`.
+fn fetching_keys_from(addr: std::net::SocketAddr, clock: &Arc<vercel_mcp::state::ManualClock>) -> Parts {
+    let vars: HashMap<&str, String> = HashMap::from([
+        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
+        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
+        ("MCP_JWKS_URL", format!("http://{addr}/jwks.json")),
+        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
+    ]);
+    Parts::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap()
+}
+
 #[tokio::test]
 async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     use std::sync::Mutex;
@@ -719,13 +730,7 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     })
     .await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
-    let vars: HashMap<&str, String> = HashMap::from([
-        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
-        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
-        ("MCP_JWKS_URL", format!("http://{addr}/jwks.json")),
-        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
-    ]);
-    let config = Parts::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap();
+    let config = fetching_keys_from(addr, &clock);
     let now = || vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
     let signed = |kid: &str| rs256(&claims(json!({"iat": now(), "exp": now() + 600})), kid);
     let verify = |token: String| {
@@ -782,13 +787,7 @@ async fn requests_waiting_for_a_jwks_refetch_do_not_fetch_again() {
     })
     .await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
-    let vars: HashMap<&str, String> = HashMap::from([
-        ("MCP_RESOURCE_URL", RESOURCE.to_owned()),
-        ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
-        ("MCP_JWKS_URL", format!("http://{addr}/jwks.json")),
-        ("MCP_STATE_SECRET", "auth=0123456789abcdef0123456789abcdef".to_owned()),
-    ]);
-    let config = Parts::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap();
+    let config = fetching_keys_from(addr, &clock);
     let now = vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
     let signed = |kid: &str| rs256(&claims(json!({"iat": now, "exp": now + 600})), kid);
     assert!(config.settings.auth.verify(&signed("test-rsa-1")).await.is_ok(), "the first fetch");

@@ -291,6 +291,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// A one-step job's message.
+    fn one_step_job() -> JobMessage {
+        JobMessage { job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(), owner_id: "sub:a".into(), steps: 1, traceparent: None }
+    }
+
     fn lease(receipt: &str) -> Lease {
         Lease {
             region: None,
@@ -463,12 +468,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_worker_retries_a_failure_after_the_pause_and_deferred_work_at_once() {
-        let message = JobMessage {
-            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
-            owner_id: "sub:a".into(),
-            steps: 1,
-            traceparent: None,
-        };
+        let message = one_step_job();
         // A store outage (500) waits out the pause before the message is offered again.
         let queue = LocalQueue::new();
         let mut calls = scripted_consumer(&queue, vec![StatusCode::INTERNAL_SERVER_ERROR, StatusCode::OK]);
@@ -513,13 +513,7 @@ mod tests {
                 response
             })
         }));
-        let message = |steps| JobMessage {
-            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
-            owner_id: "sub:a".into(),
-            steps,
-            traceparent: None,
-        };
-        queue.publish(&message(1), None).await.unwrap();
+        queue.publish(&one_step_job(), None).await.unwrap();
         for _ in 0..12 {
             assert_eq!(queue.deliver_next().await, Some(StatusCode::ACCEPTED));
             assert_eq!(queue.pending_len(), 1, "deferred, so back on the queue");
@@ -538,7 +532,7 @@ mod tests {
                 response
             })
         }));
-        failing.publish(&message(1), None).await.unwrap();
+        failing.publish(&one_step_job(), None).await.unwrap();
         let mut deliveries = 0;
         while failing.deliver_next().await.is_some() {
             deliveries += 1;
@@ -561,12 +555,7 @@ mod tests {
                 Response::new(Body::empty())
             })
         }));
-        let message = JobMessage {
-            job_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
-            owner_id: "sub:a".into(),
-            steps: 1,
-            traceparent: None,
-        };
+        let message = one_step_job();
         queue.publish(&message, None).await.unwrap();
         assert_eq!(queue.deliver_next().await, Some(StatusCode::INTERNAL_SERVER_ERROR));
         assert_eq!(queue.pending_len(), 1, "the message is still there");
