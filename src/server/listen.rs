@@ -115,6 +115,24 @@ impl Filter {
         }
     }
 
+    /// One change of every kind this filter wants, to catch up a stream that may have missed
+    /// some. Each task named is read as `owner`'s: another caller's task is not found, so it
+    /// sends nothing.
+    fn everything(&self, owner: &str) -> Vec<ChangeEvent> {
+        let lists = [
+            (self.tools, ChangeEvent::ToolsListChanged),
+            (self.prompts, ChangeEvent::PromptsListChanged),
+            (self.resources, ChangeEvent::ResourcesListChanged),
+        ];
+        let lists = lists.into_iter().filter_map(|(wanted, event)| wanted.then_some(event));
+        let resources = self.resource_uris.iter().cloned().map(ChangeEvent::ResourceUpdated);
+        let tasks = self
+            .task_ids
+            .iter()
+            .map(|task_id| ChangeEvent::TaskChanged { owner: owner.to_owned(), task_id: task_id.clone() });
+        lists.chain(resources).chain(tasks).collect()
+    }
+
     fn to_json(&self) -> Value {
         let mut out = Map::new();
         if self.tools {
@@ -214,24 +232,24 @@ impl McpServer {
                 _ = outbox.closed() => return None,
                 _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
                 change = changes.recv() => match change {
-                    Ok(ChangeEvent::TaskChanged { owner, task_id }) if filter.wants(&ChangeEvent::TaskChanged { owner: owner.clone(), task_id: task_id.clone() }) => {
-                        // Only the owner's own streams hear about a task, and they get its full state.
-                        if owner != ctx.principal.id() {
-                            continue;
-                        }
-                        let Some(tasks) = &self.tasks else { continue };
-                        if let Some(mut params) = tasks.notification(&ctx.principal, &task_id).await {
-                            params.insert("_meta".into(), tag.clone());
-                            let message = jsonrpc::notification("notifications/tasks", &params);
-                            outbox.send(StreamEvent::Notification(message)).await.ok()?;
-                        }
-                    }
                     Ok(event) if filter.wants(&event) => {
-                        if let Some(message) = notification_for(&event, &tag) {
+                        if let Some(message) = self.message_for(ctx, &event, &tag).await {
                             outbox.send(StreamEvent::Notification(message)).await.ok()?;
                         }
                     }
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Ok(_) => {}
+                    // The bus moved on before this stream read some changes (the client reads
+                    // slowly, or many changes came at once), and which ones is unknown. Every
+                    // notification this stream honours is sent once: a needless one costs the
+                    // client a re-read; a missed one leaves it stale, waiting on a task that
+                    // finished, say.
+                    Err(RecvError::Lagged(_)) => {
+                        for event in filter.everything(ctx.principal.id()) {
+                            if let Some(message) = self.message_for(ctx, &event, &tag).await {
+                                outbox.send(StreamEvent::Notification(message)).await.ok()?;
+                            }
+                        }
+                    }
                     Err(RecvError::Closed) => break,
                 },
             }
@@ -239,6 +257,23 @@ impl McpServer {
         let mut result = Map::new();
         result.insert("_meta".into(), tag);
         Some(result)
+    }
+}
+
+impl McpServer {
+    /// The notification a wanted change becomes on `ctx`'s stream, if any: a task's full state
+    /// for its owner's streams only (read now, so it is the latest), a list or resource change as
+    /// it is.
+    async fn message_for(&self, ctx: &RequestContext, event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {
+        if let ChangeEvent::TaskChanged { owner, task_id } = event {
+            if owner != ctx.principal.id() {
+                return None;
+            }
+            let mut params = self.tasks.as_ref()?.notification(&ctx.principal, task_id).await?;
+            params.insert("_meta".into(), tag.clone());
+            return Some(jsonrpc::notification("notifications/tasks", &params));
+        }
+        notification_for(event, tag)
     }
 }
 

@@ -223,6 +223,16 @@ impl McpServer {
         (!self.may_read(principal, scopes)).then(|| scopes.clone())
     }
 
+    /// What `uri` is to this server, safe to log: a registered resource's URI, else the template
+    /// that matches it (as `resources/read` resolves it; the URI itself may carry an argument,
+    /// such as a product id), else nothing.
+    pub(crate) fn resource_label(&self, uri: &str) -> Option<&str> {
+        match self.resource_index.get(uri) {
+            Some(&i) => Some(&self.resources[i].resource.uri),
+            None => self.templates.iter().find(|t| t.matcher.matches(uri).is_some()).map(|t| &*t.template.uri_template),
+        }
+    }
+
     /// Every scope some registered tool, resource or template requires (for the metadata's
     /// `scopes_supported`).
     pub fn scopes_in_use(&self) -> Vec<String> {

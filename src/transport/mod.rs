@@ -371,14 +371,24 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Reques
         Some(known) => Cow::Borrowed(known),
         None => Cow::Owned(crate::protocol::error::truncate_for_message(method).into_owned()),
     });
-    let name = match method {
-        "tools/call" | "prompts/get" => params.get("name"),
-        "resources/read" => params.get("uri"),
-        _ => None,
-    };
-    record.name = name.and_then(Value::as_str).map(|n| crate::protocol::error::truncate_for_message(n).into_owned());
-    if let Some(arguments) = params.get("arguments") {
-        record.arguments = Some(app.logger.digest_json("arguments", arguments));
+    match method {
+        "tools/call" | "prompts/get" => {
+            let name = params.get("name").and_then(Value::as_str);
+            record.name = name.map(|n| crate::protocol::error::truncate_for_message(n).into_owned());
+            if let Some(arguments) = params.get("arguments") {
+                record.arguments = Some(app.logger.digest_json("arguments", arguments));
+            }
+        }
+        // A URI read through a template carries its arguments (`product://{id}`): the template
+        // is named, and the URI is digested like a tool's arguments.
+        "resources/read" => {
+            if let Some(uri) = params.get("uri") {
+                let label = uri.as_str().and_then(|uri| app.server.resource_label(uri));
+                record.name = label.map(|l| crate::protocol::error::truncate_for_message(l).into_owned());
+                record.arguments = Some(app.logger.digest_json("uri", uri));
+            }
+        }
+        _ => {}
     }
     if record.trace_id.is_empty() {
         let from_meta = params.meta().traceparent.as_ref().and_then(Value::as_str).and_then(trace_id_from);
@@ -422,11 +432,14 @@ fn start_span(
         .push(KeyValue::new("mcp.method.name", crate::protocol::error::truncate_for_message(method).into_owned()));
     if let Some(target) = &record.name {
         let key = match method {
-            "tools/call" => "gen_ai.tool.name",
-            "prompts/get" => "gen_ai.prompt.name",
-            _ => "mcp.resource.uri",
+            "tools/call" => Some("gen_ai.tool.name"),
+            "prompts/get" => Some("gen_ai.prompt.name"),
+            // The URI only when it is a registered resource's; a template is not a URI.
+            _ => (params.get("uri").and_then(Value::as_str) == Some(target)).then_some("mcp.resource.uri"),
         };
-        attributes.push(KeyValue::new(key, target.clone()));
+        if let Some(key) = key {
+            attributes.push(KeyValue::new(key, target.clone()));
+        }
     }
     let id = match id.as_value() {
         Value::String(id) => id.clone(),

@@ -5,7 +5,12 @@ use crate::common;
 
 use common::{fixture, read_events, with_meta};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use vercel_mcp::protocol::types::{CallToolResult, Resource, ResourceContents};
+use vercel_mcp::server::{NoArguments, ToolDef};
+use vercel_mcp::state::{ChangeEvent, ManualClock};
+use vercel_mcp::{App, Parts};
 
 fn call(name: &str, arguments: Value) -> Value {
     json!({ "name": name, "arguments": arguments })
@@ -464,6 +469,48 @@ async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
     let with_tasks = json!({"notifications": {"taskIds": ["x"]}});
     let reply = f.server.modern(json!(1), "subscriptions/listen", with_tasks).send().await;
     assert_eq!((reply.status, reply.code()), (400, -32021));
+}
+
+/// A listen stream that falls behind the change bus (more changes at once than the bus keeps)
+/// does not lose what it missed: it is sent every notification it honours once, then goes on.
+/// Before, the resource update below was dropped without a word.
+#[tokio::test]
+async fn a_listen_stream_that_falls_behind_is_caught_up() {
+    let mut server = vercel_mcp::McpServer::new("behind", "1");
+    server
+        .tool(ToolDef::new("noop").description("Does nothing"), |_, _: NoArguments| async { CallToolResult::text("") });
+    for uri in ["test://a", "test://b"] {
+        server.resource(Resource::new(uri, uri), |_, uri| async move {
+            Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+        });
+    }
+    let mut config = Parts::for_tests(Arc::new(ManualClock::new(1_000_000)));
+    config.settings.listen_max_duration = std::time::Duration::from_millis(300);
+    let bus = config.bus.clone();
+    let s = common::TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let filter = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["test://a"]}});
+    let (_, _, mut stream) = s.modern(json!("L"), "subscriptions/listen", filter).open().await;
+    read_events(&mut stream, 1).await;
+
+    // One runtime thread: the stream cannot read while these are published.
+    bus.publish(ChangeEvent::ResourceUpdated("test://a".into()));
+    for _ in 0..300 {
+        bus.publish(ChangeEvent::ResourceUpdated("test://b".into()));
+    }
+    bus.publish(ChangeEvent::ToolsListChanged);
+
+    let events = read_events(&mut stream, 4).await;
+    let methods: Vec<&str> = events[..3].iter().map(|e| e["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        ["notifications/tools/list_changed", "notifications/resources/updated", "notifications/tools/list_changed"],
+        "the catch-up, then the change that was kept"
+    );
+    assert_eq!(events[1]["params"]["uri"], "test://a", "only the subscribed resource");
+    for event in &events[..3] {
+        assert_eq!(event["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L");
+    }
+    assert_eq!(events[3]["id"], "L", "then the graceful close");
 }
 
 /// A browser page on an allowed origin: the preflight is answered with the methods, headers and

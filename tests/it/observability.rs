@@ -41,6 +41,7 @@ async fn env_limited(vars: &[(&str, &str)], limits: vercel_mcp::settings::Connec
     config.settings.job_step_delay = std::time::Duration::ZERO;
     let mut server = McpServer::new("observed", "1");
     vercel_mcp::configure_server(&mut server, &config);
+    vercel_mcp::catalogue::resources::register(&mut server);
     server.tool(ToolDef::new("boom").description("Panics with its argument"), |_, args: Secretive| async move {
         if !args.secret.is_empty() {
             panic!("the secret was {}", args.secret);
@@ -359,6 +360,26 @@ async fn a_panic_is_contained_with_a_correlation_id() {
     );
     let panics = env.logs.lines().into_iter().filter(|l| l["event"] == "panic" && l["requestId"] == id).count();
     assert_eq!(panics, 1, "one panic line for the request");
+}
+
+/// A resource read names the resource, not the URI read through a template: that URI carries
+/// the caller's argument, so it is digested like a tool's arguments. A URI nothing serves is
+/// named by nothing.
+#[tokio::test]
+async fn a_resource_read_through_a_template_is_logged_as_its_template() {
+    let env = env().await;
+    let canary = "notes://canary-topic-93d1";
+    let mut names = Vec::new();
+    for uri in ["notes://welcome", canary, "elsewhere://canary-topic-93d1"] {
+        let reply = env.server.modern(json!(1), "resources/read", json!({ "uri": uri })).send().await;
+        let id = reply.header("x-mcp-request-id").unwrap().to_owned();
+        let lines = env.logs.lines();
+        let line = request_line(&lines, &id);
+        assert_eq!(line["arguments"], env.logger.digest_json("uri", &json!(uri)).as_str(), "{uri}");
+        names.push(line["name"].clone());
+    }
+    assert_eq!(names, [json!("notes://welcome"), json!("notes://{topic}"), Value::Null]);
+    assert!(!env.logs.raw().join("\n").contains("canary-topic-93d1"), "no log line carries the URI's argument");
 }
 
 #[tokio::test]

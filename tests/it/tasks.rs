@@ -253,6 +253,45 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }
 
+/// A listen stream that fell behind the change bus is sent the state of each task it names,
+/// as its own caller reads it: its owner's stream gets the task, another caller's nothing.
+#[tokio::test]
+async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    config.settings.listen_max_duration = std::time::Duration::from_millis(300);
+    let bus = config.bus.clone();
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
+    let mut call = json!({"name": "forever", "arguments": {}});
+    call["_meta"] = with_tasks();
+    let created = server.modern(json!(1), "tools/call", call).header("Authorization", &alice).send().await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let mut streams = Vec::new();
+    for who in [&alice, &bob] {
+        let (_, _, mut stream) =
+            server.modern(json!("L"), "subscriptions/listen", listen.clone()).header("Authorization", who).open().await;
+        common::read_events(&mut stream, 1).await;
+        streams.push(stream);
+    }
+    // One runtime thread: neither stream reads while these are published.
+    for _ in 0..300 {
+        bus.publish(vercel_mcp::state::ChangeEvent::ResourceUpdated("elsewhere://x".into()));
+    }
+    let alices = common::read_events(&mut streams[0], 2).await;
+    assert_eq!(
+        (&alices[0]["method"], &alices[0]["params"]["taskId"]),
+        (&json!("notifications/tasks"), &json!(task_id))
+    );
+    assert_eq!(alices[0]["params"]["status"], "working");
+    assert_eq!(alices[1]["id"], "L", "then the graceful close");
+    let bobs = common::read_events(&mut streams[1], 1).await;
+    assert_eq!(bobs[0]["id"], "L", "nothing of alice's task: {bobs:?}");
+}
+
 /// Cancelling a running task stops its work: the handler's future is dropped, not left running
 /// with its result discarded.
 #[tokio::test]

@@ -151,6 +151,7 @@ fn server() -> McpServer {
         let ask = InputRequest::ElicitForm { message: "Sure?".into(), requested_schema: json!({"type": "object"}) };
         Outcome::InputRequired(InputRequired::new().request("ok", ask))
     });
+    vercel_mcp::catalogue::resources::register(&mut server);
     server
 }
 
@@ -178,6 +179,10 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     assert!(client.call_tool("fail", json!({})).await.unwrap().is_error);
     assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
     assert!(matches!(client.call_tool("nope", json!({})).await, Err(ClientError::Rpc { code: -32602, .. })));
+    for uri in ["notes://welcome".to_owned(), format!("notes://{CANARY_ARGUMENT}")] {
+        let read = client.request("resources/read", json!({ "uri": uri }).as_object().unwrap().clone()).await;
+        assert_eq!(read.unwrap()["contents"][0]["uri"], uri);
+    }
     parts.telemetry.flush().await;
 
     let received = received.lock().unwrap();
@@ -225,7 +230,16 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     assert_eq!(attributes(unknown[0])["rpc.jsonrpc.error_code"], "-32602");
     assert_eq!(attributes(unknown[0])["error.type"], "protocol_error");
 
+    // A resource is named by its URI; one read through a template by the template, since the
+    // URI carries the argument.
+    let welcome = named("resources/read notes://welcome");
+    assert_eq!(attributes(welcome[0])["mcp.resource.uri"], "notes://welcome");
+    let topic = named("resources/read notes://{topic}");
+    assert_eq!(topic.len(), 1);
+    assert!(!attributes(topic[0]).contains_key("mcp.resource.uri"), "a template is not a URI");
+
     for span in spans {
+        assert!(!span.name.contains(CANARY_ARGUMENT), "{} carries an argument", span.name);
         for (key, value) in attributes(span) {
             assert!(!value.contains(CANARY_ARGUMENT), "{}: {key} carries an argument", span.name);
             assert!(
