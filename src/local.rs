@@ -225,7 +225,9 @@ async fn termination() {
 ///
 /// Slow and numerous clients are bounded: a request head must arrive within the header timeout
 /// (from the connection's start, or the end of the previous response on it), a body within the body
-/// timeout (else 408), and at most `max_connections` connections are served at once; the next
+/// timeout (else 408), a streamed chunk must be taken within the header timeout too (a client
+/// that stops reading a stream does not hold it, and the work behind it, past its own limits),
+/// and at most `max_connections` connections are served at once; the next
 /// one is accepted only when one of them ends, so the rest wait in the kernel's backlog instead
 /// of costing a task and buffers each.
 pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::Result<()> {
@@ -270,7 +272,7 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 async move {
                     let response = routes.route_incoming(request).await;
                     let activity = Arc::clone(on_connection);
-                    Ok::<_, std::convert::Infallible>(response.map(|body| MarksIdleWhenDone { body, activity }))
+                    Ok::<_, std::convert::Infallible>(response.map(|body| WaitsOnTheClient { body, activity }))
                 }
             });
             let connection = hyper::server::conn::http1::Builder::new()
@@ -290,16 +292,17 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
     }
 }
 
-/// Whether a connection is answering a request, or since when it has been idle: the local run's
-/// header timeout. hyper's own arms a timer for every request (an allocation, a clone of the
+/// Whether a connection is answering a request, or since when it has been waiting on the client
+/// (for a request head, or to take a streamed chunk): the local run's header timeout. hyper's own arms a timer for every request (an allocation, a clone of the
 /// runtime's handle, an entry added to the timer wheel and removed again) for a deadline that a
 /// served client never meets; here a connection has one timer, which fires at most once per
 /// timeout period and compares the deadline with the end of the last response.
 struct Activity {
     /// When the connection was accepted; `idle_since` counts from it.
     start: tokio::time::Instant,
-    /// Nanoseconds from `start` to the end of the last response (or 0, the connection's start),
-    /// or `BUSY` while a request is being answered.
+    /// Nanoseconds from `start` to when the connection began waiting on the client (the end of
+    /// the last response, a chunk of a stream handed to hyper, or 0: the connection's start), or
+    /// `BUSY` while the server is working on a request.
     idle_since: AtomicU64,
 }
 
@@ -316,19 +319,22 @@ impl Activity {
         Self { start: tokio::time::Instant::now(), idle_since: AtomicU64::new(0) }
     }
 
-    /// A request head has arrived: no deadline runs until its response is done.
+    /// A request head has arrived, or hyper asks a stream for more: no deadline runs until the
+    /// connection waits on the client again.
     fn busy(&self) {
         self.idle_since.store(BUSY, Ordering::Relaxed);
     }
 
-    /// The response is done: the next head is due within the timeout from now.
+    /// The response is done, or a stream's chunk is with hyper: the next head, or hyper's next
+    /// ask for more (once the client has taken enough), is due within the timeout from now.
     fn idle(&self) {
         let since = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(BUSY - 1);
         self.idle_since.store(since, Ordering::Relaxed);
     }
 
-    /// Resolves once the connection has gone `timeout` without a request head, counted from its
-    /// start or from the end of its last response; never while a request is being answered.
+    /// Resolves once the connection has waited `timeout` on the client: for a request head,
+    /// counted from its start or the end of its last response, or for room to write a stream's
+    /// next chunk; never while the server is working on a request.
     async fn idle_for(&self, timeout: std::time::Duration) {
         let sleep = tokio::time::sleep_until(self.start + timeout);
         tokio::pin!(sleep);
@@ -347,20 +353,24 @@ impl Activity {
     }
 }
 
-/// A response body that marks its connection idle when it is done: hyper drops it once it has
-/// written the last byte (or the connection ends).
-struct MarksIdleWhenDone {
+/// A response body that tells its connection when it waits on the client: once it is done (hyper
+/// drops it once it has taken the last byte, or the connection ends), and, for a stream, between
+/// handing hyper a chunk and hyper asking for the next. hyper asks as soon as its buffer has room,
+/// so a client that stops reading leaves the connection waiting, and the header timeout closes
+/// it. A stream's body that is pending (its work has nothing to send yet) is not waiting on the
+/// client: the work's own limits bound it.
+struct WaitsOnTheClient {
     body: Body,
     activity: Arc<Activity>,
 }
 
-impl Drop for MarksIdleWhenDone {
+impl Drop for WaitsOnTheClient {
     fn drop(&mut self) {
         self.activity.idle();
     }
 }
 
-impl http_body::Body for MarksIdleWhenDone {
+impl http_body::Body for WaitsOnTheClient {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
@@ -368,7 +378,16 @@ impl http_body::Body for MarksIdleWhenDone {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        // A buffered body is one frame, then dropped: only a stream pays for the clock reads.
+        if !self.body.is_stream() {
+            return std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        }
+        self.activity.busy();
+        let frame = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(_)) = frame {
+            self.activity.idle();
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

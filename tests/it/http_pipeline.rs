@@ -743,6 +743,68 @@ async fn idle_connections_close_after_the_header_timeout_and_streams_do_not() {
     assert!(received.starts_with("HTTP/1.1 200") && received.contains("text/event-stream"), "{received}");
 }
 
+/// A client that stops reading a stream does not hold it: once a chunk has waited the header
+/// timeout for the client to make room, the connection is closed, and with it the stream's work
+/// (here, its caller's only listen slot is free again). Before, the work stopped with hyper's
+/// reads, so the stream outlived its own maximum duration for as long as the client kept the
+/// connection open.
+#[tokio::test]
+async fn a_stream_whose_client_stops_reading_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let mut server = vercel_mcp::McpServer::new("stalled", "1");
+    server.resource(Resource::new("test://a", "a"), |_, uri| async move {
+        Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+    });
+    let mut config = Parts::for_tests(Arc::new(ManualClock::new(1_000_000)));
+    config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 1, total: 10 };
+    config.settings.listen_max_duration = std::time::Duration::from_secs(120);
+    let bus = config.bus.clone();
+    let limits = vercel_mcp::settings::ConnectionLimits {
+        header_timeout: std::time::Duration::from_millis(300),
+        body_timeout: std::time::Duration::from_millis(300),
+        max_connections: 16,
+    };
+    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint()))).with_limits(limits);
+    let s = common::TestServer::start_routes(routes).await;
+
+    // Each notification is 4 KiB; the client's receive buffer is about as small as it gets.
+    let uri = format!("test://{}", "x".repeat(4096));
+    let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+                      "params": with_meta(json!({"notifications": {"resourceSubscriptions": [uri]}}))})
+    .to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(s.addr).await.unwrap();
+    stalled.write_all(request.as_bytes()).await.unwrap();
+    let listen = || s.modern(json!(2), "subscriptions/listen", json!({"notifications": {"resourceSubscriptions": []}}));
+    assert_eq!(listen().send().await.status, 429, "the stalled stream holds the caller's one slot");
+
+    // Far more than the socket buffers and hyper's write buffer hold, with turns for the server.
+    for _ in 0..2000 {
+        bus.publish(ChangeEvent::ResourceUpdated(uri.clone()));
+        tokio::task::yield_now().await;
+    }
+    // The slot comes free once the stalled connection is closed (a bounded wait, not a timing
+    // assertion: about the header timeout after the buffers filled).
+    let mut statuses = Vec::new();
+    for _ in 0..100 {
+        let (status, _, _stream) = listen().open().await;
+        statuses.push(status);
+        if status != 429 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(statuses.last(), Some(&200), "the stalled stream was closed and its slot freed: {statuses:?}");
+    let received = String::from_utf8_lossy(&until_closed(&mut stalled).await).into_owned();
+    assert!(received.starts_with("HTTP/1.1 200") && received.contains("notifications/resources/updated"));
+    assert!(!received.contains("\"result\""), "cut off, not closed gracefully: it never read");
+}
+
 /// At most `max_connections` connections are served at once: a third client waits, unserved,
 /// while two idle connections hold the slots, and is served as soon as one of them goes.
 #[tokio::test]
