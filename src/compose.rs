@@ -179,7 +179,8 @@ impl Parts {
                 self.random.clone(),
                 self.bus.clone(),
             )
-            .with_logger(self.logger()),
+            .with_logger(self.logger())
+            .with_caps(self.settings.task_caps),
         )
     }
 

@@ -37,6 +37,9 @@ pub struct Settings {
     /// `MCP_LISTEN_MAX_PER_PRINCIPAL`, `MCP_LISTEN_MAX_TOTAL`: open listen streams one caller, and
     /// one instance, may hold.
     pub listen_caps: crate::server::listen::ListenCaps,
+    /// `MCP_TASKS_MAX_PER_PRINCIPAL`, `MCP_TASKS_MAX_TOTAL`: tasks one caller, and one instance,
+    /// may have running at once.
+    pub task_caps: crate::security::SlotCaps,
     /// `MCP_HEADER_TIMEOUT_SECONDS`, `MCP_BODY_TIMEOUT_SECONDS`, `MCP_MAX_CONNECTIONS`: how the local
     /// run treats slow and numerous clients (on Vercel the platform terminates HTTP).
     pub connection_limits: ConnectionLimits,
@@ -254,7 +257,7 @@ impl Settings {
             number("MCP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES as u64, 1024, 64 << 20, &mut problems) as usize;
         let listen = number("MCP_LISTEN_MAX_SECONDS", 280, 1, 3600, &mut problems);
         let keep_alive = number("MCP_KEEPALIVE_SECONDS", 15, 1, 300, &mut problems);
-        let listen_defaults = crate::server::listen::ListenCaps::default();
+        let listen_defaults = crate::server::listen::DEFAULT_LISTEN_CAPS;
         let listen_caps = crate::server::listen::ListenCaps {
             per_principal: number(
                 "MCP_LISTEN_MAX_PER_PRINCIPAL",
@@ -264,6 +267,17 @@ impl Settings {
                 &mut problems,
             ) as usize,
             total: number("MCP_LISTEN_MAX_TOTAL", listen_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
+        };
+        let task_defaults = crate::tasks::DEFAULT_TASK_CAPS;
+        let task_caps = crate::security::SlotCaps {
+            per_principal: number(
+                "MCP_TASKS_MAX_PER_PRINCIPAL",
+                task_defaults.per_principal as u64,
+                1,
+                10_000,
+                &mut problems,
+            ) as usize,
+            total: number("MCP_TASKS_MAX_TOTAL", task_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
         };
         let connection_defaults = ConnectionLimits::default();
         let connection_limits = ConnectionLimits {
@@ -419,6 +433,7 @@ impl Settings {
             listen_max_duration: Duration::from_secs(listen),
             keep_alive: Duration::from_secs(keep_alive),
             listen_caps,
+            task_caps,
             connection_limits,
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),

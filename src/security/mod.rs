@@ -1,5 +1,6 @@
 //! Who may talk to the server: the Origin allowlist (DNS-rebinding defence), bearer-token
-//! authentication against a pinned resource URL, and the principal model every handler receives.
+//! authentication against a pinned resource URL, the principal model every handler receives, and
+//! each principal's share of what an instance holds open.
 
 pub mod auth;
 mod constant_time;
@@ -8,6 +9,7 @@ pub mod origin;
 pub mod platform;
 pub mod principal;
 pub mod resource;
+pub mod slots;
 mod verified;
 
 pub use auth::{AuthConfig, AuthMode, Authenticator, Challenge, Refusal};
@@ -16,3 +18,4 @@ pub use origin::{AllowedOrigins, OriginDecision};
 pub use platform::PlatformIdentity;
 pub use principal::Principal;
 pub use resource::CanonicalResource;
+pub use slots::{Slot, SlotCaps, Slots, SlotsFull};

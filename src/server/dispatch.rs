@@ -325,10 +325,10 @@ impl McpServer {
         match method {
             "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
             "tasks/update" => {
-                if let Some(record) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
-                    if let Some(&index) = self.tool_index.get(&record.tool) {
-                        let span = ctx.span.execute_tool_span(&record.tool);
-                        tasks.resume(record, self.tools[index].handler.clone(), span);
+                if let Some(resumed) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
+                    if let Some(&index) = self.tool_index.get(&resumed.record.tool) {
+                        let span = ctx.span.execute_tool_span(&resumed.record.tool);
+                        tasks.resume(resumed, self.tools[index].handler.clone(), span);
                     }
                 }
                 Ok(Reply::Complete(Map::new()))

@@ -13,7 +13,9 @@ use super::{McpServer, RequestContext};
 use crate::body::StreamEvent;
 use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
+use crate::security::{Slot, SlotCaps, Slots, SlotsFull};
 use crate::state::ChangeEvent;
+use std::sync::Arc;
 
 /// Timing of a listen stream.
 #[derive(Clone, Copy, Debug)]
@@ -26,72 +28,28 @@ pub struct ListenLimits {
 
 /// How many listen streams may be open at once in one instance: per caller (the anonymous
 /// caller is one caller), and in all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ListenCaps {
-    /// Open streams one principal may hold.
-    pub per_principal: usize,
-    /// Open streams in all.
-    pub total: usize,
-}
+pub type ListenCaps = SlotCaps;
 
-impl Default for ListenCaps {
-    fn default() -> Self {
-        Self { per_principal: 16, total: 512 }
-    }
-}
+/// The default caps on listen streams.
+pub const DEFAULT_LISTEN_CAPS: ListenCaps = SlotCaps { per_principal: 16, total: 512 };
 
-/// The open listen streams of this instance, counted per principal. A slot is taken before a
-/// stream opens and given back when it ends, however it ends (the guard is dropped with the
-/// stream's work, which the response body owns).
-#[derive(Debug, Default)]
-pub struct ListenSlots {
-    open: std::sync::Mutex<(usize, std::collections::HashMap<String, usize>)>,
-}
-
-/// One open stream's slot; dropping it frees the slot.
-#[derive(Debug)]
-pub struct ListenSlot {
-    slots: std::sync::Arc<ListenSlots>,
-    principal: String,
-}
-
-impl ListenSlots {
-    /// Takes a slot for `principal`, or says which cap is reached.
-    pub fn acquire(self: &std::sync::Arc<Self>, principal: &str, caps: ListenCaps) -> Result<ListenSlot, McpError> {
-        let mut open = self.open.lock().expect("listen slots");
-        let refuse = |message: String| {
-            McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
-        };
-        if open.0 >= caps.total {
-            return Err(refuse(format!(
+/// Takes a listen slot for `principal`, held for as long as its stream's work lives (the
+/// response body owns it, so it is given back however the stream ends), or the 429 that says
+/// which cap is reached.
+pub(crate) fn listen_slot(slots: &Arc<Slots>, principal: &str, caps: ListenCaps) -> Result<Slot, McpError> {
+    slots.acquire(principal, caps).map_err(|full| {
+        let message = match full {
+            SlotsFull::Total => format!(
                 "Too many open subscriptions/listen streams on this server (limit {}); try again later",
                 caps.total
-            )));
-        }
-        let mine = open.1.get(principal).copied().unwrap_or(0);
-        if mine >= caps.per_principal {
-            return Err(refuse(format!(
+            ),
+            SlotsFull::Principal => format!(
                 "Too many open subscriptions/listen streams for this caller (limit {}); close one first",
                 caps.per_principal
-            )));
-        }
-        open.0 += 1;
-        open.1.insert(principal.to_owned(), mine + 1);
-        Ok(ListenSlot { slots: self.clone(), principal: principal.to_owned() })
-    }
-}
-
-impl Drop for ListenSlot {
-    fn drop(&mut self) {
-        let mut open = self.slots.open.lock().expect("listen slots");
-        open.0 -= 1;
-        if let Some(count) = open.1.get_mut(&self.principal) {
-            *count -= 1;
-            if *count == 0 {
-                open.1.remove(&self.principal);
-            }
-        }
-    }
+            ),
+        };
+        McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+    })
 }
 
 /// The notification kinds one listen request asked for, reduced to what is honoured.
@@ -301,18 +259,18 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn slots_are_capped_per_principal_and_in_all_and_freed_on_drop() {
-        let slots = Arc::new(ListenSlots::default());
-        let caps = ListenCaps { per_principal: 2, total: 3 };
-        let a1 = slots.acquire("a", caps).unwrap();
-        let _a2 = slots.acquire("a", caps).unwrap();
-        let refused = slots.acquire("a", caps).unwrap_err();
-        assert!(refused.message.contains("for this caller (limit 2)"), "{}", refused.message);
-        let _b1 = slots.acquire("b", caps).unwrap();
-        let full = slots.acquire("c", caps).unwrap_err();
-        assert!(full.message.contains("on this server (limit 3)"), "{}", full.message);
-        assert_eq!(full.status, http::StatusCode::TOO_MANY_REQUESTS);
-        drop(a1);
-        assert!(slots.acquire("c", caps).is_ok(), "a dropped slot is free again");
+    fn a_full_listen_cap_is_a_429_naming_it() {
+        let slots = Arc::new(Slots::default());
+        let caps = ListenCaps { per_principal: 1, total: 2 };
+        let _a = listen_slot(&slots, "a", caps).unwrap();
+        let refused = listen_slot(&slots, "a", caps).unwrap_err();
+        assert!(refused.message.contains("for this caller (limit 1)"), "{}", refused.message);
+        let _b = listen_slot(&slots, "b", caps).unwrap();
+        let full = listen_slot(&slots, "c", caps).unwrap_err();
+        assert!(full.message.contains("on this server (limit 2)"), "{}", full.message);
+        assert_eq!(
+            (full.status, full.code),
+            (http::StatusCode::TOO_MANY_REQUESTS, crate::protocol::ErrorCode::INVALID_REQUEST)
+        );
     }
 }

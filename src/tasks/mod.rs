@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
-use crate::security::Principal;
+use crate::security::{Principal, Slot, SlotCaps, Slots, SlotsFull};
 use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 use crate::store::{StoreError, StoreErrorKind};
@@ -32,6 +32,9 @@ pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
 pub const POLL_INTERVAL_MS: u64 = 1000;
 /// How often running work checks its record for a cancel.
 const CANCEL_POLL: Duration = Duration::from_millis(100);
+/// Tasks one caller, and one instance, may have running at once by default: each runs its
+/// handler here and checks its record for a cancel every 100 ms until it ends.
+pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
 
 /// Whether and how a tool runs as a task.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +72,17 @@ pub struct TaskService {
     random: Arc<dyn Random>,
     bus: Arc<dyn ChangeBus>,
     logger: Option<crate::observe::Logger>,
+    /// The tasks running in this instance, per owner: a run holds one from start to end.
+    running: Arc<Slots>,
+    caps: SlotCaps,
+}
+
+/// A task whose inputs are all answered, with the running slot its next round holds.
+#[derive(Debug)]
+pub struct Resumed {
+    /// The task, working again.
+    pub record: TaskRecord,
+    slot: Slot,
 }
 
 /// What a new task starts from.
@@ -91,7 +105,30 @@ impl TaskService {
         random: Arc<dyn Random>,
         bus: Arc<dyn ChangeBus>,
     ) -> Self {
-        Self { store, clock, random, bus, logger: None }
+        Self { store, clock, random, bus, logger: None, running: Arc::default(), caps: DEFAULT_TASK_CAPS }
+    }
+
+    /// Sets how many tasks may run at once, per owner and in all.
+    pub fn with_caps(mut self, caps: SlotCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// A running slot for `principal`'s next round of work, or the 429 that says which cap is
+    /// reached. Taken before anything is stored, so a refused call leaves nothing behind.
+    fn running_slot(&self, principal: &Principal) -> Result<Slot, McpError> {
+        self.running.acquire(principal.id(), self.caps).map_err(|full| {
+            let message = match full {
+                SlotsFull::Total => {
+                    format!("Too many tasks are running on this server (limit {}); try again later", self.caps.total)
+                }
+                SlotsFull::Principal => format!(
+                    "You have too many tasks running (limit {}); wait for one to finish or cancel one",
+                    self.caps.per_principal
+                ),
+            };
+            McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+        })
     }
 
     /// Logs store faults as `task.fault` lines whose correlation id the caller's error carries.
@@ -151,9 +188,10 @@ impl TaskService {
         handler: ToolFn,
         span: SpanHandle,
     ) -> Result<Map<String, Value>, McpError> {
+        let slot = self.running_slot(task.principal)?;
         let record = self.new_record(task, TaskStatus::Working);
         span.in_context(self.store.create(&record)).await.map_err(self.store_fault("create"))?;
-        self.spawn(record.clone(), handler, span);
+        self.spawn(record.clone(), handler, span, slot);
         Ok(self.create_result(&record))
     }
 
@@ -166,12 +204,13 @@ impl TaskService {
         Ok(self.create_result(&record))
     }
 
-    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
-        tokio::spawn(self.clone().run(record, handler, span));
+    fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, slot: Slot) {
+        tokio::spawn(self.clone().run(record, handler, span, slot));
     }
 
-    /// Runs one round of a task's work, racing it against cancellation, as `span`.
-    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
+    /// Runs one round of a task's work, racing it against cancellation, as `span`, holding
+    /// `slot` until the round ends.
+    async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, _slot: Slot) {
         let bus = self.bus.clone();
         let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
         let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
@@ -299,15 +338,18 @@ impl TaskService {
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When
-    /// this call answers the last of them the task resumes, and the record returned is the one to
+    /// this call answers the last of them the task resumes, and what is returned is the one to
     /// run. Only that call resumes it: a repeated update (a retry, or one racing the first) finds
     /// the task working already and returns `None`, so the handler never runs twice for a round.
+    /// Any update may resume the task, so each needs a running slot free for its caller: when
+    /// none is, the update is refused (429) and records nothing.
     pub async fn update(
         &self,
         principal: &Principal,
         task_id: &str,
         responses: &Map<String, Value>,
-    ) -> Result<Option<TaskRecord>, McpError> {
+    ) -> Result<Option<Resumed>, McpError> {
+        let slot = self.running_slot(principal)?;
         // Set by the attempt that is stored: a retried compare-and-set decides afresh.
         let resumes = std::sync::atomic::AtomicBool::new(false);
         let updated = self
@@ -332,12 +374,12 @@ impl TaskService {
             .await
             .map_err(self.store_fault("answer"))?
             .ok_or_else(not_found)?;
-        Ok(resumes.into_inner().then_some(updated))
+        Ok(resumes.into_inner().then_some(Resumed { record: updated, slot }))
     }
 
     /// Resumes a task whose inputs are all answered.
-    pub fn resume(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle) {
-        self.spawn(record, handler, span);
+    pub fn resume(self: &Arc<Self>, resumed: Resumed, handler: ToolFn, span: SpanHandle) {
+        self.spawn(resumed.record, handler, span, resumed.slot);
     }
 
     /// `tasks/cancel`: a task that is not finished becomes cancelled at once; running work stops
@@ -434,14 +476,70 @@ mod tests {
         store.create(&record).await.unwrap();
         let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
 
-        assert_eq!(service.update(&alice, "t1", &answer("a")).await.unwrap(), None, "one request still open");
+        assert!(service.update(&alice, "t1", &answer("a")).await.unwrap().is_none(), "one request still open");
         let resumed = service.update(&alice, "t1", &answer("b")).await.unwrap().expect("the last answer resumes");
-        assert_eq!((resumed.status, resumed.input_responses.len()), (TaskStatus::Working, 2));
+        assert_eq!((resumed.record.status, resumed.record.input_responses.len()), (TaskStatus::Working, 2));
         for again in [answer("b"), answer("a"), Map::new()] {
-            assert_eq!(service.update(&alice, "t1", &again).await.unwrap(), None, "resumed once only: {again:?}");
+            assert!(service.update(&alice, "t1", &again).await.unwrap().is_none(), "resumed once only: {again:?}");
         }
         let bob = Principal::verified(Some("bob"), None, vec![]);
         assert!(service.update(&bob, "t1", &answer("b")).await.is_err(), "another principal's task is not found");
+    }
+
+    /// Tasks run in this instance, so a caller may have only its share running, and all callers
+    /// the total: a start or an update past a cap is refused with 429 and stores nothing, and a
+    /// slot is free again once its round ends (here, by cancellation).
+    #[tokio::test(start_paused = true)]
+    async fn running_tasks_are_capped_per_caller_and_in_all() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let service = Arc::new(
+            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()))
+                .with_caps(SlotCaps { per_principal: 2, total: 4 }),
+        );
+        let forever: ToolFn = Arc::new(|_, _| Box::pin(std::future::pending()));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let bob = Principal::verified(Some("bob"), None, vec![]);
+        let start = |who| {
+            let task =
+                NewTask { principal: who, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
+            service.start(task, forever.clone(), SpanHandle::default())
+        };
+        let stored = || store.0.lock().unwrap().len();
+
+        let first = start(&alice).await.unwrap()["taskId"].as_str().unwrap().to_owned();
+        start(&alice).await.unwrap();
+        let refused = start(&alice).await.unwrap_err();
+        assert_eq!(refused.status, http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(refused.message.contains("You have too many tasks running (limit 2)"), "{}", refused.message);
+        assert_eq!(stored(), 2, "a refused start stores nothing");
+        start(&bob).await.unwrap();
+
+        // Answering alice's parked task would run it: refused while she is at her cap, and the
+        // answer is not recorded.
+        let parked: TaskRecord = serde_json::from_value(serde_json::json!({
+            "version": 1, "taskId": "parked", "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
+            "tool": "forever", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
+            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}}
+        }))
+        .unwrap();
+        store.create(&parked).await.unwrap();
+        let answer = serde_json::json!({"a": {"action": "accept"}}).as_object().unwrap().clone();
+        let refused = service.update(&alice, "parked", &answer).await.unwrap_err();
+        assert_eq!(refused.status, 429);
+        assert!(refused.message.starts_with("You have too many tasks running"), "{}", refused.message);
+        let unchanged = store.get(alice.id(), "parked").await.unwrap().unwrap();
+        assert_eq!((unchanged.status, unchanged.input_responses.len()), (TaskStatus::InputRequired, 0));
+        start(&bob).await.unwrap();
+        let full = start(&bob).await.unwrap_err();
+        assert!(full.message.contains("on this server (limit 4)"), "{}", full.message);
+
+        // Cancelled, the first task's round ends at its next check, and its slot is free.
+        service.cancel(&alice, &first).await.unwrap();
+        tokio::time::sleep(CANCEL_POLL * 2).await;
+        let resumed = service.update(&alice, "parked", &answer).await.unwrap().expect("answered, it resumes");
+        assert_eq!(resumed.record.status, TaskStatus::Working);
+        assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
     }
 
     #[test]

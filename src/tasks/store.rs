@@ -98,7 +98,7 @@ pub trait TaskStore: Send + Sync + 'static {
 
 /// The in-memory task store of the local run and tests.
 #[derive(Debug, Default)]
-pub struct MemoryTaskStore(Mutex<HashMap<(String, String), TaskRecord>>);
+pub struct MemoryTaskStore(pub(super) Mutex<HashMap<(String, String), TaskRecord>>);
 
 impl TaskStore for MemoryTaskStore {
     fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {

@@ -39,7 +39,7 @@ pub struct App {
     pub(crate) max_body_bytes: usize,
     pub(crate) listen: ListenLimits,
     pub(crate) listen_caps: crate::server::listen::ListenCaps,
-    pub(crate) listen_slots: Arc<crate::server::listen::ListenSlots>,
+    pub(crate) listen_slots: Arc<crate::security::Slots>,
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
     pub(crate) auth: crate::security::Authenticator,
     pub(crate) logger: crate::observe::Logger,

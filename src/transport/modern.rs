@@ -86,7 +86,7 @@ pub(super) async fn handle(
             Ok(filter) => filter,
             Err(error) => return error_response(Some(&id), &error),
         };
-        let slot = match app.listen_slots.acquire(ctx.principal.id(), app.listen_caps) {
+        let slot = match crate::server::listen::listen_slot(&app.listen_slots, ctx.principal.id(), app.listen_caps) {
             Ok(slot) => slot,
             Err(error) => return error_response(Some(&id), &error),
         };

@@ -253,6 +253,31 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }
 
+/// Each caller may have only its share of tasks running on an instance: past it, a task-creating
+/// call is answered 429 with an error that says so, and other callers are unaffected.
+#[tokio::test]
+async fn a_caller_past_its_running_task_cap_gets_429() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required"), ("MCP_TASKS_MAX_PER_PRINCIPAL", "1")]);
+    assert_eq!(config.settings.task_caps.per_principal, 1, "read from the environment");
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let call = || {
+        let mut call = json!({"name": "forever", "arguments": {}});
+        call["_meta"] = with_tasks();
+        call
+    };
+    let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
+    let first = server.modern(json!(1), "tools/call", call()).header("Authorization", &alice).send().await;
+    assert_eq!(first.json()["result"]["resultType"], "task");
+    let refused = server.modern(json!(2), "tools/call", call()).header("Authorization", &alice).send().await;
+    assert_eq!((refused.status, refused.code()), (429, -32600));
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("too many tasks running (limit 1)"), "{message}");
+    let other = server.modern(json!(3), "tools/call", call()).header("Authorization", &bob).send().await;
+    assert_eq!(other.json()["result"]["resultType"], "task", "another caller has its own share");
+}
+
 /// A listen stream that fell behind the change bus is sent the state of each task it names,
 /// as its own caller reads it: its owner's stream gets the task, another caller's nothing.
 #[tokio::test]
