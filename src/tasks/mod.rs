@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, catch_unwind};
+use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, ToolResult, catch_unwind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
 use crate::security::{Principal, Slot, SlotCaps, Slots, SlotsFull};
 use crate::state::clock::iso8601;
@@ -35,6 +35,11 @@ const CANCEL_POLL: Duration = Duration::from_millis(100);
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and checks its record for a cancel every 100 ms until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
+/// How many times a finished round's outcome is offered to the store, pausing 200 ms, then twice
+/// as long each time (about 3 s in all), before it is given up and logged: a store that blips
+/// loses no result.
+const SETTLE_ATTEMPTS: u32 = 5;
+const SETTLE_FIRST_PAUSE: Duration = Duration::from_millis(200);
 
 /// Whether and how a tool runs as a task.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -230,7 +235,7 @@ impl TaskService {
             outcome = work => {
                 let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(McpError::internal("Internal error"))));
                 crate::handler::mark_tool_span(&span, &outcome);
-                let _ = span.in_context(self.settle(&record.owner, &record.task_id, outcome, &capabilities)).await;
+                span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
             }
             _ = cancelled => span.set([opentelemetry::KeyValue::new("mcp.task.status", "cancelled")]),
         }
@@ -248,19 +253,39 @@ impl TaskService {
         }
     }
 
+    /// Settles a round, trying again while the store fails; a round that still cannot be
+    /// stored is logged as a `task.fault` (the task reads as working until its TTL).
+    async fn settle_or_log(&self, record: &TaskRecord, outcome: &ToolResult, capabilities: &Map<String, Value>) {
+        let mut pause = SETTLE_FIRST_PAUSE;
+        for attempt in 1..=SETTLE_ATTEMPTS {
+            match self.settle(&record.owner, &record.task_id, outcome, capabilities).await {
+                Ok(()) => return,
+                Err(error) if attempt == SETTLE_ATTEMPTS => {
+                    if let Some(logger) = &self.logger {
+                        logger.fault("task.fault", "settle", error.message());
+                    }
+                }
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+    }
+
     /// Applies a round's outcome, unless the task was cancelled meanwhile.
     async fn settle(
         &self,
         owner: &str,
         task_id: &str,
-        outcome: Result<Outcome<crate::protocol::types::CallToolResult>, ToolError>,
+        outcome: &ToolResult,
         capabilities: &Map<String, Value>,
     ) -> Result<(), StoreError> {
         self.modify(owner, task_id, |record| {
             if record.status.is_terminal() || record.cancel_requested {
                 return false;
             }
-            match &outcome {
+            match outcome {
                 Ok(Outcome::Complete(result)) => complete(record, result),
                 Err(ToolError::Execution(message)) => {
                     complete(record, &crate::protocol::types::CallToolResult::error(message.clone()))
@@ -540,6 +565,64 @@ mod tests {
         let resumed = service.update(&alice, "parked", &answer).await.unwrap().expect("answered, it resumes");
         assert_eq!(resumed.record.status, TaskStatus::Working);
         assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
+    }
+
+    /// A store whose writes fail `failures` times, then work.
+    struct Blipping {
+        inner: store::MemoryTaskStore,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    impl TaskStore for Blipping {
+        fn create<'a>(&'a self, record: &'a TaskRecord) -> crate::store::StoreFuture<'a, ()> {
+            self.inner.create(record)
+        }
+        fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> crate::store::StoreFuture<'a, Option<TaskRecord>> {
+            self.inner.get(owner, task_id)
+        }
+        fn replace<'a>(&'a self, record: &'a TaskRecord) -> crate::store::StoreFuture<'a, bool> {
+            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+            if left == 0 {
+                return self.inner.replace(record);
+            }
+            self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Err(StoreError::fault("task store unavailable: connection reset")) })
+        }
+    }
+
+    /// A round that ends while the store blips is stored once it is back; one the store never
+    /// takes is logged as a `task.fault`, and the task is left as it was.
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_round_outlives_a_store_blip_and_a_lost_one_is_logged() {
+        for (failures, stored) in [(SETTLE_ATTEMPTS - 1, TaskStatus::Completed), (u32::MAX, TaskStatus::Working)] {
+            let (sink, clock) = (Arc::new(MemorySink::default()), Arc::new(ManualClock::new(0)));
+            let random = Arc::new(SeededRandom::new(1));
+            let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+            let store = Arc::new(Blipping { inner: Default::default(), failures: failures.into() });
+            let service = Arc::new(
+                TaskService::new(store.clone(), clock, random.clone(), Arc::new(LocalBus::default()))
+                    .with_logger(Logger::new(sink.clone(), sealer, random)),
+            );
+            let done: ToolFn = Arc::new(|_, _| {
+                Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) })
+            });
+            let alice = Principal::verified(Some("alice"), None, vec![]);
+            let task =
+                NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+            let created = service.start(task, done, SpanHandle::default()).await.unwrap();
+            let task_id = created["taskId"].as_str().unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+
+            let record = store.get(alice.id(), task_id).await.unwrap().unwrap();
+            assert_eq!(record.status, stored, "after {failures} failed writes");
+            let faults: Vec<Value> = sink.lines().into_iter().filter(|l| l["event"] == "task.fault").collect();
+            if stored == TaskStatus::Completed {
+                assert!(faults.is_empty(), "{faults:?}");
+            } else {
+                assert_eq!(faults.len(), 1, "one line for the lost round: {faults:?}");
+                assert_eq!(faults[0]["operation"], "settle");
+            }
+        }
     }
 
     #[test]
