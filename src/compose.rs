@@ -180,7 +180,8 @@ impl Parts {
                 self.bus.clone(),
             )
             .with_logger(self.logger())
-            .with_caps(self.settings.task_caps),
+            .with_caps(self.settings.task_caps)
+            .with_quota(self.settings.task_quota),
         )
     }
 

@@ -40,6 +40,9 @@ pub struct Settings {
     /// `MCP_TASKS_MAX_PER_PRINCIPAL`, `MCP_TASKS_MAX_TOTAL`: tasks one caller, and one instance,
     /// may have running at once.
     pub task_caps: crate::security::SlotCaps,
+    /// `MCP_TASK_SHARE`, `MCP_TASKS_PER_MINUTE`: tasks one caller may hold (in any status, until
+    /// they expire) and create per minute, across every instance.
+    pub task_quota: crate::tasks::TaskQuota,
     /// `MCP_HEADER_TIMEOUT_SECONDS`, `MCP_BODY_TIMEOUT_SECONDS`, `MCP_MAX_CONNECTIONS`: how the local
     /// run treats slow and numerous clients (on Vercel the platform terminates HTTP).
     pub connection_limits: ConnectionLimits,
@@ -279,6 +282,12 @@ impl Settings {
             ) as usize,
             total: number("MCP_TASKS_MAX_TOTAL", task_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
         };
+        let quota_defaults = crate::tasks::TaskQuota::default();
+        let task_quota = crate::tasks::TaskQuota {
+            share: number("MCP_TASK_SHARE", quota_defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
+            per_minute: number("MCP_TASKS_PER_MINUTE", quota_defaults.per_minute.into(), 1, 1_000_000, &mut problems)
+                as u32,
+        };
         let connection_defaults = ConnectionLimits::default();
         let connection_limits = ConnectionLimits {
             header_timeout: Duration::from_secs(number(
@@ -434,6 +443,7 @@ impl Settings {
             keep_alive: Duration::from_secs(keep_alive),
             listen_caps,
             task_caps,
+            task_quota,
             connection_limits,
             server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),

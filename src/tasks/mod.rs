@@ -11,7 +11,8 @@
 pub mod store;
 
 pub use store::{
-    MemoryTaskStore, RedisTaskStore, TaskRecord, TaskStatus, TaskStore, UnconfiguredTaskStore, task_store,
+    MemoryTaskStore, RedisTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskStatus, TaskStore, UnconfiguredTaskStore,
+    task_store,
 };
 
 use serde_json::{Map, Value, json};
@@ -80,6 +81,7 @@ pub struct TaskService {
     /// The tasks running in this instance, per owner: a run holds one from start to end.
     running: Arc<Slots>,
     caps: SlotCaps,
+    quota: TaskQuota,
 }
 
 /// A task whose inputs are all answered, with the running slot its next round holds.
@@ -110,7 +112,36 @@ impl TaskService {
         random: Arc<dyn Random>,
         bus: Arc<dyn ChangeBus>,
     ) -> Self {
-        Self { store, clock, random, bus, logger: None, running: Arc::default(), caps: DEFAULT_TASK_CAPS }
+        Self {
+            store,
+            clock,
+            random,
+            bus,
+            logger: None,
+            running: Arc::default(),
+            caps: DEFAULT_TASK_CAPS,
+            quota: TaskQuota::default(),
+        }
+    }
+
+    /// Sets how many tasks one caller may hold, and create per minute.
+    pub fn with_quota(mut self, quota: TaskQuota) -> Self {
+        self.quota = quota;
+        self
+    }
+
+    /// Stores a new task under its owner's quota: past it, the 429 that says which limit.
+    async fn create(&self, record: &TaskRecord) -> Result<(), McpError> {
+        let refused = match self.store.create(record, self.quota).await.map_err(self.store_fault("create"))? {
+            Ok(()) => return Ok(()),
+            Err(TaskRefused::OverShare(share)) => {
+                format!("You hold too many tasks (limit {share}); they are kept for an hour after they are created")
+            }
+            Err(TaskRefused::TooFast(rate)) => {
+                format!("You created too many tasks this minute (limit {rate}); try again in a minute")
+            }
+        };
+        Err(McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, refused))
     }
 
     /// Sets how many tasks may run at once, per owner and in all.
@@ -195,7 +226,7 @@ impl TaskService {
     ) -> Result<Map<String, Value>, McpError> {
         let slot = self.running_slot(task.principal)?;
         let record = self.new_record(task, TaskStatus::Working);
-        span.in_context(self.store.create(&record)).await.map_err(self.store_fault("create"))?;
+        span.in_context(self.create(&record)).await?;
         self.spawn(record.clone(), handler, span, slot);
         Ok(self.create_result(&record))
     }
@@ -205,7 +236,7 @@ impl TaskService {
     pub async fn finished(&self, task: NewTask<'_>, result: Value) -> Result<Map<String, Value>, McpError> {
         let mut record = self.new_record(task, TaskStatus::Completed);
         record.result = Some(result);
-        self.store.create(&record).await.map_err(self.store_fault("create"))?;
+        self.create(&record).await?;
         Ok(self.create_result(&record))
     }
 
@@ -498,7 +529,7 @@ mod tests {
             "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}}
         }))
         .unwrap();
-        store.create(&record).await.unwrap();
+        store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
         let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
 
         assert!(service.update(&alice, "t1", &answer("a")).await.unwrap().is_none(), "one request still open");
@@ -530,7 +561,7 @@ mod tests {
                 NewTask { principal: who, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
             service.start(task, forever.clone(), SpanHandle::default())
         };
-        let stored = || store.0.lock().unwrap().len();
+        let stored = || store.tasks.lock().unwrap().len();
 
         let first = start(&alice).await.unwrap()["taskId"].as_str().unwrap().to_owned();
         start(&alice).await.unwrap();
@@ -548,7 +579,7 @@ mod tests {
             "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}}
         }))
         .unwrap();
-        store.create(&parked).await.unwrap();
+        store.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
         let answer = serde_json::json!({"a": {"action": "accept"}}).as_object().unwrap().clone();
         let refused = service.update(&alice, "parked", &answer).await.unwrap_err();
         assert_eq!(refused.status, 429);
@@ -567,6 +598,41 @@ mod tests {
         assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
     }
 
+    /// Past its share of held tasks, or its rate, a caller's new task is refused with 429
+    /// naming the limit, and nothing runs.
+    #[tokio::test]
+    async fn a_caller_past_its_task_quota_gets_429_naming_the_limit() {
+        for (quota, expected) in [
+            (TaskQuota { share: 1, per_minute: 100 }, "You hold too many tasks (limit 1)"),
+            (TaskQuota { share: 100, per_minute: 1 }, "You created too many tasks this minute (limit 1)"),
+        ] {
+            let clock = Arc::new(ManualClock::new(0));
+            let store = Arc::new(store::MemoryTaskStore::default());
+            let service = Arc::new(
+                TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()))
+                    .with_quota(quota),
+            );
+            let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = ran.clone();
+            let count: ToolFn = Arc::new(move |_, _| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) })
+            });
+            let alice = Principal::verified(Some("alice"), None, vec![]);
+            let task =
+                || NewTask { principal: &alice, tool: "count", arguments: Map::new(), client_capabilities: Map::new() };
+            service.start(task(), count.clone(), SpanHandle::default()).await.unwrap();
+            let refused = service.start(task(), count.clone(), SpanHandle::default()).await.unwrap_err();
+            assert_eq!(refused.status, http::StatusCode::TOO_MANY_REQUESTS);
+            assert!(refused.message.starts_with(expected), "{}", refused.message);
+            let finished = service.finished(task(), serde_json::json!({})).await.unwrap_err();
+            assert!(finished.message.starts_with(expected), "an already finished task counts too");
+            tokio::task::yield_now().await;
+            assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1, "only the first ran");
+            assert_eq!(store.tasks.lock().unwrap().len(), 1);
+        }
+    }
+
     /// A store whose writes fail `failures` times, then work.
     struct Blipping {
         inner: store::MemoryTaskStore,
@@ -574,8 +640,12 @@ mod tests {
     }
 
     impl TaskStore for Blipping {
-        fn create<'a>(&'a self, record: &'a TaskRecord) -> crate::store::StoreFuture<'a, ()> {
-            self.inner.create(record)
+        fn create<'a>(
+            &'a self,
+            record: &'a TaskRecord,
+            quota: TaskQuota,
+        ) -> crate::store::StoreFuture<'a, Result<(), TaskRefused>> {
+            self.inner.create(record, quota)
         }
         fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> crate::store::StoreFuture<'a, Option<TaskRecord>> {
             self.inner.get(owner, task_id)

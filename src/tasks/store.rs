@@ -86,33 +86,85 @@ pub struct TaskRecord {
     pub cancel_requested: bool,
 }
 
+/// What one principal may store: tasks held (in any status, until they expire) and tasks
+/// created per minute (a fixed window shared by every instance). They keep one caller from
+/// filling the store that every caller shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskQuota {
+    /// Tasks held.
+    pub share: u32,
+    /// Tasks created per minute.
+    pub per_minute: u32,
+}
+
+impl Default for TaskQuota {
+    fn default() -> Self {
+        Self { share: 100, per_minute: 60 }
+    }
+}
+
+/// Why a new task was not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskRefused {
+    /// The owner holds its share.
+    OverShare(u32),
+    /// The owner created its tasks for this minute.
+    TooFast(u32),
+}
+
+/// The window the per-minute creation rate counts in.
+pub const TASK_RATE_WINDOW_MS: u64 = 60_000;
+
 /// Task persistence.
 pub trait TaskStore: Send + Sync + 'static {
-    /// Stores a new record (durably, before its id is handed out).
-    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()>;
+    /// Stores a new record (durably, before its id is handed out) unless its owner is past
+    /// `quota`, counted at `record.created_at`.
+    fn create<'a>(&'a self, record: &'a TaskRecord, quota: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>>;
     /// The owner's task.
     fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
     /// Writes `record` if the stored version is still `record.version - 1`; false on a conflict.
     fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool>;
 }
 
-/// The in-memory task store of the local run and tests.
+/// The in-memory task store of the local run and tests. A record is forgotten at the first
+/// creation after its TTL (it has no clock of its own), as Redis forgets one at its TTL.
 #[derive(Debug, Default)]
-pub struct MemoryTaskStore(pub(super) Mutex<HashMap<(String, String), TaskRecord>>);
+pub struct MemoryTaskStore {
+    pub(super) tasks: Mutex<HashMap<(String, String), TaskRecord>>,
+    /// Per owner: the rate window and how many tasks it created in it.
+    created: Mutex<HashMap<String, (u64, u32)>>,
+}
 
 impl TaskStore for MemoryTaskStore {
-    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {
-        self.0.lock().expect("tasks lock").insert((record.owner.clone(), record.task_id.clone()), record.clone());
-        Box::pin(async { Ok(()) })
+    fn create<'a>(&'a self, record: &'a TaskRecord, quota: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+        let now = record.created_at;
+        let mut tasks = self.tasks.lock().expect("tasks lock");
+        tasks.retain(|_, task| task.created_at.saturating_add(task.ttl_ms) > now);
+        let outcome = (|| {
+            if tasks.keys().filter(|(owner, _)| *owner == record.owner).count() >= quota.share as usize {
+                return Err(TaskRefused::OverShare(quota.share));
+            }
+            let mut created = self.created.lock().expect("rate lock");
+            let window = now / TASK_RATE_WINDOW_MS;
+            let count = created.get(&record.owner).filter(|(w, _)| *w == window).map_or(0, |(_, n)| *n);
+            if count >= quota.per_minute {
+                return Err(TaskRefused::TooFast(quota.per_minute));
+            }
+            created.retain(|_, (w, _)| *w == window);
+            created.insert(record.owner.clone(), (window, count + 1));
+            tasks.insert((record.owner.clone(), record.task_id.clone()), record.clone());
+            Ok(())
+        })();
+        Box::pin(async move { Ok(outcome) })
     }
 
     fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        let record = self.0.lock().expect("tasks lock").get(&(owner.to_owned(), task_id.to_owned())).cloned();
+        let record = self.tasks.lock().expect("tasks lock").get(&(owner.to_owned(), task_id.to_owned())).cloned();
         Box::pin(async move { Ok(record) })
     }
 
     fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
-        let mut tasks = self.0.lock().expect("tasks lock");
+        let mut tasks = self.tasks.lock().expect("tasks lock");
         let key = (record.owner.clone(), record.task_id.clone());
         let ok = tasks.get(&key).is_some_and(|current| current.version + 1 == record.version);
         if ok {
@@ -121,6 +173,23 @@ impl TaskStore for MemoryTaskStore {
         Box::pin(async move { Ok(ok) })
     }
 }
+
+/// Creates a task unless its owner is past its quota. KEYS: the task, the owner's held set
+/// (task ids scored by when they expire), the owner's rate counter for this window. ARGV: the
+/// record, its TTL, now, the share, the rate, the window, the task id.
+const CREATE: &str = r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'share' end
+if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[5]) then return 'rate' end
+redis.call('INCR', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[7])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 'ok'
+"#;
+
+static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 
 const REPLACE: &str = r#"
 local raw = redis.call('GET', KEYS[1])
@@ -132,7 +201,9 @@ return 1
 
 static REPLACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REPLACE));
 
-/// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL.
+/// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL;
+/// beside it, per owner, `{prefix}:task-held:{b64(owner)}` (the ids it holds, scored by when
+/// they expire) and `{prefix}:task-rate:{b64(owner)}:{window}` (tasks created in the window).
 #[derive(Clone, Debug)]
 pub struct RedisTaskStore {
     redis: Redis,
@@ -147,6 +218,14 @@ impl RedisTaskStore {
     fn key(&self, owner: &str, task_id: &str) -> String {
         format!("{}:task:{}:{}", self.redis.prefix(), URL_SAFE_NO_PAD.encode(owner), task_id)
     }
+
+    fn held_key(&self, owner: &str) -> String {
+        format!("{}:task-held:{}", self.redis.prefix(), URL_SAFE_NO_PAD.encode(owner))
+    }
+
+    fn rate_key(&self, owner: &str, now: u64) -> String {
+        format!("{}:task-rate:{}:{}", self.redis.prefix(), URL_SAFE_NO_PAD.encode(owner), now / TASK_RATE_WINDOW_MS)
+    }
 }
 
 fn redis_error(error: redis::RedisError) -> StoreError {
@@ -154,18 +233,30 @@ fn redis_error(error: redis::RedisError) -> StoreError {
 }
 
 impl TaskStore for RedisTaskStore {
-    fn create<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, ()> {
+    fn create<'a>(&'a self, record: &'a TaskRecord, quota: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
         Box::pin(crate::telemetry::redis_span("task.create", async move {
             let json = serde_json::to_string(record).expect("records serialise");
-            let _: () = redis::cmd("SET")
-                .arg(self.key(&record.owner, &record.task_id))
+            let now = record.created_at;
+            let outcome: String = CREATE_SCRIPT
+                .key(self.key(&record.owner, &record.task_id))
+                .key(self.held_key(&record.owner))
+                .key(self.rate_key(&record.owner, now))
                 .arg(json)
-                .arg("PX")
                 .arg(record.ttl_ms)
-                .query_async(&mut self.redis.connection())
+                .arg(now)
+                .arg(quota.share)
+                .arg(quota.per_minute)
+                .arg(TASK_RATE_WINDOW_MS)
+                .arg(&record.task_id)
+                .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(redis_error)?;
-            Ok(())
+            match outcome.as_str() {
+                "ok" => Ok(Ok(())),
+                "share" => Ok(Err(TaskRefused::OverShare(quota.share))),
+                "rate" => Ok(Err(TaskRefused::TooFast(quota.per_minute))),
+                _ => Err(StoreError::fault("task store gave an unexpected answer to a create")),
+            }
         }))
     }
 
@@ -209,7 +300,7 @@ impl UnconfiguredTaskStore {
 }
 
 impl TaskStore for UnconfiguredTaskStore {
-    fn create<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, ()> {
+    fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
         self.fail()
     }
     fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {

@@ -1,5 +1,5 @@
 //! The Redis job store against a real Redis: atomic caps under concurrency, compare-and-set
-//! steps, cancellation, TTLs on every key, the sweep, and outages.
+//! steps, cancellation, TTLs on every key, the sweep, and outages; the task store's quota.
 
 use crate::common;
 
@@ -13,6 +13,7 @@ use vercel_mcp::jobs::{JobStore, Jobs, LocalQueue};
 use vercel_mcp::security::Principal;
 use vercel_mcp::state::{ManualClock, Sealer, SeededRandom};
 use vercel_mcp::store::Redis;
+use vercel_mcp::tasks::{MemoryTaskStore, RedisTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskStore};
 
 const NOW: u64 = 1_700_000_000_000;
 
@@ -196,6 +197,58 @@ async fn the_share_and_the_rate_are_per_owner_and_shared_by_every_instance() {
     let next = minute + 60_000;
     assert_eq!(b.create(&JobRecord::new(id(13), "sub:r".into(), 1, next), &rate, next).await.unwrap(), Ok(()));
     for key in keys(&url, &format!("{prefix}:*")).await {
+        assert!(pttl(&url, &key).await > 0, "{key} expires");
+    }
+}
+
+/// A task record created by `owner` at `at`, kept for `ttl_ms`.
+fn task(owner: &str, n: u32, at: u64, ttl_ms: u64) -> TaskRecord {
+    serde_json::from_value(serde_json::json!({
+        "version": 1, "taskId": id(n), "owner": owner, "ownerVerified": true, "ownerScopes": [],
+        "tool": "t", "arguments": {}, "status": "working", "createdAt": at, "updatedAt": at, "ttlMs": ttl_ms
+    }))
+    .unwrap()
+}
+
+/// The task quota, against `stores` sharing one set of records: a share of held tasks (whatever
+/// their status, until they expire) and a rate per minute, each per owner.
+async fn check_task_quota(stores: &[&dyn TaskStore]) {
+    let pick = |n: u32| stores[n as usize % stores.len()];
+    let share = TaskQuota { share: 3, per_minute: 100 };
+    for n in 0..3 {
+        pick(n).create(&task("sub:m", n, NOW, 60_000), share).await.unwrap().unwrap();
+    }
+    let over = pick(3).create(&task("sub:m", 3, NOW, 60_000), share).await.unwrap();
+    assert_eq!(over, Err(TaskRefused::OverShare(3)));
+    assert!(pick(3).get("sub:m", &id(3)).await.unwrap().is_none(), "a refused task is not stored");
+    assert_eq!(pick(4).create(&task("sub:o", 4, NOW, 60_000), share).await.unwrap(), Ok(()), "per owner");
+    let expired = NOW + 60_000;
+    assert_eq!(pick(5).create(&task("sub:m", 5, expired, 60_000), share).await.unwrap(), Ok(()), "expired ones leave");
+
+    let rate = TaskQuota { share: 100, per_minute: 2 };
+    let minute = (NOW / 60_000 + 10) * 60_000;
+    for n in 10..12 {
+        pick(n).create(&task("sub:r", n, minute, 600_000), rate).await.unwrap().unwrap();
+    }
+    let third = pick(12).create(&task("sub:r", 12, minute + 59_999, 600_000), rate).await.unwrap();
+    assert_eq!(third, Err(TaskRefused::TooFast(2)));
+    let next = minute + 60_000;
+    assert_eq!(pick(13).create(&task("sub:r", 13, next, 600_000), rate).await.unwrap(), Ok(()), "a new minute");
+}
+
+/// Tasks have a share and a rate per owner, kept across instances in Redis (and the same in the
+/// local run's memory), and every key the quota adds expires.
+#[tokio::test]
+async fn a_task_owner_has_a_share_and_a_rate() {
+    check_task_quota(&[&MemoryTaskStore::default()]).await;
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("task-quota");
+    let a = RedisTaskStore::new(Redis::connect(&url, &prefix).unwrap());
+    let b = RedisTaskStore::new(Redis::connect(&url, &prefix).unwrap());
+    check_task_quota(&[&a, &b]).await;
+    let keys = keys(&url, &format!("{prefix}:*")).await;
+    assert!(keys.iter().any(|k| k.contains(":task-held:")) && keys.iter().any(|k| k.contains(":task-rate:")));
+    for key in keys {
         assert!(pttl(&url, &key).await > 0, "{key} expires");
     }
 }
