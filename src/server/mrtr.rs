@@ -1,9 +1,10 @@
 //! Multi round-trip requests on the modern path: sealing the handler's state into
 //! `requestState`, and refusing any state that was not minted for this very request.
 //!
-//! The binding covers the principal, the method and a digest of the request's salient params
-//! (tool or prompt name and arguments, or resource URI), so state cannot be replayed by
-//! another caller, onto another tool, or onto the same tool with other arguments.
+//! The binding covers the endpoint (its canonical resource URL), the principal, the method and a
+//! digest of the request's salient params (tool or prompt name and arguments, or resource URI),
+//! so state cannot be replayed by another caller, onto another endpoint's tool of the same name,
+//! onto another tool, or onto the same tool with other arguments.
 
 use ring::digest;
 use serde_json::{Map, Value, json};
@@ -22,8 +23,8 @@ pub fn supports_mrtr(method: &str) -> bool {
     matches!(method, "tools/call" | "resources/read" | "prompts/get")
 }
 
-/// The binding of a request: principal, method and a digest of the salient params.
-pub fn binding(principal: &Principal, method: &str, params: &RequestParams) -> Vec<u8> {
+/// The binding of a request: endpoint, principal, method and a digest of the salient params.
+pub fn binding(endpoint: &str, principal: &Principal, method: &str, params: &RequestParams) -> Vec<u8> {
     let salient: &[&str] = match method {
         "tools/call" | "prompts/get" => &["name", "arguments"],
         "resources/read" => &["uri"],
@@ -38,7 +39,9 @@ pub fn binding(principal: &Principal, method: &str, params: &RequestParams) -> V
         ctx.update(&canonical);
         ctx.update(b"\n");
     }
-    let mut out = Vec::with_capacity(principal.id().len() + method.len() + 34);
+    let mut out = Vec::with_capacity(endpoint.len() + principal.id().len() + method.len() + 35);
+    out.extend_from_slice(endpoint.as_bytes());
+    out.push(0);
     out.extend_from_slice(principal.id().as_bytes());
     out.push(0);
     out.extend_from_slice(method.as_bytes());
@@ -107,9 +110,10 @@ fn new_nonce() -> String {
     crate::state::seal::hex(&bytes)
 }
 
-/// Reads `inputResponses` and opens `requestState` from a retry's params.
+/// Reads `inputResponses` and opens `requestState` from a retry's params, sent to `endpoint`.
 pub fn open_retry(
     sealer: &Sealer,
+    endpoint: &str,
     principal: &Principal,
     method: &str,
     params: &RequestParams,
@@ -118,8 +122,9 @@ pub fn open_retry(
     let state = match params.get("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {
-            let mut opened =
-                sealer.open(Purpose::RequestState, &binding(principal, method, params), sealed).map_err(state_error)?;
+            let mut opened = sealer
+                .open(Purpose::RequestState, &binding(endpoint, principal, method, params), sealed)
+                .map_err(state_error)?;
             let nonce = opened.get("n").and_then(Value::as_str).map(str::to_owned);
             Some(OpenedState { state: opened.get_mut("s").map(Value::take).unwrap_or(Value::Null), nonce })
         }
@@ -129,9 +134,10 @@ pub fn open_retry(
 }
 
 /// Builds the modern `input_required` result: gates every request on the capabilities this
-/// request declared (`-32021` naming all that are missing) and seals the state.
+/// request declared (`-32021` naming all that are missing) and seals the state for `endpoint`.
 pub fn input_required_result(
     sealer: &Sealer,
+    endpoint: &str,
     principal: &Principal,
     method: &str,
     params: &RequestParams,
@@ -161,7 +167,8 @@ pub fn input_required_result(
     // The nonce travels sealed with the handler's state: a retry is served once per nonce when
     // single use is on (see `crate::state::nonce`).
     let state = json!({ "n": new_nonce(), "s": input.state.unwrap_or(Value::Null) });
-    let sealed = sealer.seal(Purpose::RequestState, &binding(principal, method, params), REQUEST_STATE_TTL_MS, state);
+    let sealed =
+        sealer.seal(Purpose::RequestState, &binding(endpoint, principal, method, params), REQUEST_STATE_TTL_MS, state);
     result.insert("requestState".into(), Value::String(sealed));
     Ok(result)
 }
@@ -192,10 +199,13 @@ mod tests {
                 .unwrap();
         let c: RequestParams =
             serde_json::from_str(r#"{"name":"t","arguments":{"x":2,"y":[1,{"a":1,"b":2}]}}"#).unwrap();
-        assert_eq!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &b));
-        assert_ne!(binding(&p, "tools/call", &a), binding(&p, "tools/call", &c));
-        assert_ne!(binding(&p, "tools/call", &a), binding(&p, "prompts/get", &a));
+        let here = "http://localhost:3000/api/mcp";
+        assert_eq!(binding(here, &p, "tools/call", &a), binding(here, &p, "tools/call", &b));
+        assert_ne!(binding(here, &p, "tools/call", &a), binding(here, &p, "tools/call", &c));
+        assert_ne!(binding(here, &p, "tools/call", &a), binding(here, &p, "prompts/get", &a));
         let other = Principal::verified(Some("u"), None, vec![]);
-        assert_ne!(binding(&p, "tools/call", &a), binding(&other, "tools/call", &a));
+        assert_ne!(binding(here, &p, "tools/call", &a), binding(here, &other, "tools/call", &a));
+        let elsewhere = "http://localhost:3000/api/examples/minimal";
+        assert_ne!(binding(here, &p, "tools/call", &a), binding(elsewhere, &p, "tools/call", &a));
     }
 }

@@ -49,7 +49,7 @@ pub(super) async fn handle(
     ctx.platform_token = super::platform_token(app, headers);
 
     if mrtr::supports_mrtr(&method) {
-        match mrtr::open_retry(&app.sealer, &ctx.principal, &method, &params) {
+        match mrtr::open_retry(&app.sealer, app.auth.config().resource.url(), &ctx.principal, &method, &params) {
             Ok((responses, state)) => {
                 if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
                     let error = McpError::invalid_params(format!(
@@ -132,14 +132,19 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
         Ok(Reply::Listing { mut result, key, items }) => {
             Ok((finish_with(&app.server, &id, &mut result, Some((key, &items))), ResponseOutcome::Ok))
         }
-        Ok(Reply::InputRequired(input)) => {
-            mrtr::input_required_result(&app.sealer, &principal, method, params, &capabilities, input).map(
-                |mut result| {
-                    attach_server_info(&mut result, &app.server);
-                    (jsonrpc::result_response(&id, &Value::Object(result)), ResponseOutcome::Ok)
-                },
-            )
-        }
+        Ok(Reply::InputRequired(input)) => mrtr::input_required_result(
+            &app.sealer,
+            app.auth.config().resource.url(),
+            &principal,
+            method,
+            params,
+            &capabilities,
+            input,
+        )
+        .map(|mut result| {
+            attach_server_info(&mut result, &app.server);
+            (jsonrpc::result_response(&id, &Value::Object(result)), ResponseOutcome::Ok)
+        }),
         Err(error) => Err(error),
     };
     match outcome {

@@ -394,6 +394,38 @@ async fn closing_the_stream_cancels_the_handler() {
     tokio::time::timeout(std::time::Duration::from_secs(10), cancelled).await.expect("the handler was dropped");
 }
 
+/// A `requestState` is bound to the endpoint that minted it: another endpoint of the same
+/// deployment (same key, same tool, same caller, same arguments) refuses it as invalid, while
+/// the minting endpoint accepts it.
+#[tokio::test]
+async fn request_state_is_refused_by_another_endpoint() {
+    let (calls, cancelled) = (Default::default(), Arc::new(tokio::sync::Notify::new()));
+    let config = Parts::for_tests(Arc::new(ManualClock::new(1_000_000)));
+    let here =
+        common::TestServer::start(Arc::new(App::new(common::fixture_server(&calls, &cancelled), config.endpoint())))
+            .await;
+    let mut endpoint = config.endpoint();
+    endpoint.auth = config.settings.auth.for_endpoint("/api/examples/elsewhere", vec![]);
+    let elsewhere =
+        common::TestServer::start(Arc::new(App::new(common::fixture_server(&calls, &cancelled), endpoint))).await;
+    let ask = |server: &common::TestServer, state: Option<&str>| {
+        let mut params = call("ask", json!({}));
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        if let Some(state) = state {
+            params["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
+            params["requestState"] = json!(state);
+        }
+        server.modern(json!(1), "tools/call", params).send()
+    };
+    let first = ask(&here, None).await.json();
+    let state = first["result"]["requestState"].as_str().expect("a state").to_owned();
+    let replayed = ask(&elsewhere, Some(&state)).await;
+    assert_eq!(replayed.code(), -32602);
+    assert_eq!(replayed.json()["error"]["data"]["reason"], "invalid");
+    let done = ask(&here, Some(&state)).await.json();
+    assert_eq!(done["result"]["content"][0]["text"], "hi Ada", "the minting endpoint takes it");
+}
+
 #[tokio::test]
 async fn mrtr_state_is_sealed_bound_and_expires() {
     let f = fixture().await;
@@ -928,6 +960,7 @@ async fn request_state_is_single_use_unless_turned_off() {
         let mut retry_params = call("book", json!({}));
         retry_params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
         let binding = vercel_mcp::server::mrtr::binding(
+            config.settings.auth.config().resource.url(),
             &vercel_mcp::security::Principal::anonymous(),
             "tools/call",
             &retry_params.as_object().unwrap().clone().into(),

@@ -340,6 +340,17 @@ pub async fn fixture() -> Fixture {
     let calls = Arc::new(AtomicUsize::new(0));
     let cancelled = Arc::new(Notify::new());
     let clock = Arc::new(ManualClock::new(1_000_000));
+    let server = fixture_server(&calls, &cancelled);
+    let mut config = Parts::for_tests(clock.clone());
+    config.settings.listen_max_duration = std::time::Duration::from_millis(300);
+    config.settings.max_body_bytes = 4096;
+    let app = Arc::new(App::new(server, config.endpoint()));
+    Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
+}
+
+/// The fixture's registry: `calls` counts the `count` tool's calls, `cancelled` is notified when
+/// a cancelled call's work is dropped.
+pub fn fixture_server(calls: &Arc<AtomicUsize>, cancelled: &Arc<Notify>) -> McpServer {
     let mut server = McpServer::new("test-server", "9.9.9");
     vercel_mcp::catalogue::minimal::register(&mut server);
     let counter = calls.clone();
@@ -430,11 +441,7 @@ pub async fn fixture() -> Fixture {
         Ok(vec![ResourceContents::text(uri, "text/plain", "A")])
     });
     server.set_page_size(4);
-    let mut config = Parts::for_tests(clock.clone());
-    config.settings.listen_max_duration = std::time::Duration::from_millis(300);
-    config.settings.max_body_bytes = 4096;
-    let app = Arc::new(App::new(server, config.endpoint()));
-    Fixture { server: TestServer::start(app).await, calls, cancelled, clock }
+    server
 }
 
 /// Asserts that `message` ends with a correlation id and that exactly one `event` log line
