@@ -180,6 +180,11 @@ impl McpServer {
             &json!({ "_meta": tag, "notifications": filter.to_json() }),
         );
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
+        // Taken once the bus is ready: the subscriptions counted so far are ones this stream saw.
+        let mut losses = ctx.bus.losses();
+        if let Some(losses) = &mut losses {
+            losses.borrow_and_update();
+        }
         let deadline = tokio::time::sleep(limits.max_duration);
         tokio::pin!(deadline);
         let mut keep_alive =
@@ -197,18 +202,20 @@ impl McpServer {
                     }
                     Ok(_) => {}
                     // The bus moved on before this stream read some changes (the client reads
-                    // slowly, or many changes came at once), and which ones is unknown. Every
-                    // notification this stream honours is sent once: a needless one costs the
-                    // client a re-read; a missed one leaves it stale, waiting on a task that
-                    // finished, say.
-                    Err(RecvError::Lagged(_)) => {
-                        for event in filter.everything(ctx.principal.id()) {
-                            if let Some(message) = self.message_for(ctx, &event, &tag).await {
-                                outbox.send(StreamEvent::Notification(message)).await.ok()?;
-                            }
-                        }
-                    }
+                    // slowly, or many changes came at once), and which ones is unknown.
+                    Err(RecvError::Lagged(_)) => self.catch_up(ctx, &filter, &tag, outbox).await.ok()?,
                     Err(RecvError::Closed) => break,
+                },
+                // The bus lost its link to the other instances for a while: what they changed
+                // meanwhile never arrived.
+                lost = async {
+                    match &mut losses {
+                        Some(losses) => losses.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => match lost {
+                    Ok(()) => self.catch_up(ctx, &filter, &tag, outbox).await.ok()?,
+                    Err(_) => losses = None,
                 },
             }
         }
@@ -219,6 +226,24 @@ impl McpServer {
 }
 
 impl McpServer {
+    /// Catches up a stream that may have missed changes it cannot name: every notification its
+    /// filter honours is sent once. A needless one costs the client a re-read; a missed one
+    /// leaves it stale, waiting on a task that finished, say.
+    async fn catch_up(
+        &self,
+        ctx: &RequestContext,
+        filter: &Filter,
+        tag: &Value,
+        outbox: &crate::body::Outbox,
+    ) -> Result<(), crate::body::outbox::Closed> {
+        for event in filter.everything(ctx.principal.id()) {
+            if let Some(message) = self.message_for(ctx, &event, tag).await {
+                outbox.send(StreamEvent::Notification(message)).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The notification a wanted change becomes on `ctx`'s stream, if any: a task's full state
     /// for its owner's streams only (read now, so it is the latest), a list or resource change as
     /// it is.

@@ -41,6 +41,13 @@ pub trait ChangeBus: Send + Sync + 'static {
     fn ready(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(async {})
     }
+    /// Counts the times this bus may have lost changes meant for its subscribers: a shared bus
+    /// whose link to the other instances broke, counted when it is made again. A listener that
+    /// sees the count move catches up as if it had fallen behind. `None` for a bus that loses
+    /// nothing it was given (the in-process one).
+    fn losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// The in-process bus of the local run and of tests.
@@ -68,7 +75,9 @@ impl ChangeBus for LocalBus {
 ///
 /// Publishing sends the event to one channel; each instance that has listeners holds one
 /// subscription (started on first use, re-established after a failure) and fans the events
-/// out locally. Delivery is best effort, like the notifications it carries.
+/// out locally. Delivery is best effort, like the notifications it carries: what is published
+/// while an instance's subscription is down never reaches it, and its listeners catch up once
+/// it is back ([`ChangeBus::losses`]).
 pub struct RedisBus {
     local: broadcast::Sender<ChangeEvent>,
     client: redis::Client,
@@ -76,6 +85,8 @@ pub struct RedisBus {
     channel: String,
     subscribed: OnceLock<()>,
     live: tokio::sync::watch::Sender<bool>,
+    /// Subscriptions made (the first included): events published while there was none are lost.
+    subscriptions: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for RedisBus {
@@ -95,6 +106,7 @@ impl RedisBus {
             channel: format!("{}:changes", redis.prefix()),
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
+            subscriptions: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -102,13 +114,21 @@ impl RedisBus {
         if self.subscribed.set(()).is_err() {
             return;
         }
-        let (client, channel, local, live) =
-            (self.client.clone(), self.channel.clone(), self.local.clone(), self.live.clone());
+        let (client, channel, local, live, subscriptions) = (
+            self.client.clone(),
+            self.channel.clone(),
+            self.local.clone(),
+            self.live.clone(),
+            self.subscriptions.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 if let Ok(mut pubsub) = client.get_async_pubsub().await {
                     if pubsub.subscribe(&channel).await.is_ok() {
                         use futures_util::StreamExt;
+                        // Counted before it is live: a listener that waited for `ready` has seen
+                        // this subscription, and catches up only after one it did not see.
+                        subscriptions.send_modify(|made| *made += 1);
                         live.send_replace(true);
                         let mut messages = pubsub.on_message();
                         while let Some(message) = messages.next().await {
@@ -120,7 +140,8 @@ impl RedisBus {
                     }
                 }
                 live.send_replace(false);
-                // The subscription dropped: try again shortly (listeners meanwhile hear nothing).
+                // The subscription dropped: try again shortly. Listeners meanwhile hear nothing,
+                // and catch up once it is back (`losses`).
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         });
@@ -150,5 +171,9 @@ impl ChangeBus for RedisBus {
             // Bounded: a listener on an instance whose Redis is down still gets its stream.
             let _ = tokio::time::timeout(Duration::from_secs(2), live.wait_for(|up| *up)).await;
         })
+    }
+
+    fn losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.subscriptions.subscribe())
     }
 }

@@ -253,6 +253,54 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }
 
+/// An instance whose link to Redis pub/sub broke misses what other instances change meanwhile;
+/// once it is subscribed again, its listen streams are caught up: here, the final state of a
+/// task that finished on the other instance while the link was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_is_caught_up_after_the_bus_reconnects() {
+    let Some(private) = common::redis::private_redis() else { return };
+    let url = private.url();
+    let prefix = unique_prefix("bus-gap");
+    let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
+    let created =
+        task_call(&a, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    wait_for(&a, &task_id, "input_required").await;
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut stream) = b.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    common::read_events(&mut stream, 1).await;
+
+    let redis = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let subscribers = || {
+        let mut redis = redis.clone();
+        let channel = format!("{prefix}:changes");
+        async move {
+            let counts: Vec<(String, i64)> =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut redis).await.unwrap();
+            counts[0].1
+        }
+    };
+    assert_eq!(subscribers().await, 1, "instance B listens");
+    let _: i64 =
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut redis.clone()).await.unwrap();
+    assert_eq!(subscribers().await, 0, "B's link is down");
+    let answers = json!({"a": {"action": "accept", "content": {"name": "Ada"}}, "b": {"action": "accept", "content": {"name": "Grace"}}});
+    task_call(&a, "tasks/update", json!({"taskId": task_id, "inputResponses": answers})).await;
+    wait_for(&a, &task_id, "completed").await;
+    assert_eq!(subscribers().await, 0, "the change was published while B was not subscribed");
+
+    // B subscribes again (after half a second) and catches the stream up.
+    let mut heard: Vec<Value> = Vec::new();
+    while heard.last().is_none_or(|e| e["params"]["status"] != "completed") {
+        for event in common::read_events(&mut stream, 1).await {
+            assert_eq!(event["method"], "notifications/tasks", "before the stream's end: {event}");
+            heard.push(event);
+        }
+    }
+    assert_eq!(heard.last().unwrap()["params"]["taskId"], task_id);
+}
+
 /// Each caller may have only its share of tasks running on an instance: past it, a task-creating
 /// call is answered 429 with an error that says so, and other callers are unaffected.
 #[tokio::test]
