@@ -68,6 +68,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Dead letters kept, at most (older ones are trimmed).
 const DEAD_LETTERS_KEPT: u32 = 10_000;
 
+/// How often a worker removes the consumers of processes that were killed, and how long such a
+/// consumer has been silent first.
+const PRUNE_EVERY: Duration = Duration::from_secs(300);
+const PRUNE_SILENT: Duration = Duration::from_secs(3600);
+
 const PUBLISH: &str = r#"
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end
 return redis.call('XADD', KEYS[1], '*', 'body', ARGV[2])
@@ -117,7 +122,24 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 "#;
 
+/// Removes the group's consumers that hold nothing and have been silent for `ARGV[2]` ms, other
+/// than the caller (`ARGV[3]`): processes killed before they could leave. A live consumer reads
+/// every second, so it is never this silent; were one removed, its next read would add it back.
+const PRUNE: &str = r#"
+local removed = 0
+for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local fields = {}
+  for i = 1, #consumer, 2 do fields[consumer[i]] = consumer[i + 1] end
+  if fields['pending'] == 0 and fields['idle'] >= tonumber(ARGV[2]) and fields['name'] ~= ARGV[3] then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], fields['name'])
+    removed = removed + 1
+  end
+end
+return removed
+"#;
+
 static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH));
+static PRUNE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PRUNE));
 static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
 static ACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACK));
 static DEAD_LETTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DEAD_LETTER));
@@ -189,6 +211,8 @@ impl RedisStreamQueue {
         let stop = self.stop.subscribe();
         let reclaim_every = (self.settings.reclaim_idle / 2).max(Duration::from_millis(50));
         let mut next_reclaim = tokio::time::Instant::now();
+        // Not at once: a fleet restarting together would all prune at the same moment.
+        let mut next_prune = tokio::time::Instant::now() + PRUNE_EVERY;
         let mut tasks = tokio::task::JoinSet::new();
         let mut group_ready = false;
         while !*stop.borrow() {
@@ -200,6 +224,10 @@ impl RedisStreamQueue {
             // unseen in this consumer's pending list until the reclaim time.
             let entries = if tokio::time::Instant::now() >= next_reclaim {
                 next_reclaim = tokio::time::Instant::now() + reclaim_every;
+                if tokio::time::Instant::now() >= next_prune {
+                    next_prune = tokio::time::Instant::now() + PRUNE_EVERY;
+                    let _ = self.prune(PRUNE_SILENT).await;
+                }
                 self.reclaim(free).await
             } else {
                 self.read(reader.clone(), free).await
@@ -240,6 +268,18 @@ impl RedisStreamQueue {
         LEAVE_SCRIPT
             .key(&self.stream)
             .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .invoke_async(&mut self.redis.connection())
+            .await
+    }
+
+    /// Removes the consumers that hold nothing and have been silent `silent` (see [`PRUNE`]);
+    /// how many it removed.
+    async fn prune(&self, silent: Duration) -> redis::RedisResult<i64> {
+        PRUNE_SCRIPT
+            .key(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(silent.as_millis() as u64)
             .arg(&self.consumer_name)
             .invoke_async(&mut self.redis.connection())
             .await
@@ -467,6 +507,66 @@ mod tests {
             return None;
         }
         redis.ok()
+    }
+
+    /// The consumers of killed processes are removed once silent long enough, unless they hold
+    /// an entry (deleting them would make it unclaimable); the pruning instance stays.
+    #[tokio::test]
+    async fn silent_consumers_holding_nothing_are_pruned() {
+        let Some(redis) = redis("prune").await else { return };
+        let queue = RedisStreamQueue::new(redis.clone(), "pruner", StreamSettings::default());
+        queue.ensure_group().await.unwrap();
+        let mut connection = redis.connection();
+        for name in ["pruner", "ghost", "holder"] {
+            let _: i64 = redis::cmd("XGROUP")
+                .arg("CREATECONSUMER")
+                .arg(&queue.stream)
+                .arg(STREAM_CONSUMER_GROUP)
+                .arg(name)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+        }
+        let _: String = redis::cmd("XADD")
+            .arg(&queue.stream)
+            .arg("*")
+            .arg("body")
+            .arg("{}")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("holder")
+            .arg("STREAMS")
+            .arg(&queue.stream)
+            .arg(">")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let names = || {
+            let mut connection = redis.connection();
+            let stream = queue.stream.clone();
+            async move {
+                let consumers: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(&stream)
+                    .arg(STREAM_CONSUMER_GROUP)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                let mut names: Vec<String> =
+                    consumers.iter().map(|c| redis::from_redis_value(c.get("name").unwrap().clone()).unwrap()).collect();
+                names.sort();
+                names
+            }
+        };
+        assert_eq!(queue.prune(Duration::from_secs(60)).await.unwrap(), 0, "none silent for a minute");
+        // Redis's own clock decides how long a consumer has been silent.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(queue.prune(Duration::from_millis(100)).await.unwrap(), 1);
+        assert_eq!(names().await, ["holder", "pruner"], "the silent one holding nothing is gone");
     }
 
     /// An entry listed as idle, then touched by its consumer before the dead-letter move runs:
