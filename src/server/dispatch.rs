@@ -304,9 +304,14 @@ impl McpServer {
             Err(ToolError::Execution(message)) => CallToolResult::error(message),
             Err(ToolError::Protocol(error)) => return Err(error),
         };
-        let mut result = json!(result);
-        result["resultType"] = json!("complete");
-        Ok(Reply::Complete(tasks.finished(task, result).await?))
+        let mut recorded = json!(result);
+        recorded["resultType"] = json!("complete");
+        // The work is done: a task the store will not take (the caller's quota, an outage) must
+        // not cost the caller its result, nor make a retry run the handler again.
+        match tasks.finished(task, recorded).await {
+            Ok(created) => Ok(Reply::Complete(created)),
+            Err(_) => tool_reply(result),
+        }
     }
 
     /// `tasks/get`, `tasks/update`, `tasks/cancel`: only for requests declaring the extension.

@@ -175,16 +175,17 @@ impl McpServer {
         let tag = json!({ meta::SUBSCRIPTION_ID: ctx.id.as_value() });
         let mut changes = ctx.bus.subscribe();
         ctx.bus.ready().await;
+        // Taken as soon as the bus is ready: the subscriptions counted so far are ones this
+        // stream saw (or gave up waiting for, when `ready` timed out: then the next one counts).
+        let mut losses = ctx.bus.losses();
+        if let Some(losses) = &mut losses {
+            losses.borrow_and_update();
+        }
         let ack = jsonrpc::notification(
             "notifications/subscriptions/acknowledged",
             &json!({ "_meta": tag, "notifications": filter.to_json() }),
         );
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
-        // Taken once the bus is ready: the subscriptions counted so far are ones this stream saw.
-        let mut losses = ctx.bus.losses();
-        if let Some(losses) = &mut losses {
-            losses.borrow_and_update();
-        }
         let deadline = tokio::time::sleep(limits.max_duration);
         tokio::pin!(deadline);
         let mut keep_alive =

@@ -78,7 +78,8 @@ pub struct TaskService {
     random: Arc<dyn Random>,
     bus: Arc<dyn ChangeBus>,
     logger: Option<crate::observe::Logger>,
-    /// The tasks running in this instance, per owner: a run holds one from start to end.
+    /// The tasks running through this service (one per endpoint that enables tasks, so one per
+    /// instance for `/api/mcp`), per owner: a run holds one from start to end.
     running: Arc<Slots>,
     caps: SlotCaps,
     quota: TaskQuota,
@@ -289,7 +290,7 @@ impl TaskService {
     async fn settle_or_log(&self, record: &TaskRecord, outcome: &ToolResult, capabilities: &Map<String, Value>) {
         let mut pause = SETTLE_FIRST_PAUSE;
         for attempt in 1..=SETTLE_ATTEMPTS {
-            match self.settle(&record.owner, &record.task_id, outcome, capabilities).await {
+            match self.settle(record, outcome, capabilities).await {
                 Ok(()) => return,
                 Err(error) if attempt == SETTLE_ATTEMPTS => {
                     if let Some(logger) = &self.logger {
@@ -304,16 +305,18 @@ impl TaskService {
         }
     }
 
-    /// Applies a round's outcome, unless the task was cancelled meanwhile.
+    /// Applies the outcome of the round that started from `round`, unless the task was cancelled
+    /// meanwhile or the record moved on: nothing else writes a working task, so a record of
+    /// another version means this outcome is stored already (an attempt that landed though it
+    /// reported an error) and the task may since have gone on to its next round.
     async fn settle(
         &self,
-        owner: &str,
-        task_id: &str,
+        round: &TaskRecord,
         outcome: &ToolResult,
         capabilities: &Map<String, Value>,
     ) -> Result<(), StoreError> {
-        self.modify(owner, task_id, |record| {
-            if record.status.is_terminal() || record.cancel_requested {
+        self.modify(&round.owner, &round.task_id, |record| {
+            if record.version != round.version || record.status.is_terminal() || record.cancel_requested {
                 return false;
             }
             match outcome {
@@ -631,6 +634,34 @@ mod tests {
             assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1, "only the first ran");
             assert_eq!(store.tasks.lock().unwrap().len(), 1);
         }
+    }
+
+    /// An outcome is stored only onto the record its round started from: a retried settle whose
+    /// first attempt landed (though it reported an error) finds a later version, and leaves
+    /// alone a task that has since moved on to its next round.
+    #[tokio::test]
+    async fn an_outcome_is_stored_only_onto_its_own_round() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let service =
+            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
+        let round: TaskRecord = serde_json::from_value(serde_json::json!({
+            "version": 1, "taskId": "t", "owner": "sub:alice", "ownerVerified": true, "ownerScopes": [],
+            "tool": "ask", "arguments": {}, "status": "working", "createdAt": 0, "updatedAt": 0, "ttlMs": 60000
+        }))
+        .unwrap();
+        store.create(&round, TaskQuota::default()).await.unwrap().unwrap();
+        let mut next_round = round.clone();
+        next_round.version = 3;
+        store.tasks.lock().unwrap().insert(("sub:alice".into(), "t".into()), next_round);
+        let done = Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("old round")));
+        service.settle(&round, &done, &Map::new()).await.unwrap();
+        let kept = store.get("sub:alice", "t").await.unwrap().unwrap();
+        assert_eq!((kept.version, kept.status), (3, TaskStatus::Working), "the later round is untouched");
+        let mut current = round.clone();
+        current.version = 3;
+        service.settle(&current, &done, &Map::new()).await.unwrap();
+        assert_eq!(store.get("sub:alice", "t").await.unwrap().unwrap().status, TaskStatus::Completed);
     }
 
     /// A store whose writes fail `failures` times, then work.

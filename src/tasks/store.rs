@@ -99,7 +99,7 @@ pub struct TaskQuota {
 
 impl Default for TaskQuota {
     fn default() -> Self {
-        Self { share: 100, per_minute: 60 }
+        Self { share: 500, per_minute: 60 }
     }
 }
 
@@ -181,11 +181,10 @@ const CREATE: &str = r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'share' end
 if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[5]) then return 'rate' end
-redis.call('INCR', KEYS[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
+if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[7])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 return 'ok'
 "#;
 

@@ -41,6 +41,13 @@ fn registry(config: &Parts) -> McpServer {
         },
     );
     server.tool(
+        ToolDef::new("inline")
+            .description("Done before a task is made")
+            .task_support(TaskSupport::Optional)
+            .input_before_task(),
+        |_, _: NoArguments| async { CallToolResult::text("done inline") },
+    );
+    server.tool(
         ToolDef::new("forever").description("Runs until cancelled").task_support(TaskSupport::Optional),
         |_, _: NoArguments| async {
             std::future::pending::<()>().await;
@@ -324,6 +331,29 @@ async fn a_caller_past_its_running_task_cap_gets_429() {
     assert!(message.contains("too many tasks running (limit 1)"), "{message}");
     let other = server.modern(json!(3), "tools/call", call()).header("Authorization", &bob).send().await;
     assert_eq!(other.json()["result"]["resultType"], "task", "another caller has its own share");
+}
+
+/// A tool that finishes inline before its task is made (`input_before_task`) has run by the time
+/// the caller's task quota is checked: past it, the caller gets the result itself rather than a
+/// 429 that would throw it away (and make a retry run the tool again).
+#[tokio::test]
+async fn past_the_task_quota_a_result_made_inline_is_answered_as_it_is() {
+    let config = Parts::from_lookup(
+        |name| (name == "MCP_TASK_SHARE").then(|| "1".to_owned()),
+        Arc::new(vercel_mcp::state::ManualClock::new(1_000_000)),
+    )
+    .unwrap();
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let first = task_call(&server, "tools/call", json!({"name": "inline", "arguments": {}})).await.json();
+    assert_eq!(first["result"]["resultType"], "task", "within the quota: recorded as a finished task");
+    let task_id = first["result"]["taskId"].as_str().unwrap();
+    assert_eq!(wait_for(&server, task_id, "completed").await["result"]["content"][0]["text"], "done inline");
+    let second = task_call(&server, "tools/call", json!({"name": "inline", "arguments": {}})).await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    assert_eq!(second.json()["result"]["resultType"], "complete");
+    assert_eq!(second.json()["result"]["content"][0]["text"], "done inline");
+    let third = task_call(&server, "tools/call", json!({"name": "forever", "arguments": {}})).await;
+    assert_eq!(third.status, 429, "work not yet done is still refused: {}", third.text());
 }
 
 /// A listen stream that fell behind the change bus is sent the state of each task it names,

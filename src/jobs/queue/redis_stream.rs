@@ -556,8 +556,10 @@ mod tests {
                     .query_async(&mut connection)
                     .await
                     .unwrap();
-                let mut names: Vec<String> =
-                    consumers.iter().map(|c| redis::from_redis_value(c.get("name").unwrap().clone()).unwrap()).collect();
+                let mut names: Vec<String> = consumers
+                    .iter()
+                    .map(|c| redis::from_redis_value(c.get("name").unwrap().clone()).unwrap())
+                    .collect();
                 names.sort();
                 names
             }
