@@ -26,6 +26,9 @@ pub struct ListenLimits {
     pub keep_alive: Duration,
 }
 
+/// How long a stream waits to read again a task it could not read (the store failed).
+const UNREAD_RETRY: Duration = Duration::from_secs(1);
+
 /// How many listen streams may be open at once in one instance: per caller (the anonymous
 /// caller is one caller), and in all.
 pub type ListenCaps = SlotCaps;
@@ -188,6 +191,11 @@ impl McpServer {
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
         let deadline = tokio::time::sleep(limits.max_duration);
         tokio::pin!(deadline);
+        // Armed when a task could not be read for the stream (the store failed): it catches up
+        // again a second later, so a task's final state is not lost to a store blip.
+        let unread = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(unread);
+        let mut unread_armed = false;
         let mut keep_alive =
             tokio::time::interval_at(tokio::time::Instant::now() + limits.keep_alive, limits.keep_alive);
         loop {
@@ -197,15 +205,21 @@ impl McpServer {
                 _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
                 change = changes.recv() => match change {
                     Ok(event) if filter.wants(&event) => {
-                        if let Some(message) = self.message_for(ctx, &event, &tag).await {
-                            outbox.send(StreamEvent::Notification(message)).await.ok()?;
-                        }
+                        let all_read = self.deliver(ctx, &event, &tag, outbox).await.ok()?;
+                        unread_armed |= retry_unread(unread.as_mut(), all_read);
                     }
                     Ok(_) => {}
                     // The bus moved on before this stream read some changes (the client reads
                     // slowly, or many changes came at once), and which ones is unknown.
-                    Err(RecvError::Lagged(_)) => self.catch_up(ctx, &filter, &tag, outbox).await.ok()?,
+                    Err(RecvError::Lagged(_)) => {
+                        let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
+                        unread_armed |= retry_unread(unread.as_mut(), all_read);
+                    }
                     Err(RecvError::Closed) => break,
+                },
+                () = &mut unread, if unread_armed => {
+                    let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
+                    unread_armed = retry_unread(unread.as_mut(), all_read);
                 },
                 // The bus lost its link to the other instances for a while: what they changed
                 // meanwhile never arrived.
@@ -215,7 +229,10 @@ impl McpServer {
                         None => std::future::pending().await,
                     }
                 } => match lost {
-                    Ok(()) => self.catch_up(ctx, &filter, &tag, outbox).await.ok()?,
+                    Ok(()) => {
+                        let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
+                        unread_armed |= retry_unread(unread.as_mut(), all_read);
+                    }
                     Err(_) => losses = None,
                 },
             }
@@ -229,36 +246,60 @@ impl McpServer {
 impl McpServer {
     /// Catches up a stream that may have missed changes it cannot name: every notification its
     /// filter honours is sent once. A needless one costs the client a re-read; a missed one
-    /// leaves it stale, waiting on a task that finished, say.
+    /// leaves it stale, waiting on a task that finished, say. False when a task could not be
+    /// read.
     async fn catch_up(
         &self,
         ctx: &RequestContext,
         filter: &Filter,
         tag: &Value,
         outbox: &crate::body::Outbox,
-    ) -> Result<(), crate::body::outbox::Closed> {
+    ) -> Result<bool, crate::body::outbox::Closed> {
+        let mut all_read = true;
         for event in filter.everything(ctx.principal.id()) {
-            if let Some(message) = self.message_for(ctx, &event, tag).await {
-                outbox.send(StreamEvent::Notification(message)).await?;
-            }
+            all_read &= self.deliver(ctx, &event, tag, outbox).await?;
         }
-        Ok(())
+        Ok(all_read)
     }
 
-    /// The notification a wanted change becomes on `ctx`'s stream, if any: a task's full state
+    /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's full state
     /// for its owner's streams only (read now, so it is the latest), a list or resource change as
-    /// it is.
-    async fn message_for(&self, ctx: &RequestContext, event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {
-        if let ChangeEvent::TaskChanged { owner, task_id } = event {
-            if owner != ctx.principal.id() {
-                return None;
+    /// it is. False when the task could not be read (the store failed).
+    async fn deliver(
+        &self,
+        ctx: &RequestContext,
+        event: &ChangeEvent,
+        tag: &Value,
+        outbox: &crate::body::Outbox,
+    ) -> Result<bool, crate::body::outbox::Closed> {
+        let message = match event {
+            ChangeEvent::TaskChanged { owner, task_id } => {
+                let Some(tasks) = self.tasks.as_ref().filter(|_| owner == ctx.principal.id()) else { return Ok(true) };
+                match tasks.notification(&ctx.principal, task_id).await {
+                    Ok(Some(mut params)) => {
+                        params.insert("_meta".into(), tag.clone());
+                        jsonrpc::notification("notifications/tasks", &params)
+                    }
+                    Ok(None) => return Ok(true),
+                    Err(_) => return Ok(false),
+                }
             }
-            let mut params = self.tasks.as_ref()?.notification(&ctx.principal, task_id).await?;
-            params.insert("_meta".into(), tag.clone());
-            return Some(jsonrpc::notification("notifications/tasks", &params));
-        }
-        notification_for(event, tag)
+            other => match notification_for(other, tag) {
+                Some(message) => message,
+                None => return Ok(true),
+            },
+        };
+        outbox.send(StreamEvent::Notification(message)).await?;
+        Ok(true)
     }
+}
+
+/// Sets the stream to read again in [`UNREAD_RETRY`] when not `all_read`; whether it is set.
+fn retry_unread(unread: std::pin::Pin<&mut tokio::time::Sleep>, all_read: bool) -> bool {
+    if !all_read {
+        unread.reset(tokio::time::Instant::now() + UNREAD_RETRY);
+    }
+    !all_read
 }
 
 fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {

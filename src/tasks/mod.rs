@@ -389,11 +389,17 @@ impl TaskService {
         Ok(self.detailed(&record))
     }
 
-    /// The `notifications/tasks` params for a task (the detailed task, without `resultType`).
-    pub async fn notification(&self, principal: &Principal, task_id: &str) -> Option<Map<String, Value>> {
-        let mut task = self.get(principal, task_id).await.ok()?;
+    /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
+    /// `resultType`); `None` when it has no such task, an error when the store cannot say.
+    pub async fn notification(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+    ) -> Result<Option<Map<String, Value>>, StoreError> {
+        let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
+        let mut task = self.detailed(&record);
         task.remove("resultType");
-        Some(task)
+        Ok(Some(task))
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When

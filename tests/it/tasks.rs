@@ -308,6 +308,78 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
     assert_eq!(heard.last().unwrap()["params"]["taskId"], task_id);
 }
 
+/// A task store whose reads fail while `failing` is set, counting the reads it failed.
+#[derive(Default)]
+struct Flaky {
+    inner: vercel_mcp::tasks::MemoryTaskStore,
+    failing: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl vercel_mcp::tasks::TaskStore for Flaky {
+    fn create<'a>(
+        &'a self,
+        record: &'a vercel_mcp::tasks::TaskRecord,
+        quota: vercel_mcp::tasks::TaskQuota,
+    ) -> vercel_mcp::store::StoreFuture<'a, Result<(), vercel_mcp::tasks::TaskRefused>> {
+        self.inner.create(record, quota)
+    }
+    fn get<'a>(
+        &'a self,
+        owner: &'a str,
+        task_id: &'a str,
+    ) -> vercel_mcp::store::StoreFuture<'a, Option<vercel_mcp::tasks::TaskRecord>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.failing.load(SeqCst) {
+            self.failed.fetch_add(1, SeqCst);
+            return Box::pin(async { Err(vercel_mcp::store::StoreError::fault("task store unavailable: reset")) });
+        }
+        self.inner.get(owner, task_id)
+    }
+    fn replace<'a>(&'a self, record: &'a vercel_mcp::tasks::TaskRecord) -> vercel_mcp::store::StoreFuture<'a, bool> {
+        self.inner.replace(record)
+    }
+}
+
+/// A task a listen stream could not read when it heard of its change (the store failed) is read
+/// again a second later: the change is not lost to a store blip.
+#[tokio::test]
+async fn a_task_the_stream_could_not_read_is_read_again() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    config.settings.listen_max_duration = std::time::Duration::from_secs(10);
+    let store = Arc::new(Flaky::default());
+    config.task_store = store.clone();
+    let bus = config.bus.clone();
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let created =
+        task_call(&server, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    wait_for(&server, &task_id, "input_required").await;
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut stream) = server.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    common::read_events(&mut stream, 1).await;
+
+    store.failing.store(true, SeqCst);
+    let owner = vercel_mcp::security::Principal::anonymous().id().to_owned();
+    bus.publish(vercel_mcp::state::ChangeEvent::TaskChanged { owner, task_id: task_id.clone() });
+    for _ in 0..10_000 {
+        if store.failed.load(SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(store.failed.load(SeqCst), 1, "the stream tried to read the task, and could not");
+    store.failing.store(false, SeqCst);
+    let heard = common::read_events(&mut stream, 1).await;
+    assert_eq!(heard[0]["method"], "notifications/tasks", "read again, before the stream's end: {heard:?}");
+    assert_eq!(
+        (&heard[0]["params"]["taskId"], &heard[0]["params"]["status"]),
+        (&json!(task_id), &json!("input_required"))
+    );
+}
+
 /// Each caller may have only its share of tasks running on an instance: past it, a task-creating
 /// call is answered 429 with an error that says so, and other callers are unaffected.
 #[tokio::test]
