@@ -406,15 +406,18 @@ impl TaskService {
     /// this call answers the last of them the task resumes, and what is returned is the one to
     /// run. Only that call resumes it: a repeated update (a retry, or one racing the first) finds
     /// the task working already and returns `None`, so the handler never runs twice for a round.
-    /// Any update may resume the task, so each needs a running slot free for its caller: when
-    /// none is, the update is refused (429) and records nothing.
+    /// The update that would resume the task needs a running slot free for its caller: when none
+    /// is, it is refused (429) and records nothing. One that answers part of the requests needs none.
     pub async fn update(
         &self,
         principal: &Principal,
         task_id: &str,
         responses: &Map<String, Value>,
     ) -> Result<Option<Resumed>, McpError> {
-        let slot = self.running_slot(principal)?;
+        // Taken by the first attempt that would resume the task, and kept across retried
+        // compare-and-sets; a refusal stops the update with nothing stored.
+        let slot = std::sync::Mutex::new(None::<Slot>);
+        let refused = std::sync::Mutex::new(None::<McpError>);
         // Set by the attempt that is stored: a retried compare-and-set decides afresh.
         let resumes = std::sync::atomic::AtomicBool::new(false);
         let updated = self
@@ -431,6 +434,16 @@ impl TaskService {
                     }
                 }
                 if changed && record.input_requests.is_empty() {
+                    let mut slot = slot.lock().expect("slot");
+                    if slot.is_none() {
+                        match self.running_slot(principal) {
+                            Ok(taken) => *slot = Some(taken),
+                            Err(error) => {
+                                *refused.lock().expect("refusal") = Some(error);
+                                return false;
+                            }
+                        }
+                    }
                     record.status = TaskStatus::Working;
                     resumes.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -439,7 +452,14 @@ impl TaskService {
             .await
             .map_err(self.store_fault("answer"))?
             .ok_or_else(not_found)?;
-        Ok(resumes.into_inner().then_some(Resumed { record: updated, slot }))
+        if let Some(error) = refused.into_inner().expect("refusal") {
+            return Err(error);
+        }
+        let slot = slot.into_inner().expect("slot");
+        Ok(match (resumes.into_inner(), slot) {
+            (true, Some(slot)) => Some(Resumed { record: updated, slot }),
+            _ => None,
+        })
     }
 
     /// Resumes a task whose inputs are all answered.
@@ -580,21 +600,22 @@ mod tests {
         assert_eq!(stored(), 2, "a refused start stores nothing");
         start(&bob).await.unwrap();
 
-        // Answering alice's parked task would run it: refused while she is at her cap, and the
-        // answer is not recorded.
+        // At her cap, alice may still answer part of her parked task's requests; the answer that
+        // would run it is refused, and not recorded.
         let parked: TaskRecord = serde_json::from_value(serde_json::json!({
             "version": 1, "taskId": "parked", "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
             "tool": "forever", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
-            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}}
+            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}}
         }))
         .unwrap();
         store.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
-        let answer = serde_json::json!({"a": {"action": "accept"}}).as_object().unwrap().clone();
-        let refused = service.update(&alice, "parked", &answer).await.unwrap_err();
+        let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
+        assert!(service.update(&alice, "parked", &answer("b")).await.unwrap().is_none(), "a part needs no slot");
+        let refused = service.update(&alice, "parked", &answer("a")).await.unwrap_err();
         assert_eq!(refused.status, 429);
         assert!(refused.message.starts_with("You have too many tasks running"), "{}", refused.message);
         let unchanged = store.get(alice.id(), "parked").await.unwrap().unwrap();
-        assert_eq!((unchanged.status, unchanged.input_responses.len()), (TaskStatus::InputRequired, 0));
+        assert_eq!((unchanged.status, unchanged.input_responses.len()), (TaskStatus::InputRequired, 1));
         start(&bob).await.unwrap();
         let full = start(&bob).await.unwrap_err();
         assert!(full.message.contains("on this server (limit 4)"), "{}", full.message);
@@ -602,7 +623,7 @@ mod tests {
         // Cancelled, the first task's round ends at its next check, and its slot is free.
         service.cancel(&alice, &first).await.unwrap();
         tokio::time::sleep(CANCEL_POLL * 2).await;
-        let resumed = service.update(&alice, "parked", &answer).await.unwrap().expect("answered, it resumes");
+        let resumed = service.update(&alice, "parked", &answer("a")).await.unwrap().expect("answered, it resumes");
         assert_eq!(resumed.record.status, TaskStatus::Working);
         assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
     }
