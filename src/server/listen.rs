@@ -192,7 +192,8 @@ impl McpServer {
         let deadline = tokio::time::sleep(limits.max_duration);
         tokio::pin!(deadline);
         // Armed when a task could not be read for the stream (the store failed): it catches up
-        // again a second later, so a task's final state is not lost to a store blip.
+        // again a second later, so a task's final state is not lost to a store blip. Also armed,
+        // a moment ahead, to catch up after the bus reconnects.
         let unread = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(unread);
         let mut unread_armed = false;
@@ -229,9 +230,12 @@ impl McpServer {
                         None => std::future::pending().await,
                     }
                 } => match lost {
+                    // Every stream of the instance hears of it at once: each catches up at a
+                    // random moment within the next second, so Redis, just back, is not asked
+                    // for every stream's tasks at the same instant.
                     Ok(()) => {
-                        let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
-                        unread_armed |= retry_unread(unread.as_mut(), all_read);
+                        unread.as_mut().reset(tokio::time::Instant::now() + spread_over(RECONNECT_SPREAD));
+                        unread_armed = true;
                     }
                     Err(_) => losses = None,
                 },
@@ -292,6 +296,16 @@ impl McpServer {
         outbox.send(StreamEvent::Notification(message)).await?;
         Ok(true)
     }
+}
+
+/// How long after a reconnect the streams of an instance spread their catch-ups over.
+const RECONNECT_SPREAD: Duration = Duration::from_secs(1);
+
+/// A random part of `window` (std's per-process random hash keys are enough to spread load).
+fn spread_over(window: Duration) -> Duration {
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    window.mul_f64((random % 1024) as f64 / 1024.0)
 }
 
 /// Sets the stream to read again in [`UNREAD_RETRY`] when not `all_read`; whether it is set.
