@@ -293,10 +293,11 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
 }
 
 /// Whether a connection is answering a request, or since when it has been waiting on the client
-/// (for a request head, or to take a streamed chunk): the local run's header timeout. hyper's own arms a timer for every request (an allocation, a clone of the
-/// runtime's handle, an entry added to the timer wheel and removed again) for a deadline that a
-/// served client never meets; here a connection has one timer, which fires at most once per
-/// timeout period and compares the deadline with the end of the last response.
+/// (for a request head, or to take a streamed chunk): the local run's header timeout. hyper's
+/// own arms a timer for every request (an allocation, a clone of the runtime's handle, an entry
+/// added to the timer wheel and removed again) for a deadline that a served client never meets;
+/// here a connection has one timer, which fires at most once per timeout period and compares the
+/// deadline with when the connection began waiting.
 struct Activity {
     /// When the connection was accepted; `idle_since` counts from it.
     start: tokio::time::Instant,

@@ -84,6 +84,12 @@ pub(crate) struct ResourceEntry {
     pub handler: ResourceFn,
 }
 
+/// What serves a resource URI.
+enum ResourceTarget<'a> {
+    Resource(&'a ResourceEntry),
+    Template(&'a TemplateEntry),
+}
+
 pub(crate) struct TemplateEntry {
     pub template: ResourceTemplate,
     pub matcher: UriTemplate,
@@ -213,12 +219,21 @@ impl McpServer {
         !self.scopes_enforced || scopes.iter().all(|s| principal.scopes().contains(s))
     }
 
-    /// The scopes `principal` lacks to read `uri` (the resource, else the first template that
-    /// matches it, as `resources/read` resolves it), when scopes are enforced and some are missing.
+    /// What serves `uri`, as `resources/read` resolves it: the resource registered at it, else the
+    /// first template that matches it.
+    fn resource_target(&self, uri: &str) -> Option<ResourceTarget<'_>> {
+        match self.resource_index.get(uri) {
+            Some(&i) => Some(ResourceTarget::Resource(&self.resources[i])),
+            None => self.templates.iter().find(|t| t.matcher.matches(uri).is_some()).map(ResourceTarget::Template),
+        }
+    }
+
+    /// The scopes `principal` lacks to read `uri` (see [`McpServer::resource_target`]), when
+    /// scopes are enforced and some are missing.
     pub fn missing_resource_scopes(&self, principal: &Principal, uri: &str) -> Option<Vec<String>> {
-        let scopes = match self.resource_index.get(uri) {
-            Some(&i) => &self.resources[i].scopes,
-            None => &self.templates.iter().find(|t| t.matcher.matches(uri).is_some())?.scopes,
+        let scopes = match self.resource_target(uri)? {
+            ResourceTarget::Resource(entry) => &entry.scopes,
+            ResourceTarget::Template(entry) => &entry.scopes,
         };
         (!self.may_read(principal, scopes)).then(|| scopes.clone())
     }
@@ -227,10 +242,10 @@ impl McpServer {
     /// that matches it (as `resources/read` resolves it; the URI itself may carry an argument,
     /// such as a product id), else nothing.
     pub(crate) fn resource_label(&self, uri: &str) -> Option<&str> {
-        match self.resource_index.get(uri) {
-            Some(&i) => Some(&self.resources[i].resource.uri),
-            None => self.templates.iter().find(|t| t.matcher.matches(uri).is_some()).map(|t| &*t.template.uri_template),
-        }
+        Some(match self.resource_target(uri)? {
+            ResourceTarget::Resource(entry) => &entry.resource.uri,
+            ResourceTarget::Template(entry) => &entry.template.uri_template,
+        })
     }
 
     /// Every scope some registered tool, resource or template requires (for the metadata's

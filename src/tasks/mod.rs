@@ -543,23 +543,48 @@ mod tests {
     use crate::observe::{Logger, MemorySink};
     use crate::state::{LocalBus, ManualClock, Sealer, SeededRandom};
 
+    /// A service over `store`, on a clock at 0, seeded randomness and an in-process bus.
+    fn service_over(store: Arc<dyn TaskStore>) -> TaskService {
+        TaskService::new(
+            store,
+            Arc::new(ManualClock::new(0)),
+            Arc::new(SeededRandom::new(1)),
+            Arc::new(LocalBus::default()),
+        )
+    }
+
+    /// `owner`'s task `task_id` of the `ask` tool, at `version`, in `status`, asking for each of
+    /// `requests`.
+    fn task_record(owner: &str, task_id: &str, version: u64, status: &str, requests: &[&str]) -> TaskRecord {
+        let requests: Map<String, Value> =
+            requests.iter().map(|key| (key.to_string(), serde_json::json!({"method": "elicitation/create"}))).collect();
+        serde_json::from_value(serde_json::json!({
+            "version": version, "taskId": task_id, "owner": owner, "ownerVerified": true, "ownerScopes": [],
+            "tool": "ask", "arguments": {}, "status": status, "createdAt": 0, "updatedAt": 0, "ttlMs": 60000,
+            "inputRequests": requests
+        }))
+        .unwrap()
+    }
+
+    /// An accepted answer to the request `key`.
+    fn answer(key: &str) -> Map<String, Value> {
+        serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone()
+    }
+
+    /// A task's work that finishes at once.
+    fn finishing() -> ToolFn {
+        Arc::new(|_, _| Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) }))
+    }
+
     /// The update that answers a task's last request resumes it; the same update sent again (a
     /// retry), an empty one, or one after it finished resumes nothing.
     #[tokio::test]
     async fn only_the_update_that_answers_the_last_request_resumes_the_task() {
-        let clock = Arc::new(ManualClock::new(0));
         let store = Arc::new(store::MemoryTaskStore::default());
-        let service =
-            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
+        let service = service_over(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        let record: TaskRecord = serde_json::from_value(serde_json::json!({
-            "version": 0, "taskId": "t1", "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
-            "tool": "ask", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
-            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}}
-        }))
-        .unwrap();
+        let record = task_record(alice.id(), "t1", 0, "input_required", &["a", "b"]);
         store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
-        let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
 
         assert!(service.update(&alice, "t1", &answer("a")).await.unwrap().is_none(), "one request still open");
         let resumed = service.update(&alice, "t1", &answer("b")).await.unwrap().expect("the last answer resumes");
@@ -577,11 +602,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn running_tasks_are_capped_per_caller_and_in_all() {
         let store = Arc::new(store::MemoryTaskStore::default());
-        let clock = Arc::new(ManualClock::new(0));
-        let service = Arc::new(
-            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()))
-                .with_caps(SlotCaps { per_principal: 2, total: 4 }),
-        );
+        let service = Arc::new(service_over(store.clone()).with_caps(SlotCaps { per_principal: 2, total: 4 }));
         let forever: ToolFn = Arc::new(|_, _| Box::pin(std::future::pending()));
         let alice = Principal::verified(Some("alice"), None, vec![]);
         let bob = Principal::verified(Some("bob"), None, vec![]);
@@ -602,14 +623,8 @@ mod tests {
 
         // At her cap, alice may still answer part of her parked task's requests; the answer that
         // would run it is refused, and not recorded.
-        let parked: TaskRecord = serde_json::from_value(serde_json::json!({
-            "version": 1, "taskId": "parked", "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
-            "tool": "forever", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
-            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}}
-        }))
-        .unwrap();
+        let parked = task_record(alice.id(), "parked", 1, "input_required", &["a", "b"]);
         store.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
-        let answer = |key: &str| serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone();
         assert!(service.update(&alice, "parked", &answer("b")).await.unwrap().is_none(), "a part needs no slot");
         let refused = service.update(&alice, "parked", &answer("a")).await.unwrap_err();
         assert_eq!(refused.status, 429);
@@ -636,17 +651,13 @@ mod tests {
             (TaskQuota { share: 1, per_minute: 100 }, "You hold too many tasks (limit 1)"),
             (TaskQuota { share: 100, per_minute: 1 }, "You created too many tasks this minute (limit 1)"),
         ] {
-            let clock = Arc::new(ManualClock::new(0));
             let store = Arc::new(store::MemoryTaskStore::default());
-            let service = Arc::new(
-                TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()))
-                    .with_quota(quota),
-            );
+            let service = Arc::new(service_over(store.clone()).with_quota(quota));
             let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let counted = ran.clone();
-            let count: ToolFn = Arc::new(move |_, _| {
+            let count: ToolFn = Arc::new(move |ctx, arguments| {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) })
+                finishing()(ctx, arguments)
             });
             let alice = Principal::verified(Some("alice"), None, vec![]);
             let task =
@@ -669,14 +680,8 @@ mod tests {
     #[tokio::test]
     async fn an_outcome_is_stored_only_onto_its_own_round() {
         let store = Arc::new(store::MemoryTaskStore::default());
-        let clock = Arc::new(ManualClock::new(0));
-        let service =
-            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
-        let round: TaskRecord = serde_json::from_value(serde_json::json!({
-            "version": 1, "taskId": "t", "owner": "sub:alice", "ownerVerified": true, "ownerScopes": [],
-            "tool": "ask", "arguments": {}, "status": "working", "createdAt": 0, "updatedAt": 0, "ttlMs": 60000
-        }))
-        .unwrap();
+        let service = service_over(store.clone());
+        let round = task_record("sub:alice", "t", 1, "working", &[]);
         store.create(&round, TaskQuota::default()).await.unwrap().unwrap();
         let mut next_round = round.clone();
         next_round.version = 3;
@@ -731,13 +736,10 @@ mod tests {
                 TaskService::new(store.clone(), clock, random.clone(), Arc::new(LocalBus::default()))
                     .with_logger(Logger::new(sink.clone(), sealer, random)),
             );
-            let done: ToolFn = Arc::new(|_, _| {
-                Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) })
-            });
             let alice = Principal::verified(Some("alice"), None, vec![]);
             let task =
                 NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
-            let created = service.start(task, done, SpanHandle::default()).await.unwrap();
+            let created = service.start(task, finishing(), SpanHandle::default()).await.unwrap();
             let task_id = created["taskId"].as_str().unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;
 

@@ -95,6 +95,24 @@ async fn wait_for(server: &TestServer, task_id: &str, status: &str) -> Value {
     panic!("task {task_id} never reached {status}");
 }
 
+/// Creates an `ask_twice` task on `server` and waits until it asks for input: its id.
+async fn parked_task(server: &TestServer) -> String {
+    let created =
+        task_call(server, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
+    let task_id = created["taskId"].as_str().expect("a task").to_owned();
+    wait_for(server, &task_id, "input_required").await;
+    task_id
+}
+
+/// A listen stream (id `L`) on `server` for the changes of `task_id`, its acknowledgement read.
+async fn listening_to(server: &TestServer, task_id: &str) -> tokio::net::TcpStream {
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let (_, _, mut stream) = server.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    common::read_events(&mut stream, 1).await;
+    stream
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_moves_between_instances() {
     let Some((url, _guard)) = redis() else { return };
@@ -269,14 +287,8 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
     let url = private.url();
     let prefix = unique_prefix("bus-gap");
     let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
-    let created =
-        task_call(&a, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
-    let task_id = created["taskId"].as_str().unwrap().to_owned();
-    wait_for(&a, &task_id, "input_required").await;
-    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
-    listen["_meta"] = with_tasks();
-    let (_, _, mut stream) = b.modern(json!("L"), "subscriptions/listen", listen).open().await;
-    common::read_events(&mut stream, 1).await;
+    let task_id = parked_task(&a).await;
+    let mut stream = listening_to(&b, &task_id).await;
 
     let redis = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let subscribers = || {
@@ -352,14 +364,8 @@ async fn a_task_the_stream_could_not_read_is_read_again() {
     config.task_store = store.clone();
     let bus = config.bus.clone();
     let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
-    let created =
-        task_call(&server, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json()["result"].clone();
-    let task_id = created["taskId"].as_str().unwrap().to_owned();
-    wait_for(&server, &task_id, "input_required").await;
-    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
-    listen["_meta"] = with_tasks();
-    let (_, _, mut stream) = server.modern(json!("L"), "subscriptions/listen", listen).open().await;
-    common::read_events(&mut stream, 1).await;
+    let task_id = parked_task(&server).await;
+    let mut stream = listening_to(&server, &task_id).await;
 
     store.failing.store(true, SeqCst);
     let owner = vercel_mcp::security::Principal::anonymous().id().to_owned();

@@ -509,6 +509,30 @@ mod tests {
         redis.ok()
     }
 
+    /// Adds an entry to `queue`'s stream and reads it as `consumer`, which then holds it: its id.
+    async fn handed_to(queue: &RedisStreamQueue, consumer: &str) -> String {
+        let mut connection = queue.redis.connection();
+        let id: String = redis::cmd("XADD")
+            .arg(&queue.stream)
+            .arg("*")
+            .arg("body")
+            .arg("{}")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(consumer)
+            .arg("STREAMS")
+            .arg(&queue.stream)
+            .arg(">")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        id
+    }
+
     /// The consumers of killed processes are removed once silent long enough, unless they hold
     /// an entry (deleting them would make it unclaimable); the pruning instance stays.
     #[tokio::test]
@@ -527,24 +551,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let _: String = redis::cmd("XADD")
-            .arg(&queue.stream)
-            .arg("*")
-            .arg("body")
-            .arg("{}")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let _: redis::Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(STREAM_CONSUMER_GROUP)
-            .arg("holder")
-            .arg("STREAMS")
-            .arg(&queue.stream)
-            .arg(">")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        handed_to(&queue, "holder").await;
         let names = || {
             let mut connection = redis.connection();
             let stream = queue.stream.clone();
@@ -579,24 +586,7 @@ mod tests {
         let queue = RedisStreamQueue::new(redis.clone(), "reclaimer", StreamSettings::default());
         queue.ensure_group().await.unwrap();
         let mut connection = redis.connection();
-        let id: String = redis::cmd("XADD")
-            .arg(&queue.stream)
-            .arg("*")
-            .arg("body")
-            .arg("{}")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let _: redis::Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(STREAM_CONSUMER_GROUP)
-            .arg("owner")
-            .arg("STREAMS")
-            .arg(&queue.stream)
-            .arg(">")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        let id = handed_to(&queue, "owner").await;
         // Idle for well under a minute: not claimable with a minute's minimum.
         assert_eq!(queue.dead_letter(&id, 60_000, "delivered too often").await.unwrap(), 0);
         let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
