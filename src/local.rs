@@ -227,7 +227,8 @@ async fn termination() {
 /// (from the connection's start, or the end of the previous response on it), a body within the body
 /// timeout (else 408), a streamed chunk must be taken within the header timeout too (a client
 /// that stops reading a stream does not hold it, and the work behind it, past its own limits),
-/// and at most `max_connections` connections are served at once; the next
+/// as must each part of an answer that filled the socket (a slow reader is served as long as it
+/// keeps reading; one that stops is cut), and at most `max_connections` connections are served at once; the next
 /// one is accepted only when one of them ends, so the rest wait in the kernel's backlog instead
 /// of costing a task and buffers each.
 pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::Result<()> {
@@ -279,7 +280,10 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 .keep_alive(true)
                 // `Activity` keeps this timeout (hyper's would need a timer, and then default to 30 s).
                 .header_read_timeout(None)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(
+                    TokioIo::new(Socket { stream, activity: Arc::clone(&activity), full: false }),
+                    service,
+                );
             tokio::select! {
                 // The connection first: a head that has just arrived is read, and marks the
                 // connection busy, before the deadline is looked at.
@@ -331,6 +335,16 @@ impl Activity {
     fn idle(&self) {
         let since = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(BUSY - 1);
         self.idle_since.store(since, Ordering::Relaxed);
+    }
+
+    /// The client took some of an answer that had filled the socket: it is reading, so a
+    /// connection that was waiting on it starts waiting afresh (one that is busy stays busy).
+    fn client_read(&self) {
+        let since = self.idle_since.load(Ordering::Relaxed);
+        if since != BUSY {
+            let now = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(BUSY - 1);
+            let _ = self.idle_since.compare_exchange(since, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// Resolves once the connection has waited `timeout` on the client: for a request head,
@@ -397,5 +411,74 @@ impl http_body::Body for WaitsOnTheClient {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A connection's socket, telling its [`Activity`] when a client that had let the socket fill
+/// takes more. hyper drops a buffered answer's body as soon as it holds the bytes, which may be
+/// long before the client has read them: without this, the header timeout would count from then,
+/// and cut a large answer that a slow client was still reading steadily. Only a write that
+/// follows a full socket reads the clock, so an answer that fits costs nothing.
+struct Socket {
+    stream: tokio::net::TcpStream,
+    activity: Arc<Activity>,
+    /// The last write found the socket full.
+    full: bool,
+}
+
+impl Socket {
+    fn note(&mut self, written: &Poll<std::io::Result<usize>>) {
+        match written {
+            Poll::Pending => self.full = true,
+            Poll::Ready(Ok(n)) if *n > 0 && self.full => {
+                self.full = false;
+                self.activity.client_read();
+            }
+            Poll::Ready(_) => {}
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Socket {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Socket {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.note(&written);
+        written
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.note(&written);
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -837,6 +837,72 @@ async fn a_stream_whose_client_stops_reading_is_closed() {
     assert!(!received.contains("\"result\""), "cut off, not closed gracefully: it never read");
 }
 
+/// A buffered answer far larger than the socket buffers, read slowly but steadily, arrives whole:
+/// the header timeout counts from the client's last read of it, not from when hyper took the
+/// body (which, before, cut the answer short about a header timeout in). A client that stops
+/// reading the same answer is still cut off after the timeout.
+#[tokio::test]
+async fn a_large_answer_read_slowly_arrives_whole_and_one_not_read_is_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SIZE: usize = 16 << 20;
+    let mut server = vercel_mcp::McpServer::new("large", "1");
+    server.tool(ToolDef::new("large").description("Answers 16 MiB"), |_, _: NoArguments| async {
+        CallToolResult::text("x".repeat(SIZE))
+    });
+    let limits = vercel_mcp::settings::ConnectionLimits {
+        header_timeout: std::time::Duration::from_secs(1),
+        body_timeout: std::time::Duration::from_secs(1),
+        max_connections: 16,
+    };
+    let config = Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint()))).with_limits(limits);
+    let s = common::TestServer::start_routes(routes).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": with_meta(json!({"name": "large", "arguments": {}}))})
+    .to_string();
+    let request = format!(
+        "POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: large\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(64 * 1024).unwrap();
+        let mut stream = socket.connect(s.addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream
+    };
+
+    // Reads at most 64 KiB every 10 ms: some 2.5 s for the whole answer, well past the timeout.
+    // The kernel lets the server write again each time about a third of its send buffer (4 MiB
+    // at most) has drained: every 0.2 s or so here, well within the timeout.
+    let mut slow = connect().await;
+    let mut received = Vec::with_capacity(SIZE + 4096);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let started = std::time::Instant::now();
+    loop {
+        let read = tokio::time::timeout(common::NETWORK_WAIT, slow.read(&mut chunk)).await.expect("the server answers");
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(started.elapsed() > limits.header_timeout * 2, "the answer was read over more than the timeout");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    let answer = &text[text.find("\r\n\r\n").expect("a head") + 4..];
+    let answer: Value = serde_json::from_str(answer).expect("the whole answer arrived");
+    assert_eq!(answer["result"]["content"][0]["text"].as_str().map(str::len), Some(SIZE));
+
+    // The same answer, never read: the connection is closed about a timeout after the socket
+    // filled, with most of the answer unsent.
+    let mut stalled = connect().await;
+    tokio::time::sleep(limits.header_timeout * 2).await;
+    let cut = until_closed(&mut stalled).await;
+    assert!(String::from_utf8_lossy(&cut[..64]).starts_with("HTTP/1.1 200"));
+    assert!(cut.len() < SIZE, "{} bytes: the stalled client was sent the whole answer", cut.len());
+}
+
 /// At most `max_connections` connections are served at once: a third client waits, unserved,
 /// while two idle connections hold the slots, and is served as soon as one of them goes.
 #[tokio::test]
