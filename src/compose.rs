@@ -210,7 +210,7 @@ pub fn configure_server(server: &mut McpServer, parts: &Parts) {
     let services = parts.services();
     server.enable_tasks(services.tasks.clone());
 
-    // Your tools, e.g. `my_tools::register(server, &services);`
+    // Your tools, e.g. `crate::tools::register(server, &services);` (docs/guide.md)
 
     // Reference examples, opt-in on /api/mcp:
     catalogue::minimal::register(server);
