@@ -101,15 +101,32 @@ fn exceeds_values(body: &[u8], limit: usize) -> bool {
     false
 }
 
+/// Why a body is not one message the server takes: the error to answer with, and the id of the
+/// request it was meant to be when that id could be read. The answer echoes it, so the client can
+/// tell which of its requests failed (an error may omit the id only when it could not be read).
+#[derive(Debug)]
+pub struct NotAMessage {
+    /// The request's id, when it was a valid one.
+    pub id: Option<RequestId>,
+    /// The JSON-RPC error, with its HTTP status.
+    pub error: McpError,
+}
+
+impl From<McpError> for NotAMessage {
+    fn from(error: McpError) -> Self {
+        Self { id: None, error }
+    }
+}
+
 impl Message {
     /// Parses one message from a body. Errors carry their JSON-RPC code and HTTP 400.
-    pub fn parse(body: &[u8]) -> Result<Self, McpError> {
+    pub fn parse(body: &[u8]) -> Result<Self, NotAMessage> {
         if exceeds_values(body, MAX_JSON_VALUES) {
-            return Err(McpError::new(
+            return Err(NotAMessage::from(McpError::new(
                 super::ErrorCode::INVALID_REQUEST,
                 http::StatusCode::PAYLOAD_TOO_LARGE,
                 format!("Request body has more than {MAX_JSON_VALUES} JSON values"),
-            ));
+            )));
         }
         let not_json = || McpError::parse_error("Parse error: body is not valid JSON");
         // JSON text is UTF-8 (RFC 8259). Checked once for the whole body: a byte-slice read
@@ -123,15 +140,16 @@ impl Message {
     }
 
     /// Checks the JSON-RPC shape of an already parsed value.
-    pub fn from_value(value: Value) -> Result<Self, McpError> {
+    pub fn from_value(value: Value) -> Result<Self, NotAMessage> {
         let mut object = match value {
             Value::Object(object) => object,
             Value::Array(_) => {
                 return Err(McpError::invalid_request(
                     "Invalid Request: batch arrays are not supported; send one message per POST",
-                ));
+                )
+                .into());
             }
-            _ => return Err(McpError::invalid_request("Invalid Request: expected a JSON object")),
+            _ => return Err(McpError::invalid_request("Invalid Request: expected a JSON object").into()),
         };
         let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
         Self::from_members(Members {
@@ -147,11 +165,9 @@ impl Message {
         })
     }
 
-    fn from_members(members: Members<'_>) -> Result<Self, McpError> {
+    fn from_members(members: Members<'_>) -> Result<Self, NotAMessage> {
         let Members { jsonrpc, id, method, params, result, error } = members;
-        if jsonrpc.as_deref() != Some("2.0") {
-            return Err(McpError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""));
-        }
+        // The id first: every later refusal of a request carries it.
         let id = match id {
             None => None,
             Some(raw) => Some(
@@ -159,17 +175,22 @@ impl Message {
                     .ok_or_else(|| McpError::invalid_request("Invalid Request: id must be a string or an integer"))?,
             ),
         };
+        // A response's id names one of the server's own requests, not the client's: not echoed.
+        let echoed = if method.is_some() { id.clone() } else { None };
+        let refused =
+            |message: &'static str| Err(NotAMessage { id: echoed, error: McpError::invalid_request(message) });
+        if jsonrpc.as_deref() != Some("2.0") {
+            return refused("Invalid Request: jsonrpc must be \"2.0\"");
+        }
         let method = match method {
             Some(Value::String(method)) => method,
-            Some(_) => return Err(McpError::invalid_request("Invalid Request: method must be a string")),
-            None => return Self::response(id, result, error),
+            Some(_) => return refused("Invalid Request: method must be a string"),
+            None => return Ok(Self::response(id, result, error)?),
         };
         let params = match params {
             None => RequestParams::default(),
             Some(Params::Object(params)) => params,
-            Some(Params::NotObject) => {
-                return Err(McpError::invalid_request("Invalid Request: params must be an object"));
-            }
+            Some(Params::NotObject) => return refused("Invalid Request: params must be an object"),
         };
         Ok(match id {
             Some(id) => Message::Request { id, method, params },
@@ -417,7 +438,8 @@ mod tests {
             )
         };
         let zeros = |n: usize| format!("[{}0]", "0,".repeat(n - 1));
-        let many = Message::parse(request(&format!(r#"{{"a":{}}}"#, zeros(MAX_JSON_VALUES))).as_bytes()).unwrap_err();
+        let many =
+            Message::parse(request(&format!(r#"{{"a":{}}}"#, zeros(MAX_JSON_VALUES))).as_bytes()).unwrap_err().error;
         assert_eq!((many.code, many.status), (ErrorCode::INVALID_REQUEST, http::StatusCode::PAYLOAD_TOO_LARGE));
         assert!(many.message.contains("65536 JSON values"), "{}", many.message);
         // Just under the cap parses (the envelope's own values count too).
@@ -425,13 +447,13 @@ mod tests {
         // A long string is one value, whatever it holds.
         let text = format!(r#""{}""#, r#"[,{\",\\"#.repeat(200_000));
         let long = Message::parse(request(&format!(r#"{{"message":{text}}}"#)).as_bytes());
-        assert!(long.is_ok(), "{:?}", long.err().map(|e| e.message));
+        assert!(long.is_ok(), "{:?}", long.err().map(|e| e.error.message));
         assert!(!exceeds_values(br#"{"a":"\",,,,,,\\","b":[1,2]}"#, 6), "commas in strings do not count");
         assert!(exceeds_values(br#"{"a":[1,2,3,4,5,6,7,8]}"#, 6));
     }
 
     fn code(body: &str) -> i32 {
-        Message::parse(body.as_bytes()).unwrap_err().code.0
+        Message::parse(body.as_bytes()).unwrap_err().error.code.0
     }
 
     #[test]
@@ -493,7 +515,7 @@ mod tests {
         // refuses (25 here) takes it on both sides; the asserts after the loop check that one.
         let value_path = |body: &[u8]| {
             serde_json::from_slice(body)
-                .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))
+                .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON").into())
                 .and_then(Message::from_value)
         };
         let all = bodies.iter().map(|b| b.as_bytes().to_vec()).chain([deep.into_bytes(), invalid_utf8]);

@@ -524,7 +524,9 @@ impl InputRequest {
         match self {
             Self::ElicitForm { .. } => {
                 let granted = match caps.get("elicitation") {
-                    Some(Value::Object(e)) => e.is_empty() || e.contains_key("form"),
+                    // `{}` is form mode (the revision before modes); `form` must be an object,
+                    // as `url` must.
+                    Some(Value::Object(e)) => e.is_empty() || e.get("form").is_some_and(Value::is_object),
                     _ => false,
                 };
                 (json!({ "elicitation": { "form": {} } }), granted)

@@ -534,7 +534,9 @@ impl Validator<'_> {
             if !path.is_empty() {
                 path.push('.');
             }
-            path.push_str(name);
+            // A member's name may be the client's (under `additionalProperties`), and the path
+            // goes back in the error: as long as any other echoed text, at most.
+            path.push_str(&crate::protocol::error::truncate_for_message(name));
             let checked = self.check(sub, child, path, depth + 1);
             path.truncate(len);
             checked
@@ -647,6 +649,23 @@ mod tests {
         assert!(validate(&schema, &json!({"message":"a","tags":["x",1]})).unwrap_err().contains("tags[1]"));
         assert!(validate(&schema, &json!({"message":"a","mode":"c"})).is_err());
         assert!(validate(&schema, &json!("not an object")).is_err());
+    }
+
+    #[test]
+    fn a_member_name_the_client_chose_comes_back_truncated() {
+        let schema = json!({"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {"type": "integer"}}}});
+        let long = "k".repeat(100_000);
+        let problem = validate(&schema, &json!({"m": {long.as_str(): "x"}})).unwrap_err();
+        assert!(problem.starts_with("m.kkkk") && problem.len() < 300, "{} bytes", problem.len());
+        let nested = json!({"m": {long.as_str(): {"deeper": "x"}}});
+        let schema = json!({"type": "object", "properties": {"m": {"type": "object",
+            "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer"}}}}});
+        let problem = validate(&schema, &nested).unwrap_err();
+        assert!(
+            problem.ends_with("….deeper: expected integer, got string"),
+            "the rest of the path stays: {}",
+            &problem[problem.len() - 60..]
+        );
     }
 
     #[test]

@@ -75,12 +75,54 @@ pub fn param_matches(header: &str, body: &Value) -> bool {
     match body {
         Value::String(s) => header == s,
         Value::Bool(b) => header == if *b { "true" } else { "false" },
-        Value::Number(n) => match (header.parse::<f64>(), n.as_f64()) {
-            (Ok(h), Some(b)) => h.is_finite() && h == b,
-            _ => false,
+        // An integer (the only numbers `x-mcp-header` may map) is compared exactly: as floats,
+        // 2^53 + 1 would equal 2^53, and `1e-400` would equal 0.
+        Value::Number(n) => match n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)) {
+            Some(body) => decimal_integer(header) == Some(body),
+            None => match (header.parse::<f64>(), n.as_f64()) {
+                (Ok(h), Some(b)) => h.is_finite() && h == b,
+                _ => false,
+            },
         },
         _ => false,
     }
+}
+
+/// The integer a decimal number in JSON's notation (`-42`, `42.0`, `4.2e1`) spells, or `None`
+/// when it is not one, has no exact integer value, or is beyond `i128`.
+fn decimal_integer(text: &str) -> Option<i128> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => {
+            (&unsigned[..at], unsigned[at + 1..].strip_prefix('+').unwrap_or(&unsigned[at + 1..]).parse::<i32>().ok()?)
+        }
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let well_formed = |digits: &str| digits.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty()
+        || !well_formed(whole)
+        || !well_formed(fraction)
+        || (mantissa.contains('.') && fraction.is_empty())
+    {
+        return None;
+    }
+    // The digits as one integer times ten to `scale`, trailing zeros moved into the scale.
+    let digits = format!("{whole}{fraction}");
+    let significant = digits.trim_start_matches('0');
+    let trimmed = significant.trim_end_matches('0');
+    let scale = i64::from(exponent) - fraction.len() as i64 + (significant.len() - trimmed.len()) as i64;
+    if trimmed.is_empty() {
+        return Some(0);
+    }
+    if scale < 0 || trimmed.len() as i64 + scale > 39 {
+        return None;
+    }
+    let magnitude: i128 = format!("{trimmed}{}", "0".repeat(scale as usize)).parse().ok()?;
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 #[cfg(test)]
@@ -139,5 +181,27 @@ mod tests {
         assert!(param_matches("true", &json!(true)));
         assert!(!param_matches("True", &json!(true)));
         assert!(!param_matches("x", &json!(null)));
+    }
+
+    #[test]
+    fn compares_integers_exactly() {
+        for equal in ["9007199254740993", "9007199254740993.000", "9.007199254740993e15", "90071992547409930e-1"] {
+            assert!(param_matches(equal, &json!(9_007_199_254_740_993u64)), "{equal}");
+        }
+        // Equal as floats, not as integers.
+        assert!(!param_matches("9007199254740992", &json!(9_007_199_254_740_993u64)));
+        assert!(!param_matches("1e-400", &json!(0)));
+        assert!(!param_matches("0.5", &json!(0)));
+        assert!(!param_matches("1e400", &json!(1)));
+        for zero in ["0", "-0", "0.0", "0e5", "000"] {
+            assert!(param_matches(zero, &json!(0)), "{zero}");
+        }
+        assert!(param_matches("-42", &json!(-42)));
+        assert!(param_matches("18446744073709551615", &json!(u64::MAX)));
+        assert!(param_matches("-9223372036854775808", &json!(i64::MIN)));
+        for malformed in ["", "-", "1.", ".5", "1e", "0x10", "+1", "1_000", " 1", "1e+", "NaN", "inf"] {
+            assert!(!param_matches(malformed, &json!(1)), "{malformed:?}");
+            assert_eq!(decimal_integer(malformed), None, "{malformed:?}");
+        }
     }
 }

@@ -263,7 +263,10 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
         return Err(McpError::unsupported_version(body_version));
     }
 
-    check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method))?;
+    // Plain: the base64 sentinel is for `Mcp-Name` and `Mcp-Param-*` (values a client may not be
+    // able to send as visible ASCII). An encoded method would match here while a gateway that
+    // routes on the header saw something else.
+    check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method), Sentinel::Literal)?;
     let name_source = match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -272,7 +275,9 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
     };
     if let Some(field) = name_source {
         match params.get(field) {
-            Some(Value::String(body_name)) => check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name))?,
+            Some(Value::String(body_name)) => {
+                check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name), Sentinel::Decoded)?
+            }
             _ => return Err(McpError::invalid_params(format!("{method} requires a string {field}"))),
         }
     }
@@ -302,18 +307,31 @@ fn invalid_log_level() -> McpError {
     )
 }
 
-/// Requires header `name` to be present and, after sentinel decoding, equal to `expected`.
+/// How a header's value is read before it is compared with the body.
+#[derive(Clone, Copy)]
+enum Sentinel {
+    /// The `=?base64?…?=` form is decoded (`Mcp-Name`, `Mcp-Param-*`).
+    Decoded,
+    /// Taken as it is: the sentinel is just text, which matches no body value that needs it.
+    Literal,
+}
+
+/// Requires header `name` to be present and equal to `expected` (read as `sentinel` says).
 fn check_header_equals(
     headers: &HeaderMap,
     name: HeaderName,
     display: &str,
     expected: Option<&str>,
+    sentinel: Sentinel,
 ) -> Result<(), McpError> {
     let Some(expected) = expected else { return Ok(()) };
     let raw = headers::single(headers, name)
         .map_err(|p| header_error(display, p))?
         .ok_or_else(|| McpError::header_mismatch(format!("Header mismatch: missing required {display} header")))?;
-    let decoded = headers::decode_value(raw).map_err(|p| header_error(display, p))?;
+    let decoded = match sentinel {
+        Sentinel::Decoded => headers::decode_value(raw).map_err(|p| header_error(display, p))?,
+        Sentinel::Literal => std::borrow::Cow::Borrowed(raw),
+    };
     if decoded != expected {
         return Err(McpError::header_mismatch(format!(
             "Header mismatch: {display} header value '{}' does not match body value '{}'",

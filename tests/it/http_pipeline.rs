@@ -41,20 +41,26 @@ async fn disallowed_origins_get_a_plain_403_that_echoes_nothing() {
     assert_eq!(f.server.modern(json!(1), "tools/list", json!({})).send().await.status, 200, "no Origin passes");
 }
 
+/// A malformed body is 400; its error carries the request's id when one could be read (the spec
+/// lets an error omit it only when it could not), and no id otherwise.
 #[tokio::test]
-async fn malformed_bodies_are_400_without_an_id() {
+async fn malformed_bodies_are_400_with_the_id_only_when_it_was_readable() {
     let f = fixture().await;
     let cases = [
-        ("{not json", -32700),
-        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#, -32600),
-        (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600),
-        (r#"{"id":1,"method":"tools/list"}"#, -32600),
+        ("{not json", -32700, None),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600, None),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#, -32600, None),
+        (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}"#, -32600, None),
+        (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, -32600, None),
+        (r#"{"id":1,"method":"tools/list"}"#, -32600, Some(json!(1))),
+        (r#"{"jsonrpc":"1.0","id":"a","method":"tools/list"}"#, -32600, Some(json!("a"))),
+        (r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[1]}"#, -32600, Some(json!(7))),
+        (r#"{"jsonrpc":"2.0","id":"x","method":7}"#, -32600, Some(json!("x"))),
     ];
-    for (body, code) in cases {
+    for (body, code, id) in cases {
         let reply = f.server.post(body).header("MCP-Protocol-Version", "2026-07-28").send().await;
         assert_eq!((reply.status, reply.code()), (400, code), "{body}");
-        assert!(reply.json().get("id").is_none());
+        assert_eq!(reply.json().get("id"), id.as_ref(), "{body}");
     }
     let wrong_type = f.server.post("{}").replace("Content-Type", "text/plain").send().await;
     assert_eq!(wrong_type.status, 415);
@@ -103,12 +109,15 @@ async fn header_and_meta_errors_follow_the_table() {
     let reply = s.modern(json!(1), "tools/list", old).replace("MCP-Protocol-Version", "1900-01-01").send().await;
     assert_eq!((reply.status, reply.code()), (400, -32022));
     assert_eq!(reply.json()["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "1900-01-01"}));
-    // Mcp-Method missing, mismatched, differently cased, repeated.
+    // Mcp-Method missing, mismatched, differently cased, repeated, or base64-encoded (the
+    // sentinel is for Mcp-Name and Mcp-Param-*; a gateway routing on this header would read it
+    // as something else).
     for call in [
         s.modern(json!(1), "tools/list", json!({})).without("Mcp-Method"),
         s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "prompts/list"),
         s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "TOOLS/LIST"),
         s.modern(json!(1), "tools/list", json!({})).header("Mcp-Method", "tools/list"),
+        s.modern(json!(1), "tools/list", json!({})).replace("Mcp-Method", "=?base64?dG9vbHMvbGlzdA==?="),
     ] {
         let reply = call.send().await;
         assert_eq!((reply.status, reply.code()), (400, -32020), "{}", reply.text());
@@ -434,6 +443,14 @@ async fn mrtr_state_is_sealed_bound_and_expires() {
     let undeclared = s.modern(json!(1), "tools/call", call("ask", json!({}))).send().await;
     assert_eq!((undeclared.status, undeclared.code()), (400, -32021));
     assert_eq!(undeclared.json()["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"form": {}}}));
+    // Declared, but not as an object: not declared. Only the URL mode, not the form mode: neither.
+    for declared in [json!({"form": false}), json!({"form": "yes"}), json!({"url": {}})] {
+        let mut params = call("ask", json!({}));
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": declared}});
+        let reply = s.modern(json!(1), "tools/call", params).send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32021), "{declared}");
+    }
     let with_caps = |mut params: Value| {
         params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
         params

@@ -215,7 +215,7 @@ fn the_typed_request_read_means_what_the_value_read_means() {
     let g = Gen::new(0x9A7A);
     let value_read = |body: &[u8]| {
         serde_json::from_slice(body)
-            .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON"))
+            .map_err(|_| McpError::parse_error("Parse error: body is not valid JSON").into())
             .and_then(Message::from_value)
     };
     let mut typed_requests = 0;
