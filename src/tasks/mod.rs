@@ -133,7 +133,11 @@ impl TaskService {
 
     /// Stores a new task under its owner's quota: past it, the 429 that says which limit.
     async fn create(&self, record: &TaskRecord) -> Result<(), McpError> {
-        let refused = match self.store.create(record, self.quota).await.map_err(self.store_fault("create"))? {
+        let created = match self.store.create(record, self.quota).await {
+            Err(_) if self.landed(record).await => Ok(()),
+            created => created.map_err(self.store_fault("create"))?,
+        };
+        let refused = match created {
             Ok(()) => return Ok(()),
             Err(TaskRefused::OverShare(share)) => {
                 format!("You hold too many tasks (limit {share}); they are kept for an hour after they are created")
@@ -374,12 +378,24 @@ impl TaskService {
             }
             record.version += 1;
             record.updated_at = self.clock.now_ms();
-            if self.store.replace(&record).await? {
+            let replaced = match self.store.replace(&record).await {
+                Err(_) if self.landed(&record).await => true,
+                replaced => replaced?,
+            };
+            if replaced {
                 self.announce(&record);
                 return Ok(Some(record));
             }
         }
         Err(contention())
+    }
+
+    /// Whether the store holds `written` exactly: a write that reported an error may have landed
+    /// (the reply was lost, not the command). Its writer then goes on as if it had heard so:
+    /// otherwise an update that resumed a task, or a start that created one, would leave it
+    /// working with nothing running it, and a retry would find it working and resume nothing.
+    async fn landed(&self, written: &TaskRecord) -> bool {
+        matches!(self.store.get(&written.owner, &written.task_id).await, Ok(Some(stored)) if stored == *written)
     }
 
     /// `tasks/get`.
@@ -696,10 +712,24 @@ mod tests {
         assert_eq!(store.get("sub:alice", "t").await.unwrap().unwrap().status, TaskStatus::Completed);
     }
 
-    /// A store whose writes fail `failures` times, then work.
+    /// A store whose replacing writes fail `failures` times, then work; with `lands`, its
+    /// creating and replacing writes are carried out but reported as failed (the reply lost).
     struct Blipping {
         inner: store::MemoryTaskStore,
         failures: std::sync::atomic::AtomicU32,
+        lands: bool,
+    }
+
+    impl Blipping {
+        fn fails_now(&self) -> bool {
+            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+            self.failures.store(left.saturating_sub(1), std::sync::atomic::Ordering::SeqCst);
+            left > 0
+        }
+    }
+
+    fn reset<T>() -> crate::store::StoreFuture<'static, T> {
+        Box::pin(async { Err(StoreError::fault("task store unavailable: connection reset")) })
     }
 
     impl TaskStore for Blipping {
@@ -708,19 +738,57 @@ mod tests {
             record: &'a TaskRecord,
             quota: TaskQuota,
         ) -> crate::store::StoreFuture<'a, Result<(), TaskRefused>> {
+            if self.lands && self.fails_now() {
+                drop(self.inner.create(record, quota));
+                return reset();
+            }
             self.inner.create(record, quota)
         }
         fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> crate::store::StoreFuture<'a, Option<TaskRecord>> {
             self.inner.get(owner, task_id)
         }
         fn replace<'a>(&'a self, record: &'a TaskRecord) -> crate::store::StoreFuture<'a, bool> {
-            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
-            if left == 0 {
+            if !self.fails_now() {
                 return self.inner.replace(record);
             }
-            self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
-            Box::pin(async { Err(StoreError::fault("task store unavailable: connection reset")) })
+            if self.lands {
+                drop(self.inner.replace(record));
+            }
+            reset()
         }
+    }
+
+    /// A write that reported an error but landed: the update that resumed the task goes on to run
+    /// it (a retry then resumes nothing, so the round runs once), and so does the start that
+    /// created it. A write that did not land is still an error, and changes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_landed_though_it_reported_an_error_goes_on() {
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        for lands in [true, false] {
+            let store = Arc::new(Blipping { inner: Default::default(), failures: 0.into(), lands });
+            let service = Arc::new(service_over(store.clone()));
+            let parked = task_record(alice.id(), "parked", 1, "input_required", &["a"]);
+            store.inner.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
+            store.failures.store(1, std::sync::atomic::Ordering::SeqCst);
+            let updated = service.update(&alice, "parked", &answer("a")).await;
+            let stored = store.get(alice.id(), "parked").await.unwrap().unwrap();
+            if lands {
+                let resumed = updated.unwrap().expect("the update that landed resumes the task");
+                assert_eq!((resumed.record.status, stored.status), (TaskStatus::Working, TaskStatus::Working));
+                assert!(service.update(&alice, "parked", &answer("a")).await.unwrap().is_none(), "resumed once");
+            } else {
+                assert!(updated.unwrap_err().message.starts_with("task store unavailable"));
+                assert_eq!((stored.status, stored.version), (TaskStatus::InputRequired, 1), "nothing changed");
+            }
+        }
+
+        let store = Arc::new(Blipping { inner: Default::default(), failures: 1.into(), lands: true });
+        let service = Arc::new(service_over(store.clone()));
+        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+        let created = service.start(task, finishing(), SpanHandle::default()).await.expect("the create landed");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let record = store.get(alice.id(), created["taskId"].as_str().unwrap()).await.unwrap().unwrap();
+        assert_eq!(record.status, TaskStatus::Completed, "and its work ran");
     }
 
     /// A round that ends while the store blips is stored once it is back; one the store never
@@ -731,7 +799,7 @@ mod tests {
             let (sink, clock) = (Arc::new(MemorySink::default()), Arc::new(ManualClock::new(0)));
             let random = Arc::new(SeededRandom::new(1));
             let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
-            let store = Arc::new(Blipping { inner: Default::default(), failures: failures.into() });
+            let store = Arc::new(Blipping { inner: Default::default(), failures: failures.into(), lands: false });
             let service = Arc::new(
                 TaskService::new(store.clone(), clock, random.clone(), Arc::new(LocalBus::default()))
                     .with_logger(Logger::new(sink.clone(), sealer, random)),
