@@ -195,7 +195,8 @@ impl Jobs {
     /// Creates a pending job and enqueues it; returns its handle. Nothing is
     /// left behind when it fails: the record is created only after validation, with its message
     /// in the same step where the queue is a Redis stream the store reaches, and otherwise
-    /// removed again if the message cannot be enqueued.
+    /// removed again if the message cannot be enqueued. A create that reports an error but
+    /// landed is taken as done.
     pub async fn submit(
         &self,
         principal: &Principal,
@@ -237,6 +238,16 @@ impl Jobs {
                     Some(create) => (create.await, true),
                     None => (self.store.create(&record, &quota, now).await, false),
                 };
+            // A create that reports an error may have landed (the reply lost, not the command):
+            // a record under this fresh id is this call's. Taken as created, it is enqueued and
+            // runs; left, it would hold one of the caller's slots, pending, until its deadline.
+            let created = match created {
+                Err(error) => match self.store.get(owner, &record.job_id, now).await {
+                    Ok(Some(_)) => Ok(Ok(())),
+                    _ => Err(error),
+                },
+                created => created,
+            };
             match created.map_err(|e| self.fault("create", e.message()))? {
                 Ok(()) => break (record, message, enqueued),
                 Err(CreateRefused::AtCap(cap)) => {

@@ -323,10 +323,56 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
     assert!(error.contains("REDIS_URL"), "{error}");
 }
 
+/// A create that reports an error but landed (the reply lost, not the command) is the submit's:
+/// the job is enqueued to run, and holds no slot as an orphan. Before, the submit failed and
+/// left the record pending, so two such errors shut anonymous callers (two active jobs) out
+/// until the records' deadline. A create that did not land is still an error, and stores nothing.
+#[tokio::test]
+async fn a_create_that_landed_though_it_reported_an_error_is_the_submits() {
+    struct Lost {
+        store: MemoryJobStore,
+        lands: bool,
+    }
+    impl Hooks for Lost {
+        fn inner(&self) -> &dyn JobStore {
+            &self.store
+        }
+        fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+            Box::pin(async move {
+                if self.lands {
+                    self.store.create(r, q, n).await?.expect("within the quota");
+                }
+                Err(StoreError::fault("job store unavailable: connection reset"))
+            })
+        }
+    }
+    for lands in [true, false] {
+        let store = Arc::new(Hooked(Lost { store: MemoryJobStore::new(), lands }));
+        let (jobs, queue) = service(store.clone(), Arc::new(ManualClock::new(0)));
+        let anonymous = Principal::anonymous();
+        for submits in 1..=2 {
+            let submitted = jobs.submit(&anonymous, 1, None).await;
+            if lands {
+                let handle = submitted.expect("the record is there: the job is submitted").job_id;
+                assert_eq!(jobs.status(&anonymous, &handle).await.unwrap().state, "pending");
+                assert_eq!(queue.pending_len(), submits, "and enqueued, to run");
+            } else {
+                let error = submitted.unwrap_err();
+                assert!(error.starts_with("job store unavailable"), "{error}");
+                assert_eq!(queue.pending_len(), 0);
+            }
+        }
+        assert_eq!(store.store.len(), if lands { 2 } else { 0 });
+    }
+}
+
 /// A test store around another: every operation goes to `inner()`, except where the hooks
 /// step in (a crash, a cancel, a count).
 trait Hooks: Send + Sync + 'static {
     fn inner(&self) -> &dyn JobStore;
+    fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+        self.inner().create(r, q, n)
+    }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.inner().advance(o, j, e, n)
     }
@@ -347,7 +393,7 @@ impl<H> std::ops::Deref for Hooked<H> {
 
 impl<H: Hooks> JobStore for Hooked<H> {
     fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
-        self.0.inner().create(r, q, n)
+        self.0.create(r, q, n)
     }
     fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.0.inner().get(o, j, n)
