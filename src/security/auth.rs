@@ -23,6 +23,10 @@ use super::resource::CanonicalResource;
 use super::verified::{VERIFIED_TTL_SECS, VerifiedTokens};
 use crate::state::Clock;
 
+/// The longest bearer token verified; a longer one is invalid unread. It also bounds how long a
+/// principal's id can be ([`super::principal::MAX_ID_BYTES`]).
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
 /// Whether requests must, may or need not carry a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuthMode {
@@ -261,7 +265,7 @@ impl Authenticator {
 
     async fn verify_with_expiry(&self, token: &str) -> Result<(Principal, u64), &'static str> {
         const INVALID: &str = "the access token is invalid or expired";
-        if token.len() > 16 * 1024 {
+        if token.len() > MAX_TOKEN_BYTES {
             return Err(INVALID);
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| INVALID)?;

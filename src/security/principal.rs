@@ -8,6 +8,11 @@ use std::sync::Arc;
 
 use crate::observe::ANONYMOUS_ID;
 
+/// The longest id a principal can have: a token's subject or client id can be no longer than the
+/// token ([`super::auth::MAX_TOKEN_BYTES`]), and the id adds its prefix (`client:` the longer).
+/// What carries an owner's id (a job's queue message) accepts any id up to this.
+pub const MAX_ID_BYTES: usize = super::auth::MAX_TOKEN_BYTES + "client:".len();
+
 /// The caller of one request, as established by authentication.
 ///
 /// Cheap to clone, and the unauthenticated caller costs no reference count at all: a request

@@ -323,6 +323,26 @@ async fn a_failed_publish_or_a_missing_store_leaves_no_record() {
     assert!(error.contains("REDIS_URL"), "{error}");
 }
 
+/// An owner id as long as a token allows rides the queue message: the job of a caller with a
+/// long subject, or the longest client id, runs. Before, a message refused owner ids over 512
+/// bytes at delivery, so such a job stayed pending, holding a slot, until its deadline.
+#[tokio::test]
+async fn a_job_of_a_caller_with_a_long_id_runs() {
+    use vercel_mcp::security::principal::MAX_ID_BYTES;
+    let config = config(Arc::new(MemoryJobStore::new()), Arc::new(ManualClock::new(0)));
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let _routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    let jobs = config.job_service();
+    let long_subject = Principal::verified(Some(&"s".repeat(600)), None, vec![]);
+    let longest = Principal::verified(None, Some(&"c".repeat(MAX_ID_BYTES - "client:".len())), vec![]);
+    assert_eq!(longest.id().len(), MAX_ID_BYTES);
+    for principal in [long_subject, longest] {
+        let handle = jobs.submit(&principal, 2, None).await.unwrap().job_id;
+        queue.drain().await;
+        assert_eq!(jobs.status(&principal, &handle).await.unwrap().state, "done");
+    }
+}
+
 /// A create that reports an error but landed (the reply lost, not the command) is the submit's:
 /// the job is enqueued to run, and holds no slot as an orphan. Before, the submit failed and
 /// left the record pending, so two such errors shut anonymous callers (two active jobs) out

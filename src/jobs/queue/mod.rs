@@ -79,7 +79,7 @@ impl JobMessage {
         let steps = object.get("steps")?.as_u64()?;
         let valid = is_job_id(job_id)
             && !owner_id.is_empty()
-            && owner_id.len() <= 512
+            && owner_id.len() <= crate::security::principal::MAX_ID_BYTES
             && (1..=u64::from(MAX_STEPS)).contains(&steps);
         let traceparent = object
             .get("traceparent")
@@ -190,6 +190,9 @@ mod tests {
             JobMessage::parse(format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":3,"extra":1}}"#).as_bytes()),
             Some(JobMessage { job_id: id.into(), owner_id: "sub:a".into(), steps: 3, traceparent: None })
         );
+        let longest = "s".repeat(crate::security::principal::MAX_ID_BYTES);
+        let body = format!(r#"{{"jobId":"{id}","ownerId":"{longest}","steps":3}}"#);
+        assert_eq!(JobMessage::parse(body.as_bytes()).map(|m| m.owner_id.len()), Some(longest.len()));
         for bad in [
             "null".to_owned(),
             "{}".to_owned(),
@@ -202,6 +205,10 @@ mod tests {
             format!(r#"{{"jobId":"{id}","ownerId":"sub:a","steps":"3"}}"#),
             r#"{"jobId":"../../etc","ownerId":"sub:a","steps":3}"#.to_owned(),
             format!(r#"[{{"jobId":"{id}","ownerId":"sub:a","steps":3}}]"#),
+            format!(
+                r#"{{"jobId":"{id}","ownerId":"{}","steps":3}}"#,
+                "s".repeat(crate::security::principal::MAX_ID_BYTES + 1)
+            ),
         ] {
             assert_eq!(JobMessage::parse(bad.as_bytes()), None, "{bad}");
         }
