@@ -12,6 +12,7 @@ use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
 use crate::observe::{LogSink, Logger};
+use crate::state::background::Keeper;
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
@@ -45,6 +46,11 @@ where
                     Err(refusal) => transport::refused(logger, &parts.headers, std::time::Instant::now(), refusal),
                 }
             };
+            // Work the request leaves running (a task's round, a change's publish) holds the
+            // invocation open until it ends, so the instance is not frozen in the middle of it.
+            let keeper_state = state.clone();
+            let keeper: Keeper = Arc::new(move |work| keeper_state.wait_until(work));
+            let served = crate::state::background::keeping(keeper, served);
             let response = if bridged {
                 let sink: Arc<dyn LogSink> = Arc::new(RequestLog(state.log_context.clone()));
                 crate::observe::with_request_sink(sink, served).await

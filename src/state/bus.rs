@@ -153,10 +153,14 @@ impl ChangeBus for RedisBus {
         let mut connection = self.publisher.clone();
         let channel = self.channel.clone();
         let payload = serde_json::to_string(&event).expect("events serialise");
-        // The publish runs on after the caller returns, still under the caller's span.
-        tokio::spawn(crate::telemetry::carry_current(crate::telemetry::redis_span("changes.publish", async move {
+        // The publish runs on after the caller returns, still under the caller's span (and, on
+        // Vercel, inside the invocation: a frozen instance would never send it).
+        let publish = crate::telemetry::carry_current(crate::telemetry::redis_span("changes.publish", async move {
             redis::cmd("PUBLISH").arg(channel).arg(payload).query_async::<i64>(&mut connection).await
-        })));
+        }));
+        super::background::spawn(async move {
+            let _ = publish.await;
+        });
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {

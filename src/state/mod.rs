@@ -1,7 +1,9 @@
 //! Cross-call state that does not live in instance memory: sealed envelopes the client
 //! carries for us, the used nonces that make `requestState` single-use, the clock and
-//! randomness they depend on, and the change bus behind `subscriptions/listen`.
+//! randomness they depend on, the change bus behind `subscriptions/listen`, and the work a
+//! request leaves running after its response (`background`).
 
+pub mod background;
 pub mod bus;
 pub mod clock;
 pub mod nonce;

@@ -245,8 +245,10 @@ impl TaskService {
         Ok(self.create_result(&record))
     }
 
+    /// Runs a round past the response that started it; on Vercel, inside that invocation, which
+    /// stays open until the round ends (at most the function's maximum duration).
     fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, slot: Slot) {
-        tokio::spawn(self.clone().run(record, handler, span, slot));
+        crate::state::background::spawn(self.clone().run(record, handler, span, slot));
     }
 
     /// Runs one round of a task's work, racing it against cancellation, as `span`, holding
@@ -710,6 +712,30 @@ mod tests {
         current.version = 3;
         service.settle(&current, &done, &Map::new()).await.unwrap();
         assert_eq!(store.get("sub:alice", "t").await.unwrap().unwrap().status, TaskStatus::Completed);
+    }
+
+    /// A task's round runs under the keeper of the request that started it (on Vercel, the
+    /// invocation stays open until the round ends): nothing runs it until the keeper does.
+    #[tokio::test]
+    async fn a_round_runs_under_the_keeper_of_its_request() {
+        use crate::state::background::{Keeper, Kept, keeping};
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let service = Arc::new(service_over(store.clone()));
+        let held = Arc::new(std::sync::Mutex::new(Vec::<Kept>::new()));
+        let into = held.clone();
+        let keeper: Keeper = Arc::new(move |work| into.lock().unwrap().push(work));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+        let created = keeping(keeper, service.start(task, finishing(), SpanHandle::default())).await.unwrap();
+        let status =
+            || async { store.get(alice.id(), created["taskId"].as_str().unwrap()).await.unwrap().unwrap().status };
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(status().await, TaskStatus::Working, "nothing ran the round outside the keeper");
+        let round = held.lock().unwrap().pop().expect("the round went to the keeper");
+        round.await;
+        assert_eq!(status().await, TaskStatus::Completed);
     }
 
     /// A store whose replacing writes fail `failures` times, then work; with `lands`, its
