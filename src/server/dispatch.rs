@@ -331,10 +331,21 @@ impl McpServer {
             "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
             "tasks/update" => {
                 if let Some(resumed) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
-                    if let Some(&index) = self.tool_index.get(&resumed.record.tool) {
-                        let span = ctx.span.execute_tool_span(&resumed.record.tool);
-                        tasks.resume(resumed, self.tools[index].handler.clone(), span);
-                    }
+                    let span = ctx.span.execute_tool_span(&resumed.record.tool);
+                    let handler = match self.tool_index.get(&resumed.record.tool) {
+                        Some(&index) => self.tools[index].handler.clone(),
+                        // Served no more (renamed or removed by a deploy while the task waited):
+                        // the round fails at once, rather than leave the task working with
+                        // nothing running it.
+                        None => {
+                            let gone = unknown_tool(&resumed.record.tool);
+                            let gone: crate::handler::ToolFn = std::sync::Arc::new(move |_, _: &Value| {
+                                Box::pin(std::future::ready(Err(ToolError::Protocol(gone.clone()))))
+                            });
+                            gone
+                        }
+                    };
+                    tasks.resume(resumed, handler, span);
                 }
                 Ok(Reply::Complete(Map::new()))
             }

@@ -58,6 +58,11 @@ fn registry(config: &Parts) -> McpServer {
 }
 
 async fn instance(redis_url: &str, prefix: &str) -> TestServer {
+    instance_serving(redis_url, prefix, registry).await
+}
+
+/// An instance on the shared Redis that serves what `registry` registers.
+async fn instance_serving(redis_url: &str, prefix: &str, registry: fn(&Parts) -> McpServer) -> TestServer {
     let mut config = Parts::for_tests(Arc::new(SystemClock));
     // Short enough that a notification that never comes fails the test soon, not in 280 s.
     config.settings.listen_max_duration = std::time::Duration::from_secs(20);
@@ -175,6 +180,29 @@ async fn a_task_moves_between_instances() {
     let again = task_call(&a, "tasks/cancel", json!({"taskId": task_id})).await.json()["result"].clone();
     assert_eq!(again.get("status"), None, "cancelling a finished task is a bare ack");
     assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
+}
+
+/// A task whose tool a deploy removed while it waited for input fails when its last request is
+/// answered, naming the tool; before, the answer set it working, nothing ran it, and it read as
+/// working until it expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_tool_is_gone_fails_when_answered() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("tasks-gone");
+    let before = instance(&url, &prefix).await;
+    let after = instance_serving(&url, &prefix, |config| {
+        let mut server = McpServer::new("tasks-test", "2");
+        server.enable_tasks(config.task_service());
+        server
+    })
+    .await;
+    let task_id = parked_task(&before).await;
+    let answers = json!({"a": {"action": "accept", "content": {"name": "Ada"}}, "b": {"action": "accept", "content": {"name": "Bo"}}});
+    let ack = task_call(&after, "tasks/update", json!({"taskId": task_id, "inputResponses": answers})).await;
+    assert_eq!(ack.status, 200, "{}", ack.text());
+    let failed = wait_for(&after, &task_id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32602, "{failed}");
+    assert!(failed["error"]["message"].as_str().unwrap().contains("ask_twice"), "{failed}");
 }
 
 #[tokio::test]
