@@ -42,7 +42,8 @@ pub trait ChangeBus: Send + Sync + 'static {
         Box::pin(async {})
     }
     /// Counts the times this bus may have lost changes meant for its subscribers: a shared bus
-    /// whose link to the other instances broke, counted when it is made again. A listener that
+    /// whose link to the other instances broke, counted when it is made again, or one that could
+    /// not send a change out (its own listeners would never hear it). A listener that
     /// sees the count move catches up as if it had fallen behind. `None` for a bus that loses
     /// nothing it was given (the in-process one).
     fn losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
@@ -85,9 +86,15 @@ pub struct RedisBus {
     channel: String,
     subscribed: OnceLock<()>,
     live: tokio::sync::watch::Sender<bool>,
-    /// Subscriptions made (the first included): events published while there was none are lost.
-    subscriptions: tokio::sync::watch::Sender<u64>,
+    /// Subscriptions made (the first included), and publishes given up: events published while
+    /// there was no subscription, or that could not be published, are lost.
+    losses: Arc<tokio::sync::watch::Sender<u64>>,
 }
+
+/// Tries a change's `PUBLISH` gets, the pause before the second doubling each time (about 0.7 s
+/// in all): a connection reset between the write and its publish costs no notification.
+const PUBLISH_ATTEMPTS: u32 = 4;
+const PUBLISH_FIRST_PAUSE: Duration = Duration::from_millis(100);
 
 impl std::fmt::Debug for RedisBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,7 +113,7 @@ impl RedisBus {
             channel: format!("{}:changes", redis.prefix()),
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
-            subscriptions: tokio::sync::watch::channel(0).0,
+            losses: Arc::new(tokio::sync::watch::channel(0).0),
         })
     }
 
@@ -114,13 +121,8 @@ impl RedisBus {
         if self.subscribed.set(()).is_err() {
             return;
         }
-        let (client, channel, local, live, subscriptions) = (
-            self.client.clone(),
-            self.channel.clone(),
-            self.local.clone(),
-            self.live.clone(),
-            self.subscriptions.clone(),
-        );
+        let (client, channel, local, live, losses) =
+            (self.client.clone(), self.channel.clone(), self.local.clone(), self.live.clone(), self.losses.clone());
         tokio::spawn(async move {
             loop {
                 if let Ok(mut pubsub) = client.get_async_pubsub().await {
@@ -128,7 +130,7 @@ impl RedisBus {
                         use futures_util::StreamExt;
                         // Counted before it is live: a listener that waited for `ready` has seen
                         // this subscription, and catches up only after one it did not see.
-                        subscriptions.send_modify(|made| *made += 1);
+                        losses.send_modify(|lost| *lost += 1);
                         live.send_replace(true);
                         let mut messages = pubsub.on_message();
                         while let Some(message) = messages.next().await {
@@ -153,14 +155,29 @@ impl ChangeBus for RedisBus {
         let mut connection = self.publisher.clone();
         let channel = self.channel.clone();
         let payload = serde_json::to_string(&event).expect("events serialise");
+        let losses = self.losses.clone();
         // The publish runs on after the caller returns, still under the caller's span (and, on
         // Vercel, inside the invocation: a frozen instance would never send it).
-        let publish = crate::telemetry::carry_current(crate::telemetry::redis_span("changes.publish", async move {
-            redis::cmd("PUBLISH").arg(channel).arg(payload).query_async::<i64>(&mut connection).await
-        }));
-        super::background::spawn(async move {
-            let _ = publish.await;
+        let publish = crate::telemetry::carry_current(async move {
+            let mut pause = PUBLISH_FIRST_PAUSE;
+            for attempt in 1..=PUBLISH_ATTEMPTS {
+                let sent = crate::telemetry::redis_span("changes.publish", async {
+                    redis::cmd("PUBLISH").arg(&channel).arg(&payload).query_async::<i64>(&mut connection).await
+                })
+                .await;
+                if sent.is_ok() {
+                    return;
+                }
+                if attempt < PUBLISH_ATTEMPTS {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+            // Given up: this instance's listeners catch up (another instance's cannot be told;
+            // theirs do when their own link to Redis comes back, if it was Redis that failed).
+            losses.send_modify(|lost| *lost += 1);
         });
+        super::background::spawn(publish);
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
@@ -178,6 +195,6 @@ impl ChangeBus for RedisBus {
     }
 
     fn losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.subscriptions.subscribe())
+        Some(self.losses.subscribe())
     }
 }

@@ -348,6 +348,32 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
     assert_eq!(heard.last().unwrap()["params"]["taskId"], task_id);
 }
 
+/// A change the bus cannot publish (its link to Redis is down) is tried again for a while, then
+/// counted as a loss, so this instance's listeners catch up on what it would have told them;
+/// before, it was dropped and they waited. One that is published reaches another instance's
+/// subscriber and is no loss.
+#[tokio::test]
+async fn a_change_that_cannot_be_published_counts_as_a_loss() {
+    use vercel_mcp::state::{ChangeBus, ChangeEvent, RedisBus};
+    let down = RedisBus::new(&Redis::connect("redis://127.0.0.1:1", "down").unwrap());
+    let mut losses = down.losses().expect("a shared bus counts its losses");
+    losses.borrow_and_update();
+    down.publish(ChangeEvent::ToolsListChanged);
+    common::bounded("the loss", losses.changed()).await.unwrap();
+
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("bus");
+    let publisher = RedisBus::new(&Redis::connect(&url, &prefix).unwrap());
+    let subscriber = RedisBus::new(&Redis::connect(&url, &prefix).unwrap());
+    let mut heard = subscriber.subscribe();
+    subscriber.ready().await;
+    let mut lost = publisher.losses().unwrap();
+    lost.borrow_and_update();
+    publisher.publish(ChangeEvent::PromptsListChanged);
+    assert_eq!(common::bounded("the change", heard.recv()).await.unwrap(), ChangeEvent::PromptsListChanged);
+    assert!(!lost.has_changed().unwrap(), "a change that was published is no loss");
+}
+
 /// A task store whose reads fail while `failing` is set, counting the reads it failed.
 #[derive(Default)]
 struct Flaky {
