@@ -89,7 +89,16 @@ pub struct RedisBus {
     /// Subscriptions made (the first included), and publishes given up: events published while
     /// there was no subscription, or that could not be published, are lost.
     losses: Arc<tokio::sync::watch::Sender<u64>>,
+    /// How often the subscription's link is checked, and how long a check may take.
+    link_check: (Duration, Duration),
 }
+
+/// How often the subscription's link is checked with a `PING`, and how long its answer may
+/// take. A subscribed connection is idle between changes, and a link that died without a word
+/// (a NAT that forgot an idle connection, a host that vanished) would otherwise never be
+/// noticed: the instance's listeners would hear nothing for as long as it lives.
+const LINK_CHECK_EVERY: Duration = Duration::from_secs(15);
+const LINK_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Tries a change's `PUBLISH` gets, the pause before the second doubling each time (about 0.7 s
 /// in all): a connection reset between the write and its publish costs no notification.
@@ -106,6 +115,12 @@ impl RedisBus {
     /// A bus on `{prefix}:changes`: publishes on the shared connection and subscribes on one of
     /// its own (a subscribed connection can send nothing else).
     pub fn new(redis: &crate::store::Redis) -> Arc<Self> {
+        Self::checking_link(redis, LINK_CHECK_EVERY, LINK_CHECK_TIMEOUT)
+    }
+
+    /// [`RedisBus::new`] whose subscription's link is checked every `every`, and given up (then
+    /// made again) when a check takes longer than `timeout`.
+    pub fn checking_link(redis: &crate::store::Redis, every: Duration, timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             local: broadcast::channel(256).0,
             client: redis.client().clone(),
@@ -114,6 +129,7 @@ impl RedisBus {
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
             losses: Arc::new(tokio::sync::watch::channel(0).0),
+            link_check: (every, timeout),
         })
     }
 
@@ -123,6 +139,7 @@ impl RedisBus {
         }
         let (client, channel, local, live, losses) =
             (self.client.clone(), self.channel.clone(), self.local.clone(), self.live.clone(), self.losses.clone());
+        let (check_every, check_timeout) = self.link_check;
         tokio::spawn(async move {
             loop {
                 if let Ok(mut pubsub) = client.get_async_pubsub().await {
@@ -132,11 +149,24 @@ impl RedisBus {
                         // this subscription, and catches up only after one it did not see.
                         losses.send_modify(|lost| *lost += 1);
                         live.send_replace(true);
-                        let mut messages = pubsub.on_message();
-                        while let Some(message) = messages.next().await {
-                            let payload: Vec<u8> = message.get_payload_bytes().to_vec();
-                            if let Ok(event) = serde_json::from_slice::<ChangeEvent>(&payload) {
-                                let _ = local.send(event);
+                        let (mut sink, mut messages) = pubsub.split();
+                        let mut check =
+                            tokio::time::interval_at(tokio::time::Instant::now() + check_every, check_every);
+                        loop {
+                            tokio::select! {
+                                message = messages.next() => {
+                                    let Some(message) = message else { break };
+                                    let payload: Vec<u8> = message.get_payload_bytes().to_vec();
+                                    if let Ok(event) = serde_json::from_slice::<ChangeEvent>(&payload) {
+                                        let _ = local.send(event);
+                                    }
+                                }
+                                _ = check.tick() => {
+                                    let answered = tokio::time::timeout(check_timeout, sink.ping::<redis::Value>()).await;
+                                    if !matches!(answered, Ok(Ok(_))) {
+                                        break; // a dead link: made again below
+                                    }
+                                }
                             }
                         }
                     }

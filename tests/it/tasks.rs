@@ -348,6 +348,85 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
     assert_eq!(heard.last().unwrap()["params"]["taskId"], task_id);
 }
 
+/// A TCP proxy to `target` whose connections so far can be frozen: they stay open and carry
+/// nothing, as a link that died without a word does (a NAT that forgot an idle connection).
+/// Connections made after a freeze are carried as usual.
+async fn freezing_proxy(target: String) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let freezes = Arc::new(AtomicU64::new(0));
+    let counted = freezes.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(&target).await else { continue };
+            let born = counted.load(Ordering::SeqCst);
+            let ((client_in, client_out), (upstream_in, upstream_out)) = (client.into_split(), upstream.into_split());
+            for (mut from, mut to, freezes) in [
+                (
+                    Box::new(client_in) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                    Box::new(upstream_out) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    counted.clone(),
+                ),
+                (Box::new(upstream_in), Box::new(client_out), counted.clone()),
+            ] {
+                tokio::spawn(async move {
+                    let mut chunk = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = from.read(&mut chunk).await {
+                        if freezes.load(Ordering::SeqCst) > born {
+                            // Frozen: hold both ends open and carry nothing more.
+                            std::future::pending::<()>().await;
+                        }
+                        if to.write_all(&chunk[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    (addr, freezes)
+}
+
+/// A subscription whose link to Redis died without a word (nothing closed, nothing carried) is
+/// noticed by its periodic check and made again, counted as a loss so listeners catch up, and
+/// changes reach it again. Before, the instance's listeners heard nothing for as long as it lived.
+#[tokio::test]
+async fn a_silently_dead_subscription_is_noticed_and_made_again() {
+    use std::time::Duration;
+    use vercel_mcp::state::{ChangeBus, ChangeEvent, RedisBus};
+    let Some(private) = common::redis::private_redis() else { return };
+    let (proxy, freezes) = freezing_proxy(format!("127.0.0.1:{}", private.port)).await;
+    let prefix = unique_prefix("bus-dead");
+    let through_proxy = Redis::connect(&format!("redis://{proxy}"), &prefix).unwrap();
+    let check = Duration::from_millis(200);
+    let subscriber = RedisBus::checking_link(&through_proxy, check, check);
+    let mut heard = subscriber.subscribe();
+    subscriber.ready().await;
+    let mut losses = subscriber.losses().unwrap();
+    losses.borrow_and_update();
+    let publisher = RedisBus::new(&Redis::connect(&private.url(), &prefix).unwrap());
+    // A link that answers its checks is kept: five checks, no new subscription.
+    tokio::time::sleep(check * 5).await;
+    assert!(!losses.has_changed().unwrap(), "a live link was given up");
+
+    freezes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    common::bounded("a new subscription", losses.changed()).await.unwrap();
+    subscriber.ready().await;
+    // Published until heard: the new subscription may be a moment from taking it.
+    let received = common::bounded("the change", async {
+        loop {
+            publisher.publish(ChangeEvent::ResourcesListChanged);
+            if let Ok(Ok(event)) = tokio::time::timeout(Duration::from_millis(100), heard.recv()).await {
+                return event;
+            }
+        }
+    })
+    .await;
+    assert_eq!(received, ChangeEvent::ResourcesListChanged);
+}
+
 /// A change the bus cannot publish (its link to Redis is down) is tried again for a while, then
 /// counted as a loss, so this instance's listeners catch up on what it would have told them;
 /// before, it was dropped and they waited. One that is published reaches another instance's
