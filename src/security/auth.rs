@@ -97,6 +97,13 @@ fn subject_of(sub: Option<&Value>, client_credentials: bool) -> Option<Option<St
 
 /// The token of an `Authorization: Bearer <token>` value: the scheme in any case, a space, then
 /// the token without the spaces and tabs around it; `None` for another scheme or no token.
+/// Whether an `Authorization` value is of the Bearer scheme (well formed or not): the scheme is
+/// what comes before the first space or tab, compared without case.
+fn is_bearer_scheme(value: &[u8]) -> bool {
+    let end = value.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(value.len());
+    value[..end].eq_ignore_ascii_case(b"bearer")
+}
+
 fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     let space = value.iter().position(|&b| b == b' ')?;
     let (scheme, token) = value.split_at(space);
@@ -139,11 +146,13 @@ impl std::fmt::Debug for AuthConfig {
 /// Why a request was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// 401 `invalid_token` (missing, malformed, unverifiable, expired or foreign token).
+    /// 401 `invalid_token` (a malformed, unverifiable, expired or foreign bearer token).
     InvalidToken(&'static str),
-    /// 401 `invalid_token` for a caller who sent no token (`optional` mode) to a tool or resource
-    /// that needs scopes, naming them: a token is what is missing, not a scope of one (RFC 6750
-    /// §3.1), and a 401 is what starts a client's authorization flow.
+    /// 401 without an error code for a caller who sent no credentials, or credentials of a
+    /// scheme other than Bearer (RFC 6750 §3.1: such a request gets no error information),
+    /// naming the scopes to ask for: those of the route, or of the tool or resource an
+    /// anonymous caller (`optional` mode) asked for. A token is what is missing, not a scope of
+    /// one, and a 401 is what starts a client's authorization flow.
     TokenRequired(Vec<String>),
     /// 403 `insufficient_scope`, naming the scopes needed.
     InsufficientScope(Vec<String>),
@@ -155,8 +164,8 @@ pub enum Refusal {
 pub struct Challenge {
     /// 401 or 403.
     pub status: StatusCode,
-    /// `invalid_token` or `insufficient_scope`.
-    pub error: &'static str,
+    /// `invalid_token` or `insufficient_scope`; none when the request carried no credentials.
+    pub error: Option<&'static str>,
     /// A fixed description (never request data).
     pub description: &'static str,
     /// The `Bearer …` challenge, with the scopes to ask for and the metadata URL.
@@ -221,14 +230,20 @@ impl Authenticator {
             return Ok(Principal::anonymous());
         }
         let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        let token_required = || Refusal::TokenRequired(self.config.route_scopes.clone());
         let (Some(value), None) = (values.next(), values.next()) else {
             return match (headers.contains_key(header::AUTHORIZATION), self.config.mode) {
-                (false, AuthMode::Optional) => Ok(Principal::anonymous()),
-                (false, _) => Err(Refusal::InvalidToken("a bearer token is required")),
                 (true, _) => Err(Refusal::InvalidToken("send one Authorization header")),
+                // Anonymous callers are admitted where the route asks for no scope: one that
+                // does asks every request for it, and an anonymous caller holds none.
+                (false, AuthMode::Optional) if self.config.route_scopes.is_empty() => Ok(Principal::anonymous()),
+                (false, _) => Err(token_required()),
             };
         };
-        const NOT_BEARER: Refusal = Refusal::InvalidToken("the Authorization scheme must be Bearer");
+        if !is_bearer_scheme(value.as_bytes()) {
+            return Err(token_required());
+        }
+        const NOT_BEARER: Refusal = Refusal::InvalidToken("the Authorization header must be Bearer and a token");
         let token = bearer_token(value.as_bytes()).ok_or(NOT_BEARER)?;
         let principal = match self.verified.lookup(token, self.clock.now_ms() / 1000) {
             Some(principal) => principal,
@@ -347,20 +362,23 @@ impl Authenticator {
     pub fn challenge(&self, refusal: &Refusal) -> Challenge {
         let (status, error, description, scopes) = match refusal {
             Refusal::InvalidToken(description) => {
-                (StatusCode::UNAUTHORIZED, "invalid_token", *description, &self.config.route_scopes)
+                (StatusCode::UNAUTHORIZED, Some("invalid_token"), *description, &self.config.route_scopes)
             }
-            Refusal::TokenRequired(scopes) => {
-                (StatusCode::UNAUTHORIZED, "invalid_token", "a bearer token is required", scopes)
-            }
+            Refusal::TokenRequired(scopes) => (StatusCode::UNAUTHORIZED, None, "a bearer token is required", scopes),
             Refusal::InsufficientScope(scopes) => {
-                (StatusCode::FORBIDDEN, "insufficient_scope", "the access token lacks a required scope", scopes)
+                (StatusCode::FORBIDDEN, Some("insufficient_scope"), "the access token lacks a required scope", scopes)
             }
         };
-        let mut www_authenticate = format!(r#"Bearer error="{error}", error_description="{description}""#);
-        if !scopes.is_empty() {
-            www_authenticate.push_str(&format!(r#", scope="{}""#, scopes.join(" ")));
+        let mut parameters = Vec::with_capacity(4);
+        if let Some(error) = error {
+            parameters.push(format!(r#"error="{error}""#));
+            parameters.push(format!(r#"error_description="{description}""#));
         }
-        www_authenticate.push_str(&format!(r#", resource_metadata="{}""#, self.config.resource.metadata_url()));
+        if !scopes.is_empty() {
+            parameters.push(format!(r#"scope="{}""#, scopes.join(" ")));
+        }
+        parameters.push(format!(r#"resource_metadata="{}""#, self.config.resource.metadata_url()));
+        let www_authenticate = format!("Bearer {}", parameters.join(", "));
         Challenge { status, error, description, www_authenticate }
     }
 
@@ -425,13 +443,15 @@ mod tests {
             token.to_owned(),
             "Bearer  ".to_owned(),
         ];
-        // A value that is not visible ASCII is refused as the wrong scheme, as it always was, even
-        // when it is valid UTF-8 (it never reaches verification).
+        // A Bearer value that is not visible ASCII is refused as malformed, even when it is valid
+        // UTF-8 (it never reaches verification); another scheme's credentials ask for a token.
         let mut headers = HeaderMap::new();
         let value = http::HeaderValue::from_bytes("Bearer café.token".as_bytes()).unwrap();
         headers.insert(header::AUTHORIZATION, value);
-        let not_bearer = Refusal::InvalidToken("the Authorization scheme must be Bearer");
-        assert_eq!(auth.authenticate(&headers).await, Err(not_bearer));
+        let malformed = Refusal::InvalidToken("the Authorization header must be Bearer and a token");
+        assert_eq!(auth.authenticate(&headers).await, Err(malformed));
+        let basic = auth.authenticate(&authorization(&format!("Basic {token}"))).await;
+        assert_eq!(basic, Err(Refusal::TokenRequired(vec![])));
         for refused in refused {
             assert!(auth.authenticate(&authorization(&refused)).await.is_err(), "{refused}");
         }

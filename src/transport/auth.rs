@@ -11,7 +11,10 @@ use crate::security::{Authenticator, Refusal};
 /// (`error`, `error_description`).
 pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Body> {
     let challenge = auth.challenge(refusal);
-    let body = json!({ "error": challenge.error, "error_description": challenge.description });
+    let body = match challenge.error {
+        Some(error) => json!({ "error": error, "error_description": challenge.description }),
+        None => json!({ "error_description": challenge.description }),
+    };
     let body =
         Body::full(serde_json::to_vec(&body).expect("json")).with_outcome(crate::body::ResponseOutcome::AuthFailure);
     let mut response = Response::new(body);

@@ -84,6 +84,18 @@ fn challenge(reply: &common::Reply) -> HashMap<String, String> {
         .collect()
 }
 
+/// A 401 for a request that carried no credentials, or none of the Bearer scheme: no error
+/// code or description in the challenge (RFC 6750 §3.1), only where to find the metadata and,
+/// when there are any, the scopes to ask for.
+fn assert_token_required(reply: &common::Reply, scope: Option<&str>) {
+    assert_eq!(reply.status, 401, "{}", reply.text());
+    let params = challenge(reply);
+    assert!(!params.contains_key("error") && !params.contains_key("error_description"), "{params:?}");
+    assert_eq!(params["resource_metadata"], "https://mcp.example.com/.well-known/oauth-protected-resource");
+    assert_eq!(params.get("scope").map(String::as_str), scope);
+    assert!(reply.json().get("error").is_none(), "{}", reply.text());
+}
+
 fn assert_refused(reply: &common::Reply, status: u16, error: &str, secret: &str) {
     assert_eq!(reply.status, status, "{}", reply.text());
     let params = challenge(reply);
@@ -150,11 +162,15 @@ async fn the_token_matrix() {
         assert_refused(&reply, 401, "invalid_token", bad);
         assert_eq!(challenge(&reply)["scope"], "mcp:read", "{case}");
     }
-    for header in ["Bearer", "Bearer    ", "Basic YWxpY2U6c2VjcmV0", "Token abc", "Bearer\tabc"] {
+    for header in ["Bearer", "Bearer    ", "Bearer\tabc", "bearer"] {
         assert_refused(&env.whoami(Some(header)).await, 401, "invalid_token", "");
     }
+    // No credentials, or another scheme's: no error information, only what to ask for.
+    for header in ["Basic YWxpY2U6c2VjcmV0", "Token abc", "Bearerish abc"] {
+        assert_token_required(&env.whoami(Some(header)).await, Some("mcp:read"));
+    }
     let missing = env.whoami(None).await;
-    assert_refused(&missing, 401, "invalid_token", "");
+    assert_token_required(&missing, Some("mcp:read"));
     assert_eq!(env.audit().len(), 2, "only the two accepted calls above were audited");
     let doubled = env
         .server
@@ -295,8 +311,28 @@ async fn optional_mode_admits_anonymous_callers_but_not_bad_tokens() {
     // naming the tool's scopes (which is what starts a client's authorization flow), not 403.
     let call = json!({"name": "submit_job", "arguments": {"steps": 1}});
     let anonymous = env.server.modern(json!(1), "tools/call", call).send().await;
-    assert_refused(&anonymous, 401, "invalid_token", "");
-    assert_eq!(challenge(&anonymous)["scope"], "mcp:read mcp:write", "{}", anonymous.text());
+    assert_token_required(&anonymous, Some("mcp:read mcp:write"));
+}
+
+/// In `optional` mode a route scope still binds every request: a caller with no token holds no
+/// scope, so it is asked for a token (401 naming the scope), as one whose token lacks the scope
+/// is refused (403). Before, sending no token passed the route gate a weak token could not.
+#[tokio::test]
+async fn optional_mode_still_asks_every_caller_for_the_route_scope() {
+    let env = env("optional", "mcp:read").await;
+    let list = |authorization: Option<String>| {
+        let mut call = env.server.modern(json!(1), "tools/list", json!({}));
+        if let Some(authorization) = authorization {
+            call = call.header("Authorization", &authorization);
+        }
+        call.send()
+    };
+    assert_token_required(&list(None).await, Some("mcp:read"));
+    assert_token_required(&list(Some("Basic YWxpY2U6c2VjcmV0".into())).await, Some("mcp:read"));
+    let unscoped = token(json!({"scope": "other"}));
+    assert_refused(&list(Some(format!("Bearer {unscoped}"))).await, 403, "insufficient_scope", &unscoped);
+    let scoped = token(json!({}));
+    assert_eq!(list(Some(format!("Bearer {scoped}"))).await.status, 200);
 }
 
 #[tokio::test]
@@ -626,9 +662,10 @@ async fn resources_are_listed_and_read_only_with_their_scopes() {
         let callers = if mode == "optional" { vec![none.clone(), None] } else { vec![none.clone()] };
         for caller in callers {
             let read = send("resources/read", json!({"uri": "product://1"}), caller.clone()).await;
-            let (status, error) = if caller.is_some() { (403, "insufficient_scope") } else { (401, "invalid_token") };
+            // No token: no error code in the challenge (RFC 6750 §3.1).
+            let (status, error) = if caller.is_some() { (403, Some("insufficient_scope")) } else { (401, None) };
             assert_eq!(read.status, status, "{mode} {caller:?}: {}", read.text());
-            assert_eq!(challenge(&read)["error"], error);
+            assert_eq!(challenge(&read).get("error").map(String::as_str), error);
             assert_eq!(challenge(&read)["scope"], "mcp:read");
             assert!(!read.text().contains("found"), "no row in the refusal");
             let templates = send("resources/templates/list", json!({}), caller.clone()).await.json();
