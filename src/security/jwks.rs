@@ -2,7 +2,7 @@
 //! fetches a JWKS URL, keeps it for a while and refetches (rate-limited) for an unknown `kid`.
 
 use bytes::Bytes;
-use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::KeyAlgorithm;
 use jsonwebtoken::{Algorithm, DecodingKey};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,12 +12,20 @@ use crate::state::Clock;
 
 /// Parses a JWKS document into keys by `kid`. Keys without a `kid`, of a kind the verifier
 /// does not support, or published for something other than verifying signatures (`use` other
-/// than `sig`, `key_ops` without `verify`: RFC 7517 §4.2, §4.3), are skipped.
+/// than `sig`, `key_ops` without `verify`: RFC 7517 §4.2, §4.3), are skipped; so is an entry the
+/// key library cannot read at all (an encryption key of a curve it does not know, an algorithm
+/// it has no name for): RFC 7517 §5 asks that such keys be ignored, not the set refused, which
+/// would keep a key the issuer dropped trusted for as long as its sets carried such an entry.
 pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
-    use jsonwebtoken::jwk::{KeyOperations, PublicKeyUse};
-    let set: JwkSet = serde_json::from_slice(document).map_err(|_| "not a JWKS document".to_owned())?;
+    use jsonwebtoken::jwk::{Jwk, KeyOperations, PublicKeyUse};
+    #[derive(serde::Deserialize)]
+    struct Entries {
+        keys: Vec<serde_json::Value>,
+    }
+    let entries: Entries = serde_json::from_slice(document).map_err(|_| "not a JWKS document".to_owned())?;
+    let set: Vec<Jwk> = entries.keys.into_iter().filter_map(|entry| serde_json::from_value(entry).ok()).collect();
     let mut keys = HashMap::new();
-    for jwk in &set.keys {
+    for jwk in &set {
         let Some(kid) = jwk.common.key_id.clone() else { continue };
         let for_signatures = !matches!(&jwk.common.public_key_use, Some(usage) if *usage != PublicKeyUse::Signature)
             && jwk.common.key_operations.as_ref().is_none_or(|ops| ops.contains(&KeyOperations::Verify));
@@ -164,6 +172,27 @@ mod tests {
         let mut kept: Vec<&str> = keys.keys().map(String::as_str).collect();
         kept.sort_unstable();
         assert_eq!(kept, ["plain", "sig", "verify"], "keys for encryption never verify a token");
+    }
+
+    /// An entry the key library cannot read (a curve or an algorithm it has no name for) is
+    /// ignored, and the keys beside it are kept (RFC 7517 §5); a document that is not a set of
+    /// keys is still refused.
+    #[test]
+    fn an_entry_that_cannot_be_read_is_ignored_not_the_set() {
+        let jwks = include_str!("../../tests/fixtures/jwks.json");
+        let mut document: serde_json::Value = serde_json::from_str(jwks).unwrap();
+        let unreadable = [
+            serde_json::json!({"kty": "OKP", "crv": "X25519", "use": "enc", "kid": "x25519", "x": "AAAA"}),
+            serde_json::json!({"kty": "RSA", "alg": "RSA-OAEP-384", "kid": "oaep384", "n": "AQAB", "e": "AQAB"}),
+            serde_json::json!({"kty": "AKP", "alg": "ML-DSA-44", "kid": "pq", "pub": "AAAA"}),
+            serde_json::json!({"kid": "no-kty"}),
+        ];
+        document["keys"].as_array_mut().unwrap().extend(unreadable);
+        let keys = parse_jwks(document.to_string().as_bytes()).expect("the set is read");
+        assert!(keys.contains_key("test-rsa-1"), "the readable key is kept");
+        for refused in [&b"[]"[..], b"{\"keys\": {}}", b"not json"] {
+            assert!(parse_jwks(refused).is_err(), "{}", String::from_utf8_lossy(refused));
+        }
     }
 
     #[test]
