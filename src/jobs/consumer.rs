@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::model::JOBS_TOPIC;
-use super::queue::{JobMessage, Lease, QueueApi, StreamEntry};
+use super::queue::{Confirmation, JobMessage, Lease, QueueApi, StreamEntry};
 use super::store::JobStore;
 use crate::body::Body;
 use crate::state::Clock;
@@ -160,11 +160,21 @@ impl Consumer {
         // A delivery is acted on only once the queue confirms its lease: nothing else proves
         // that the platform, and not a stranger, sent it.
         match self.queue.confirm(&lease, self.budget + LEASE_MARGIN).await {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(Confirmation::Live) => {}
+            Ok(Confirmation::Redundant(reason)) => {
+                return reply(StatusCode::OK, json!({ "status": "skipped", "reason": reason }));
+            }
+            Ok(Confirmation::Unknown) => {
                 return reply(StatusCode::CONFLICT, json!({ "error": "the lease could not be confirmed" }));
             }
-            Err(error) => return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error })),
+            // Not acknowledged, so the message comes back; an operator has something to fix.
+            Err(error) => {
+                let error = match &self.logger {
+                    Some(logger) => logger.fault("job.fault", "confirm", &error),
+                    None => error,
+                };
+                return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error }));
+            }
         }
         match self.run(&message).await {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),

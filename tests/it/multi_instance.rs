@@ -26,6 +26,9 @@ struct FakeQueue {
     published: Vec<(Option<String>, Option<String>, Bytes)>,
     /// Receipts of deliveries the stand-in made (the test delivers for it).
     leased: Vec<String>,
+    /// Receipts of redundant deliveries: already processed (410), or another's now (409).
+    processed: Vec<String>,
+    locked: Vec<String>,
     confirmed: Vec<String>,
     acked: Vec<String>,
     requests: usize,
@@ -50,8 +53,13 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
                 .strip_prefix(&format!("/api/v3/topic/jobs/consumer/{GROUP}/lease/"))
                 .filter(|receipt| state.leased.iter().any(|r| r == receipt))
                 .map(str::to_owned);
+            let receipt_of = |path: &str| path.rsplit('/').next().map(str::to_owned).unwrap_or_default();
             let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
                 401
+            } else if request.method == http::Method::PATCH && state.processed.contains(&receipt_of(request.path())) {
+                410
+            } else if request.method == http::Method::PATCH && state.locked.contains(&receipt_of(request.path())) {
+                409
             } else if request.method == http::Method::POST && request.path() == "/api/v3/topic/jobs" {
                 state.published.push((auth, request.header("vqs-idempotency-key"), request.body));
                 201
@@ -271,7 +279,9 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     let before = queue.lock().unwrap().bearers.len();
     let ours = common::tokens::platform_token(PROJECT);
     let (status, _) = deliver_from(port_consumer, &message, "forged-receipt", GROUP, &ours).await;
-    assert_eq!(status, 409);
+    // The stand-in takes only its one token: a token of this deployment that the queue refuses
+    // is a fault of ours, answered 500 (not acknowledged, so the message comes back).
+    assert_eq!(status, 500);
     assert_eq!(bearers_since(before), [format!("Bearer {ours}")], "a token naming this project is used as sent");
     assert_eq!(call(port_b, "get_job_status", json!({"jobId": handle})).await["completedSteps"], 0);
 
@@ -289,4 +299,16 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     assert_eq!(status, 200, "a redelivered message is acknowledged");
     assert_eq!(call(port_a, "get_job_result", json!({"jobId": handle})).await, result, "and changes nothing");
     assert_eq!(queue.lock().unwrap().acked, ["receipt-1", "receipt-2"]);
+
+    // A delivery the queue calls redundant (410: already processed; 409: another's now) is
+    // answered 200 `skipped` with the queue's reason, as Vercel's own consumer answers it, and
+    // nothing runs or is acknowledged.
+    queue.lock().unwrap().processed.push("receipt-3".into());
+    queue.lock().unwrap().locked.push("receipt-4".into());
+    for (receipt, reason) in [("receipt-3", "already_processed"), ("receipt-4", "not_available")] {
+        let (status, outcome) = deliver(port_consumer, &message, receipt).await;
+        assert_eq!((status, outcome), (200, json!({"status": "skipped", "reason": reason})), "{receipt}");
+    }
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-1", "receipt-2"]);
+    assert_eq!(call(port_a, "get_job_result", json!({"jobId": handle})).await, result);
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use super::{Confirmation, JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
 use crate::body::Body;
 use crate::jobs::model::JOBS_TOPIC;
 
@@ -271,10 +271,10 @@ impl QueueApi for LocalQueue {
         LOCAL_CONSUMER_GROUP
     }
 
-    fn confirm<'a>(&'a self, lease: &'a Lease, _: Duration) -> QueueFuture<'a, bool> {
+    fn confirm<'a>(&'a self, lease: &'a Lease, _: Duration) -> QueueFuture<'a, Confirmation> {
         // Only a delivery this queue handed out, of that very message, and not settled is live.
         let live = self.state.lock().expect("queue lock").in_flight.get(&lease.receipt) == Some(&lease.message_id);
-        Box::pin(async move { Ok(live) })
+        Box::pin(async move { Ok(if live { Confirmation::Live } else { Confirmation::Unknown }) })
     }
 
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
@@ -310,7 +310,7 @@ mod tests {
     #[tokio::test]
     async fn only_a_live_delivery_of_that_message_is_confirmed() {
         let queue = LocalQueue::new();
-        let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Confirmation>>> = Arc::default();
         let (confirming, record) = (queue.clone(), seen.clone());
         queue.connect(Arc::new(move |request: Request<Bytes>| {
             let (queue, record) = (confirming.clone(), record.clone());
@@ -342,11 +342,12 @@ mod tests {
         assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
         assert_eq!(
             *seen.lock().unwrap(),
-            [true, false, false],
+            [Confirmation::Live, Confirmation::Unknown, Confirmation::Unknown],
             "the real lease only; not another message's, not a made-up one"
         );
-        assert!(
-            !queue.confirm(&lease("local-1-1-1"), Duration::from_secs(1)).await.unwrap(),
+        assert_eq!(
+            queue.confirm(&lease("local-1-1-1"), Duration::from_secs(1)).await.unwrap(),
+            Confirmation::Unknown,
             "a settled one is not live"
         );
     }

@@ -154,6 +154,19 @@ pub fn queue_full_refusal(max_len: u32) -> String {
     format!("the job queue is full ({max_len} waiting); try again later")
 }
 
+/// What the queue says of a delivery's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    /// A live lease of this deployment: the delivery is acted on.
+    Live,
+    /// A redundant delivery: its message was already processed (`already_processed`, the
+    /// queue's 410) or is another delivery's now (`not_available`, its 409). Answered 200
+    /// `skipped` with that reason, as Vercel's own consumer answers it, and not acted on.
+    Redundant(&'static str),
+    /// A lease the queue does not know (a forged delivery, or one it has forgotten): refused.
+    Unknown,
+}
+
 /// Consuming side: confirming a delivery's lease before acting on it, and acknowledging it
 /// after (so the message is not redelivered).
 pub trait QueueApi: Send + Sync + 'static {
@@ -161,9 +174,9 @@ pub trait QueueApi: Send + Sync + 'static {
     /// the queue is asked anything.
     fn consumer_group(&self) -> &str;
     /// Asks the queue whether `lease` is a live lease of this deployment, extending its
-    /// visibility to `visibility` (so it is not redelivered while the work runs). `Ok(false)`:
-    /// the queue does not know it (a forged or stale delivery); `Err`: the queue could not be asked.
-    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool>;
+    /// visibility to `visibility` (so it is not redelivered while the work runs). `Err`: the queue
+    /// could not be asked, or refused this deployment's own credentials.
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation>;
     /// Deletes the lease.
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
 }

@@ -30,8 +30,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 
 use super::{
-    JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture, StreamEntry, StreamTarget,
-    queue_full_refusal,
+    Confirmation, JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture, StreamEntry,
+    StreamTarget, queue_full_refusal,
 };
 use crate::jobs::consumer::{Consumer, Processed};
 use crate::jobs::model::JOBS_TOPIC;
@@ -478,8 +478,8 @@ impl QueueApi for RedisStreamQueue {
         STREAM_CONSUMER_GROUP
     }
 
-    fn confirm<'a>(&'a self, _: &'a Lease, _: Duration) -> QueueFuture<'a, bool> {
-        Box::pin(async { Ok(false) })
+    fn confirm<'a>(&'a self, _: &'a Lease, _: Duration) -> QueueFuture<'a, Confirmation> {
+        Box::pin(async { Ok(Confirmation::Unknown) })
     }
 
     fn ack<'a>(&'a self, _: &'a Lease) -> QueueFuture<'a, ()> {

@@ -5,7 +5,7 @@ use http::{Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
 
-use super::{JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
+use super::{Confirmation, JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
 use crate::jobs::model::JOBS_TOPIC;
 
 /// The consumer group Vercel derives from `api/queues/process-job.rs`, the one function whose
@@ -94,7 +94,7 @@ impl QueueApi for VercelQueue {
         VERCEL_CONSUMER_GROUP
     }
 
-    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, bool> {
+    fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation> {
         Box::pin(async move {
             let token = self.token(lease.oidc_token.as_deref())?;
             let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
@@ -106,10 +106,15 @@ impl QueueApi for VercelQueue {
                 .map_err(|_| "invalid lease".to_owned())?;
             let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
             match response.status {
-                s if s.is_success() => Ok(true),
-                // Unknown, stale or not ours: nothing to act on.
-                StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE => Ok(false),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Ok(false),
+                s if s.is_success() => Ok(Confirmation::Live),
+                StatusCode::GONE => Ok(Confirmation::Redundant("already_processed")),
+                StatusCode::CONFLICT => Ok(Confirmation::Redundant("not_available")),
+                StatusCode::NOT_FOUND => Ok(Confirmation::Unknown),
+                // This deployment's own token refused: a fault of ours, not of the delivery, and
+                // the message must come back once it is fixed.
+                s @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                    Err(format!("the queue refused this deployment's token (HTTP {})", s.as_u16()))
+                }
                 s => Err(format!("the queue could not confirm the lease (HTTP {})", s.as_u16())),
             }
         })
