@@ -314,6 +314,13 @@ impl Settings {
         };
         let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
         let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        if step_ms >= budget.saturating_mul(1000) {
+            problems.push(format!(
+                "MCP_JOB_STEP_MS is {step_ms} ms but a delivery may work MCP_CONSUMER_BUDGET_SECONDS ({budget} s): \
+                 no step would fit; set MCP_JOB_STEP_MS below {} or raise the budget",
+                budget.saturating_mul(1000)
+            ));
+        }
         if deployed {
             check_durations(listen, budget, &mut problems);
         }
@@ -712,6 +719,16 @@ mod tests {
         // The private-demo posture needs only the secret.
         let demo = load(&[("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))]);
         assert!(demo.is_ok(), "{demo:?}");
+    }
+
+    /// A job step longer than a delivery's whole budget could never be taken: refused at start,
+    /// locally and deployed alike.
+    #[test]
+    fn a_job_step_must_fit_in_a_delivery() {
+        let refused = load(&[("MCP_JOB_STEP_MS", "50000")]).unwrap_err().to_string();
+        assert!(refused.contains("MCP_JOB_STEP_MS is 50000 ms") && refused.contains("below 50000"), "{refused}");
+        assert!(load(&[("MCP_JOB_STEP_MS", "49999")]).is_ok());
+        assert!(load(&[("MCP_JOB_STEP_MS", "60000"), ("MCP_CONSUMER_BUDGET_SECONDS", "61")]).is_ok());
     }
 
     #[test]

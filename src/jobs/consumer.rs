@@ -279,7 +279,9 @@ impl Consumer {
         }
         let started = Instant::now();
         loop {
-            if started.elapsed() >= self.budget {
+            // A step begins only if it ends within the budget, its pause included: one that
+            // would not is left for the next delivery rather than cut off by the platform.
+            if started.elapsed() + self.step_delay >= self.budget {
                 return Ok((Processed::Deferred, false));
             }
             if !self.step_delay.is_zero() {

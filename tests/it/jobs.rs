@@ -779,6 +779,28 @@ async fn deliveries_that_do_not_finish_are_not_acknowledged() {
     assert_eq!(other.pending_len(), 1, "still not acknowledged");
 }
 
+/// A step begins only if it ends within the delivery's budget, its pause included: with a 300 ms
+/// budget and 200 ms steps, a delivery takes one step and defers the rest (not acknowledged), and
+/// the next delivery takes the next. Before, the second step began at 200 ms and ended past the
+/// budget, where the platform would have cut the delivery off.
+#[tokio::test]
+async fn a_step_begins_only_if_it_ends_within_the_budget() {
+    let store = Arc::new(MemoryJobStore::new());
+    let mut config = config(store.clone(), Arc::new(ManualClock::new(1_700_000_000_000)));
+    config.settings.consumer_budget = std::time::Duration::from_millis(300);
+    config.settings.job_step_delay = std::time::Duration::from_millis(200);
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    let server = TestServer::start_routes(routes).await;
+    let handle =
+        payload(&server.call_tool("submit_job", json!({"steps": 3})).await)["jobId"].as_str().unwrap().to_owned();
+    for taken in 1..=2 {
+        assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred after a step");
+        let status = payload(&server.call_tool("get_job_status", json!({"jobId": handle})).await);
+        assert_eq!(status["completedSteps"], taken);
+    }
+}
+
 /// A submit whose publish failed never happened, for the caller's per-minute rate too: with two
 /// a minute, three failed submits still leave both, and then the third success is refused.
 /// Memory and Redis alike.
