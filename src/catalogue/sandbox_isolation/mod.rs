@@ -169,12 +169,28 @@ pub fn format_result(result: &SandboxRunResult) -> String {
         format!("exit {}", result.exit_code),
         UNTRUSTED_OUTPUT_BEGIN.to_owned(),
         "stdout:".to_owned(),
-        truncate_output(&result.stdout, MAX_OUTPUT_CHARS),
+        inside_the_frame(&truncate_output(&result.stdout, MAX_OUTPUT_CHARS)),
         "stderr:".to_owned(),
-        truncate_output(&result.stderr, MAX_OUTPUT_CHARS),
+        inside_the_frame(&truncate_output(&result.stderr, MAX_OUTPUT_CHARS)),
         UNTRUSTED_OUTPUT_END.to_owned(),
     ]
     .join("\n")
+}
+
+/// Output as it may stand inside the frame: a line that imitates the frame (its markers, in any
+/// case, or a `stdout:`/`stderr:` label) is replaced by a note saying so. Otherwise a command
+/// could print the end marker and follow it with text that reads as if it stood outside the
+/// untrusted block.
+fn inside_the_frame(output: &str) -> String {
+    const IMITATION: &str = "[a line imitating this frame was removed]";
+    let imitates = |line: &str| {
+        let line = line.trim().to_ascii_lowercase();
+        line.contains("untrusted sandbox output") || line == "stdout:" || line == "stderr:"
+    };
+    if !output.lines().any(imitates) {
+        return output.to_owned();
+    }
+    output.split('\n').map(|line| if imitates(line) { IMITATION } else { line }).collect::<Vec<_>>().join("\n")
 }
 
 /// Arguments of `run_in_sandbox`.
