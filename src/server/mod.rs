@@ -337,7 +337,12 @@ impl McpServer {
         // a panic there is contained too) and owns what it needs: no count of the handler is
         // taken per call, since one shared by every caller would move between the cores.
         let erased: ToolFn = Arc::new(move |ctx, arguments| -> BoxFuture<ToolResult> {
-            match A::deserialize(arguments) {
+            // Arguments the schema passed with a whole number as a float (`5.0`), which an
+            // integer field does not read, are read again with such numbers as integers.
+            let read = A::deserialize(arguments).or_else(|first| {
+                schema::whole_numbers_as_integers(arguments).map_or(Err(first), |whole| A::deserialize(&whole))
+            });
+            match read {
                 Ok(args) => {
                     let running = handler(ctx, args);
                     Box::pin(async move { running.await.into_tool_result() })

@@ -370,6 +370,42 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// `value` with every whole number written as a float (`5.0`) written as an integer, when it has
+/// one (`None` when nothing changed): JSON has one number type, and the schema takes `5.0` as the
+/// integer 5, as JavaScript does; serde's integer fields do not, so a typed tool reads its
+/// arguments again through this when they would not read as they came. Only floats that stand
+/// for exactly one integer (within ±2^53) are changed.
+pub(crate) fn whole_numbers_as_integers(value: &Value) -> Option<Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64()?;
+            (f.fract() == 0.0 && f.abs() <= EXACT).then(|| Value::from(f as i64))
+        }
+        Value::Array(items) => {
+            let changed: Vec<Option<Value>> = items.iter().map(whole_numbers_as_integers).collect();
+            changed.iter().any(Option::is_some).then(|| {
+                Value::Array(
+                    changed.into_iter().zip(items).map(|(new, old)| new.unwrap_or_else(|| old.clone())).collect(),
+                )
+            })
+        }
+        Value::Object(members) => {
+            let changed: Vec<Option<Value>> = members.values().map(whole_numbers_as_integers).collect();
+            changed.iter().any(Option::is_some).then(|| {
+                Value::Object(
+                    members
+                        .iter()
+                        .zip(changed)
+                        .map(|((name, old), new)| (name.clone(), new.unwrap_or_else(|| old.clone())))
+                        .collect(),
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
 fn type_matches(expected: &str, value: &Value) -> bool {
     match (expected, value) {
         ("integer", Value::Number(n)) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
@@ -649,6 +685,15 @@ mod tests {
         assert!(validate(&schema, &json!({"message":"a","tags":["x",1]})).unwrap_err().contains("tags[1]"));
         assert!(validate(&schema, &json!({"message":"a","mode":"c"})).is_err());
         assert!(validate(&schema, &json!("not an object")).is_err());
+    }
+
+    #[test]
+    fn whole_floats_read_as_integers_and_nothing_else_changes() {
+        let given = json!({"a": 5.0, "b": [1.0, 2.5, "3.0"], "c": {"d": -0.0, "e": 7}, "f": 1e300});
+        let whole = whole_numbers_as_integers(&given).expect("changed");
+        assert_eq!(whole, json!({"a": 5, "b": [1, 2.5, "3.0"], "c": {"d": 0, "e": 7}, "f": 1e300}));
+        assert!(whole["a"].is_i64() && whole["b"][1].is_f64());
+        assert_eq!(whole_numbers_as_integers(&json!({"a": 5, "b": [2.5]})), None, "nothing to change");
     }
 
     #[test]

@@ -779,6 +779,19 @@ async fn deliveries_that_do_not_finish_are_not_acknowledged() {
     assert_eq!(other.pending_len(), 1, "still not acknowledged");
 }
 
+/// A whole number sent as a float (`3.0`) is an integer, as the schema and JavaScript take it:
+/// `steps: 3.0` submits a three-step job, where the typed read once refused it with a Rust type
+/// name; `3.5` is still refused, by the schema.
+#[tokio::test]
+async fn a_whole_number_sent_as_a_float_is_an_integer() {
+    let env = env().await;
+    let submitted = payload(&env.submit(json!(3.0)).await);
+    assert_eq!(submitted["totalSteps"], 3, "{submitted}");
+    let refused = env.submit(json!(3.5)).await;
+    assert_eq!(refused["isError"], true);
+    assert!(!error_text(&refused).contains("i64"), "{}", error_text(&refused));
+}
+
 /// A step begins only if it ends within the delivery's budget, its pause included: with a 300 ms
 /// budget and 200 ms steps, a delivery takes one step and defers the rest (not acknowledged), and
 /// the next delivery takes the next. Before, the second step began at 200 ms and ended past the
