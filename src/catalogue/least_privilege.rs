@@ -38,9 +38,15 @@ pub fn required_union() -> Vec<String> {
     union
 }
 
-/// The tools this module registers (from the same table registration uses).
+/// `read_invoice`, as [`register`] names it.
+pub const READ_INVOICE: &str = "read_invoice";
+/// `issue_refund`, as [`register`] names it.
+pub const ISSUE_REFUND: &str = "issue_refund";
+
+/// The tools [`register`] registers, by the names it registers them under: the drift guard
+/// ([`validate_config`]) checks each against the scope table.
 pub fn registered_tool_names() -> Vec<&'static str> {
-    REQUIRED_SCOPES.iter().map(|(name, _)| *name).collect()
+    vec![READ_INVOICE, ISSUE_REFUND]
 }
 
 /// Splits a comma-separated scope list, trimming and dropping empties.
@@ -124,14 +130,19 @@ pub struct IssueRefundArgs {
 
 const IDENTITY: &str = "Identity comes from the access token; principal arguments are ignored.";
 
-fn scopes_of(tool: &str) -> Vec<&'static str> {
-    REQUIRED_SCOPES.iter().find(|(name, _)| *name == tool).map(|(_, s)| s.to_vec()).unwrap_or_default()
+/// The scopes `tool` is listed and called with: its entry in the table, or the whole union for a
+/// tool without one (fail closed, as [`authorize`] does).
+fn scopes_of(tool: &str) -> Vec<String> {
+    match REQUIRED_SCOPES.iter().find(|(name, _)| *name == tool) {
+        Some((_, scopes)) => scopes.iter().map(|s| s.to_string()).collect(),
+        None => required_union(),
+    }
 }
 
 /// Registers `read_invoice` and `issue_refund`, recording refunds in `ledger`.
 pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
     server.tool(
-        ToolDef::new("read_invoice")
+        ToolDef::new(READ_INVOICE)
             .description(format!("Read an invoice. {IDENTITY}"))
             .annotations(ToolAnnotations {
                 read_only_hint: Some(true),
@@ -139,12 +150,12 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
                 idempotent_hint: Some(true),
                 ..Default::default()
             })
-            .scopes(&scopes_of("read_invoice"))
+            .scopes(&scopes_of(READ_INVOICE).iter().map(String::as_str).collect::<Vec<_>>())
             .scopes_always_enforced(),
         read_invoice,
     );
     server.with_state(ledger).tool(
-        ToolDef::new("issue_refund")
+        ToolDef::new(ISSUE_REFUND)
             .description(format!("Refund part or all of an invoice. {IDENTITY}"))
             .annotations(ToolAnnotations {
                 read_only_hint: Some(false),
@@ -152,7 +163,7 @@ pub fn register(server: &mut McpServer, ledger: Arc<dyn RefundLedger>) {
                 idempotent_hint: Some(false),
                 ..Default::default()
             })
-            .scopes(&scopes_of("issue_refund"))
+            .scopes(&scopes_of(ISSUE_REFUND).iter().map(String::as_str).collect::<Vec<_>>())
             .scopes_always_enforced(),
         issue_refund,
     );
@@ -213,6 +224,19 @@ mod tests {
         drifted.push("rogue_tool");
         assert!(validate_config(&required, &required, &drifted).unwrap_err().contains("rogue_tool"));
         assert_eq!(parse_scopes(" invoices:read, ,refunds:write "), required);
+    }
+
+    /// A tool registered without a table entry is listed and called with every scope of the
+    /// union, never none (fail closed, as `authorize` is); the guard's list is what `register`
+    /// registers, every name of which has its entry.
+    #[test]
+    fn an_undeclared_tool_needs_the_whole_union() {
+        assert_eq!(scopes_of("void_invoice"), required_union());
+        assert_eq!(scopes_of(READ_INVOICE), ["invoices:read"]);
+        let mut server = McpServer::new("lp", "1");
+        register(&mut server, Arc::new(DiscardLedger));
+        let listed: Vec<&str> = server.tools.iter().map(|tool| tool.name.as_str()).collect();
+        assert_eq!(listed, registered_tool_names());
     }
 
     #[test]
