@@ -124,10 +124,12 @@ fn book_meeting(
     let field = |name: &str| content.and_then(|c| c.get(name));
     let text = match response.get("action").and_then(Value::as_str) {
         Some("accept") if field("approved") == Some(&Value::Bool(true)) => {
+            // `content.topic ?? topic`: an absent or null field keeps the asked topic; any other
+            // non-string is refused below as empty.
             let confirmed = match field("topic") {
                 Some(Value::String(edited)) => edited.as_str(),
+                None | Some(Value::Null) => topic,
                 Some(_) => "",
-                None => topic,
             };
             if !topic_is_allowed(confirmed) {
                 return Ok(Outcome::Complete(CallToolResult::text(

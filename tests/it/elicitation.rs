@@ -125,6 +125,16 @@ async fn the_user_may_edit_the_topic_and_omit_the_time() {
     assert_eq!(calendar.bookings(), [("Q4 roadmap".to_owned(), "09:00".to_owned())]);
 }
 
+/// A topic left null (a client that sends unedited fields as null) keeps the asked topic, as
+/// `content.topic ?? topic` does; before, it booked nothing.
+#[tokio::test]
+async fn a_null_topic_keeps_the_asked_one() {
+    let (server, calendar) = env().await;
+    let answer = json!({"action": "accept", "content": {"approved": true, "topic": null}});
+    assert_eq!(book(&server, "Q3 roadmap", answer).await, "Booked: meeting about 'Q3 roadmap' at 09:00.");
+    assert_eq!(calendar.bookings(), [("Q3 roadmap".to_owned(), "09:00".to_owned())]);
+}
+
 #[tokio::test]
 async fn anything_but_an_approved_accept_of_an_allowed_topic_books_nothing() {
     let (server, calendar) = env().await;
