@@ -56,6 +56,13 @@ pub fn ask<T>(
     Ok(Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key }))))
 }
 
+/// Whether `text` is 1 to `max` characters without ASCII control characters: the rule several
+/// examples' schemas state, which their handlers check again as defence in depth (a handler
+/// must not trust that the schema ran, and it rejects rather than truncates).
+pub(crate) fn is_plain_text_within(text: &str, max: usize) -> bool {
+    (1..=max).contains(&text.chars().count()) && !text.chars().any(|c| c.is_ascii_control())
+}
+
 /// How a capped example store's error reaches the caller: a full store is an expected answer and
 /// goes out as it is; anything else is an outage, reported with a correlation id that its
 /// `store.fault` line shares (operation and detail stay in the log).

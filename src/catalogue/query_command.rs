@@ -382,6 +382,13 @@ async fn get_item(ctx: RequestContext, items: Items, args: GetItemArgs) -> Resul
 }
 
 async fn create_item(ctx: RequestContext, items: Items, args: CreateItemArgs) -> Result<CallToolResult, ToolError> {
+    // The schema's bounds, checked again (defence in depth): rejected, never truncated.
+    if !super::is_plain_text_within(&args.name, 64) {
+        return Err(ToolError::Execution("name must be 1 to 64 characters without control characters".into()));
+    }
+    if args.idempotency_key.is_empty() || args.idempotency_key.chars().count() > 128 {
+        return Err(ToolError::Execution("idempotency_key must be 1 to 128 characters".into()));
+    }
     let key = scoped_key(ctx.principal(), &args.idempotency_key);
     let created = items
         .store

@@ -140,7 +140,7 @@ pub fn authorize(principal: &Principal) -> Result<(), ToolError> {
 /// Whether `name` is 1 to 64 characters without ASCII control characters (the schema's rule,
 /// re-checked in the handler as defence in depth).
 pub fn name_is_valid(name: &str) -> bool {
-    (1..=MAX_NAME_LENGTH).contains(&name.chars().count()) && !name.chars().any(|c| c.is_ascii_control())
+    super::is_plain_text_within(name, MAX_NAME_LENGTH)
 }
 
 /// Registers `add_item`, appending to `list`.
