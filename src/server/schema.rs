@@ -527,8 +527,13 @@ impl Validator<'_> {
             return Err(format!("{}: more than {shown} items", at(path)));
         }
         if checks.unique_items {
-            for (i, a) in items.iter().enumerate() {
-                if items[..i].iter().any(|b| json_eq(a, b)) {
+            // One canonical text per item, in a set: linear, where comparing every pair was
+            // quadratic (two billion comparisons for an array at the body's value limit).
+            let mut seen = std::collections::HashSet::with_capacity(items.len());
+            for item in items {
+                let mut key = String::new();
+                canonical_text(item, &mut key);
+                if !seen.insert(key) {
                     return Err(format!("{}: items must be unique", at(path)));
                 }
             }
@@ -602,6 +607,39 @@ impl Validator<'_> {
 }
 
 /// JSON equality where `1` and `1.0` are equal.
+/// Appends a text for `value` that two values share exactly when [`json_eq`] calls them equal:
+/// numbers by their value as a float (`1`, `1.0` and `1e0` alike; `-0` as `0`), members in name
+/// order (a `Map` keeps them sorted).
+fn canonical_text(value: &Value, out: &mut String) {
+    use std::fmt::Write;
+    match value {
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(0.0);
+            let _ = write!(out, "{}", if f == 0.0 { 0.0 } else { f });
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for item in items {
+                canonical_text(item, out);
+                out.push(',');
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            out.push('{');
+            for (name, member) in members {
+                let _ = write!(out, "{}:", Value::String(name.clone()));
+                canonical_text(member, out);
+                out.push(',');
+            }
+            out.push('}');
+        }
+        other => {
+            let _ = write!(out, "{other}");
+        }
+    }
+}
+
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
@@ -685,6 +723,29 @@ mod tests {
         assert!(validate(&schema, &json!({"message":"a","tags":["x",1]})).unwrap_err().contains("tags[1]"));
         assert!(validate(&schema, &json!({"message":"a","mode":"c"})).is_err());
         assert!(validate(&schema, &json!("not an object")).is_err());
+    }
+
+    #[test]
+    fn unique_items_mean_what_json_equality_means() {
+        let schema = json!({"type": "array", "uniqueItems": true});
+        for repeated in
+            [json!([1, 1.0]), json!([0, -0.0]), json!([{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}]), json!(["x", "x"])]
+        {
+            assert!(validate(&schema, &repeated).is_err(), "{repeated}");
+        }
+        for unique in
+            [json!([1, 2, "1", [1], {"1": 1}, true, null]), json!([{"a": 1}, {"a": 1, "b": 1}]), json!(["a,", "a"])]
+        {
+            assert!(validate(&schema, &unique).is_ok(), "{unique}");
+        }
+        let many: Vec<u32> = (0..65_536).collect();
+        assert!(validate(&schema, &json!(many)).is_ok(), "a long unique array passes");
+        for (a, b) in [(json!(1), json!(1.0)), (json!({"a": [0]}), json!({"a": [-0.0]})), (json!("1"), json!(1))] {
+            let (mut x, mut y) = (String::new(), String::new());
+            canonical_text(&a, &mut x);
+            canonical_text(&b, &mut y);
+            assert_eq!(x == y, json_eq(&a, &b), "{a} {b}");
+        }
     }
 
     #[test]
