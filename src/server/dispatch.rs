@@ -373,13 +373,15 @@ impl McpServer {
                     format!("insufficient scope: reading this resource requires {}", required.join(" ")),
                 ));
             }
-            let (outcome, cache) = if let Some(&i) = self.resource_index.get(uri) {
+            let (outcome, cache, scoped) = if let Some(&i) = self.resource_index.get(uri) {
                 let entry = &self.resources[i];
-                ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache)
+                let scoped = !entry.scopes.is_empty();
+                ((entry.handler)(ctx, uri.to_owned()).await?, entry.cache, scoped)
             } else if let Some((entry, vars)) =
                 self.templates.iter().find_map(|t| t.matcher.matches(uri).map(|v| (t, v)))
             {
-                ((entry.handler)(ctx, uri.to_owned(), vars).await?, None)
+                let scoped = !entry.scopes.is_empty();
+                ((entry.handler)(ctx, uri.to_owned(), vars).await?, None, scoped)
             } else {
                 return Err(resource_not_found(uri, ctx.era));
             };
@@ -388,6 +390,8 @@ impl McpServer {
                     let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
                     let mut result = json!({ "contents": contents });
                     self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
+                    // What only some callers may read is never cacheable for others.
+                    self.private_if_filtered(&mut result, scoped);
                     Ok(Reply::Complete(into_map(result)))
                 }
                 Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
@@ -550,6 +554,38 @@ mod tests {
             panic!()
         };
         assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
+    }
+
+    /// A read of what only some callers may read is never publicly cacheable, whatever hint the
+    /// resource carries; an unscoped resource keeps its own. The static resource and the
+    /// template alike.
+    #[tokio::test]
+    async fn a_scoped_read_is_private_whatever_the_hint() {
+        let mut server = McpServer::new("t", "1");
+        let read = |_, uri: String| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "x")]) };
+        let public = CacheHint { ttl_ms: 300_000, scope: CacheScope::Public };
+        server.resource(Resource::new("a://open", "open"), read).cache(public);
+        server.resource(Resource::new("a://secret", "secret"), read).cache(public).scopes(&["secret:read"]);
+        server.set_cache_hint(CacheableMethod::ResourcesRead, public);
+        server
+            .resource_template(ResourceTemplate::new("a://t/{x}", "t"), |_, uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+            })
+            .scopes(&["secret:read"]);
+        server.scopes_enforced = true;
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let reader = Principal::verified(Some("ada"), None, vec!["secret:read".into()]);
+        for (uri, scope) in [("a://open", "public"), ("a://secret", "private"), ("a://t/1", "private")] {
+            let ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                reader.clone(),
+                bus.clone(),
+            );
+            let params: RequestParams = json!({ "uri": uri }).as_object().unwrap().clone().into();
+            let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/read", &params).await else { panic!() };
+            assert_eq!(result["cacheScope"], scope, "{uri}");
+        }
     }
 
     /// A typed handler reads its parameters from the request's own arguments; a member the
