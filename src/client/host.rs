@@ -153,15 +153,19 @@ impl Host {
     /// Calls `server.tool`. Unknown servers fail before consent; anything not positively
     /// read-only (unknown tools included) needs an explicit yes from `consent`.
     pub async fn call(&self, name: &str, arguments: Value, consent: &ConsentFn) -> Result<CallToolResult, HostError> {
-        let (server_id, tool_name) = name.split_once('.').unwrap_or((name, ""));
+        // A name without a tool part names no tool of any server: unknown, before consent.
+        let (server_id, tool_name) = name.split_once('.').filter(|(_, tool)| !tool.is_empty()).unwrap_or((name, ""));
         let client = self
             .sessions
             .get(server_id)
+            .filter(|_| !tool_name.is_empty())
             .ok_or_else(|| HostError::UnknownServer { server_id: server_id.to_owned(), name: name.to_owned() })?;
         let read_only = self.tools.iter().any(|t| t.name == name && t.read_only);
         if !read_only {
-            let asked = std::panic::AssertUnwindSafe(consent(name, &arguments));
-            let approved = crate::server::catch_unwind(asked).await;
+            // A consent callback that panics, before its future or inside it, is a no.
+            let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consent(name, &arguments)));
+            let Ok(asked) = asked else { return Err(HostError::ConsentDenied(name.to_owned())) };
+            let approved = crate::server::catch_unwind(std::panic::AssertUnwindSafe(asked)).await;
             if !matches!(approved, Ok(Ok(true))) {
                 return Err(HostError::ConsentDenied(name.to_owned()));
             }

@@ -93,8 +93,17 @@ pub struct ClientOptions {
     pub handlers: HashMap<String, InputHandler>,
     /// Most `input_required` rounds fulfilled for one call.
     pub max_rounds: usize,
-    /// Per-request timeout.
+    /// How long the server may keep the client waiting: for a response's head, for all of a
+    /// JSON body, for each frame of an SSE response (a long tool may stream progress), and for
+    /// a call made in process.
     pub timeout: Duration,
+    /// The longest one SSE response is read, however often it sends: a server that drips
+    /// comments forever cannot hold a call for longer.
+    pub max_stream_duration: Duration,
+    /// Most input requests one `input_required` round may carry, and most server requests one
+    /// response stream of a 2025-11-25 server may carry (each runs a handler: a prompt to the
+    /// user, a model call).
+    pub max_input_requests: usize,
     /// Try modern first (default) or go straight to the legacy handshake.
     pub modern: bool,
     /// Called with every notification a response stream carries (progress, log messages).
@@ -116,6 +125,8 @@ impl Default for ClientOptions {
             handlers: HashMap::new(),
             max_rounds: 8,
             timeout: Duration::from_secs(30),
+            max_stream_duration: Duration::from_secs(15 * 60),
+            max_input_requests: 16,
             modern: true,
             on_notification: None,
             max_response_bytes: 16 << 20,
@@ -178,7 +189,17 @@ pub struct Client {
     next_id: AtomicU64,
     /// `x-mcp-header` annotations of listed tools: tool → (property, header).
     header_params: Mutex<HashMap<String, Vec<(String, String)>>>,
+    /// Whether the tools were listed (by the caller, or before a call of an unseen tool).
+    listed: std::sync::atomic::AtomicBool,
     server: Value,
+}
+
+/// Whether server requests on a response stream are answered (a call's stream) or refused (the
+/// reply to an answer).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answers {
+    Requests,
+    None,
 }
 
 /// The outcome of one HTTP exchange.
@@ -209,6 +230,7 @@ impl Client {
             session: None,
             next_id: AtomicU64::new(1),
             header_params: Mutex::new(HashMap::new()),
+            listed: std::sync::atomic::AtomicBool::new(false),
             server: Value::Null,
         };
         if client.options.modern {
@@ -370,6 +392,11 @@ impl Client {
                     Value::String(s) => s.clone(),
                     Value::Bool(b) => b.to_string(),
                     Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+                    // A whole number written as a float is the integer the server takes it for.
+                    Value::Number(n) => match n.as_f64() {
+                        Some(f) if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 => (f as i64).to_string(),
+                        _ => return None,
+                    },
                     _ => return None,
                 };
                 Some((format!("Mcp-Param-{header}"), encode_value(&value).into_owned()))
@@ -382,6 +409,19 @@ impl Client {
         body: &Value,
         method: &str,
         params: Option<&Map<String, Value>>,
+    ) -> Result<Exchange, ClientError> {
+        self.exchange(body, method, params, Answers::Requests).await
+    }
+
+    /// One POST and its response. A 2025-11-25 server may ask the client things on the stream
+    /// of a call (answered by POST, at most `max_input_requests` of them), never on the reply
+    /// to such an answer: that would let a server keep the client answering for ever.
+    async fn exchange(
+        &self,
+        body: &Value,
+        method: &str,
+        params: Option<&Map<String, Value>>,
+        answers: Answers,
     ) -> Result<Exchange, ClientError> {
         let response = self.send(body, method, params).await?;
         let status = response.status();
@@ -414,8 +454,11 @@ impl Client {
         // SSE: read events until the response to our id arrives.
         let mut reader = sse::EventReader::new(self.options.max_event_bytes);
         let mut read = 0usize;
+        let mut answered = 0usize;
+        let ends = tokio::time::Instant::now() + self.options.max_stream_duration;
         loop {
-            let frame = tokio::time::timeout(self.options.timeout, body_stream.frame())
+            let wait = self.options.timeout.min(ends.saturating_duration_since(tokio::time::Instant::now()));
+            let frame = tokio::time::timeout(wait, body_stream.frame())
                 .await
                 .map_err(|_| ClientError::Transport("timed out".into()))?;
             let Some(frame) = frame else { break };
@@ -435,6 +478,18 @@ impl Client {
                     }
                     // A 2025 server asking us something on the call's stream: answer by POST.
                     (Some(method), Some(request_id)) if self.negotiated != Negotiated::Modern => {
+                        if answers == Answers::None {
+                            return Err(ClientError::Protocol(
+                                "the server asked something on the reply to an answer".into(),
+                            ));
+                        }
+                        answered += 1;
+                        if answered > self.options.max_input_requests {
+                            return Err(ClientError::InputRequired(format!(
+                                "the server asked more than {} things on one call",
+                                self.options.max_input_requests
+                            )));
+                        }
                         self.answer_server_request(method, request_id.clone(), message.get("params").cloned()).await?;
                     }
                     (Some(_), Some(_)) => {
@@ -483,7 +538,9 @@ impl Client {
                 let request = with_headers("/api/mcp")?
                     .body(payload)
                     .map_err(|_| ClientError::Protocol("invalid request".into()))?;
-                let response = crate::transport::handle(app, request).await;
+                let response = tokio::time::timeout(self.options.timeout, crate::transport::handle(app, request))
+                    .await
+                    .map_err(|_| ClientError::Transport("timed out".into()))?;
                 Ok(response.map(|body| body.map_err(|never| match never {}).boxed_unsync()))
             }
         }
@@ -501,7 +558,7 @@ impl Client {
                 json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32601, "message": format!("Method not found: {method}") } })
             }
         };
-        let exchange = Box::pin(self.post(&reply, "", None)).await?;
+        let exchange = Box::pin(self.exchange(&reply, "", None, Answers::None)).await?;
         if !exchange.status.is_success() {
             return Err(ClientError::Http(exchange.status.as_u16(), "the server refused our answer".into()));
         }
@@ -529,7 +586,11 @@ impl Client {
         let response = self.send(&body, "subscriptions/listen", Some(&params)).await?;
         if !response.status().is_success() {
             let status = response.status().as_u16();
-            let bytes = response.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            let limited = http_body_util::Limited::new(response.into_body(), self.options.max_response_bytes);
+            let bytes = match tokio::time::timeout(self.options.timeout, limited.collect()).await {
+                Ok(Ok(collected)) => collected.to_bytes(),
+                _ => Bytes::new(),
+            };
             return match serde_json::from_slice::<Value>(&bytes) {
                 Ok(message) => {
                     Self::result_of(Exchange { status: StatusCode::OK, message: Some(message), session: None })
@@ -542,7 +603,13 @@ impl Client {
         let mut body_stream = response.into_body();
         let mut reader = sse::EventReader::new(self.options.max_event_bytes);
         tokio::spawn(async move {
-            while let Some(Ok(frame)) = body_stream.frame().await {
+            loop {
+                // Ends when the caller drops the receiver, even while the server sends nothing.
+                let frame = tokio::select! {
+                    frame = body_stream.frame() => frame,
+                    () = tx.closed() => return,
+                };
+                let Some(Ok(frame)) = frame else { return };
                 let Some(bytes) = frame.data_ref() else { continue };
                 // An event over the bound ends the stream: the receiver sees it close.
                 let Ok(events) = reader.push(bytes) else { return };
@@ -561,6 +628,7 @@ impl Client {
     /// Every tool (following `nextCursor`), remembering `x-mcp-header` annotations. A tool whose
     /// annotations break the rules is dropped, as the spec asks of clients.
     pub async fn list_tools(&self) -> Result<Vec<Tool>, ClientError> {
+        self.listed.store(true, Ordering::SeqCst);
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..self.options.max_pages {
@@ -592,6 +660,13 @@ impl Client {
     /// tool that failed is an `Ok` result with `is_error` set (its text says why); a refused
     /// call is a [`ClientError`].
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<CallToolResult, ClientError> {
+        // Its `x-mcp-header` annotations are learnt from the tool list: read once, before the
+        // first call of a tool the client has not seen listed (a strict server refuses a call
+        // without the `Mcp-Param-*` headers they ask for).
+        let known = self.header_params.lock().expect("header params lock").contains_key(name);
+        if !known && !self.listed.swap(true, Ordering::SeqCst) {
+            let _ = self.list_tools().await;
+        }
         let mut params = Map::new();
         params.insert("name".into(), json!(name));
         params.insert("arguments".into(), arguments);
@@ -610,8 +685,23 @@ impl Client {
             }
             let mut responses = Map::new();
             if let Some(Value::Object(requests)) = result.get("inputRequests") {
+                if requests.len() > self.options.max_input_requests {
+                    return Err(ClientError::InputRequired(format!(
+                        "the server asked {} things in one round (at most {})",
+                        requests.len(),
+                        self.options.max_input_requests
+                    )));
+                }
                 for (key, request) in requests {
                     let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+                    // Only what this client declared: its elicitation is form mode.
+                    if method == "elicitation/create"
+                        && request.pointer("/params/mode").and_then(Value::as_str).is_some_and(|mode| mode != "form")
+                    {
+                        return Err(ClientError::InputRequired(
+                            "the server asked for an undeclared elicitation mode".into(),
+                        ));
+                    }
                     let handler = self
                         .options
                         .handlers

@@ -285,3 +285,236 @@ async fn the_client_bounds_what_a_server_sends() {
     let error = client.list_tools().await.unwrap_err();
     assert!(error.to_string().contains("same nextCursor"), "{error}");
 }
+
+/// A 2025-11-25 server (its `server/discover` a bare 404) that asks the client something on the
+/// stream of every call, and again on the reply to every answer: the client answers what the
+/// call's stream asks, at most `max_input_requests` of it, and never what a reply asks, so a
+/// server cannot keep it answering (each answer a prompt to the user, or a model call) for ever.
+#[tokio::test]
+async fn a_legacy_server_cannot_keep_the_client_answering() {
+    use bytes::Bytes;
+    let ask = |id: usize| {
+        format!(
+            "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":\"s{id}\",\"method\":\"sampling/createMessage\",\"params\":{{}}}}\n\n"
+        )
+    };
+    for (asks_on_the_call, asks_on_replies, expected_answers, expected) in
+        [(1, true, 1, "on the reply to an answer"), (40, false, 3, "more than 3 things")]
+    {
+        let server = common::upstream::serve_typed(move |request| async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let json = |result: Value| {
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, Some("application/json"), Bytes::from(serde_json::to_vec(&reply).unwrap()))
+            };
+            match message["method"].as_str() {
+                Some("server/discover") => (404, None, Bytes::new()),
+                Some("initialize") => json(json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "asking", "version": "1"}})),
+                Some("tools/list") => json(json!({"tools": []})),
+                Some("tools/call") => {
+                    (200, Some("text/event-stream"), (0..asks_on_the_call).map(ask).collect::<String>().into())
+                }
+                Some(_) => (202, None, Bytes::new()),
+                // An answer (a JSON-RPC response) from the client.
+                None if asks_on_replies => (200, Some("text/event-stream"), ask(99).into()),
+                None => (202, None, Bytes::new()),
+            }
+        })
+        .await;
+        let answers = Arc::new(AtomicUsize::new(0));
+        let counted = answers.clone();
+        let options = ClientOptions { max_input_requests: 3, ..ClientOptions::default() }.handler(
+            "sampling/createMessage",
+            move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { Ok(json!({"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"})) }
+            },
+        );
+        let client = Client::connect(&format!("http://{server}/api/mcp"), options).await.unwrap();
+        assert_ne!(client.negotiated(), Negotiated::Modern);
+        let error = common::bounded("the call", client.call_tool("anything", json!({}))).await.unwrap_err();
+        assert!(error.to_string().contains(expected), "{error}");
+        assert_eq!(answers.load(Ordering::SeqCst), expected_answers);
+    }
+}
+
+/// One `input_required` round may ask at most `max_input_requests` things, and only what the
+/// client declared (its elicitation is form mode): past either, the call fails and no handler
+/// runs for the rest.
+#[tokio::test]
+async fn an_input_round_is_bounded_to_what_the_client_declared() {
+    use bytes::Bytes;
+    for (requests, expected) in [
+        ((0..20).map(|n| (format!("q{n}"), json!({"method": "elicitation/create", "params": {"mode": "form", "message": "?", "requestedSchema": {"type": "object"}}}))).collect::<serde_json::Map<_, _>>(), "asked 20 things"),
+        ([("u".to_owned(), json!({"method": "elicitation/create", "params": {"mode": "url", "message": "?", "url": "https://x.example", "elicitationId": "e"}}))].into_iter().collect(), "undeclared elicitation mode"),
+    ] {
+        let server = common::upstream::serve_typed(move |request| {
+            let requests = requests.clone();
+            async move {
+                let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let result = match message["method"].as_str() {
+                    Some("server/discover") => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "asking", "version": "1"}}),
+                    Some("tools/list") => json!({"tools": []}),
+                    _ => json!({"resultType": "input_required", "inputRequests": requests}),
+                };
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, Some("application/json"), Bytes::from(serde_json::to_vec(&reply).unwrap()))
+            }
+        })
+        .await;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        let options = ClientOptions::default().handler("elicitation/create", move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"action": "decline"})) }
+        });
+        let client = Client::connect(&format!("http://{server}/api/mcp"), options).await.unwrap();
+        let error = client.call_tool("anything", json!({})).await.unwrap_err();
+        assert!(error.to_string().contains(expected), "{error}");
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "no handler ran");
+    }
+}
+
+/// A tool that annotates an argument with `x-mcp-header` is called with its `Mcp-Param-*`
+/// header even when the caller never listed the tools first (the client lists them before the
+/// first call of a tool it has not seen), and with a whole number sent as a float; a strict
+/// server refused such a call before.
+#[tokio::test]
+async fn a_header_argument_is_sent_without_listing_first() {
+    let mut server = vercel_mcp::McpServer::new("headers", "1");
+    server.tool(
+        vercel_mcp::server::ToolDef::new("region").description("Echo a region"),
+        |_, args: RegionArgs| async move { format!("{} {}", args.region, args.zone) },
+    );
+    let client = vercel_mcp::testing::client(server).await;
+    let reply = client.call_tool("region", json!({"region": "eu", "zone": 3.0})).await.unwrap();
+    assert_eq!(reply.joined_text(), "eu 3");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct RegionArgs {
+    /// The region.
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+    /// The zone.
+    #[schemars(extend("x-mcp-header" = "Zone"))]
+    zone: i64,
+}
+
+/// A call made in process waits at most `timeout` for the server, as one over HTTP does: a tool
+/// that never finishes does not hang the test that calls it.
+#[tokio::test]
+async fn an_in_process_call_times_out() {
+    let mut server = vercel_mcp::McpServer::new("slow", "1");
+    server.tool(
+        vercel_mcp::server::ToolDef::new("forever").description("Never ends"),
+        |_, _: vercel_mcp::server::NoArguments| async {
+            std::future::pending::<()>().await;
+            "never"
+        },
+    );
+    let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let app = Arc::new(vercel_mcp::App::new(server, parts.endpoint()));
+    let options = ClientOptions { timeout: std::time::Duration::from_millis(200), ..ClientOptions::default() };
+    let client = Client::in_process(app, options).await.unwrap();
+    let error = common::bounded("the call", client.call_tool("forever", json!({}))).await.unwrap_err();
+    assert!(matches!(error, ClientError::Transport(ref text) if text.contains("timed out")), "{error}");
+}
+
+/// A server that keeps a response open and sends a byte now and then holds nothing for long: an
+/// SSE response is read for at most `max_stream_duration`, however often it sends, and a listen
+/// refusal whose body never ends is read for at most `timeout`.
+#[tokio::test]
+async fn a_dripping_server_holds_the_client_for_a_bounded_time() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n @ 1..) = stream.read(&mut chunk).await else { return };
+                    seen.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&seen).into_owned();
+                    let Some(head_end) = text.find("\r\n\r\n") else { continue };
+                    let length: usize = text[..head_end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if seen.len() < head_end + 4 + length {
+                        continue;
+                    }
+                    let body: Value =
+                        serde_json::from_slice(&seen[head_end + 4..head_end + 4 + length]).unwrap_or(Value::Null);
+                    seen.drain(..head_end + 4 + length);
+                    if body["method"] == "server/discover" {
+                        let reply =
+                            json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "drip", "version": "1"}}})
+                            .to_string();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            reply.len()
+                        );
+                        if stream.write_all(format!("{head}{reply}").as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let (status, kind) = if body["method"] == "subscriptions/listen" {
+                        ("400 Bad Request", "application/json")
+                    } else {
+                        ("200 OK", "text/event-stream")
+                    };
+                    let head =
+                        format!("HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n");
+                    if stream.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    // A two-byte chunk (an SSE comment, or JSON whitespace) every 50 ms, for ever.
+                    while stream.write_all(b"2\r\n:\n\r\n").await.is_ok() {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    return;
+                }
+            });
+        }
+    });
+    let options = ClientOptions {
+        timeout: std::time::Duration::from_millis(500),
+        max_stream_duration: std::time::Duration::from_millis(500),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(&format!("http://{addr}/api/mcp"), options).await.unwrap();
+    let error = common::bounded("the call", client.call_tool("anything", json!({}))).await.unwrap_err();
+    assert!(error.to_string().contains("timed out"), "{error}");
+    let refused = common::bounded("the listen", client.listen(json!({"toolsListChanged": true}))).await;
+    assert!(matches!(refused, Err(ClientError::Http(400, _))), "{:?}", refused.err());
+}
+
+/// A name with no tool part names no tool: unknown, and no consent is asked; a consent callback
+/// that panics before its future is a no, not a panic out of the host.
+#[tokio::test]
+async fn the_host_refuses_a_bare_server_name_and_survives_a_panicking_consent() {
+    let f = fixture().await;
+    let host = Host::connect(&[ServerSpec::new("alpha", url(&f.server), ClientOptions::default())]).await.unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let counting: ConsentFn = Arc::new(move |_, _| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(true) })
+    });
+    for bare in ["alpha", "alpha."] {
+        let error = host.call(bare, json!({}), &counting).await.unwrap_err();
+        assert!(matches!(error, HostError::UnknownServer { .. }), "{bare}: {error:?}");
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    let panicking: ConsentFn = Arc::new(|_, _| panic!("consent bug"));
+    let error = host.call("alpha.echo", json!({"message": "hi"}), &panicking).await.unwrap_err();
+    assert!(matches!(error, HostError::ConsentDenied(_)), "{error:?}");
+}

@@ -35,6 +35,23 @@ where
     F: Fn(Seen) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = (u16, Bytes)> + Send + 'static,
 {
+    let respond = Arc::new(respond);
+    serve_typed(move |seen| {
+        let answer = respond(seen);
+        async move {
+            let (status, body) = answer.await;
+            (status, None, body)
+        }
+    })
+    .await
+}
+
+/// [`serve`], with a `Content-Type` of the closure's choosing (`text/event-stream` for a stream).
+pub async fn serve_typed<F, Fut>(respond: F) -> SocketAddr
+where
+    F: Fn(Seen) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = (u16, Option<&'static str>, Bytes)> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let respond = Arc::new(respond);
@@ -50,8 +67,12 @@ where
                         let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                         let target = parts.uri.path_and_query().map_or_else(String::new, |p| p.to_string());
                         let seen = Seen { method: parts.method, target, headers: parts.headers, body };
-                        let (status, body) = respond(seen).await;
-                        let response = http::Response::builder().status(status).body(Full::new(body)).unwrap();
+                        let (status, content_type, body) = respond(seen).await;
+                        let mut response = http::Response::builder().status(status);
+                        if let Some(content_type) = content_type {
+                            response = response.header(http::header::CONTENT_TYPE, content_type);
+                        }
+                        let response = response.body(Full::new(body)).unwrap();
                         Ok::<_, std::convert::Infallible>(response)
                     }
                 });
