@@ -379,11 +379,20 @@ impl<'a> TaskParams<'a> {
     }
 }
 
-/// The `inputResponses` of an MRTR retry or a `tasks/update`: an object, or none.
+/// The `inputResponses` of an MRTR retry or a `tasks/update`: an object of objects (each the
+/// result of one request), or none.
 pub fn input_responses(params: &RequestParams) -> Result<Map<String, Value>, McpError> {
     match params.get("inputResponses") {
         None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(responses)) => Ok(responses.clone()),
+        Some(Value::Object(responses)) => {
+            if let Some((key, _)) = responses.iter().find(|(_, answer)| !answer.is_object()) {
+                return Err(McpError::invalid_params(format!(
+                    "inputResponses.{} must be an object",
+                    super::error::truncate_for_message(key)
+                )));
+            }
+            Ok(responses.clone())
+        }
         Some(_) => Err(McpError::invalid_params("inputResponses must be an object")),
     }
 }

@@ -330,6 +330,17 @@ impl McpServer {
         match method {
             "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
             "tasks/update" => {
+                // Answering a task's requests resumes its tool: the caller needs the tool's scopes
+                // now, as a call of it would (a token of the same subject may carry fewer).
+                if let Some(tool) = tasks.tool_of(&ctx.principal, task_id).await? {
+                    if let Some(required) = self.missing_tool_scopes(&ctx.principal, &tool) {
+                        return Err(McpError::new(
+                            ErrorCode::INVALID_PARAMS,
+                            http::StatusCode::FORBIDDEN,
+                            format!("insufficient scope: answering this task requires {}", required.join(" ")),
+                        ));
+                    }
+                }
                 if let Some(resumed) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
                     let span = ctx.span.execute_tool_span(&resumed.record.tool);
                     let handler = match self.tool_index.get(&resumed.record.tool) {
@@ -554,6 +565,58 @@ mod tests {
             panic!()
         };
         assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
+    }
+
+    /// Answering a task's requests resumes its tool, so the caller needs the tool's scopes now:
+    /// a token of the task's own subject without them is refused (403) and records nothing; one
+    /// with them resumes the task.
+    #[tokio::test]
+    async fn answering_a_task_needs_its_tools_scopes() {
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskService, TaskStatus, TaskStore};
+        let store = std::sync::Arc::new(MemoryTaskStore::default());
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let service = TaskService::new(
+            store.clone(),
+            std::sync::Arc::new(crate::state::ManualClock::new(0)),
+            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
+            bus.clone(),
+        );
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(std::sync::Arc::new(service));
+        server.tool(
+            crate::server::ToolDef::new("write").description("Writes").scopes(&["w"]),
+            |_, _: crate::server::NoArguments| async { "done" },
+        );
+        server.scopes_enforced = true;
+        let record: TaskRecord = serde_json::from_value(json!({
+            "version": 1, "taskId": "t1", "owner": "sub:alice", "ownerVerified": true, "ownerScopes": ["w"],
+            "tool": "write", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
+            "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}}
+        }))
+        .unwrap();
+        store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        let update = |scopes: Vec<String>| {
+            let mut ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                Principal::verified(Some("alice"), None, scopes),
+                bus.clone(),
+            );
+            ctx.client_capabilities =
+                json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}).as_object().unwrap().clone();
+            let params: RequestParams = json!({"taskId": "t1", "inputResponses": {"a": {"action": "accept"}}})
+                .as_object()
+                .unwrap()
+                .clone()
+                .into();
+            let server = &server;
+            async move { server.execute(ctx, "tasks/update", &params).await }
+        };
+        let Err(refused) = update(vec![]).await else { panic!("refused") };
+        assert_eq!(refused.status, http::StatusCode::FORBIDDEN, "{}", refused.message);
+        assert_eq!(store.get("sub:alice", "t1").await.unwrap().unwrap().status, TaskStatus::InputRequired);
+        assert!(update(vec!["w".into()]).await.is_ok());
+        assert_eq!(store.get("sub:alice", "t1").await.unwrap().unwrap().status, TaskStatus::Working);
     }
 
     /// A read of what only some callers may read is never publicly cacheable, whatever hint the

@@ -400,6 +400,12 @@ impl TaskService {
         matches!(self.store.get(&written.owner, &written.task_id).await, Ok(Some(stored)) if stored == *written)
     }
 
+    /// The tool `principal`'s task runs, or `None` when it has no such task.
+    pub async fn tool_of(&self, principal: &Principal, task_id: &str) -> Result<Option<String>, McpError> {
+        let record = self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?;
+        Ok(record.map(|record| record.tool))
+    }
+
     /// `tasks/get`.
     pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
         let record =

@@ -51,13 +51,6 @@ pub(super) async fn handle(
     if mrtr::supports_mrtr(&method) {
         match mrtr::open_retry(&app.sealer, app.auth.config().resource.url(), &ctx.principal, &method, &params) {
             Ok((responses, state)) => {
-                if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
-                    let error = McpError::invalid_params(format!(
-                        "inputResponses.{} must be an object",
-                        crate::protocol::error::truncate_for_message(key)
-                    ));
-                    return error_response(Some(&id), &error);
-                }
                 if let (Some(nonces), Some(opened)) = (&app.request_state_nonces, &state) {
                     // A state without a nonce (sealed before states were single use) could be
                     // replayed until it expires: refused while single use is on.

@@ -91,6 +91,27 @@ async fn session_declaring(f: &common::Fixture, capabilities: Value) -> String {
     legacy(f, body).send().await.header("mcp-session-id").expect("a session id").to_owned()
 }
 
+/// A request with `Mcp-Method` is a 2026-07-28 request, whatever else it lacks: its headers are
+/// compared with its body, so a header that names one method (or tool) while a body without
+/// `_meta` calls another is refused, not run as a legacy request.
+#[tokio::test]
+async fn a_request_with_mcp_method_is_never_taken_as_legacy() {
+    let f = fixture().await;
+    let call =
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}});
+    for version in [None, Some("2025-11-25")] {
+        let mut request =
+            f.server.post(call.to_string()).header("Mcp-Method", "tools/list").header("Mcp-Name", "other");
+        if let Some(version) = version {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        let reply = request.send().await;
+        assert_eq!(reply.status, 400, "{version:?}: {}", reply.text());
+        assert!(reply.json().get("result").is_none(), "{}", reply.text());
+    }
+    assert_eq!(legacy(&f, call).send().await.status, 200, "without the header it is a legacy call");
+}
+
 /// A 2025 client that did not declare elicitation is never sent an elicitation request: the
 /// tool call ends in a tool error saying what is missing, with or without a session id.
 #[tokio::test]

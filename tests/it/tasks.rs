@@ -182,6 +182,20 @@ async fn a_task_moves_between_instances() {
     assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
 }
 
+/// An answer in `tasks/update` is an object (the result of the request it answers), as in an MRTR
+/// retry: anything else is -32602 and records nothing; before, the task resumed on it.
+#[tokio::test]
+async fn a_task_update_whose_answer_is_not_an_object_is_refused() {
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let task_id = parked_task(&server).await;
+    let update = json!({"taskId": task_id, "inputResponses": {"a": 5, "b": "yes"}});
+    let reply = task_call(&server, "tasks/update", update).await.json();
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    let task = wait_for(&server, &task_id, "input_required").await;
+    assert_eq!(task["inputRequests"].as_object().unwrap().len(), 2, "nothing was recorded: {task}");
+}
+
 /// A task whose tool a deploy removed while it waited for input fails when its last request is
 /// answered, naming the tool; before, the answer set it working, nothing ran it, and it read as
 /// working until it expired.
