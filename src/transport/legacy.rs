@@ -42,15 +42,12 @@ const MAX_ROUNDS: usize = 8;
 /// state), only to their purpose.
 const SESSION_BINDING: &[u8] = b"legacy-session";
 
-/// Whether a request belongs on the legacy path: no modern `_meta` version and no `Mcp-Method`
-/// header, and either `initialize` or a legacy (or absent) `MCP-Protocol-Version` header.
+/// Whether a request belongs on the legacy path: no modern `_meta` version, and either
+/// `initialize` or a legacy (or absent) `MCP-Protocol-Version` header.
 pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &RequestParams) -> bool {
-    // A modern envelope wins even for `initialize`, which 2026-07-28 answers with -32601. So
-    // does `Mcp-Method`, which no 2025-11-25 client sends: a request carrying it is checked as
-    // a 2026-07-28 one, so the header cannot say one thing to a gateway while the body, taken
-    // as legacy and never compared with it, runs another.
+    // A modern envelope wins even for `initialize`, which 2026-07-28 answers with -32601.
     let has_modern_meta = params.meta().protocol_version.is_some();
-    if has_modern_meta || headers.contains_key(headers::METHOD) {
+    if has_modern_meta {
         return false;
     }
     if method == "initialize" {

@@ -340,6 +340,9 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
             let span = start_span(app, record, &parts.headers, &id, &method, &params);
             let request_id = record.request_id.clone();
             if legacy::is_legacy(&parts.headers, &method, &params) {
+                if let Err(error) = modern::check_sent_headers(&parts.headers, &method, &params) {
+                    return error_response(Some(&id), &error);
+                }
                 record.era = Some("legacy");
                 span.set([opentelemetry::KeyValue::new("mcp.protocol.version", crate::protocol::LEGACY_VERSIONS[0])]);
                 // Boxed: the fallback era's future is the largest below this one, and held inline

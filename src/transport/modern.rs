@@ -260,12 +260,7 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
     // able to send as visible ASCII). An encoded method would match here while a gateway that
     // routes on the header saw something else.
     check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method), Sentinel::Literal)?;
-    let name_source = match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    };
+    let name_source = name_source(method);
     if let Some(field) = name_source {
         match params.get(field) {
             Some(Value::String(body_name)) => {
@@ -292,6 +287,32 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
         check_param_headers(&app.server, headers, params)?;
     }
     Ok(Envelope { client_capabilities, log_level, progress_token })
+}
+
+/// The member of `method`'s params that `Mcp-Name` mirrors, if it has one.
+fn name_source(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// On the 2025-11-25 path, which does not require them: `Mcp-Method` and `Mcp-Name`, when a
+/// client sends them (SDKs that speak both revisions do), must equal the body as on the modern
+/// path; otherwise a gateway routing on the header would read one method or tool while another
+/// ran. `-32020`, HTTP 400.
+pub(super) fn check_sent_headers(headers: &HeaderMap, method: &str, params: &RequestParams) -> Result<(), McpError> {
+    if headers.contains_key(headers::METHOD) {
+        check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method), Sentinel::Literal)?;
+    }
+    // As on the modern path, `Mcp-Name` means something only for a method that names a target.
+    if let (true, Some(field)) = (headers.contains_key(headers::NAME), name_source(method)) {
+        let body_name = params.get(field).and_then(Value::as_str).unwrap_or("");
+        check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name), Sentinel::Decoded)?;
+    }
+    Ok(())
 }
 
 fn invalid_log_level() -> McpError {

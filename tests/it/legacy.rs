@@ -91,25 +91,30 @@ async fn session_declaring(f: &common::Fixture, capabilities: Value) -> String {
     legacy(f, body).send().await.header("mcp-session-id").expect("a session id").to_owned()
 }
 
-/// A request with `Mcp-Method` is a 2026-07-28 request, whatever else it lacks: its headers are
-/// compared with its body, so a header that names one method (or tool) while a body without
-/// `_meta` calls another is refused, not run as a legacy request.
+/// A legacy request need not carry `Mcp-Method` or `Mcp-Name`, but when it does (SDKs that speak
+/// both revisions send them) they must equal its body, as on the modern path: a header naming
+/// one method (or tool) while the body runs another is refused with -32020, not run.
 #[tokio::test]
-async fn a_request_with_mcp_method_is_never_taken_as_legacy() {
+async fn a_legacy_request_whose_headers_disagree_with_its_body_is_refused() {
     let f = fixture().await;
     let call =
         json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}});
-    for version in [None, Some("2025-11-25")] {
-        let mut request =
-            f.server.post(call.to_string()).header("Mcp-Method", "tools/list").header("Mcp-Name", "other");
-        if let Some(version) = version {
-            request = request.header("MCP-Protocol-Version", version);
+    for (method, name) in [("tools/list", None), ("tools/call", Some("other")), ("=?base64?dG9vbHMvY2FsbA==?=", None)] {
+        for version in [None, Some("2025-11-25")] {
+            let mut request = f.server.post(call.to_string()).header("Mcp-Method", method);
+            if let Some(name) = name {
+                request = request.header("Mcp-Name", name);
+            }
+            if let Some(version) = version {
+                request = request.header("MCP-Protocol-Version", version);
+            }
+            let reply = request.send().await;
+            assert_eq!((reply.status, reply.code()), (400, -32020), "{method} {name:?} {version:?}: {}", reply.text());
         }
-        let reply = request.send().await;
-        assert_eq!(reply.status, 400, "{version:?}: {}", reply.text());
-        assert!(reply.json().get("result").is_none(), "{}", reply.text());
     }
-    assert_eq!(legacy(&f, call).send().await.status, 200, "without the header it is a legacy call");
+    let agreeing = f.server.post(call.to_string()).header("Mcp-Method", "tools/call").header("Mcp-Name", "echo");
+    assert_eq!(agreeing.send().await.status, 200, "headers that agree are a legacy call");
+    assert_eq!(legacy(&f, call).send().await.status, 200, "and so is one without them");
 }
 
 /// A 2025 client that did not declare elicitation is never sent an elicitation request: the
