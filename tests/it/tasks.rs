@@ -414,8 +414,9 @@ async fn a_silently_dead_subscription_is_noticed_and_made_again() {
     let (proxy, freezes) = freezing_proxy(format!("127.0.0.1:{}", private.port)).await;
     let prefix = unique_prefix("bus-dead");
     let through_proxy = Redis::connect(&format!("redis://{proxy}"), &prefix).unwrap();
+    // Checked often, with room for a slow answer on a loaded machine.
     let check = Duration::from_millis(200);
-    let subscriber = RedisBus::checking_link(&through_proxy, check, check);
+    let subscriber = RedisBus::checking_link(&through_proxy, check, Duration::from_secs(1));
     let mut heard = subscriber.subscribe();
     subscriber.ready().await;
     let mut losses = subscriber.losses().unwrap();
