@@ -449,6 +449,15 @@ impl Client {
                     })?
                     .to_bytes();
             let message = serde_json::from_slice::<Value>(&bytes).ok().filter(Value::is_object);
+            // An answer to a request names that request (an error that could not read the id
+            // may name none); one naming another is not this request's answer.
+            if let (Some(sent), Some(named)) =
+                (&id, message.as_ref().and_then(|m| m.get("id")).filter(|n| !n.is_null()))
+            {
+                if sent != named {
+                    return Err(ClientError::Protocol("the server answered another request's id".into()));
+                }
+            }
             return Ok(Exchange { status, message, session });
         }
         // SSE: read events until the response to our id arrives.

@@ -350,6 +350,7 @@ impl TaskService {
                             missing.into_iter().next().unwrap_or(Value::Null),
                         );
                         record.status = TaskStatus::Failed;
+                        record.status_message = Some(error.message.to_string());
                         record.error = Some(error.to_json());
                         return true;
                     }

@@ -307,7 +307,13 @@ async fn fulfil(
         let mut responses = Map::new();
         for (key, request) in &input.requests {
             let (request_id, answer, _guard) = app.pending.register(&next.principal);
-            let message = jsonrpc::request(&request_id, request.method(), request.params());
+            let mut params = request.params();
+            // 2025-11-25's URL elicitation names itself (2026-07-28 dropped the member): the
+            // request's own unguessable id serves.
+            if params.get("mode").and_then(Value::as_str) == Some("url") {
+                params["elicitationId"] = json!(request_id);
+            }
+            let message = jsonrpc::request(&request_id, request.method(), params);
             if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
                 return Err(McpError::internal("Internal error: the client closed the stream"));
             }

@@ -518,3 +518,26 @@ async fn the_host_refuses_a_bare_server_name_and_survives_a_panicking_consent() 
     let error = host.call("alpha.echo", json!({"message": "hi"}), &panicking).await.unwrap_err();
     assert!(matches!(error, HostError::ConsentDenied(_)), "{error:?}");
 }
+
+/// A JSON answer naming another request's id is not this request's answer: a protocol error,
+/// not a result taken for the call's.
+#[tokio::test]
+async fn an_answer_naming_another_request_is_refused() {
+    let server = common::upstream::serve(|request| async move {
+        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let (id, result) = match message["method"].as_str().unwrap_or_default() {
+            "server/discover" => (
+                message["id"].clone(),
+                json!({"supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "mixed", "version": "1"}}),
+            ),
+            "tools/list" => (message["id"].clone(), json!({"tools": []})),
+            _ => (json!(987_654), json!({"content": [{"type": "text", "text": "someone else's"}]})),
+        };
+        (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap().into())
+    })
+    .await;
+    let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+    let error = client.call_tool("anything", json!({})).await.unwrap_err();
+    assert!(error.to_string().contains("another request's id"), "{error}");
+}

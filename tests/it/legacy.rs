@@ -117,6 +117,37 @@ async fn a_legacy_request_whose_headers_disagree_with_its_body_is_refused() {
     assert_eq!(legacy(&f, call).send().await.status, 200, "and so is one without them");
 }
 
+/// A URL elicitation sent to a 2025-11-25 client carries the `elicitationId` that revision
+/// requires (2026-07-28 dropped it): without one, the client's schema check refused the request.
+#[tokio::test]
+async fn a_url_elicitation_to_a_legacy_client_names_itself() {
+    use std::sync::Arc;
+    use vercel_mcp::protocol::types::InputRequest;
+    use vercel_mcp::server::{InputRequired, NoArguments, Outcome, ToolDef};
+    let mut server = vercel_mcp::McpServer::new("url", "1");
+    server.tool(ToolDef::new("sign_in").description("Asks the user to sign in"), |_, _: NoArguments| async {
+        let request = InputRequest::ElicitUrl { message: "Sign in".into(), url: "https://auth.example/x".into() };
+        Outcome::<vercel_mcp::protocol::types::CallToolResult>::InputRequired(
+            InputRequired::new().request("login", request),
+        )
+    });
+    let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let s = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
+    let post = |body: Value| s.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25");
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = post(init).send().await.header("mcp-session-id").expect("a session id").to_owned();
+    let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"sign_in","arguments":{}}});
+    let (status, _, mut stream) = post(call).header("Mcp-Session-Id", &session).open().await;
+    assert_eq!(status, 200);
+    let request = read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(
+        (request["method"].as_str(), request["params"]["mode"].as_str()),
+        (Some("elicitation/create"), Some("url"))
+    );
+    assert_eq!(request["params"]["elicitationId"], request["id"], "{request}");
+}
+
 /// A 2025 client that did not declare elicitation is never sent an elicitation request: the
 /// tool call ends in a tool error saying what is missing, with or without a session id.
 #[tokio::test]

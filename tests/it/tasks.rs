@@ -182,6 +182,22 @@ async fn a_task_moves_between_instances() {
     assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
 }
 
+/// A task whose round needs input its creating request did not declare it could give fails with
+/// -32021, and says why in its `statusMessage` (which the extension says a failed task should
+/// carry).
+#[tokio::test]
+async fn a_task_failed_for_an_undeclared_capability_says_why() {
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let mut params = json!({"name": "ask_twice", "arguments": {}});
+    params["_meta"] = meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+    let created = server.modern(json!(1), "tools/call", params).send().await.json();
+    let task_id = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned();
+    let failed = wait_for(&server, &task_id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32021, "{failed}");
+    assert!(failed["statusMessage"].as_str().is_some_and(|m| m.contains("did not declare")), "{failed}");
+}
+
 /// An answer in `tasks/update` is an object (the result of the request it answers), as in an MRTR
 /// retry: anything else is -32602 and records nothing; before, the task resumed on it.
 #[tokio::test]
