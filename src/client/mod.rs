@@ -213,6 +213,7 @@ impl Client {
     /// Connects: probes `server/discover`, and falls back to `initialize` when the server does
     /// not answer with a modern response.
     pub async fn connect(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        refuse_headers_in_clear(url, &options.headers)?;
         Self::connect_to(Target::Http(url.to_owned()), options).await
     }
 
@@ -729,6 +730,25 @@ impl Client {
         }
         Err(ClientError::InputRequired(format!("still asking after {} rounds", self.options.max_rounds)))
     }
+}
+
+/// Headers of the caller's (a token, usually) go over TLS, or to this machine: plain `http://` to
+/// another host would hand them to anyone on the path. Refused before anything is sent.
+fn refuse_headers_in_clear(url: &str, headers: &[(String, String)]) -> Result<(), ClientError> {
+    let parsed = url::Url::parse(url).map_err(|_| ClientError::Protocol(format!("{url:?} is not a URL")))?;
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if parsed.scheme() == "http" && !loopback && !headers.is_empty() {
+        return Err(ClientError::Protocol(format!(
+            "refusing to send headers over plain http to {}: use https, or a loopback address",
+            parsed.host_str().unwrap_or("")
+        )));
+    }
+    Ok(())
 }
 
 /// The `x-mcp-header` annotations of a tool's root properties, or an error if any breaks the

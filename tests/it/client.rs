@@ -541,3 +541,18 @@ async fn an_answer_naming_another_request_is_refused() {
     let error = client.call_tool("anything", json!({})).await.unwrap_err();
     assert!(error.to_string().contains("another request's id"), "{error}");
 }
+
+/// Headers given to the client (a token, usually) go over TLS or to this machine only: plain
+/// http to another host is refused before anything is sent; to a loopback address it is fine.
+#[tokio::test]
+async fn headers_are_never_sent_in_clear_to_another_host() {
+    let with_token = || ClientOptions::default().header("Authorization", "Bearer secret-token");
+    for url in ["http://mcp.example.com/api/mcp", "http://10.0.0.7:3000/api/mcp", "http://[2001:db8::1]/api/mcp"] {
+        let refused = Client::connect(url, with_token()).await.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("refusing to send headers over plain http"), "{url}: {refused}");
+    }
+    let f = fixture().await;
+    assert!(Client::connect(&url(&f.server), with_token()).await.is_ok(), "loopback is fine");
+    let localhost = format!("http://localhost:{}/api/mcp", f.server.addr.port());
+    assert!(Client::connect(&localhost, with_token()).await.is_ok(), "and so is localhost");
+}
