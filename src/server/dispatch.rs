@@ -332,16 +332,15 @@ impl McpServer {
             "tasks/update" => {
                 // Answering a task's requests resumes its tool: the caller needs the tool's scopes
                 // now, as a call of it would (a token of the same subject may carry fewer).
-                if let Some(tool) = tasks.tool_of(&ctx.principal, task_id).await? {
-                    if let Some(required) = self.missing_tool_scopes(&ctx.principal, &tool) {
-                        return Err(McpError::new(
-                            ErrorCode::INVALID_PARAMS,
-                            http::StatusCode::FORBIDDEN,
-                            format!("insufficient scope: answering this task requires {}", required.join(" ")),
-                        ));
-                    }
-                }
-                if let Some(resumed) = tasks.update(&ctx.principal, task_id, &input_responses).await? {
+                let may_answer = |tool: &str| match self.missing_tool_scopes(&ctx.principal, tool) {
+                    None => Ok(()),
+                    Some(required) => Err(McpError::new(
+                        ErrorCode::INVALID_PARAMS,
+                        http::StatusCode::FORBIDDEN,
+                        format!("insufficient scope: answering this task requires {}", required.join(" ")),
+                    )),
+                };
+                if let Some(resumed) = tasks.update_if(&ctx.principal, task_id, &input_responses, may_answer).await? {
                     let span = ctx.span.execute_tool_span(&resumed.record.tool);
                     let handler = match self.tool_index.get(&resumed.record.tool) {
                         Some(&index) => self.tools[index].handler.clone(),

@@ -401,12 +401,6 @@ impl TaskService {
         matches!(self.store.get(&written.owner, &written.task_id).await, Ok(Some(stored)) if stored == *written)
     }
 
-    /// The tool `principal`'s task runs, or `None` when it has no such task.
-    pub async fn tool_of(&self, principal: &Principal, task_id: &str) -> Result<Option<String>, McpError> {
-        let record = self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?;
-        Ok(record.map(|record| record.tool))
-    }
-
     /// `tasks/get`.
     pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
         let record =
@@ -439,6 +433,18 @@ impl TaskService {
         task_id: &str,
         responses: &Map<String, Value>,
     ) -> Result<Option<Resumed>, McpError> {
+        self.update_if(principal, task_id, responses, |_| Ok(())).await
+    }
+
+    /// [`TaskService::update`], refused with what `may_answer` says of the task's tool when it
+    /// refuses (read on the same read as the compare-and-set, so nothing is stored then).
+    pub async fn update_if(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        responses: &Map<String, Value>,
+        may_answer: impl Fn(&str) -> Result<(), McpError>,
+    ) -> Result<Option<Resumed>, McpError> {
         // Taken by the first attempt that would resume the task, and kept across retried
         // compare-and-sets; a refusal stops the update with nothing stored.
         let slot = std::sync::Mutex::new(None::<Slot>);
@@ -449,6 +455,10 @@ impl TaskService {
             .modify(principal.id(), task_id, |record| {
                 resumes.store(false, std::sync::atomic::Ordering::Relaxed);
                 if record.status != TaskStatus::InputRequired {
+                    return false;
+                }
+                if let Err(error) = may_answer(&record.tool) {
+                    *refused.lock().expect("refusal") = Some(error);
                     return false;
                 }
                 let mut changed = false;
