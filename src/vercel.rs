@@ -12,7 +12,7 @@ use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
 use crate::observe::{LogSink, Logger};
-use crate::state::background::Keeper;
+use crate::state::background::{Keeper, KeptBody};
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
@@ -48,9 +48,10 @@ where
             };
             // Work the request leaves running (a task's round, a change's publish) holds the
             // invocation open until it ends, so the instance is not frozen in the middle of it.
+            // A stream's work runs as its body is read, after the head: kept the same way.
             let keeper_state = state.clone();
             let keeper: Keeper = Arc::new(move |work| keeper_state.wait_until(work));
-            let served = crate::state::background::keeping(keeper, served);
+            let served = crate::state::background::keeping(keeper.clone(), served);
             let response = if bridged {
                 let sink: Arc<dyn LogSink> = Arc::new(RequestLog(state.log_context.clone()));
                 crate::observe::with_request_sink(sink, served).await
@@ -60,9 +61,14 @@ where
             if let Some(flush) = telemetry.flush_soon() {
                 state.wait_until(flush);
             }
-            Ok::<Response<ResponseBody>, Error>(
-                response.map(|body| ResponseBody(BoxBody::new(body.map_err(|never| match never {})))),
-            )
+            Ok::<Response<ResponseBody>, Error>(response.map(|body| {
+                let body = body.map_err(|never| match never {});
+                if body.get_ref().is_stream() {
+                    ResponseBody(BoxBody::new(KeptBody::new(body, keeper)))
+                } else {
+                    ResponseBody(BoxBody::new(body))
+                }
+            }))
         }
     }))
     .await

@@ -38,6 +38,41 @@ pub fn spawn(work: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
+/// A response body read under a keeper: a stream's work runs as its body is read, after
+/// [`keeping`] has returned the head, and what it spawns goes to the same keeper.
+pub struct KeptBody<B> {
+    body: B,
+    keeper: Keeper,
+}
+
+impl<B> KeptBody<B> {
+    /// `body`, each of whose frames is produced under `keeper`.
+    pub fn new(body: B, keeper: Keeper) -> Self {
+        Self { body, keeper }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for KeptBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        KEEPER.sync_scope(this.keeper.clone(), || Pin::new(&mut this.body).poll_frame(cx))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +110,30 @@ mod tests {
         });
         assert_eq!(finished.await, Ok(()), "without a keeper, the work runs on the runtime");
         assert!(held.lock().unwrap().is_empty());
+    }
+
+    /// A body whose frame is made by work that spawns (a stream's handler publishing a change).
+    struct Spawning;
+
+    impl http_body::Body for Spawning {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            spawn(async {});
+            std::task::Poll::Ready(None)
+        }
+    }
+
+    /// What a stream's body spawns while it is read, after the head has gone, is kept too.
+    #[tokio::test]
+    async fn work_spawned_while_a_stream_is_read_is_kept() {
+        use http_body_util::BodyExt;
+        let (keeper, held) = holding();
+        let mut body = KeptBody::new(Spawning, keeper);
+        assert!(body.frame().await.is_none());
+        assert_eq!(held.lock().unwrap().len(), 1, "the stream's work went to the keeper");
     }
 }
