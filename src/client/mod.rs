@@ -394,10 +394,7 @@ impl Client {
                     Value::Bool(b) => b.to_string(),
                     Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
                     // A whole number written as a float is the integer the server takes it for.
-                    Value::Number(n) => match n.as_f64() {
-                        Some(f) if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 => (f as i64).to_string(),
-                        _ => return None,
-                    },
+                    number @ Value::Number(_) => crate::server::schema::whole_numbers_as_integers(number)?.to_string(),
                     _ => return None,
                 };
                 Some((format!("Mcp-Param-{header}"), encode_value(&value).into_owned()))

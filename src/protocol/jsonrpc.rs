@@ -176,21 +176,23 @@ impl Message {
             ),
         };
         // A response's id names one of the server's own requests, not the client's: not echoed.
-        let echoed = if method.is_some() { id.clone() } else { None };
-        let refused =
-            |message: &'static str| Err(NotAMessage { id: echoed, error: McpError::invalid_request(message) });
+        // (The id moves into a refusal only when there is one: nothing is copied on the way.)
+        let is_request = method.is_some();
+        let refused = |id: Option<RequestId>, message: &'static str| {
+            Err(NotAMessage { id: id.filter(|_| is_request), error: McpError::invalid_request(message) })
+        };
         if jsonrpc.as_deref() != Some("2.0") {
-            return refused("Invalid Request: jsonrpc must be \"2.0\"");
+            return refused(id, "Invalid Request: jsonrpc must be \"2.0\"");
         }
         let method = match method {
             Some(Value::String(method)) => method,
-            Some(_) => return refused("Invalid Request: method must be a string"),
+            Some(_) => return refused(id, "Invalid Request: method must be a string"),
             None => return Ok(Self::response(id, result, error)?),
         };
         let params = match params {
             None => RequestParams::default(),
             Some(Params::Object(params)) => params,
-            Some(Params::NotObject) => return refused("Invalid Request: params must be an object"),
+            Some(Params::NotObject) => return refused(id, "Invalid Request: params must be an object"),
         };
         Ok(match id {
             Some(id) => Message::Request { id, method, params },

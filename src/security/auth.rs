@@ -95,8 +95,6 @@ fn subject_of(sub: Option<&Value>, client_credentials: bool) -> Option<Option<St
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` value: the scheme in any case, a space, then
-/// the token without the spaces and tabs around it; `None` for another scheme or no token.
 /// Whether an `Authorization` value is of the Bearer scheme (well formed or not): the scheme is
 /// what comes before the first space or tab, compared without case.
 fn is_bearer_scheme(value: &[u8]) -> bool {
@@ -104,6 +102,8 @@ fn is_bearer_scheme(value: &[u8]) -> bool {
     value[..end].eq_ignore_ascii_case(b"bearer")
 }
 
+/// The token of an `Authorization: Bearer <token>` value: the scheme in any case, a space, then
+/// the token without the spaces and tabs around it; `None` for another scheme or no token.
 fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     let space = value.iter().position(|&b| b == b' ')?;
     let (scheme, token) = value.split_at(space);

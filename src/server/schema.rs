@@ -606,7 +606,6 @@ impl Validator<'_> {
     }
 }
 
-/// JSON equality where `1` and `1.0` are equal.
 /// Appends a text for `value` that two values share exactly when [`json_eq`] calls them equal:
 /// numbers by their value as a float (`1`, `1.0` and `1e0` alike; `-0` as `0`), members in name
 /// order (a `Map` keeps them sorted).
@@ -640,6 +639,7 @@ fn canonical_text(value: &Value, out: &mut String) {
     }
 }
 
+/// JSON equality where `1` and `1.0` are equal.
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),

@@ -88,7 +88,7 @@ pub struct RedisBus {
     live: tokio::sync::watch::Sender<bool>,
     /// Subscriptions made (the first included), and publishes given up: events published while
     /// there was no subscription, or that could not be published, are lost.
-    losses: Arc<tokio::sync::watch::Sender<u64>>,
+    losses: tokio::sync::watch::Sender<u64>,
     /// How often the subscription's link is checked, and how long a check may take.
     link_check: (Duration, Duration),
 }
@@ -128,7 +128,7 @@ impl RedisBus {
             channel: format!("{}:changes", redis.prefix()),
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
-            losses: Arc::new(tokio::sync::watch::channel(0).0),
+            losses: tokio::sync::watch::channel(0).0,
             link_check: (every, timeout),
         })
     }
