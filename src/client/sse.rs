@@ -41,7 +41,7 @@ impl EventReader {
                 b'\n' if self.after_cr => self.after_cr = false,
                 b'\n' | b'\r' => {
                     self.after_cr = byte == b'\r';
-                    self.end_line(&mut events);
+                    self.end_line(&mut events)?;
                 }
                 _ => {
                     self.after_cr = false;
@@ -55,17 +55,17 @@ impl EventReader {
         Ok(events)
     }
 
-    fn end_line(&mut self, events: &mut Vec<String>) {
+    fn end_line(&mut self, events: &mut Vec<String>) -> Result<(), EventTooLarge> {
         let line = std::mem::take(&mut self.line);
         if line.is_empty() {
             if self.has_data {
                 events.push(std::mem::take(&mut self.data));
                 self.has_data = false;
             }
-            return;
+            return Ok(());
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
-            Some(0) => return, // a comment
+            Some(0) => return Ok(()), // a comment
             Some(colon) => {
                 let value = &line[colon + 1..];
                 (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
@@ -78,7 +78,13 @@ impl EventReader {
             }
             self.data.push_str(&String::from_utf8_lossy(value));
             self.has_data = true;
+            // Measured again once decoded: each byte that is not UTF-8 became a three-byte
+            // replacement character, and each line added a separator.
+            if self.data.len() > self.max_event {
+                return Err(EventTooLarge(self.max_event));
+            }
         }
+        Ok(())
     }
 }
 
@@ -118,5 +124,12 @@ mod tests {
         assert_eq!(reader.push(b"data: 0123456789abcdef"), Err(EventTooLarge(16)), "one long line");
         let mut reader = EventReader::new(16);
         assert_eq!(reader.push(b"data: 01234567\ndata: 01234567\n"), Err(EventTooLarge(16)), "many short lines");
+        // Bytes that are not UTF-8 grow threefold when decoded: the bound is on what is kept.
+        let mut reader = EventReader::new(16);
+        assert_eq!(reader.push(b"data: \xff\xff\xff\xff\xff\xff\n"), Err(EventTooLarge(16)), "decoded, it is 18 bytes");
+        let mut reader = EventReader::new(16);
+        assert_eq!(reader.push(b"data: \xff\xff\xff\xff\xff\n\n").unwrap(), ["\u{fffd}".repeat(5)], "15 bytes pass");
+        let mut reader = EventReader::new(4);
+        assert_eq!(reader.push(b"data\ndata\ndata\ndata\ndata\ndata\n"), Err(EventTooLarge(4)), "empty lines join");
     }
 }

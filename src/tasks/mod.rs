@@ -213,6 +213,8 @@ impl TaskService {
             ttl_ms: TASK_TTL_MS,
             input_requests: Map::new(),
             input_responses: Map::new(),
+            asked_keys: Vec::new(),
+            key_aliases: Default::default(),
             state: Some(json!({ "capabilities": task.client_capabilities, "handler": Value::Null })),
             result: None,
             error: None,
@@ -355,7 +357,7 @@ impl TaskService {
                         return true;
                     }
                     record.status = TaskStatus::InputRequired;
-                    record.input_requests = input.requests.iter().map(|(k, r)| (k.clone(), r.to_json())).collect();
+                    ask(record, &input.requests);
                     let handler_state = input.state.clone().unwrap_or(Value::Null);
                     record.state = Some(json!({ "capabilities": capabilities, "handler": handler_state }));
                 }
@@ -464,7 +466,8 @@ impl TaskService {
                 let mut changed = false;
                 for (key, answer) in responses {
                     if record.input_requests.remove(key).is_some() {
-                        record.input_responses.insert(key.clone(), answer.clone());
+                        let asked_as = record.key_aliases.remove(key).unwrap_or_else(|| key.clone());
+                        record.input_responses.insert(asked_as, answer.clone());
                         changed = true;
                     }
                 }
@@ -562,6 +565,30 @@ impl TaskService {
         }
         result
     }
+}
+
+/// Records a round's requests as outstanding, each under a key the task has never sent: the
+/// handler's own key the first time, `{key}~{n}` (the smallest free `n` from 2) when an earlier
+/// round used it, remembered so that its answer reaches the handler under the key it asked with.
+/// Keys are unique over a task's lifetime, and a client may ignore one it has answered already:
+/// sent again, it could leave the task waiting for good.
+fn ask(record: &mut TaskRecord, requests: &[(String, crate::protocol::types::InputRequest)]) {
+    record.input_requests.clear();
+    record.key_aliases.clear();
+    let mut taken: std::collections::BTreeSet<String> = record.asked_keys.iter().cloned().collect();
+    taken.extend(requests.iter().map(|(key, _)| key.clone()));
+    for (key, request) in requests {
+        let sent_as = if record.asked_keys.contains(key) {
+            let fresh = (2u32..).map(|n| format!("{key}~{n}")).find(|k| !taken.contains(k)).expect("a free key");
+            taken.insert(fresh.clone());
+            record.key_aliases.insert(fresh.clone(), key.clone());
+            fresh
+        } else {
+            key.clone()
+        };
+        record.input_requests.insert(sent_as, request.to_json());
+    }
+    record.asked_keys.extend(record.input_requests.keys().cloned());
 }
 
 fn complete(record: &mut TaskRecord, result: &crate::protocol::types::CallToolResult) {
@@ -729,6 +756,53 @@ mod tests {
         current.version = 3;
         service.settle(&current, &done, &Map::new()).await.unwrap();
         assert_eq!(store.get("sub:alice", "t").await.unwrap().unwrap().status, TaskStatus::Completed);
+    }
+
+    /// Keys are unique over a task's lifetime: a handler asking again under a key an earlier
+    /// round sent is asked under a fresh one, an answer to the old key is ignored, and the new
+    /// answer reaches the handler under the key it asked with.
+    #[tokio::test]
+    async fn a_key_asked_again_is_sent_under_a_fresh_one() {
+        use crate::handler::InputRequired;
+        use crate::protocol::types::InputRequest;
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let service = service_over(store.clone());
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let capabilities = serde_json::json!({"elicitation": {"form": {}}}).as_object().unwrap().clone();
+        let asking = |keys: &[&str]| {
+            let form = || InputRequest::ElicitForm { message: "?".into(), requested_schema: serde_json::json!({}) };
+            let input = keys.iter().fold(InputRequired::new(), |input, key| input.request(*key, form()));
+            Ok(Outcome::InputRequired(input))
+        };
+        let current = || async { store.get(alice.id(), "t").await.unwrap().unwrap() };
+        let sent = |record: &TaskRecord| record.input_requests.keys().cloned().collect::<Vec<_>>();
+        store.create(&task_record(alice.id(), "t", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
+
+        service.settle(&current().await, &asking(&["confirm"]), &capabilities).await.unwrap();
+        assert_eq!(sent(&current().await), ["confirm"], "a first use is sent as it is");
+        let first = serde_json::json!({"confirm": {"action": "accept", "content": {"n": 1}}});
+        service.update(&alice, "t", first.as_object().unwrap()).await.unwrap().expect("resumed");
+
+        // The second round asks `confirm` again, and `confirm~2` under its own name.
+        service.settle(&current().await, &asking(&["confirm", "confirm~2"]), &capabilities).await.unwrap();
+        let parked = current().await;
+        assert_eq!(sent(&parked), ["confirm~2", "confirm~3"]);
+        let listed = service.get(&alice, "t").await.unwrap();
+        let listed: Vec<&String> = listed["inputRequests"].as_object().unwrap().keys().collect();
+        assert_eq!(listed, ["confirm~2", "confirm~3"], "tasks/get shows the keys sent");
+        assert!(service.update(&alice, "t", first.as_object().unwrap()).await.unwrap().is_none());
+        assert_eq!(current().await, parked, "an answer to a key already answered changes nothing");
+
+        let second = serde_json::json!({
+            "confirm~3": {"action": "accept", "content": {"n": 2}},
+            "confirm~2": {"action": "decline"}
+        });
+        let resumed = service.update(&alice, "t", second.as_object().unwrap()).await.unwrap().expect("resumed");
+        let answers = &resumed.record.input_responses;
+        assert_eq!(answers["confirm"], second["confirm~3"], "the handler reads its own key");
+        assert_eq!(answers["confirm~2"], second["confirm~2"]);
+        assert!(!answers.contains_key("confirm~3"));
+        assert_eq!(resumed.record.asked_keys, ["confirm", "confirm~2", "confirm~3"]);
     }
 
     /// A task's round runs under the keeper of the request that started it (on Vercel, the

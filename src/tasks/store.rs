@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::store::{Redis, Shared, StoreError, StoreFuture, fault_from, redis_url_unset};
@@ -69,9 +69,17 @@ pub struct TaskRecord {
     /// Outstanding input requests (MRTR shape), while `input_required`.
     #[serde(default)]
     pub input_requests: Map<String, Value>,
-    /// Answers received so far.
+    /// Answers received so far, under the keys the handler asked with.
     #[serde(default)]
     pub input_responses: Map<String, Value>,
+    /// Every key the task has sent a client in `inputRequests`: keys are unique over a task's
+    /// lifetime, so a handler asking under a key it used in an earlier round is asked under a
+    /// fresh one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asked_keys: Vec<String>,
+    /// For an outstanding request sent under a fresh key, the key its handler asked with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_aliases: BTreeMap<String, String>,
     /// The handler's own state between rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Value>,
