@@ -182,8 +182,10 @@ def check(results: Results) -> None:
                       got[0] == kind and got[1] == path and query in got[2], str(got[:3]))
     for rewrite in vercel_json.get("rewrites", []):
         source = rewrite["source"].replace(":name", "minimal")
-        results.check(f"rewrite {rewrite['source']} is a route", router.resolve(source)[0] == "function",
-                      str(router.resolve(source)))
+        path, _, query = rewrite["destination"].replace(":name", "minimal").partition("?")
+        got = router.resolve(source)
+        results.check(f"rewrite {rewrite['source']} lands on {rewrite['destination']}",
+                      got[0] == "function" and got[1] == path and query in got[2], str(got[:3]))
     for rule in vercel_json.get("headers", []):
         wanted = {h["key"]: h["value"] for h in rule["headers"]}
         got = router.resolve(rule["source"])[4]

@@ -142,7 +142,6 @@ async fn header_injection_and_truncated_bodies() {
 /// instead of exiting.
 #[tokio::test]
 async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
-    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
     /// The server process, killed however the test ends.
@@ -164,12 +163,7 @@ async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
     command.env("PORT", port.to_string()).env("MCP_STATE_SECRET", "fd=0123456789abcdef0123456789abcdef");
     let stderr = std::fs::File::create(&log).unwrap();
     let mut server = Server(command.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap());
-    let mut stdout = BufReader::new(server.0.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening") {
-        line.clear();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "the local run exited before listening");
-    }
+    common::await_listening(server.0.stdout.take().unwrap(), "the local run");
 
     let mut held = Vec::new();
     for _ in 0..100 {

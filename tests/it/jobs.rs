@@ -186,8 +186,11 @@ async fn finished_jobs_are_retained_for_five_minutes_and_reads_do_not_extend_it(
     assert_eq!(error_text(&env.call("get_job_status", &active).await), "unknown job handle");
 }
 
+/// A copy of a message delivered after its job finished changes nothing (the local queue delivers
+/// one message at a time, so the copy arrives once the job is done). Copies delivered at the same
+/// moment, with each applied step counted where it lands: `duplicates_apply_each_step_once`.
 #[tokio::test]
-async fn a_duplicated_message_applies_each_step_once() {
+async fn a_message_delivered_again_after_its_job_finished_changes_nothing() {
     let env = env().await;
     let handle = payload(&env.submit(json!(6)).await)["jobId"].as_str().unwrap().to_owned();
     env.queue.duplicate_last();

@@ -9,7 +9,6 @@ use crate::common;
 use bytes::Bytes;
 use common::redis::{redis, unique_prefix};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -80,8 +79,8 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
     (addr, state)
 }
 
-/// A child process, and its stdout kept open so late writes never hit a closed pipe.
-struct Process(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+/// A child process, killed when dropped.
+struct Process(Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -133,13 +132,8 @@ fn spawn_with(binary: &str, port: u16, vars: &[(&str, &str)]) -> Process {
     }
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("the binary starts");
     // Both binaries announce readiness on stdout once their socket is bound.
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening") {
-        line.clear();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "{binary} exited before listening");
-    }
-    Process(child, stdout)
+    common::await_listening(child.stdout.take().unwrap(), binary);
+    Process(child)
 }
 
 async fn call(port: u16, tool: &str, arguments: Value) -> Value {

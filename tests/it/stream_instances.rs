@@ -8,7 +8,6 @@ use crate::common;
 use common::redis::PrivateRedis;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +19,6 @@ struct Instance {
     child: Child,
     port: u16,
     log: PathBuf,
-    _stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Instance {
@@ -44,13 +42,8 @@ impl Instance {
         }
         let stderr = std::fs::File::create(&log).unwrap();
         let mut child = command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("the local run starts");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("listening") {
-            line.clear();
-            assert!(stdout.read_line(&mut line).unwrap() > 0, "the instance exited before listening");
-        }
-        Self { child, port, log, _stdout: stdout }
+        common::await_listening(child.stdout.take().unwrap(), "the instance");
+        Self { child, port, log }
     }
 
     fn signal(&self, signal: &str) {
@@ -146,8 +139,8 @@ fn no_step_twice(instances: &[&Instance], jobs: usize, steps: u64) {
 
 fn private_redis(persistent: bool) -> Option<PrivateRedis> {
     let redis = if persistent { PrivateRedis::start_persistent() } else { PrivateRedis::start() };
-    if redis.is_none() && std::env::var("MCP_TEST_SKIP_REDIS").as_deref() != Ok("1") {
-        panic!("redis-server is required on PATH (these tests start their own)");
+    if redis.is_none() {
+        common::redis::skip_or_fail("no redis-server on PATH (these tests start their own)");
     }
     redis
 }

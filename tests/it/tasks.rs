@@ -160,9 +160,18 @@ async fn a_task_moves_between_instances() {
     assert_eq!(done["result"]["content"][0]["text"], "Ada and Grace");
     // ... and the listener on B heard the status change A made: the task's full state, tagged
     // with the subscription.
-    let heard: Vec<Value> = common::read_events(&mut stream, 2).await.into_iter().skip(1).collect();
-    let completed = heard.iter().find(|e| e["params"]["status"] == "completed").unwrap_or(&heard[0]);
+    // Every change is announced (each answer, then `working`, then `completed`): read until the
+    // completion, within a bound.
+    let mut heard = Vec::new();
+    let completed = loop {
+        assert!(heard.len() < 8, "no completion among {heard:?}");
+        heard.extend(common::read_events(&mut stream, 1).await);
+        if let Some(completed) = heard.iter().find(|e| e["params"]["status"] == "completed") {
+            break completed.clone();
+        }
+    };
     assert_eq!(completed["method"], "notifications/tasks", "{heard:?}");
+    assert_eq!(completed["params"]["result"]["content"][0]["text"], "Ada and Grace");
     assert_eq!(completed["params"]["taskId"], task_id);
     assert_eq!(completed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1");
     assert!(done.get("requestState").is_none());
@@ -287,14 +296,14 @@ async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
 }
 
 /// A task belongs to its creator: another principal can neither read nor cancel it (both answer
-/// as for an unknown id, and the task runs on), and its listen stream, though it names the task,
-/// hears nothing of it.
+/// exactly as for an unknown id, and the task runs on), and its listen stream, though it names the
+/// task, hears nothing of it, while the creator's own stream hears the cancel.
 #[tokio::test]
 async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     use common::tokens::{auth_config, bearer, stub_jwks};
     let (jwks, _) = stub_jwks().await;
     let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
-    config.settings.listen_max_duration = std::time::Duration::from_millis(500);
+    config.settings.listen_max_duration = std::time::Duration::from_secs(2);
     let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
     let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
     let as_caller = |who: &str, method: &str, mut params: Value| {
@@ -311,19 +320,26 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     let mut listen = json!({"notifications": {"taskIds": [task_id]}});
     listen["_meta"] = with_tasks();
     let (_, _, mut bobs_stream) =
-        server.modern(json!("B"), "subscriptions/listen", listen).header("Authorization", &bob).open().await;
+        server.modern(json!("B"), "subscriptions/listen", listen.clone()).header("Authorization", &bob).open().await;
     common::read_events(&mut bobs_stream, 1).await;
+    let (_, _, mut alices_stream) =
+        server.modern(json!("A"), "subscriptions/listen", listen).header("Authorization", &alice).open().await;
+    common::read_events(&mut alices_stream, 1).await;
 
     for method in ["tasks/get", "tasks/cancel"] {
         let foreign = as_caller(&bob, method, json!({"taskId": task_id})).await.json();
-        assert!(foreign["error"].is_object(), "{method} by another principal is refused: {foreign}");
+        assert_eq!(foreign["error"]["code"], -32602, "{method} by another principal is refused: {foreign}");
         let unknown = as_caller(&bob, method, json!({"taskId": "no-such-task"})).await.json();
-        assert_eq!(foreign["error"]["code"], unknown["error"]["code"], "indistinguishable from an unknown id");
+        assert_eq!(foreign["error"], unknown["error"], "indistinguishable from an unknown id");
     }
     let mine = as_caller(&alice, "tasks/get", json!({"taskId": task_id})).await.json();
     assert_eq!(mine["result"]["status"], "working", "bob's attempts changed nothing: {mine}");
     as_caller(&alice, "tasks/cancel", json!({"taskId": task_id})).await;
-    // Bob's stream ends after its short lifetime; nothing about alice's task was on it.
+    // The cancel is announced: alice's stream hears it (while bob's is still open) ...
+    let heard = common::read_events(&mut alices_stream, 1).await.remove(0);
+    assert_eq!((&heard["method"], &heard["params"]["taskId"]), (&json!("notifications/tasks"), &json!(task_id)), "{heard}");
+    assert_eq!(heard["params"]["status"], "cancelled");
+    // ... and bob's stream ends after its short lifetime; nothing about alice's task was on it.
     let mut events = Vec::new();
     loop {
         let event = common::read_events(&mut bobs_stream, events.len() + 1).await.pop().unwrap();

@@ -248,6 +248,29 @@ pub async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>
     }
 }
 
+/// Waits, at most [`NETWORK_WAIT`], until a child process prints a line containing `listening`
+/// on `stdout` (the local run and the edge announce their bound socket so), failing the test if
+/// it exits or stays silent instead. The rest of its output is read and dropped on a thread until
+/// the process closes it, so a late write never meets a closed pipe.
+pub fn await_listening(stdout: std::process::ChildStdout, what: &str) {
+    use std::io::BufRead;
+    let (heard, listening) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("listening") {
+                let _ = heard.send(());
+            }
+        }
+    });
+    match listening.recv_timeout(NETWORK_WAIT) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what} was not listening after {} s", NETWORK_WAIT.as_secs())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what} exited before listening"),
+    }
+}
+
 /// Reads SSE `data:` messages from an open chunked stream until `n` have arrived.
 pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
     let mut buffer = Vec::new();

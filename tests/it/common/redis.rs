@@ -109,7 +109,7 @@ pub fn private_redis() -> Option<PrivateRedis> {
 
 /// Fails the calling test, unless `MCP_TEST_SKIP_REDIS=1`: then records the skip where the test
 /// command's summary reads it (a passing test's output is hidden, so a message alone is lost).
-fn skip_or_fail(why: &str) {
+pub fn skip_or_fail(why: &str) {
     let test = std::thread::current().name().unwrap_or("a test").to_owned();
     if std::env::var("MCP_TEST_SKIP_REDIS").as_deref() != Ok("1") {
         panic!("{test}: Redis is required: {why}. Start one, or set MCP_TEST_SKIP_REDIS=1 to skip the Redis tests");
