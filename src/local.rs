@@ -183,11 +183,16 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     crate::observe::hold_lines_until_idle(builder.enable_all()).build()
 }
 
-/// `PORT`, defaulting to 3000; anything but a port number is an error, not a silent default.
+/// `PORT`, defaulting to 3000 (set to nothing, as `.env.example` lists it, is unset); anything
+/// but a port number is an error, not a silent default.
 pub fn port_from_env() -> std::io::Result<u16> {
-    match std::env::var("PORT") {
-        Err(_) => Ok(3000),
-        Ok(raw) => raw.trim().parse().map_err(|_| {
+    port_from(std::env::var("PORT").ok().as_deref())
+}
+
+fn port_from(raw: Option<&str>) -> std::io::Result<u16> {
+    match raw.map(str::trim).filter(|raw| !raw.is_empty()) {
+        None => Ok(3000),
+        Some(raw) => raw.parse().map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "PORT must be a port number from 0 to 65535")
         }),
     }
@@ -480,5 +485,21 @@ impl tokio::io::AsyncWrite for Socket {
 
     fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_is_3000_when_unset_or_empty_and_an_error_when_not_a_port() {
+        for unset in [None, Some(""), Some("  ")] {
+            assert_eq!(port_from(unset).unwrap(), 3000, "{unset:?}");
+        }
+        assert_eq!(port_from(Some(" 8080 ")).unwrap(), 8080);
+        for junk in ["http", "65536", "-1"] {
+            assert!(port_from(Some(junk)).is_err(), "{junk}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Every environment variable the library reads, parsed and validated once at start-up, into
 //! [`Settings`]. Nothing here opens a connection or builds a store: that is `compose`'s work.
 //!
-//! Two postures: *deployed* (`VERCEL` is set), where anything that would silently keep state
+//! Two postures: *deployed* (`VERCEL` is set, or `VERCEL_IPC_PATH`, the socket through which the
+//! platform's Rust runtime reaches a function: `VERCEL` is one of the system variables a project
+//! may choose not to expose, and `vercel dev` sets neither), where anything that would silently keep state
 //! in one instance's memory or weaken security is refused; and *local*, where embedded
 //! defaults (an ephemeral sealing key, in-memory stores) let one command run everything.
 //! Problems are collected and reported together, each naming its variable.
@@ -251,8 +253,12 @@ impl Settings {
 
     /// Reads configuration through `lookup` (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        // A variable set to nothing (or only spaces) is unset: `.env.example` lists every variable
+        // empty, and `vercel dev` loads a copy of it as it is.
+        let raw = lookup;
+        let lookup = |name: &str| raw(name).filter(|v| !v.trim().is_empty());
         let mut problems = Vec::new();
-        let deployed = lookup("VERCEL").is_some_and(|v| !v.is_empty());
+        let deployed = ["VERCEL", "VERCEL_IPC_PATH"].into_iter().any(|name| lookup(name).is_some());
         let number = |name: &str, default: u64, min: u64, max: u64, problems: &mut Vec<String>| {
             bounded_number(name, lookup(name), default, min..=max, problems)
         };
@@ -332,10 +338,10 @@ impl Settings {
             share: number("MCP_JOB_SHARE", defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
             per_minute: number("MCP_JOBS_PER_MINUTE", defaults.per_minute.into(), 1, 1_000_000, &mut problems) as u32,
         };
-        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let non_empty = &lookup;
         let single_use =
             switch("MCP_REQUEST_STATE_SINGLE_USE", non_empty("MCP_REQUEST_STATE_SINGLE_USE"), true, &mut problems);
-        let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET").filter(|s| !s.trim().is_empty()) {
+        let (sealer, ephemeral_secret) = match lookup("MCP_STATE_SECRET") {
             Some(raw) => match Sealer::from_env_value(&raw, clock.clone()) {
                 Ok(sealer) => (Some(sealer), false),
                 Err(problem) => {
@@ -452,14 +458,15 @@ impl Settings {
             task_caps,
             task_quota,
             connection_limits,
-            server_name: lookup("MCP_SERVER_NAME").filter(|n| !n.is_empty()).unwrap_or_else(|| "vercel-mcp".into()),
+            server_name: lookup("MCP_SERVER_NAME").unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),
             redis: non_empty("REDIS_URL").map(|url| RedisSettings {
                 url,
                 prefix: non_empty("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into()),
             }),
             queue,
-            cron_secret: non_empty("CRON_SECRET"),
+            // Trimmed, as the issuer is: a value pasted with a line end would refuse every sweep.
+            cron_secret: non_empty("CRON_SECRET").map(|secret| secret.trim().to_owned()),
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
             job_limits,
@@ -511,6 +518,17 @@ fn auth_config(
             AuthMode::Off
         }
     };
+    // A production URL is public (Deployment Protection covers previews by default), so `off`
+    // there would hand every tool, the sandbox's included, to anyone who finds it.
+    let environment = var("VERCEL_TARGET_ENV").or_else(|| var("VERCEL_ENV"));
+    if deployed && mode == AuthMode::Off && environment.as_deref().map(str::trim) == Some("production") {
+        problems.push(format!(
+            "MCP_AUTH_MODE=off is refused on a production deployment: every caller would be the same anonymous \
+             principal, with every tool. Fix: configure an authorization server ({}), or keep `off` to a preview \
+             behind Deployment Protection",
+            set_with("MCP_JWKS_URL", "its JWKS URL, with MCP_AUTH_ISSUER and MCP_RESOURCE_URL")
+        ));
+    }
     let resource_raw = var(RESOURCE_URL_ENV);
     if deployed && mode != AuthMode::Off && resource_raw.is_none() {
         problems.push(format!(
@@ -527,7 +545,8 @@ fn auth_config(
             .map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect())
             .unwrap_or_default()
     };
-    let issuer = var("MCP_AUTH_ISSUER").unwrap_or_default();
+    // Trimmed: an `iss` never ends in white space, and one pasted with a line end refused every token.
+    let issuer = var("MCP_AUTH_ISSUER").map(|issuer| issuer.trim().to_owned()).unwrap_or_default();
     let mut algorithms = Vec::new();
     for name in list("MCP_AUTH_ALGORITHMS") {
         match name.parse::<Algorithm>() {
@@ -704,6 +723,9 @@ mod tests {
 
     #[test]
     fn deployed_without_a_secret_refuses_to_start() {
+        // Under the platform's runtime, whether or not the project exposes `VERCEL`.
+        let error = load(&[("VERCEL_IPC_PATH", "/tmp/ipc.sock")]).unwrap_err().to_string();
+        assert!(error.contains("MCP_STATE_SECRET is required when deployed"), "{error}");
         let error = load(&[("VERCEL", "1")]).unwrap_err();
         assert!(error.0.iter().any(|p| p.contains("MCP_STATE_SECRET")));
     }
@@ -716,9 +738,21 @@ mod tests {
         }
         assert!(error.contains("`vercel env add MCP_AUTH_MODE` with off"), "{error}");
         assert!(error.contains("openssl rand -hex 32"), "{error}");
-        // The private-demo posture needs only the secret.
-        let demo = load(&[("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))]);
-        assert!(demo.is_ok(), "{demo:?}");
+        // The private-demo posture needs only the secret, on a preview.
+        let demo = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))];
+        assert!(load(&demo).is_ok(), "{:?}", load(&demo));
+        for environment in ["VERCEL_ENV", "VERCEL_TARGET_ENV"] {
+            let preview = [demo.as_slice(), &[(environment, "preview")]].concat();
+            assert!(load(&preview).is_ok(), "{environment}=preview");
+            let production = [demo.as_slice(), &[(environment, "production")]].concat();
+            let refused = load(&production).unwrap_err().to_string();
+            assert!(refused.contains("MCP_AUTH_MODE=off is refused on a production deployment"), "{refused}");
+        }
+        // The target, when set, decides (a custom environment is not production).
+        let staging = [demo.as_slice(), &[("VERCEL_TARGET_ENV", "staging"), ("VERCEL_ENV", "production")]].concat();
+        assert!(load(&staging).is_ok());
+        let local = load(&[("MCP_AUTH_MODE", "off"), ("VERCEL_ENV", "production")]);
+        assert!(local.is_ok(), "off Vercel, nothing is deployed");
     }
 
     /// A job step longer than a delivery's whole budget could never be taken: refused at start,
@@ -820,6 +854,33 @@ mod tests {
         assert!(junk.contains("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400"), "{junk}");
         let fine = with(&[("MCP_JWKS_CACHE_SECONDS", " 600 "), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "60")]);
         assert!(!fine.contains("MCP_JWKS_CACHE_SECONDS") && !fine.contains("MCP_AUTH_MAX_LIFETIME_SECONDS"), "{fine}");
+    }
+
+    /// A variable set to nothing is unset, numbers included: a copy of `.env.example` (every
+    /// variable listed empty) starts with the defaults. Values that end in white space are trimmed
+    /// where a stray line end would refuse everything.
+    #[test]
+    fn empty_variables_are_unset_and_pasted_values_are_trimmed() {
+        let copied = load(&[
+            ("MCP_MAX_BODY_BYTES", ""),
+            ("MCP_JOB_CAP_VERIFIED", " "),
+            ("MCP_SERVER_NAME", "  "),
+            ("MCP_ALLOWED_ORIGINS", ""),
+            ("MCP_AUTH_MODE", ""),
+        ])
+        .unwrap();
+        assert_eq!(copied.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        assert_eq!(copied.server_name, "vercel-mcp");
+        assert_eq!(copied.job_limits.verified, crate::jobs::service::JobLimits::default().verified);
+        let pasted = load(&[
+            ("MCP_AUTH_MODE", "required"),
+            ("MCP_JWKS_URL", "https://issuer.test/jwks"),
+            ("MCP_AUTH_ISSUER", "https://issuer.test\n"),
+            ("CRON_SECRET", " s3cret\r\n"),
+        ])
+        .unwrap();
+        assert_eq!(pasted.auth.config().issuer, "https://issuer.test");
+        assert_eq!(pasted.cron_secret.as_deref(), Some("s3cret"));
     }
 
     #[test]

@@ -337,7 +337,11 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     as_caller(&alice, "tasks/cancel", json!({"taskId": task_id})).await;
     // The cancel is announced: alice's stream hears it (while bob's is still open) ...
     let heard = common::read_events(&mut alices_stream, 1).await.remove(0);
-    assert_eq!((&heard["method"], &heard["params"]["taskId"]), (&json!("notifications/tasks"), &json!(task_id)), "{heard}");
+    assert_eq!(
+        (&heard["method"], &heard["params"]["taskId"]),
+        (&json!("notifications/tasks"), &json!(task_id)),
+        "{heard}"
+    );
     assert_eq!(heard["params"]["status"], "cancelled");
     // ... and bob's stream ends after its short lifetime; nothing about alice's task was on it.
     let mut events = Vec::new();

@@ -74,6 +74,8 @@ fn launch(executable: &str, name: &str) -> Function {
         .env("VERCEL_IPC_PATH", &socket)
         .env("VERCEL_DEV_PORT", port.to_string())
         .env("MCP_STATE_SECRET", "ipc=0123456789abcdef0123456789abcdef")
+        // The platform's socket makes the posture deployed, where authentication must be chosen.
+        .env("MCP_AUTH_MODE", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -211,4 +213,38 @@ async fn unknown_example_metadata_is_404_with_a_tagged_line() {
         |server, example| server.request("GET", &format!("/.well-known/oauth-protected-resource?example={example}")),
     )
     .await;
+}
+
+/// Under the platform's runtime (its IPC socket set) a function takes the deployed posture even
+/// when the project does not expose `VERCEL`: without `MCP_STATE_SECRET` it refuses to start,
+/// naming the variable, instead of serving with a key of its own and no authentication.
+#[test]
+fn under_the_platform_a_function_without_its_secret_refuses_to_start() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp"));
+    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE", "MCP_STATE_SECRET", "MCP_AUTH_MODE"] {
+        command.env_remove(inherited);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = command
+        .env("VERCEL_IPC_PATH", std::env::temp_dir().join("no-such-ipc.sock"))
+        .env("VERCEL_DEV_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + crate::common::NETWORK_WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the function started without its secret");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_STATE_SECRET is required when deployed"), "{stderr}");
 }
