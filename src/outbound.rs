@@ -43,6 +43,20 @@ fn client() -> &'static HttpsClient {
     })
 }
 
+/// Whether `url` may carry a credential: https, or plain http to a loopback host (a test double
+/// on this machine). Decided on the parsed host, not on a prefix: `http://localhost.evil.example`
+/// is not loopback.
+pub fn encrypted_or_loopback(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else { return false };
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback)
+}
+
 /// Sends `request` with an overall `timeout`. Errors are short descriptions without URLs or
 /// headers (which may carry tokens).
 pub async fn send(mut request: Request<Full<Bytes>>, timeout: Duration) -> Result<OutboundResponse, String> {

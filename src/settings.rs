@@ -386,6 +386,12 @@ impl Settings {
                 None
             }
         };
+        // The queue's and the sandbox's stand-ins receive the project's OIDC token.
+        for name in ["MCP_QUEUE_BASE_URL", "MCP_SANDBOX_API_BASE_URL"] {
+            if non_empty(name).is_some_and(|url| !crate::outbound::encrypted_or_loopback(&url)) {
+                problems.push(format!("{name} must be an https URL, or http to a loopback stand-in"));
+            }
+        }
         let vercel = || QueueSettings {
             base_url: non_empty("MCP_QUEUE_BASE_URL"),
             region: non_empty("VERCEL_REGION"),
@@ -566,12 +572,7 @@ fn auth_config(
             }
         },
         (None, Some(url), None) => {
-            // Plain http only for a loopback test double; decided on the parsed host, not a prefix.
-            let parsed = url::Url::parse(&url).ok();
-            let loopback = parsed.as_ref().is_some_and(|u| {
-                u.scheme() == "http" && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"))
-            });
-            if !(parsed.as_ref().is_some_and(|u| u.scheme() == "https") || loopback) {
+            if !crate::outbound::encrypted_or_loopback(&url) {
                 problems.push("MCP_JWKS_URL must be an https URL".to_owned());
             }
             let ttl = bounded_number(
@@ -894,6 +895,16 @@ mod tests {
         let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32)), redis];
         assert_eq!(name(&deployed), Ok("Vercel Queues"));
         let refused = |vars: &[(&str, &str)]| load(vars).unwrap_err().to_string();
+        // A stand-in receives the project's OIDC token: never in clear beyond this machine.
+        for variable in ["MCP_QUEUE_BASE_URL", "MCP_SANDBOX_API_BASE_URL"] {
+            for refused_url in ["http://example.com", "http://localhost.example.com:9", "ftp://127.0.0.1", "junk"] {
+                let problem = refused(&[(variable, refused_url)]);
+                assert!(problem.contains(&format!("{variable} must be an https URL")), "{refused_url}: {problem}");
+            }
+            for accepted in ["https://queue.example.com", "http://[::1]:9", "http://localhost:9"] {
+                assert!(load(&[(variable, accepted)]).is_ok(), "{variable}={accepted}");
+            }
+        }
         assert!(refused(&[("MCP_QUEUE", "redis")]).contains("MCP_QUEUE=redis needs REDIS_URL"));
         let mut deployed_redis = deployed.to_vec();
         deployed_redis.push(("MCP_QUEUE", "redis"));

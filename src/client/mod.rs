@@ -733,13 +733,7 @@ impl Client {
 /// another host would hand them to anyone on the path. Refused before anything is sent.
 fn refuse_headers_in_clear(url: &str, headers: &[(String, String)]) -> Result<(), ClientError> {
     let parsed = url::Url::parse(url).map_err(|_| ClientError::Protocol(format!("{url:?} is not a URL")))?;
-    let loopback = match parsed.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    };
-    if parsed.scheme() == "http" && !loopback && !headers.is_empty() {
+    if !headers.is_empty() && !crate::outbound::encrypted_or_loopback(url) {
         return Err(ClientError::Protocol(format!(
             "refusing to send headers over plain http to {}: use https, or a loopback address",
             parsed.host_str().unwrap_or("")

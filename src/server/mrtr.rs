@@ -17,6 +17,11 @@ use crate::state::{Purpose, SealError, Sealer};
 
 /// How long a `requestState` stays valid: long enough for a person to answer a form.
 pub const REQUEST_STATE_TTL_MS: u64 = 10 * 60 * 1000;
+/// How long a used state's nonce is remembered: the state's lifetime and a minute more. The
+/// state expires by the clock of the instance that opens it, and was sealed by another's; kept
+/// for the lifetime alone, a nonce could be forgotten while a state sealed on a clock running
+/// ahead was still accepted, and the state replayed.
+pub const NONCE_KEPT_MS: u64 = REQUEST_STATE_TTL_MS + 60 * 1000;
 
 /// The methods that may answer `input_required`.
 pub fn supports_mrtr(method: &str) -> bool {
@@ -169,6 +174,15 @@ pub fn input_required_result(
     let state = json!({ "n": new_nonce(), "s": input.state.unwrap_or(Value::Null) });
     let sealed =
         sealer.seal(Purpose::RequestState, &binding(endpoint, principal, method, params), REQUEST_STATE_TTL_MS, state);
+    // A state no instance would open (they refuse envelopes past this length before reading
+    // them) fails here, naming the cause, rather than at every retry as "invalid".
+    if sealed.len() > crate::state::seal::MAX_SEALED_LEN {
+        return Err(McpError::internal(format!(
+            "Internal error: the tool's state between rounds is too large ({} bytes sealed, at most {}); keep less of it",
+            sealed.len(),
+            crate::state::seal::MAX_SEALED_LEN
+        )));
+    }
     result.insert("requestState".into(), Value::String(sealed));
     Ok(result)
 }
@@ -207,5 +221,26 @@ mod tests {
         assert_ne!(binding(here, &p, "tools/call", &a), binding(here, &other, "tools/call", &a));
         let elsewhere = "http://localhost:3000/api/examples/minimal";
         assert_ne!(binding(here, &p, "tools/call", &a), binding(elsewhere, &p, "tools/call", &a));
+    }
+
+    /// A state every instance would refuse to open is refused when sealed, with its cause; one
+    /// within the bound round-trips.
+    #[test]
+    fn a_state_too_large_to_open_is_refused_when_sealed() {
+        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        let (here, p) = ("http://localhost:3000/api/mcp", Principal::anonymous());
+        let params: RequestParams = serde_json::from_str(r#"{"name":"t","arguments":{}}"#).unwrap();
+        let ask = |size: usize| {
+            let input = InputRequired::new().state(json!("x".repeat(size)));
+            input_required_result(&sealer, here, &p, "tools/call", &params, &Map::new(), input)
+        };
+        let error = ask(48 * 1024).unwrap_err();
+        assert!(error.message.contains("too large") && error.message.contains("at most 65536"), "{}", error.message);
+        let fits = ask(40 * 1024).unwrap();
+        let retry = json!({"name": "t", "arguments": {}, "requestState": fits["requestState"]});
+        let retry: RequestParams = serde_json::from_value(retry).unwrap();
+        let (_, opened) = open_retry(&sealer, here, &p, "tools/call", &retry).unwrap();
+        assert_eq!(opened.unwrap().state, json!("x".repeat(40 * 1024)));
     }
 }

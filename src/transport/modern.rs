@@ -57,7 +57,7 @@ pub(super) async fn handle(
                     let Some(nonce) = opened.nonce.as_deref() else {
                         return error_response(Some(&id), &mrtr::state_error(crate::state::SealError::Malformed));
                     };
-                    let consumed = nonces.consume(nonce, app.sealer.clock().now_ms(), mrtr::REQUEST_STATE_TTL_MS);
+                    let consumed = nonces.consume(nonce, app.sealer.clock().now_ms(), mrtr::NONCE_KEPT_MS);
                     match ctx.span.in_context(consumed).await {
                         Ok(true) => {}
                         Ok(false) => return error_response(Some(&id), &mrtr::state_used()),

@@ -980,6 +980,59 @@ async fn listen_streams_are_capped_per_caller() {
     }
 }
 
+/// A used state's nonce outlives the state on every clock a fleet may run: a state sealed by an
+/// instance whose clock runs 30 s ahead, used on another, is still refused as used there once
+/// the state's lifetime has passed on the second one's clock (and it is still valid by it).
+#[tokio::test]
+async fn a_used_state_stays_used_across_instances_whose_clocks_differ() {
+    const BASE: u64 = 1_800_000_000_000;
+    let (ahead, behind) = (Arc::new(ManualClock::new(BASE + 30_000)), Arc::new(ManualClock::new(BASE)));
+    let sealing = vercel_mcp::Parts::for_tests(ahead.clone());
+    let mut opening = vercel_mcp::Parts::for_tests(behind.clone());
+    opening.request_state_nonces = sealing.request_state_nonces.clone();
+    let server = |config: &vercel_mcp::Parts| {
+        let mut server = vercel_mcp::McpServer::new("t", "1");
+        server.tool(
+            vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
+            |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| async move {
+                use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+                use vercel_mcp::server::{InputRequired, Outcome};
+                if ctx.input_response("ok").is_none() {
+                    let ask = InputRequest::ElicitForm {
+                        message: "Book it?".into(),
+                        requested_schema: json!({"type": "object"}),
+                    };
+                    return Outcome::InputRequired(InputRequired::new().request("ok", ask));
+                }
+                Outcome::Complete(CallToolResult::text("booked"))
+            },
+        );
+        common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint())))
+    };
+    let (a, b) = (server(&sealing).await, server(&opening).await);
+    let caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first = a.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+    let state = first["result"]["requestState"].as_str().expect("asked first").to_owned();
+    let retry = || {
+        let mut params = call("book", json!({}));
+        params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+        params["requestState"] = json!(state);
+        b.modern(json!(2), "tools/call", caps(params)).send()
+    };
+    assert_eq!(retry().await.json()["result"]["content"][0]["text"], "booked");
+    // The state's ten minutes have passed by the opening clock, not by the sealing one's.
+    behind.advance_ms(vercel_mcp::server::mrtr::REQUEST_STATE_TTL_MS + 1);
+    let replay = retry().await;
+    assert_eq!(replay.json()["error"]["data"]["reason"], "used", "{}", replay.text());
+    // Past the sealing clock's expiry too, the state itself has expired.
+    behind.advance_ms(30_000);
+    assert_eq!(retry().await.json()["error"]["data"]["reason"], "expired");
+}
+
 /// `requestState` is single-use by default: the retry that uses it is served once, and the same
 /// state again gets `-32602` "Invalid requestState: used" without running the handler. With
 /// `MCP_REQUEST_STATE_SINGLE_USE=off` a replay within the state's lifetime runs again.
