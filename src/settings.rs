@@ -740,7 +740,7 @@ mod tests {
         assert!(error.contains("`vercel env add MCP_AUTH_MODE` with off"), "{error}");
         assert!(error.contains("openssl rand -hex 32"), "{error}");
         // The private-demo posture needs only the secret, on a preview.
-        let demo = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32))];
+        let demo = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"0123456789abcdef".repeat(2))];
         assert!(load(&demo).is_ok(), "{:?}", load(&demo));
         for environment in ["VERCEL_ENV", "VERCEL_TARGET_ENV"] {
             let preview = [demo.as_slice(), &[(environment, "preview")]].concat();
@@ -813,7 +813,7 @@ mod tests {
     #[test]
     fn a_deployment_refuses_durations_its_functions_cannot_finish() {
         let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off")];
-        let secret = "k".repeat(32);
+        let secret = "0123456789abcdef".repeat(2);
         let with = |extra: &[(&str, &str)]| {
             let mut vars = deployed.to_vec();
             vars.push(("MCP_STATE_SECRET", &secret));
@@ -892,7 +892,8 @@ mod tests {
         assert_eq!(name(&[redis]), Ok("Redis Streams"), "off Vercel with Redis, the stream by default");
         assert_eq!(name(&[redis, ("MCP_QUEUE", "local")]), Ok("in-process queue"));
         assert_eq!(name(&[("MCP_QUEUE_BASE_URL", "http://127.0.0.1:9")]), Ok("Vercel Queues"), "a stand-in");
-        let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"k".repeat(32)), redis];
+        let deployed =
+            [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"0123456789abcdef".repeat(2)), redis];
         assert_eq!(name(&deployed), Ok("Vercel Queues"));
         let refused = |vars: &[(&str, &str)]| load(vars).unwrap_err().to_string();
         // A stand-in receives the project's OIDC token: never in clear beyond this machine.

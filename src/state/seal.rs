@@ -38,6 +38,10 @@ use super::Clock;
 pub const MAX_SEALED_LEN: usize = 64 * 1024;
 /// Shortest secret accepted (bytes).
 pub const MIN_SECRET_LEN: usize = 32;
+/// Fewest different bytes a configured secret may have: 32 random bytes, hex or base64 have many
+/// more, and a repeated word or character far fewer. Not a measure of entropy; a guard against
+/// the secrets anyone would guess first.
+const MIN_DISTINCT_SECRET_BYTES: usize = 8;
 
 /// What an envelope is for. Part of the MAC input, so an envelope minted for one purpose is
 /// worthless for another.
@@ -194,6 +198,12 @@ impl Sealer {
             let n = n + 1;
             if secret.len() < MIN_SECRET_LEN {
                 return Err(format!("entry {n}: the secret is shorter than {MIN_SECRET_LEN} bytes"));
+            }
+            let distinct = secret.iter().collect::<std::collections::BTreeSet<_>>().len();
+            if distinct < MIN_DISTINCT_SECRET_BYTES {
+                return Err(format!(
+                    "entry {n}: the secret is not random (fewer than {MIN_DISTINCT_SECRET_BYTES} different characters); generate one with `openssl rand -hex 32`"
+                ));
             }
             if let Some(first) = keys.iter().position(|(other, _)| *other == id) {
                 return Err(format!("entries {} and {n} have the same key id", first + 1));
@@ -421,12 +431,19 @@ mod tests {
     #[test]
     fn env_value_parsing() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
-        let s =
-            Sealer::from_env_value(&format!(" new={} , {} ", "x".repeat(32), "y".repeat(40)), clock.clone()).unwrap();
+        let (hex, other) = ("0123456789abcdef".repeat(2), "fedcba9876543210".repeat(3));
+        let s = Sealer::from_env_value(&format!(" new={hex} , {other} "), clock.clone()).unwrap();
         assert_eq!(s.current_key_id(), "new");
         assert!(Sealer::from_env_value("short", clock.clone()).is_err());
         assert!(Sealer::from_env_value("", clock.clone()).is_err());
-        assert!(Sealer::from_env_value(&format!("a={0},a={0}", "z".repeat(32)), clock.clone()).is_err());
+        assert!(Sealer::from_env_value(&format!("a={hex},a={hex}"), clock.clone()).is_err());
+        // Long enough, but a character or a word repeated: refused, without quoting it.
+        for guessable in ["x".repeat(32), "password".repeat(4), format!("k1={}", "ab".repeat(20))] {
+            let problem = Sealer::from_env_value(&guessable, clock.clone()).unwrap_err();
+            assert!(problem.starts_with("entry 1: the secret is not random"), "{problem}");
+            assert!(!problem.contains("xxxx") && !problem.contains("password") && !problem.contains("abab"));
+        }
+        assert!(Sealer::from_env_value("abcdefgh".repeat(4).as_str(), clock.clone()).is_ok(), "eight different bytes");
     }
 
     #[test]
@@ -449,7 +466,7 @@ mod tests {
         }
         let short = Sealer::from_env_value("AAAAAAAAAAAAAAAAAAAAAA==", clock.clone()).unwrap_err();
         assert_eq!(short, "entry 1: the secret is shorter than 32 bytes");
-        let named = Sealer::from_env_value(&format!("k2={}", "s".repeat(32)), clock.clone()).unwrap();
+        let named = Sealer::from_env_value(&format!("k2={}", "0123456789abcdef".repeat(2)), clock.clone()).unwrap();
         assert_eq!(named.current_key_id(), "k2", "kid=secret still names its key");
         let short_named = Sealer::from_env_value("mykid=tooshort", clock).unwrap_err();
         assert!(!short_named.contains("mykid") && !short_named.contains("tooshort"), "{short_named}");
