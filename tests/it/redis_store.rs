@@ -27,6 +27,19 @@ async fn keys(url: &str, pattern: &str) -> Vec<String> {
     redis::cmd("KEYS").arg(pattern).query_async(&mut conn).await.unwrap()
 }
 
+/// Every key of this Redis and its serialised value (`DUMP`, which leaves out the expiry): equal
+/// snapshots hold the same data.
+async fn snapshot(url: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut data = std::collections::BTreeMap::new();
+    for key in keys(url, "*").await {
+        let value: Vec<u8> = redis::cmd("DUMP").arg(&key).query_async(&mut conn).await.unwrap();
+        data.insert(key, value);
+    }
+    data
+}
+
 async fn pttl(url: &str, key: &str) -> i64 {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -270,6 +283,9 @@ async fn a_request_state_nonce_is_used_once_across_instances() {
     assert!(ttl > 0 && ttl <= 600_000, "{ttl}");
 }
 
+/// A store that is down is a clear error; one that comes back has lost nothing; and a submit
+/// whose record landed but whose message could not be sent is undone whole (record, active
+/// slot, held share): Redis holds exactly what it held before.
 #[tokio::test]
 async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     let Some(mut private) = common::redis::private_redis() else { return };
@@ -277,7 +293,7 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     let sealer = Sealer::new(vec![("k".into(), vec![1; 32])], clock.clone()).unwrap();
     let store = Arc::new(RedisJobStore::new(Redis::connect(&private.url(), &unique_prefix("outage")).unwrap()));
     let queue = LocalQueue::new();
-    let jobs = Jobs::new(store.clone(), Arc::new(queue), sealer, clock, Arc::new(SeededRandom::new(3)));
+    let jobs = Jobs::new(store.clone(), Arc::new(queue), sealer.clone(), clock.clone(), Arc::new(SeededRandom::new(3)));
     let alice = Principal::verified(Some("alice"), None, vec![]);
     let handle = jobs.submit(&alice, 2, None).await.unwrap().job_id;
     private.stop();
@@ -301,9 +317,15 @@ async fn an_outage_is_a_clear_error_and_leaves_no_partial_record() {
     assert!(reconnected, "the store reconnects after the outage");
     assert_eq!(jobs.status(&alice, &handle).await.unwrap().state, "pending", "the earlier job survived the restart");
     let records = keys(&private.url(), "*:job:*").await;
-    assert_eq!(
-        records.len(),
-        1,
-        "one job record, the earlier one: no partial record from the failed submit: {records:?}"
-    );
+    assert_eq!(records.len(), 1, "one job record, the earlier one: {records:?}");
+
+    // The record of this submit is written, then its publish fails: it is rolled back.
+    let before = snapshot(&private.url()).await;
+    let failing = vercel_mcp::jobs::queue::FailingPublisher("queue down".into());
+    let failing = Jobs::new(store.clone(), Arc::new(failing), sealer, clock, Arc::new(SeededRandom::new(4)));
+    let error = failing.submit(&alice, 2, None).await.unwrap_err();
+    assert!(error.starts_with("could not enqueue the job: queue down"), "{error}");
+    let after = snapshot(&private.url()).await;
+    assert_eq!(after.keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    assert!(after == before, "the failed submit left something behind");
 }

@@ -274,8 +274,9 @@ async fn undeclared_clients_unknown_ids_and_removed_methods() {
     assert!(discover["result"]["capabilities"].get("tasks").is_none());
 }
 
-/// A task store that cannot be reached: creating a task is a `-32603` whose correlation id a
-/// `task.fault` log line carries with the detail, and nothing is left behind.
+/// A task store that cannot be reached: creating a task, or reading one, is a `-32603` whose
+/// correlation id a `task.fault` log line carries with the detail, and the caller's text names no
+/// address.
 #[tokio::test]
 async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
     let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
