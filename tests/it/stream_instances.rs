@@ -98,6 +98,30 @@ async fn until_working(instance: &Instance, steps: usize) {
     }
 }
 
+/// Waits until a consumer holds a delivery of the job stream under `prefix` (it has read an entry
+/// it has not acknowledged): the job is in some instance's hands.
+async fn until_held(redis_url: &str, prefix: &str) {
+    let client = redis::Client::open(redis_url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let stream = format!("{prefix}:queue:jobs");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let summary: redis::Value = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(vercel_mcp::jobs::queue::STREAM_CONSUMER_GROUP)
+            .query_async(&mut connection)
+            .await
+            .unwrap_or(redis::Value::Nil);
+        if let redis::Value::Array(fields) = summary {
+            if matches!(fields.first(), Some(redis::Value::Int(held)) if *held > 0) {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "no instance took the job");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Polls every handle on `reader` until each is done, within `limit`; how long that took.
 async fn all_done(reader: &Instance, handles: &[String], steps: u64, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -206,6 +230,12 @@ async fn redis_restarted_mid_run_loses_nothing() {
     let handles = submit(&a, 4, 6).await;
     until_working(&a, 1).await;
     redis.stop();
+    // The outage falls in the middle of the run: steps were left, and the store answers nobody.
+    assert!(a.steps().len() + b.steps().len() < 4 * 6, "the jobs finished before the outage");
+    let during = common::TestServer { addr: ([127, 0, 0, 1], b.port).into() }
+        .call_tool("get_job_status", json!({ "jobId": handles[0] }))
+        .await;
+    assert!(common::error_text(&during).starts_with("job store unavailable"), "{during}");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(redis.restart(), "redis-server restarts");
     all_done(&b, &handles, 6, Duration::from_secs(30)).await;
@@ -215,7 +245,7 @@ async fn redis_restarted_mid_run_loses_nothing() {
 /// A job submitted through one process and run by another: one trace, the delivery's span (in
 /// the second process) linked to the submitting request's span (in the first). The first is
 /// stopped with SIGTERM mid-step, so the second must run it; each exports its spans over OTLP to
-/// the test's receiver.
+/// the test's receiver. The reclaim time is a minute, so only the hand-back can move the job.
 #[tokio::test]
 async fn a_job_handed_to_another_process_continues_the_trace_that_submitted_it() {
     let Some(redis) = private_redis(false) else { return };
@@ -227,14 +257,16 @@ async fn a_job_handed_to_another_process_continues_the_trace_that_submitted_it()
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-key=secret%20value".to_owned()),
             ("OTEL_SERVICE_NAME", service.to_owned()),
             ("MCP_JOB_STEP_MS", step_ms.to_owned()),
+            ("MCP_QUEUE_RECLAIM_IDLE_MS", "60000".to_owned()),
         ]
     };
     let a_vars = traced("instance-a", "5000");
     let a_refs: Vec<(&str, &str)> = a_vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut a = Instance::start(&redis.url(), &prefix, &a_refs);
     let handles = submit(&a, 1, 2).await;
-    // A is in its first five-second step: stop it; it hands the job back and exports its spans.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A is in its first five-second step once it has logged the job's start: stop it; it hands
+    // the job back and exports its spans.
+    until_held(&redis.url(), &prefix).await;
     a.signal("TERM");
     // Waited for without blocking the runtime: the receiver runs on it, and A exports on its way out.
     let stopping = Instant::now();
