@@ -181,7 +181,8 @@ impl Parts {
             )
             .with_logger(self.logger())
             .with_caps(self.settings.task_caps)
-            .with_quota(self.settings.task_quota),
+            .with_quota(self.settings.task_quota)
+            .with_round_limit(self.settings.task_round_limit),
         )
     }
 

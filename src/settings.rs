@@ -45,6 +45,9 @@ pub struct Settings {
     /// `MCP_TASK_SHARE`, `MCP_TASKS_PER_MINUTE`: tasks one caller may hold (in any status, until
     /// they expire) and create per minute, across every instance.
     pub task_quota: crate::tasks::TaskQuota,
+    /// `MCP_TASK_ROUND_SECONDS`: how long one round of a task's work may run before the task
+    /// fails (280 s; deployed, at most `/api/mcp`'s `maxDuration` less 10 s).
+    pub task_round_limit: Duration,
     /// `MCP_HEADER_TIMEOUT_SECONDS`, `MCP_BODY_TIMEOUT_SECONDS`, `MCP_MAX_CONNECTIONS`: how the local
     /// run treats slow and numerous clients (on Vercel the platform terminates HTTP).
     pub connection_limits: ConnectionLimits,
@@ -202,6 +205,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Seconds a listen stream needs, after `MCP_LISTEN_MAX_SECONDS`, to send its result and close
 /// before the MCP function's `maxDuration` cuts it.
 pub const LISTEN_CLOSE_MARGIN_SECONDS: u64 = 10;
+/// Seconds a task round needs, after `MCP_TASK_ROUND_SECONDS`, to record that it ran out of time
+/// before the MCP function's `maxDuration` cuts it.
+pub const TASK_FAILURE_MARGIN_SECONDS: u64 = 10;
 /// Seconds a queue delivery needs, after `MCP_CONSUMER_BUDGET_SECONDS`, to save its progress and
 /// defer before the consumer's `maxDuration` cuts it.
 pub const CONSUMER_DEFER_MARGIN_SECONDS: u64 = 5;
@@ -228,9 +234,10 @@ pub fn listen_limit_for(function: &str, configured: Duration) -> Duration {
 }
 
 /// On Vercel, each duration setting must leave its function time to finish cleanly.
-fn check_durations(listen: u64, budget: u64, problems: &mut Vec<String>) {
+fn check_durations(listen: u64, task_round: u64, budget: u64, problems: &mut Vec<String>) {
     let settings = [
         ("MCP_LISTEN_MAX_SECONDS", listen, "api/mcp.rs", LISTEN_CLOSE_MARGIN_SECONDS, "close a listen stream"),
+        ("MCP_TASK_ROUND_SECONDS", task_round, "api/mcp.rs", TASK_FAILURE_MARGIN_SECONDS, "record a task's failure"),
         ("MCP_CONSUMER_BUDGET_SECONDS", budget, "api/queues/process-job.rs", CONSUMER_DEFER_MARGIN_SECONDS, "defer"),
     ];
     for (name, value, function, margin, what) in settings {
@@ -288,6 +295,8 @@ impl Settings {
             ) as usize,
             total: number("MCP_TASKS_MAX_TOTAL", task_defaults.total as u64, 1, 1_000_000, &mut problems) as usize,
         };
+        let task_round =
+            number("MCP_TASK_ROUND_SECONDS", crate::tasks::DEFAULT_ROUND_LIMIT.as_secs(), 1, 86_400, &mut problems);
         let quota_defaults = crate::tasks::TaskQuota::default();
         let task_quota = crate::tasks::TaskQuota {
             share: number("MCP_TASK_SHARE", quota_defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
@@ -328,7 +337,7 @@ impl Settings {
             ));
         }
         if deployed {
-            check_durations(listen, budget, &mut problems);
+            check_durations(listen, task_round, budget, &mut problems);
         }
         let defaults = crate::jobs::service::JobLimits::default();
         let job_limits = crate::jobs::service::JobLimits {
@@ -463,6 +472,7 @@ impl Settings {
             listen_caps,
             task_caps,
             task_quota,
+            task_round_limit: Duration::from_secs(task_round),
             connection_limits,
             server_name: lookup("MCP_SERVER_NAME").unwrap_or_else(|| "vercel-mcp".into()),
             clock: clock.clone(),
@@ -838,8 +848,20 @@ mod tests {
         );
         assert!(text.contains(&format!("set MCP_LISTEN_MAX_SECONDS to at most {fits} s")), "{text}");
         assert!(text.contains(&format!("set MCP_CONSUMER_BUDGET_SECONDS to at most {budget_fits} s")), "{text}");
+        // A task round must leave time to record its failure, as a listen stream to close.
+        let round_fits = (mcp - TASK_FAILURE_MARGIN_SECONDS).to_string();
+        let round_too_long = (mcp - TASK_FAILURE_MARGIN_SECONDS + 1).to_string();
+        assert_eq!(
+            with(&[("MCP_TASK_ROUND_SECONDS", &round_fits)]).unwrap().task_round_limit.as_secs().to_string(),
+            round_fits
+        );
+        let text = with(&[("MCP_TASK_ROUND_SECONDS", &round_too_long)]).unwrap_err().to_string();
+        assert!(text.contains(&format!("set MCP_TASK_ROUND_SECONDS to at most {round_fits} s")), "{text}");
+        assert_eq!(with(&[]).unwrap().task_round_limit, crate::tasks::DEFAULT_ROUND_LIMIT, "the default fits");
         // Locally nothing cuts a function off, so the same settings start.
-        assert!(load(&[("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")]).is_ok());
+        let local = [("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")];
+        assert!(load(&local).is_ok());
+        assert_eq!(load(&[("MCP_TASK_ROUND_SECONDS", "3600")]).unwrap().task_round_limit.as_secs(), 3600);
     }
 
     #[test]

@@ -83,7 +83,13 @@ pub struct TaskService {
     running: Arc<Slots>,
     caps: SlotCaps,
     quota: TaskQuota,
+    round_limit: Duration,
 }
+
+/// How long one round of a task's work may run by default: on Vercel a round runs inside the
+/// invocation that started it, which `/api/mcp`'s `maxDuration` (300 s) ends, and the round must
+/// leave time to record its failure before that.
+pub const DEFAULT_ROUND_LIMIT: Duration = Duration::from_secs(280);
 
 /// A task whose inputs are all answered, with the running slot its next round holds.
 #[derive(Debug)]
@@ -122,7 +128,15 @@ impl TaskService {
             running: Arc::default(),
             caps: DEFAULT_TASK_CAPS,
             quota: TaskQuota::default(),
+            round_limit: DEFAULT_ROUND_LIMIT,
         }
+    }
+
+    /// Sets how long one round of a task's work may run before the task fails
+    /// (`MCP_TASK_ROUND_SECONDS`).
+    pub fn with_round_limit(mut self, limit: Duration) -> Self {
+        self.round_limit = limit;
+        self
     }
 
     /// Sets how many tasks one caller may hold, and create per minute.
@@ -271,6 +285,9 @@ impl TaskService {
         let arguments = Value::Object(record.arguments.clone());
         let work = catch_unwind(span.in_context(async move { handler(ctx, &arguments).await }));
         let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
+        // A round that outlives its limit is stopped and the task failed, saying why: cut off by
+        // the platform instead, it would read as working until its TTL.
+        let over_time = tokio::time::sleep(self.round_limit);
         tokio::select! {
             outcome = work => {
                 let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(McpError::internal("Internal error"))));
@@ -278,6 +295,15 @@ impl TaskService {
                 span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
             }
             _ = cancelled => span.set([opentelemetry::KeyValue::new("mcp.task.status", "cancelled")]),
+            () = over_time => {
+                let outcome = Err(ToolError::Protocol(McpError::internal(format!(
+                    "The task's work did not finish within {} s, the longest a round may run here; \
+                     work that takes longer belongs in a job",
+                    self.round_limit.as_secs()
+                ))));
+                crate::handler::mark_tool_span(&span, &outcome);
+                span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
+            }
         }
         span.end();
     }
@@ -803,6 +829,48 @@ mod tests {
         assert_eq!(answers["confirm~2"], second["confirm~2"]);
         assert!(!answers.contains_key("confirm~3"));
         assert_eq!(resumed.record.asked_keys, ["confirm", "confirm~2", "confirm~3"]);
+    }
+
+    /// A round that outlives its limit is stopped, and the task fails saying why, freeing its
+    /// running slot; a round within the limit is left alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_past_its_limit_fails_the_task_and_frees_its_slot() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let limit = Duration::from_secs(30);
+        let service = Arc::new(
+            service_over(store.clone()).with_caps(SlotCaps { per_principal: 1, total: 4 }).with_round_limit(limit),
+        );
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noticed = dropped.clone();
+        let forever: ToolFn = Arc::new(move |_, _| {
+            struct Noticed(Arc<std::sync::atomic::AtomicBool>);
+            impl Drop for Noticed {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            let noticed = Noticed(noticed.clone());
+            Box::pin(async move {
+                let _noticed = noticed;
+                std::future::pending().await
+            })
+        });
+        let task =
+            || NewTask { principal: &alice, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
+        let created = service.start(task(), forever.clone(), SpanHandle::default()).await.unwrap();
+        let task_id = created["taskId"].as_str().unwrap().to_owned();
+        tokio::time::sleep(limit - Duration::from_secs(1)).await;
+        assert_eq!(store.get(alice.id(), &task_id).await.unwrap().unwrap().status, TaskStatus::Working);
+        assert!(service.start(task(), forever.clone(), SpanHandle::default()).await.is_err(), "the slot is held");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let failed = store.get(alice.id(), &task_id).await.unwrap().unwrap();
+        assert_eq!(failed.status, TaskStatus::Failed);
+        let message = failed.status_message.unwrap_or_default();
+        assert!(message.contains("did not finish within 30 s") && message.contains("belongs in a job"), "{message}");
+        assert_eq!(failed.error.unwrap()["code"], -32603);
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the work is stopped");
+        service.start(task(), forever, SpanHandle::default()).await.expect("its slot is free again");
     }
 
     /// A task's round runs under the keeper of the request that started it (on Vercel, the
