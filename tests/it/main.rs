@@ -8,6 +8,7 @@ mod auth;
 mod client;
 mod db_adapter;
 mod descriptions;
+mod documented;
 mod elicitation;
 mod examples;
 mod facade;
