@@ -334,11 +334,7 @@ impl McpServer {
                 // now, as a call of it would (a token of the same subject may carry fewer).
                 let may_answer = |tool: &str| match self.missing_tool_scopes(&ctx.principal, tool) {
                     None => Ok(()),
-                    Some(required) => Err(McpError::new(
-                        ErrorCode::INVALID_PARAMS,
-                        http::StatusCode::FORBIDDEN,
-                        format!("insufficient scope: answering this task requires {}", required.join(" ")),
-                    )),
+                    Some(required) => Err(insufficient_scope("answering this task", &required)),
                 };
                 if let Some(resumed) = tasks.update_if(&ctx.principal, task_id, &input_responses, may_answer).await? {
                     let span = ctx.span.execute_tool_span(&resumed.record.tool);
@@ -377,11 +373,7 @@ impl McpServer {
             let uri = params.uri;
             if let Some(required) = self.missing_resource_scopes(&ctx.principal, uri) {
                 // Defence in depth: the transport refuses with 403 before dispatch.
-                return Err(McpError::new(
-                    ErrorCode::INVALID_PARAMS,
-                    http::StatusCode::FORBIDDEN,
-                    format!("insufficient scope: reading this resource requires {}", required.join(" ")),
-                ));
+                return Err(insufficient_scope("reading this resource", &required));
             }
             let (outcome, cache, scoped) = if let Some(&i) = self.resource_index.get(uri) {
                 let entry = &self.resources[i];
@@ -511,6 +503,15 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
         return None;
     }
     offset.parse().ok()
+}
+
+/// The 403 for a caller without the scopes `doing` needs.
+fn insufficient_scope(doing: &str, required: &[String]) -> McpError {
+    McpError::new(
+        ErrorCode::INVALID_PARAMS,
+        http::StatusCode::FORBIDDEN,
+        format!("insufficient scope: {doing} requires {}", required.join(" ")),
+    )
 }
 
 #[cfg(test)]

@@ -91,6 +91,13 @@ pub fn param_matches(header: &str, body: &Value) -> bool {
 /// The integer a decimal number in JSON's notation (`-42`, `42.0`, `4.2e1`) spells, or `None`
 /// when it is not one, has no exact integer value, or is beyond `i128`.
 fn decimal_integer(text: &str) -> Option<i128> {
+    // A plain integer, the usual header, without building anything (Rust's parser takes a `+`,
+    // which JSON's notation does not).
+    if !text.starts_with('+') {
+        if let Ok(plain) = text.parse::<i128>() {
+            return Some(plain);
+        }
+    }
     let (negative, unsigned) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),

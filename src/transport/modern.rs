@@ -256,19 +256,7 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
         return Err(McpError::unsupported_version(body_version));
     }
 
-    // Plain: the base64 sentinel is for `Mcp-Name` and `Mcp-Param-*` (values a client may not be
-    // able to send as visible ASCII). An encoded method would match here while a gateway that
-    // routes on the header saw something else.
-    check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method), Sentinel::Literal)?;
-    let name_source = name_source(method);
-    if let Some(field) = name_source {
-        match params.get(field) {
-            Some(Value::String(body_name)) => {
-                check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name), Sentinel::Decoded)?
-            }
-            _ => return Err(McpError::invalid_params(format!("{method} requires a string {field}"))),
-        }
-    }
+    check_routing_headers(headers, method, params, Routing::Required)?;
 
     let meta = params.meta();
     let log_level = match &meta.log_level {
@@ -304,15 +292,45 @@ fn name_source(method: &str) -> Option<&'static str> {
 /// path; otherwise a gateway routing on the header would read one method or tool while another
 /// ran. `-32020`, HTTP 400.
 pub(super) fn check_sent_headers(headers: &HeaderMap, method: &str, params: &RequestParams) -> Result<(), McpError> {
-    if headers.contains_key(headers::METHOD) {
+    check_routing_headers(headers, method, params, Routing::IfSent)
+}
+
+/// Whether `Mcp-Method` and `Mcp-Name` must be sent (2026-07-28) or are compared only when sent
+/// (the 2025-11-25 path).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    Required,
+    IfSent,
+}
+
+/// `Mcp-Method` equals the body's method, and `Mcp-Name` the target the method names (a method
+/// that names none has no `Mcp-Name` to check). `-32020`; on the modern path, a target that is
+/// not a string is `-32602`.
+fn check_routing_headers(
+    headers: &HeaderMap,
+    method: &str,
+    params: &RequestParams,
+    routing: Routing,
+) -> Result<(), McpError> {
+    // Plain: the base64 sentinel is for `Mcp-Name` and `Mcp-Param-*` (values a client may not be
+    // able to send as visible ASCII). An encoded method would match here while a gateway that
+    // routes on the header saw something else.
+    if routing == Routing::Required || headers.contains_key(headers::METHOD) {
         check_header_equals(headers, headers::METHOD, "Mcp-Method", Some(method), Sentinel::Literal)?;
     }
-    // As on the modern path, `Mcp-Name` means something only for a method that names a target.
-    if let (true, Some(field)) = (headers.contains_key(headers::NAME), name_source(method)) {
-        let body_name = params.get(field).and_then(Value::as_str).unwrap_or("");
-        check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name), Sentinel::Decoded)?;
+    let Some(field) = name_source(method) else { return Ok(()) };
+    if routing == Routing::IfSent && !headers.contains_key(headers::NAME) {
+        return Ok(());
     }
-    Ok(())
+    let body_name = match params.get(field) {
+        Some(Value::String(body_name)) => body_name.as_str(),
+        _ if routing == Routing::Required => {
+            return Err(McpError::invalid_params(format!("{method} requires a string {field}")));
+        }
+        // A sent header names something; a body that names nothing cannot match it.
+        _ => "",
+    };
+    check_header_equals(headers, headers::NAME, "Mcp-Name", Some(body_name), Sentinel::Decoded)
 }
 
 fn invalid_log_level() -> McpError {
