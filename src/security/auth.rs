@@ -95,25 +95,22 @@ fn subject_of(sub: Option<&Value>, client_credentials: bool) -> Option<Option<St
     }
 }
 
-/// Whether an `Authorization` value is of the Bearer scheme (well formed or not): the scheme is
-/// what comes before the first space or tab, compared without case.
-fn is_bearer_scheme(value: &[u8]) -> bool {
+/// Reads an `Authorization` value. `None` when its scheme (what comes before the first space or
+/// tab, compared without case) is not Bearer; for Bearer, the token: after a space, without the
+/// spaces and tabs around it, or `None` when there is none.
+fn bearer(value: &[u8]) -> Option<Option<&[u8]>> {
     let end = value.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(value.len());
-    value[..end].eq_ignore_ascii_case(b"bearer")
-}
-
-/// The token of an `Authorization: Bearer <token>` value: the scheme in any case, a space, then
-/// the token without the spaces and tabs around it; `None` for another scheme or no token.
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let space = value.iter().position(|&b| b == b' ')?;
-    let (scheme, token) = value.split_at(space);
+    let (scheme, rest) = value.split_at(end);
     if !scheme.eq_ignore_ascii_case(b"bearer") {
         return None;
     }
     let is_space = |b: &u8| *b == b' ' || *b == b'\t';
-    let start = token.iter().position(|b| !is_space(b))?;
-    let end = token.iter().rposition(|b| !is_space(b))? + 1;
-    Some(&token[start..end])
+    let token = rest.strip_prefix(b" ").and_then(|token| {
+        let start = token.iter().position(|b| !is_space(b))?;
+        let end = token.iter().rposition(|b| !is_space(b))? + 1;
+        Some(&token[start..end])
+    });
+    Some(token)
 }
 
 /// The JOSE `typ` of a token this server accepts as an access token: none, `JWT`, or RFC 9068's
@@ -240,11 +237,8 @@ impl Authenticator {
                 (false, _) => Err(token_required()),
             };
         };
-        if !is_bearer_scheme(value.as_bytes()) {
-            return Err(token_required());
-        }
         const NOT_BEARER: Refusal = Refusal::InvalidToken("the Authorization header must be Bearer and a token");
-        let token = bearer_token(value.as_bytes()).ok_or(NOT_BEARER)?;
+        let token = bearer(value.as_bytes()).ok_or_else(token_required)?.ok_or(NOT_BEARER)?;
         let principal = match self.verified.lookup(token, self.clock.now_ms() / 1000) {
             Some(principal) => principal,
             None => {
