@@ -276,7 +276,7 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
             let service = hyper::service::service_fn(move |request| {
                 on_connection.busy();
                 async move {
-                    let response = routes.route_incoming(request).await;
+                    let response = transport::answer_panics(&routes.mcp.logger, routes.route_incoming(request)).await;
                     let activity = Arc::clone(on_connection);
                     Ok::<_, std::convert::Infallible>(response.map(|body| WaitsOnTheClient { body, activity }))
                 }

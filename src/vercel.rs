@@ -38,14 +38,14 @@ where
         async move {
             let (handler, telemetry, logger) = &*function;
             let (parts, body) = request.into_parts();
-            let served = async {
+            let served = transport::answer_panics(logger, async {
                 match transport::read_body(body, max_body).await {
                     Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
                     // This edge has no body timeout of its own (the platform bounds the request):
                     // the line's latency counts from the refusal.
                     Err(refusal) => transport::refused(logger, &parts.headers, std::time::Instant::now(), refusal),
                 }
-            };
+            });
             // Work the request leaves running (a task's round, a change's publish) holds the
             // invocation open until it ends, so the instance is not frozen in the middle of it.
             // A stream's work runs as its body is read, after the head: kept the same way.

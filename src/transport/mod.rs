@@ -154,12 +154,13 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
             }
         }
     };
-    if record.trace_id.is_empty() {
-        record.trace_id = app.logger.new_trace_id();
-    }
     let outcome = outcome_of(&response);
     let stream = response.body().is_stream();
     end_span(app, &mut record, header_traceparent.as_deref(), http_method, response.status(), outcome);
+    // With tracing on, the line has its span's trace id by now; off, one of its own.
+    if record.trace_id.is_empty() {
+        record.trace_id = app.logger.new_trace_id();
+    }
     answer_with_request_id(&mut response, &record);
     record.finish(&app.logger, response.status().as_u16(), outcome, stream);
     response
@@ -225,6 +226,10 @@ fn end_span(
     let span = record.span.take().unwrap_or_else(|| {
         app.telemetry.request_span("mcp request".into(), header_traceparent, record.started_at_ms, Vec::new())
     });
+    // The line names the span's trace: the caller's when it sent one, else the one the span began.
+    if let Some(trace_id) = span.trace_id() {
+        record.trace_id = trace_id;
+    }
     use opentelemetry::KeyValue;
     span.set([
         KeyValue::new("http.request.method", http_method),
@@ -421,9 +426,11 @@ fn start_span(
     if !app.telemetry.is_on() {
         return crate::telemetry::SpanHandle::default();
     }
+    // As `describe` chooses the line's trace: a malformed header gives way to `_meta`.
     let parent = headers
         .get(headers::TRACEPARENT)
         .and_then(|v| v.to_str().ok())
+        .filter(|t| trace_id_from(t).is_some())
         .or_else(|| params.meta().traceparent.as_ref().and_then(Value::as_str));
     let name = match &record.name {
         Some(target) => format!("{method} {target}"),
@@ -630,6 +637,26 @@ fn contained_panic(app: &App, request_id: &str) -> McpError {
         .with_data(serde_json::json!({ "correlationId": request_id }))
 }
 
+/// Runs a whole route (`served`: the transport, the queue consumer or the sweep), answering a
+/// panic that escaped it with 500 and its own line (a `panic` event with where it happened, and
+/// the request line) instead of dropping the connection. A handler's panic is contained where it
+/// runs, as a JSON-RPC error; this is for the rest. On Vercel a request that never answers holds
+/// its invocation until the platform gives up on it, and the runtime never reports it finished.
+pub fn answer_panics<'a>(
+    logger: &'a crate::observe::Logger,
+    served: impl std::future::Future<Output = Response<Body>> + 'a,
+) -> impl std::future::Future<Output = Response<Body>> + 'a {
+    use futures_util::FutureExt;
+    crate::server::catch_unwind(served).map(move |outcome| {
+        outcome.unwrap_or_else(|_| {
+            let location = crate::observe::take_panic_location();
+            logger.event("error", "panic", serde_json::json!({ "location": location }));
+            let failed = plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
+            refused(logger, &http::HeaderMap::new(), std::time::Instant::now(), failed)
+        })
+    })
+}
+
 /// Executes a request on the server with panics contained ([`catch_panic`]). The future is boxed
 /// behind `dyn`: it is the union of every method's state, and polling it through a pointer keeps
 /// the method handlers out of the transport's poll functions, whose stack frames would otherwise
@@ -704,6 +731,33 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     type Chunks = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>>;
+
+    /// A panic that escapes a route (outside any handler) is answered 500, with a `panic` line
+    /// saying where (not what: its message may carry request data) and the request's line.
+    #[tokio::test]
+    async fn a_panic_outside_a_handler_is_answered_and_logged() {
+        use crate::state::{ManualClock, Sealer, SeededRandom};
+        crate::observe::install_panic_hook();
+        let clock = Arc::new(ManualClock::new(0));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock).unwrap();
+        let sink = Arc::new(crate::observe::MemorySink::default());
+        let logger = crate::observe::Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(1)));
+        let secret = String::from("secret-argument");
+        let response = answer_panics(&logger, async move {
+            tokio::task::yield_now().await;
+            panic!("failed on {secret}")
+        })
+        .await;
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let lines = sink.lines();
+        let panic = lines.iter().find(|l| l["event"] == "panic").expect("a panic line");
+        assert!(panic["location"].as_str().is_some_and(|l| l.contains("src/transport/mod.rs")), "{panic}");
+        let request = lines.iter().find(|l| l["event"] == "request").expect("the request line");
+        assert_eq!(request["status"], 500);
+        assert!(!sink.raw().concat().contains("secret-argument"), "the message is withheld");
+        let fine = answer_panics(&logger, async { plain(StatusCode::OK, "fine") }).await;
+        assert_eq!(fine.status(), StatusCode::OK);
+    }
 
     #[test]
     fn a_joined_body_reserves_for_what_arrived_not_what_was_promised() {
