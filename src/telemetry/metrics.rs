@@ -74,9 +74,14 @@ impl Registry {
         *self.counters.lock().expect("metrics").entry((name, series)).or_default() += n;
     }
 
-    /// Everything so far, as one OTLP export (cumulative since `start_ns`), or `None` if
-    /// nothing was recorded yet.
-    pub(super) fn export(&self, service: &str, start_ns: u64, now_ns: u64) -> Option<ExportMetricsServiceRequest> {
+    /// Everything so far, as one OTLP export (cumulative since `start_ns`) from `resource` (the
+    /// attributes the spans' exports carry too), or `None` if nothing was recorded yet.
+    pub(super) fn export(
+        &self,
+        resource: &[KeyValue],
+        start_ns: u64,
+        now_ns: u64,
+    ) -> Option<ExportMetricsServiceRequest> {
         let attributes = |series: &Series| -> Vec<KeyValue> {
             series
                 .iter()
@@ -139,14 +144,9 @@ impl Registry {
         if metrics.is_empty() {
             return None;
         }
-        let service = KeyValue {
-            key: "service.name".to_owned(),
-            value: Some(AnyValue { value: Some(any_value::Value::StringValue(service.to_owned())) }),
-            ..Default::default()
-        };
         Some(ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
-                resource: Some(Resource { attributes: vec![service], ..Default::default() }),
+                resource: Some(Resource { attributes: resource.to_vec(), ..Default::default() }),
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(InstrumentationScope { name: "vercel-mcp".to_owned(), ..Default::default() }),
                     metrics: metrics.into_values().collect(),
@@ -165,13 +165,13 @@ mod tests {
     #[test]
     fn histograms_bucket_and_counters_add_per_series() {
         let registry = Registry::default();
-        assert!(registry.export("s", 1, 2).is_none(), "nothing recorded, nothing to send");
+        assert!(registry.export(&[], 1, 2).is_none(), "nothing recorded, nothing to send");
         // A value owned or borrowed is the same series.
         let owned = vec![("mcp.method.name", std::borrow::Cow::Owned("tools/call".to_owned()))];
         registry.record(OPERATION_DURATION, owned, Duration::from_micros(300));
         registry.record(OPERATION_DURATION, vec![("mcp.method.name", "tools/call".into())], Duration::from_millis(30));
         registry.add(JOBS_SUBMITTED, vec![("mcp.job.result", "accepted".into())], 2);
-        let export = registry.export("svc", 10, 20).unwrap();
+        let export = registry.export(&[], 10, 20).unwrap();
         let metrics = &export.resource_metrics[0].scope_metrics[0].metrics;
         let Some(metric::Data::Histogram(h)) = &metrics.iter().find(|m| m.name == OPERATION_DURATION).unwrap().data
         else {

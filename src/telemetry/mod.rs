@@ -10,7 +10,8 @@
 //! batch. On Vercel the edge registers a flush after a response through the runtime's
 //! `wait_until` (one at a time, a second later: [`Telemetry::flush_soon`]), so the response never
 //! waits and the instance is not frozen before the batch is sent; the local run flushes every
-//! second. Either exports at once when 1024 spans are waiting. The batch is written as OTLP
+//! second. Either exports at once when 1024 spans are waiting. One export is in flight at a
+//! time; a failed one is counted ([`Telemetry::export_failures`]). The batch is written as OTLP
 //! protobuf straight from the SDK's span data (`otlp.rs`) and sent with the crate's own outbound
 //! client (rustls with ring), so no second HTTP stack is linked.
 //!
@@ -53,8 +54,12 @@ pub struct TelemetrySettings {
     pub traces_endpoint: String,
     /// `OTEL_EXPORTER_OTLP_HEADERS` (`key=value,…`, values percent-decoded): often a credential.
     pub headers: Vec<(String, String)>,
-    /// `OTEL_SERVICE_NAME` (`vercel-mcp` by default).
+    /// `OTEL_SERVICE_NAME`, else the `service.name` of `OTEL_RESOURCE_ATTRIBUTES`, else
+    /// `vercel-mcp`.
     pub service_name: String,
+    /// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,…`, values percent-decoded): what every export's
+    /// resource says besides `service.name`.
+    pub resource_attributes: Vec<(String, String)>,
     /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
     pub sampler: SamplerChoice,
     /// Where metrics go: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT`
@@ -71,6 +76,7 @@ impl std::fmt::Debug for TelemetrySettings {
             .field("traces_endpoint", &self.traces_endpoint)
             .field("headers", &names)
             .field("service_name", &self.service_name)
+            .field("resource_attributes", &self.resource_attributes)
             .field("sampler", &self.sampler)
             .field("metrics_endpoint", &self.metrics_endpoint)
             .finish()
@@ -162,7 +168,19 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
     if !problems.is_empty() {
         return Err(problems);
     }
-    let service_name = var("OTEL_SERVICE_NAME").filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "vercel-mcp".into());
+    // Read here rather than by the SDK's detector (which reads the process's environment), like
+    // every other setting. A pair without `=` is left out, as the SDK did.
+    let resource_attributes: Vec<(String, String)> = var("OTEL_RESOURCE_ATTRIBUTES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.trim().to_owned(), percent_decode(value.trim())))
+        .filter(|(key, _)| !key.is_empty())
+        .collect();
+    let service_name = var("OTEL_SERVICE_NAME")
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| resource_attributes.iter().find(|(key, _)| key == "service.name").map(|(_, name)| name.clone()))
+        .unwrap_or_else(|| "vercel-mcp".into());
     let metrics_off = var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim() == "none");
     let metrics_endpoint = match (var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
         _ if metrics_off => None,
@@ -175,7 +193,41 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
     }) {
         return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]);
     }
-    Ok(Some(TelemetrySettings { traces_endpoint: endpoint, headers, service_name, sampler, metrics_endpoint }))
+    Ok(Some(TelemetrySettings {
+        traces_endpoint: endpoint,
+        headers,
+        service_name,
+        resource_attributes,
+        sampler,
+        metrics_endpoint,
+    }))
+}
+
+/// What every export of this process says produced it, spans and metrics alike: the SDK's own
+/// attributes (`telemetry.sdk.*`), `OTEL_RESOURCE_ATTRIBUTES`, `service.name`, and a random
+/// `service.instance.id` unless those attributes name one, so that two instances' cumulative
+/// metrics are two series rather than one that goes back and forth.
+fn resource(settings: &TelemetrySettings) -> Resource {
+    let mut attributes: Vec<KeyValue> =
+        settings.resource_attributes.iter().map(|(key, value)| KeyValue::new(key.clone(), value.clone())).collect();
+    if !settings.resource_attributes.iter().any(|(key, _)| key == "service.instance.id") {
+        attributes.push(KeyValue::new("service.instance.id", instance_id()));
+    }
+    Resource::builder_empty()
+        .with_detector(Box::new(opentelemetry_sdk::resource::TelemetryResourceDetector))
+        .with_attributes(attributes)
+        .with_service_name(settings.service_name.clone())
+        .build()
+}
+
+/// A random UUID (version 4), as the semantic conventions suggest for `service.instance.id`.
+fn instance_id() -> String {
+    use opentelemetry_sdk::trace::IdGenerator;
+    let mut bytes = opentelemetry_sdk::trace::RandomIdGenerator::default().new_trace_id().to_bytes();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex = format!("{:032x}", u128::from_be_bytes(bytes));
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
 fn percent_decode(value: &str) -> String {
@@ -196,12 +248,17 @@ struct Inner {
     traces_endpoint: String,
     metrics_endpoint: Option<String>,
     headers: Vec<(String, String)>,
-    service_name: String,
-    /// What every span batch says produced it (`service.name`).
+    /// What every export says produced it ([`resource`]), for spans and, as OTLP, for metrics.
     resource: Resource,
+    metrics_resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
     started_ns: u64,
     /// A coalesced flush is waiting to run ([`Telemetry::flush_soon`]).
     flush_pending: std::sync::atomic::AtomicBool,
+    /// Held while an export is being sent: one at a time, so a collector that never answers
+    /// holds one batch, not one per flush.
+    exporting: tokio::sync::Mutex<()>,
+    /// Exports the collector refused or that did not reach it, and the last one's status.
+    failures: ExportFailureCount,
     tracer: SdkTracer,
     // Kept so the tracer stays connected to its processor.
     _provider: SdkTracerProvider,
@@ -209,16 +266,64 @@ struct Inner {
 }
 
 impl Inner {
-    /// Sends one OTLP/HTTP protobuf export, with the configured headers; the answer is not read.
+    /// Exports every finished span as one batch, then the metrics; the caller holds `exporting`.
+    async fn export(&self) {
+        let batch = std::mem::take(&mut *self.queue.spans.lock().expect("span queue"));
+        if !batch.is_empty() {
+            self.post(&self.traces_endpoint, otlp::encode_traces(&self.resource, &batch)).await;
+        }
+        let (Some(endpoint), Some(export)) =
+            (&self.metrics_endpoint, self.metrics.export(&self.metrics_resource, self.started_ns, now_ns()))
+        else {
+            return;
+        };
+        use prost::Message;
+        self.post(endpoint, export.encode_to_vec()).await;
+    }
+
+    /// Sends one OTLP/HTTP protobuf export, with the configured headers; only the status is
+    /// read, and anything but a 2xx is counted as a failure.
     async fn post(&self, endpoint: &str, body: Vec<u8>) {
         let mut request = http::Request::post(endpoint).header(http::header::CONTENT_TYPE, "application/x-protobuf");
         for (name, value) in &self.headers {
             request = request.header(name.as_str(), value.as_str());
         }
         if let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(body))) {
-            let _ = crate::outbound::send(request, Duration::from_secs(10)).await;
+            match crate::outbound::send(request, Duration::from_secs(10)).await {
+                Ok(response) if response.status.is_success() => {}
+                Ok(response) => self.failures.count(Some(response.status)),
+                Err(_) => self.failures.count(None),
+            }
         }
     }
+}
+
+/// Failed exports since the process started: a wrong credential in `OTEL_EXPORTER_OTLP_HEADERS`
+/// otherwise only shows as an empty backend. Counted here, below the logger's layer; whatever
+/// holds a [`Telemetry`] and a logger can read [`Telemetry::export_failures`] and report it.
+#[derive(Debug, Default)]
+struct ExportFailureCount {
+    count: std::sync::atomic::AtomicU64,
+    /// The last failure's status code; 0 when it had none (no connection, a timeout).
+    last_status: std::sync::atomic::AtomicU16,
+}
+
+impl ExportFailureCount {
+    fn count(&self, status: Option<http::StatusCode>) {
+        use std::sync::atomic::Ordering;
+        self.last_status.store(status.map_or(0, |s| s.as_u16()), Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// [`Telemetry::export_failures`]: how many exports failed, and how the last one did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportFailures {
+    /// Exports answered with a status other than 2xx, or not answered at all.
+    pub count: u64,
+    /// The last failed export's status code, if it had one (`None`: no connection, a timeout,
+    /// or no failure yet).
+    pub last_status: Option<u16>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -235,7 +340,11 @@ impl Telemetry {
 
     /// A tracer exporting to `settings.traces_endpoint`. Connects nothing until the first flush.
     pub fn new(settings: &TelemetrySettings) -> Self {
-        let resource = Resource::builder().with_service_name(settings.service_name.clone()).build();
+        let resource = resource(settings);
+        let metrics_resource = opentelemetry_proto::transform::common::tonic::Attributes::from(
+            resource.iter().map(|(key, value)| KeyValue::new(key.clone(), value.clone())),
+        )
+        .0;
         let queue = Arc::new(SpanQueue::default());
         let provider = SdkTracerProvider::builder()
             .with_span_processor(QueueProcessor(queue.clone()))
@@ -248,10 +357,12 @@ impl Telemetry {
             traces_endpoint: settings.traces_endpoint.clone(),
             metrics_endpoint: settings.metrics_endpoint.clone(),
             headers: settings.headers.clone(),
-            service_name: settings.service_name.clone(),
             resource,
+            metrics_resource,
             started_ns: now_ns(),
             flush_pending: std::sync::atomic::AtomicBool::new(false),
+            exporting: tokio::sync::Mutex::new(()),
+            failures: ExportFailureCount::default(),
             tracer,
             _provider: provider,
             queue,
@@ -335,22 +446,24 @@ impl Telemetry {
         self.start("process jobs", SpanKind::Consumer, parent.as_ref(), link, Vec::new())
     }
 
-    /// Exports every finished span as one batch, then the metrics (cumulative). Export failures
-    /// are dropped (the next flush does not retry spans; metrics are cumulative anyway):
-    /// telemetry never holds up or fails a request.
+    /// Exports every finished span as one batch, then the metrics (cumulative), after the export
+    /// in flight if there is one (only one is sent at a time). Export failures are counted
+    /// ([`Telemetry::export_failures`]) and dropped (the next flush does not retry spans; metrics
+    /// are cumulative anyway): telemetry never holds up or fails a request.
     pub async fn flush(&self) {
         let Some(inner) = &self.0 else { return };
-        let batch = std::mem::take(&mut *inner.queue.spans.lock().expect("span queue"));
-        if !batch.is_empty() {
-            inner.post(&inner.traces_endpoint, otlp::encode_traces(&inner.resource, &batch)).await;
-        }
-        let (Some(endpoint), Some(export)) =
-            (&inner.metrics_endpoint, inner.metrics.export(&inner.service_name, inner.started_ns, now_ns()))
-        else {
-            return;
-        };
-        use prost::Message;
-        inner.post(endpoint, export.encode_to_vec()).await;
+        let _exporting = inner.exporting.lock().await;
+        inner.export().await;
+    }
+
+    /// Exports that failed since the process started (answered with a status other than 2xx,
+    /// or not answered), and the last one's status.
+    pub fn export_failures(&self) -> ExportFailures {
+        use std::sync::atomic::Ordering;
+        self.0.as_ref().map_or_else(ExportFailures::default, |inner| ExportFailures {
+            count: inner.failures.count.load(Ordering::Relaxed),
+            last_status: Some(inner.failures.last_status.load(Ordering::Relaxed)).filter(|status| *status != 0),
+        })
     }
 
     /// Records `value` in the histogram `name` (seconds) for `series`.
@@ -371,7 +484,9 @@ impl Telemetry {
     /// waiting: it runs [`FLUSH_EVERY`] after it was asked for, or as soon as a full batch
     /// ([`EXPORT_BATCH`] spans) is waiting, exporting everything finished by then. Under load that
     /// is one export a second or one per batch; a lone request's spans still leave within a
-    /// second of its response.
+    /// second of its response. If an export is still being sent by then, it sends nothing and
+    /// the spans wait, queued, for the next flush: at most one export is in flight, however
+    /// slow the collector, and a flush never waits for another.
     pub fn flush_soon(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         use std::sync::atomic::Ordering;
         let inner = self.0.as_ref()?;
@@ -384,8 +499,11 @@ impl Telemetry {
                 // A second, or less if a full batch is waiting.
                 let _ = tokio::time::timeout(FLUSH_EVERY, inner.queue.batch_ready.notified()).await;
                 inner.flush_pending.store(false, Ordering::Release);
+                // Waiting here instead would keep one flush (and its invocation) per second
+                // waiting behind a collector that does not answer.
+                let Ok(_exporting) = inner.exporting.try_lock() else { return };
+                inner.export().await;
             }
-            telemetry.flush().await;
         })
     }
 
@@ -486,6 +604,15 @@ impl SpanHandle {
             .then(|| format!("00-{}-{}-{:02x}", context.trace_id(), context.span_id(), context.trace_flags().to_u8()))
     }
 
+    /// This span's trace id (32 lowercase hex digits), sampled or not: what the request's log
+    /// line carries, so that the line leads to its trace.
+    pub fn trace_id(&self) -> Option<String> {
+        let traced = self.0.as_ref()?;
+        let span = traced.cx.span();
+        let context = span.span_context();
+        context.is_valid().then(|| context.trace_id().to_string())
+    }
+
     /// Runs `future` with this span current, so what it calls through the outbound client gets
     /// a CLIENT span under it and carries its `traceparent` onward. With tracing off, `future`
     /// runs as it is.
@@ -555,38 +682,53 @@ pub fn outbound_span(method: &str, host: &str) -> SpanHandle {
     telemetry.start(method.to_owned(), SpanKind::Client, Some(&current), None, attributes)
 }
 
-/// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
+/// The trace id of a valid `traceparent` value ([`traceparent_fields`]).
 pub fn trace_id_from(traceparent: &str) -> Option<&str> {
-    let mut parts = traceparent.split('-');
-    let (Some(version), Some(trace), Some(span), Some(flags), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    traceparent_fields(traceparent).map(|(trace, _, _)| trace)
+}
+
+/// The trace id, parent span id and flags of a `traceparent` valid under W3C Trace Context:
+/// `{version}-{32 hex}-{16 hex}-{2 hex}`, lowercase hex only, neither id all zero; version `ff`
+/// is invalid, version `00` is exactly those 55 characters, and a later version may carry more
+/// fields after the flags (`-` first), which are not read. [`trace_id_from`] (the log line's trace)
+/// and [`parse_traceparent`] (the span's parent) both read through this, so a value one takes the
+/// other takes too.
+fn traceparent_fields(traceparent: &str) -> Option<(&str, &str, &str)> {
+    let (head, rest) = (traceparent.get(..55)?, traceparent.get(55..)?);
+    let well_formed = head.bytes().enumerate().all(|(at, b)| match at {
+        2 | 35 | 52 => b == b'-',
+        _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+    });
+    if !well_formed {
         return None;
+    }
+    // Every byte of `head` is ASCII now, so these slices are on character boundaries.
+    let (version, trace, span, flags) = (&head[..2], &head[3..35], &head[36..52], &head[53..]);
+    let rest_allowed = match version {
+        "ff" => false,
+        "00" => rest.is_empty(),
+        _ => rest.is_empty() || rest.starts_with('-'),
     };
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2) && trace.bytes().any(|b| b != b'0'))
-        .then_some(trace)
+    let not_zero = |id: &str| id.bytes().any(|b| b != b'0');
+    (rest_allowed && not_zero(trace) && not_zero(span)).then_some((trace, span, flags))
 }
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A valid W3C `traceparent`'s span context (version 00; anything malformed is no parent).
+/// A valid W3C `traceparent`'s span context ([`traceparent_fields`]; anything else is no parent).
 fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
-    let trace = trace_id_from(traceparent)?;
-    let mut parts = traceparent.split('-');
-    let span = parts.nth(2)?;
-    let flags = u8::from_str_radix(parts.next()?, 16).ok()?;
-    let span_id = opentelemetry::trace::SpanId::from_hex(span).ok()?;
-    let context = SpanContext::new(
+    let (trace, span, flags) = traceparent_fields(traceparent)?;
+    // Checked hex already: none of these can fail.
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    Some(SpanContext::new(
         TraceId::from_hex(trace).ok()?,
-        span_id,
+        opentelemetry::trace::SpanId::from_hex(span).ok()?,
         TraceFlags::new(flags & 1),
         true,
         TraceState::default(),
-    );
-    context.is_valid().then_some(context)
+    ))
 }
 
 /// Finished spans between flushes.
@@ -611,7 +753,9 @@ impl SpanProcessor for QueueProcessor {
         let mut spans = self.0.spans.lock().expect("span queue");
         if spans.len() < MAX_QUEUED_SPANS {
             spans.push(span);
-            if spans.len() == EXPORT_BATCH {
+            // At every full batch, not only the first: a flush that found an export in flight
+            // left its batch queued, and the next full batch wakes the next flush.
+            if spans.len() % EXPORT_BATCH == 0 {
                 // Stored if no flush is waiting yet: the next one to wait starts at once.
                 self.0.batch_ready.notify_one();
             }
@@ -633,20 +777,160 @@ impl SpanProcessor for QueueProcessor {
 mod tests {
     use super::*;
 
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SPAN: &str = "00f067aa0ba902b7";
+
+    /// Whether `traceparent` is taken, checking that the log line's reading of it
+    /// ([`trace_id_from`]) and the span's ([`parse_traceparent`]) agree.
+    fn accepted(traceparent: &str) -> bool {
+        let logged = trace_id_from(traceparent);
+        let parent = parse_traceparent(traceparent);
+        assert_eq!(logged.map(str::to_owned), parent.map(|c| c.trace_id().to_string()), "{traceparent:?}");
+        logged.is_some()
+    }
+
     #[test]
-    fn parses_traceparent() {
-        assert_eq!(
-            trace_id_from("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
+    fn a_version_00_traceparent_is_exactly_55_characters() {
+        let valid = format!("00-{TRACE}-{SPAN}-01");
+        assert_eq!(trace_id_from(&valid), Some(TRACE));
+        assert!(accepted(&format!("00-{TRACE}-{SPAN}-00")), "not sampled");
+        let parent = parse_traceparent(&valid).unwrap();
+        assert!(parent.is_sampled() && parent.is_remote());
+        assert_eq!(parent.span_id().to_string(), SPAN);
         for bad in [
-            "",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            "00-x-y-z",
+            String::new(),
+            format!("00-{TRACE}-{SPAN}"),
+            format!("00-{TRACE}-{SPAN}-01-extra"),
+            format!("00-{TRACE}-{SPAN}-01-"),
+            format!("00-{TRACE}-{SPAN}-01 "),
+            format!("00-{TRACE}-{SPAN}-1"),
+            format!("00-{TRACE}0-{SPAN}-1"),
+            format!("00_{TRACE}-{SPAN}-01"),
+            "00-x-y-z".to_owned(),
         ] {
-            assert_eq!(trace_id_from(bad), None, "{bad}");
+            assert!(!accepted(&bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn version_ff_is_refused() {
+        assert!(!accepted(&format!("ff-{TRACE}-{SPAN}-01")));
+        assert!(!accepted(&format!("ff-{TRACE}-{SPAN}-01-extra")));
+    }
+
+    #[test]
+    fn a_later_version_may_carry_more_fields_after_the_flags() {
+        for later in [
+            format!("01-{TRACE}-{SPAN}-01"),
+            format!("01-{TRACE}-{SPAN}-01-what-comes-next"),
+            format!("cc-{TRACE}-{SPAN}-09-"),
+        ] {
+            assert!(accepted(&later), "{later:?}");
+        }
+        let parent = parse_traceparent(&format!("01-{TRACE}-{SPAN}-03-more")).unwrap();
+        assert!(parent.is_sampled(), "the flags are read");
+        // More is allowed only as fields of their own.
+        assert!(!accepted(&format!("01-{TRACE}-{SPAN}-01x")));
+        assert!(!accepted(&format!("01-{TRACE}-{SPAN}-01.more")));
+    }
+
+    #[test]
+    fn an_all_zero_trace_or_span_id_is_refused() {
+        let zeros = |n| "0".repeat(n);
+        assert!(!accepted(&format!("00-{}-{SPAN}-01", zeros(32))));
+        assert!(!accepted(&format!("00-{TRACE}-{}-01", zeros(16))));
+        assert!(!accepted(&format!("01-{TRACE}-{}-01-more", zeros(16))));
+    }
+
+    #[test]
+    fn only_lowercase_hex_is_taken() {
+        for bad in [
+            format!("00-{}-{SPAN}-01", TRACE.to_uppercase()),
+            format!("00-{TRACE}-{}-01", SPAN.to_uppercase()),
+            format!("0A-{TRACE}-{SPAN}-01"),
+            format!("00-{TRACE}-{SPAN}-0A"),
+            format!("00-{}g-{SPAN}-01", &TRACE[..31]),
+            // Not ASCII at all, with every field at its length in bytes.
+            format!("00-{}é-{SPAN}-01", &TRACE[..30]),
+        ] {
+            assert!(!accepted(&bad), "{bad:?}");
+        }
+    }
+
+    /// The log line takes its trace id from a `traceparent` exactly when the span takes it as
+    /// its parent: a value one reads and the other refuses gives the line a trace no span has.
+    #[test]
+    fn the_log_line_and_the_span_take_the_same_traceparents() {
+        for traceparent in [
+            format!("00-{TRACE}-{SPAN}-01"),
+            format!("00-{TRACE}-0000000000000000-01"),
+            format!("00-{TRACE}-{SPAN}-zz"),
+            format!("ff-{TRACE}-{SPAN}-01"),
+            format!("01-{TRACE}-{SPAN}-01-more"),
+        ] {
+            accepted(&traceparent);
+        }
+    }
+
+    /// Every full batch wakes a flush, not only the first: a flush that found an export in flight
+    /// leaves its batch queued, and the spans that follow must not wait for the next tick.
+    #[test]
+    fn every_full_batch_wakes_a_flush() {
+        use futures_util::FutureExt;
+        let telemetry = Telemetry::new(&settings(&[]));
+        let queue = &telemetry.0.as_ref().unwrap().queue;
+        let spans = |n: usize| {
+            for _ in 0..n {
+                telemetry.request_span("tools/list".into(), None, 0, Vec::new()).end();
+            }
+        };
+        spans(EXPORT_BATCH);
+        assert!(queue.batch_ready.notified().now_or_never().is_some(), "the first batch");
+        spans(EXPORT_BATCH - 1);
+        assert!(queue.batch_ready.notified().now_or_never().is_none(), "not a full batch more");
+        spans(1);
+        assert!(queue.batch_ready.notified().now_or_never().is_some(), "the second, the first still queued");
+    }
+
+    fn settings(vars: &[(&str, &str)]) -> TelemetrySettings {
+        let vars: std::collections::HashMap<&str, &str> = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")]
+            .into_iter()
+            .chain(vars.iter().copied())
+            .collect();
+        settings_from(&|name| vars.get(name).map(|v| (*v).to_owned())).unwrap().unwrap()
+    }
+
+    fn resource_of(settings: &TelemetrySettings) -> std::collections::HashMap<String, String> {
+        resource(settings).iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+    }
+
+    #[test]
+    fn the_resource_names_the_instance_and_carries_the_resource_attributes() {
+        let plain = settings(&[]);
+        let first = resource_of(&plain);
+        assert_eq!(first["service.name"], "vercel-mcp");
+        let id = &first["service.instance.id"];
+        assert_eq!((id.len(), &id[14..15]), (36, "4"), "a UUID v4: {id}");
+        assert_ne!(&resource_of(&plain)["service.instance.id"], id, "one per process, random");
+        assert!(first.contains_key("telemetry.sdk.name"));
+
+        let configured = settings(&[
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment.name=preview, team=a%2Cb,broken,service.name=from-attributes",
+            ),
+            ("OTEL_SERVICE_NAME", "from-service-name"),
+        ]);
+        let resource = resource_of(&configured);
+        assert_eq!(resource["deployment.environment.name"], "preview");
+        assert_eq!(resource["team"], "a,b", "values are percent-decoded");
+        assert_eq!(resource["service.name"], "from-service-name", "OTEL_SERVICE_NAME comes first");
+        assert!(resource.contains_key("service.instance.id"));
+        let named = settings(&[("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=pod-7,service.name=from-attributes")]);
+        let resource = resource_of(&named);
+        assert_eq!(
+            (resource["service.instance.id"].as_str(), resource["service.name"].as_str()),
+            ("pod-7", "from-attributes")
+        );
     }
 }

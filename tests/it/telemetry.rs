@@ -2,7 +2,9 @@
 //! decodes every export (protobuf) and the tests assert the span tree of a tool call, a failing
 //! tool call, an MRTR round trip, a caller's `traceparent`, and a job whose delivery (by a
 //! consumer with a tracer of its own, as another process has) links to the request that
-//! submitted it; and that no argument value or token reaches any attribute.
+//! submitted it; that no argument value or token reaches any attribute; that a request's log
+//! line names its span's trace; that one export at a time is in flight, its failures counted; and
+//! that spans and metrics name one resource.
 
 use crate::common;
 
@@ -32,6 +34,8 @@ pub(crate) struct Received {
     /// Each span's `service.name`, in the order of `spans`.
     pub span_services: Vec<String>,
     services: Vec<String>,
+    /// Each span batch's resource attributes.
+    span_resources: Vec<HashMap<String, String>>,
     metrics: Vec<opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest>,
 }
 
@@ -55,13 +59,9 @@ pub(crate) async fn receiver() -> (String, Arc<Mutex<Received>>) {
             assert_eq!(request.path(), "/v1/traces");
             let export = ExportTraceServiceRequest::decode(request.body).expect("an OTLP protobuf export");
             for resource in export.resource_spans {
-                let service = resource
-                    .resource
-                    .iter()
-                    .flat_map(|r| &r.attributes)
-                    .find(|a| a.key == "service.name")
-                    .and_then(|a| text(a.value.as_ref()?.value.as_ref()?))
-                    .unwrap_or_default();
+                let attributes = resource.resource.as_ref().map(|r| key_values(&r.attributes)).unwrap_or_default();
+                let service = attributes.get("service.name").cloned().unwrap_or_default();
+                received.span_resources.push(attributes);
                 for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
                     received.span_services.push(service.clone());
                     received.spans.push(span);
@@ -85,7 +85,11 @@ fn text(value: &Any) -> Option<String> {
 }
 
 pub(crate) fn attributes(span: &Span) -> HashMap<String, String> {
-    span.attributes.iter().filter_map(|a| Some((a.key.clone(), text(a.value.as_ref()?.value.as_ref()?)?))).collect()
+    key_values(&span.attributes)
+}
+
+fn key_values(attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> HashMap<String, String> {
+    attributes.iter().filter_map(|a| Some((a.key.clone(), text(a.value.as_ref()?.value.as_ref()?)?))).collect()
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -94,6 +98,11 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// Parts with tracing on (sampling everything) and authentication required.
 fn traced_parts(endpoint: &str, service: &str) -> Parts {
+    traced_parts_with(endpoint, service, &[])
+}
+
+/// [`traced_parts`], with `more` variables.
+fn traced_parts_with(endpoint: &str, service: &str, more: &[(&'static str, &str)]) -> Parts {
     let vars: HashMap<&str, String> = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
         ("OTEL_SERVICE_NAME", service.to_owned()),
@@ -104,6 +113,7 @@ fn traced_parts(endpoint: &str, service: &str) -> Parts {
         ("MCP_AUTH_ISSUER", ISSUER.to_owned()),
     ]
     .into_iter()
+    .chain(more.iter().map(|(name, value)| (*name, (*value).to_owned())))
     .collect();
     Parts::from_lookup(|name| vars.get(name).cloned(), Arc::new(SystemClock)).unwrap()
 }
@@ -463,7 +473,10 @@ async fn metrics_count_requests_tools_and_jobs() {
     assert_eq!(count(vercel_mcp::telemetry::JOBS_SUBMITTED, &[("mcp.job.result", "accepted")]), 1);
     assert_eq!(count(vercel_mcp::telemetry::JOB_DELIVERIES, &[("mcp.job.outcome", "done")]), 1);
     assert_eq!(count(vercel_mcp::telemetry::QUEUE_LAG, &[]), 1);
-    assert_eq!(export.resource_metrics[0].resource.as_ref().unwrap().attributes[0].key, "service.name");
+    assert_eq!(
+        key_values(&export.resource_metrics[0].resource.as_ref().unwrap().attributes)["service.name"],
+        "metered"
+    );
 }
 
 /// With Redis, the store's operations are CLIENT spans under whatever span made them: the job's
@@ -709,4 +722,194 @@ async fn a_store_read_while_serving_a_request_is_under_its_span() {
         "{:?}",
         reads.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
+}
+
+/// A request's log line carries its span's trace id: the trace its span began when the caller
+/// sent none, for a request served and one refused before its method was read, and the caller's
+/// `_meta.traceparent` when the header's is one W3C Trace Context refuses (an all-zero span id),
+/// as the span's parent is.
+#[tokio::test]
+async fn a_requests_log_line_names_its_spans_trace() {
+    let (endpoint, received) = receiver().await;
+    let mut parts = traced_parts(&endpoint, "correlated");
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    parts.log_sink = logs.clone();
+    let bearer = format!("Bearer {}", token(&parts, ""));
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server(), parts.endpoint()))).await;
+    let echo = json!({"name": "echo", "arguments": {"message": "hi"}});
+    let served = server.modern(json!(1), "tools/call", echo.clone()).header("Authorization", &bearer).send().await;
+    assert_eq!(served.status, 200);
+    assert_eq!(server.modern(json!(2), "tools/call", echo).send().await.status, 401, "no token");
+    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
+    let with_meta = json!({"name": "echo", "arguments": {"message": "hi"}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "traceparent": format!("00-{meta_trace}-b7ad6b7169203331-01")}});
+    let reply = server
+        .modern(json!(3), "tools/call", with_meta)
+        .header("Authorization", &bearer)
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01")
+        .send()
+        .await;
+    assert_eq!(reply.status, 200);
+    parts.telemetry.flush().await;
+
+    let lines: Vec<String> = logs
+        .lines()
+        .iter()
+        .filter(|line| line["event"] == "request")
+        .map(|line| line["traceId"].as_str().expect("a trace id").to_owned())
+        .collect();
+    let received = received.lock().unwrap();
+    let spans: Vec<String> = received.spans.iter().filter(|s| s.kind == 2).map(|s| hex(&s.trace_id)).collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines, spans, "each request's line names its span's trace");
+    assert_ne!(lines[0], lines[1]);
+    assert_eq!(lines[2], meta_trace);
+}
+
+/// The body of the one HTTP/1.1 request (sent with a `Content-Length`) arriving on `stream`.
+async fn request_body(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut raw = Vec::new();
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .expect("a Content-Length")
+                .trim()
+                .parse()
+                .unwrap();
+            if raw.len() >= end + 4 + length {
+                return raw[end + 4..end + 4 + length].to_vec();
+            }
+        }
+        let read = stream.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the request ended early");
+        raw.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// At most one export is in flight. Against a collector that takes connections and never
+/// answers, a flush while the first export waits sends nothing and ends at once; the spans it
+/// found stay queued (up to the queue's bound) and go with the next flush once the first has
+/// failed, which is counted.
+#[tokio::test]
+async fn one_export_at_a_time_to_a_collector_that_never_answers() {
+    use vercel_mcp::telemetry::ExportFailures;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted, mut connections) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        // Held, never answered.
+        while let Ok((stream, _)) = listener.accept().await {
+            if accepted.send(stream).is_err() {
+                break;
+            }
+        }
+    });
+    let parts = traced_parts(&format!("http://{addr}"), "stalled");
+    let telemetry = parts.telemetry.clone();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let spans = |n: usize| {
+        for _ in 0..n {
+            telemetry.request_span("tools/list".into(), None, now_ms, Vec::new()).end();
+        }
+    };
+    let bound = std::time::Duration::from_secs(5);
+    // A full batch: the flush starts at once.
+    spans(1024);
+    let first = tokio::spawn(telemetry.flush_soon().expect("the first flush"));
+    let stalled = tokio::time::timeout(bound, connections.recv()).await.expect("the first export connects").unwrap();
+    for _ in 0..4 {
+        spans(1024);
+        let later = telemetry.flush_soon().expect("the first flush is past its wait: the next may be asked for");
+        tokio::time::timeout(bound, later).await.expect("a flush during an export ends without sending");
+    }
+    assert!(connections.try_recv().is_err(), "one export connection at a time");
+    spans(1024);
+    assert_eq!(telemetry.dropped_spans(), 1024, "4096 spans queued behind the stalled export, the rest dropped");
+    assert_eq!(telemetry.export_failures(), ExportFailures::default(), "nothing has failed yet");
+
+    // The collector drops the first export's connection: that export fails, and the next flush
+    // sends what waited.
+    drop(stalled);
+    tokio::time::timeout(bound, first).await.expect("the first export ends").unwrap();
+    assert_eq!(telemetry.export_failures(), ExportFailures { count: 1, last_status: None });
+    let next = tokio::spawn({
+        let telemetry = telemetry.clone();
+        async move { telemetry.flush().await }
+    });
+    let mut stream = tokio::time::timeout(bound, connections.recv()).await.expect("the next export").unwrap();
+    let body = tokio::time::timeout(bound, request_body(&mut stream)).await.expect("the whole export");
+    let export = ExportTraceServiceRequest::decode(body.as_slice()).expect("an OTLP protobuf export");
+    let sent: usize = export.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum();
+    assert_eq!(sent, 4096, "every queued span");
+    drop(stream);
+    tokio::time::timeout(bound, next).await.expect("the next export ends").unwrap();
+    assert_eq!(telemetry.export_failures().count, 2);
+}
+
+/// A collector refusing exports (a wrong credential in `OTEL_EXPORTER_OTLP_HEADERS`) is
+/// noticed: each refused export is counted with its status; a 2xx is no failure.
+#[tokio::test]
+async fn refused_exports_are_counted_with_their_status() {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use vercel_mcp::telemetry::ExportFailures;
+    let status = Arc::new(AtomicU16::new(200));
+    let answer = status.clone();
+    let addr = common::upstream::serve(move |_| {
+        let status = answer.load(Ordering::SeqCst);
+        async move { (status, Bytes::new()) }
+    })
+    .await;
+    let parts = traced_parts(&format!("http://{addr}"), "refused");
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let export_one = || async {
+        parts.telemetry.request_span("tools/list".into(), None, now_ms, Vec::new()).end();
+        parts.telemetry.flush().await;
+    };
+    export_one().await;
+    assert_eq!(parts.telemetry.export_failures(), ExportFailures::default(), "accepted");
+    status.store(401, Ordering::SeqCst);
+    export_one().await;
+    assert_eq!(parts.telemetry.export_failures(), ExportFailures { count: 1, last_status: Some(401) });
+    status.store(503, Ordering::SeqCst);
+    export_one().await;
+    assert_eq!(parts.telemetry.export_failures(), ExportFailures { count: 2, last_status: Some(503) });
+}
+
+/// Spans and metrics name one resource: `OTEL_RESOURCE_ATTRIBUTES`, the service, and a
+/// `service.instance.id` of the process's own, so two instances' cumulative metrics are two
+/// series.
+#[tokio::test]
+async fn spans_and_metrics_name_one_resource_with_the_instance() {
+    let (endpoint, received) = receiver().await;
+    let attributes = [("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=preview,team=mcp")];
+    let instances = [
+        traced_parts_with(&endpoint, "resourced", &attributes),
+        traced_parts_with(&endpoint, "resourced", &attributes),
+    ];
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    for parts in &instances {
+        parts.telemetry.request_span("tools/list".into(), None, now_ms, Vec::new()).end();
+        parts.telemetry.add(vercel_mcp::telemetry::JOBS_SUBMITTED, vec![("mcp.job.result", "accepted".into())], 1);
+        parts.telemetry.flush().await;
+    }
+    let received = received.lock().unwrap();
+    assert_eq!((received.span_resources.len(), received.metrics.len()), (2, 2));
+    let mut ids = Vec::new();
+    for (spans, metrics) in received.span_resources.iter().zip(&received.metrics) {
+        let metrics = key_values(&metrics.resource_metrics[0].resource.as_ref().unwrap().attributes);
+        assert_eq!(spans, &metrics, "the same resource");
+        assert_eq!(
+            (metrics["service.name"].as_str(), metrics["deployment.environment.name"].as_str()),
+            ("resourced", "preview")
+        );
+        assert_eq!(metrics["team"], "mcp");
+        ids.push(metrics["service.instance.id"].clone());
+    }
+    assert_ne!(ids[0], ids[1], "each instance its own id");
 }
