@@ -99,8 +99,19 @@ impl Routes {
             let worker = tokio::spawn(stream.clone().work(consumer.clone()));
             self.workers.lock().expect("workers lock").push(worker);
         }
-        // Spans are exported every second, or at once when a full batch is waiting.
-        self.mcp.telemetry().flush_periodically(crate::telemetry::FLUSH_EVERY);
+        // Spans are exported every second, or at once when a full batch is waiting; exports that
+        // failed are logged, a line a minute at most.
+        let telemetry = self.mcp.telemetry().clone();
+        telemetry.flush_periodically(crate::telemetry::FLUSH_EVERY);
+        if telemetry.is_on() {
+            let logger = self.mcp.logger.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(crate::telemetry::FLUSH_EVERY).await;
+                    crate::observe::report_export_failures(&logger, &telemetry);
+                }
+            });
+        }
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance

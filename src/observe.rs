@@ -666,6 +666,21 @@ impl RequestRecord {
     }
 }
 
+/// Logs the trace exports that failed since the last such line, at most one a minute: a
+/// `telemetry.export_failed` warning with how many and the last status (never the endpoint or
+/// its headers, which carry the backend's credential). A wrong `OTEL_EXPORTER_OTLP_HEADERS`
+/// otherwise shows only as an empty backend. The edges call it after each flush.
+pub fn report_export_failures(logger: &Logger, telemetry: &crate::telemetry::Telemetry) {
+    const EVERY_MS: u64 = 60_000;
+    if let Some(failed) = telemetry.unreported_export_failures(logger.clock.now_ms(), EVERY_MS) {
+        logger.event(
+            "warn",
+            "telemetry.export_failed",
+            json!({ "failures": failed.count, "lastStatus": failed.last_status }),
+        );
+    }
+}
+
 thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
     static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

@@ -12,14 +12,14 @@ use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
 use crate::observe::{LogSink, Logger};
-use crate::state::background::{Keeper, KeptBody};
+use crate::state::background::{Keeper, Kept, KeptBody};
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
 
 /// Runs a Vercel Function whose requests (bodies buffered up to `max_body`) go to `handler`.
-/// With tracing on, spans are exported after the response, through the runtime's `wait_until`
-/// (coalesced: one waiting at a time, a second later or at a full batch): the response does not wait, and the instance is not
-/// frozen before they are sent.
+/// With tracing on, spans are exported once everything the request started has ended, through
+/// the runtime's `wait_until` (coalesced: one waiting at a time, a second later or at a full
+/// batch): the response does not wait, and the instance is not frozen before they are sent.
 ///
 /// A body the function refuses (over `max_body`, or broken) is answered here, and has its request
 /// line written with `logger`.
@@ -50,7 +50,7 @@ where
             // invocation open until it ends, so the instance is not frozen in the middle of it.
             // A stream's work runs as its body is read, after the head: kept the same way.
             let keeper_state = state.clone();
-            let keeper: Keeper = Arc::new(move |work| keeper_state.wait_until(work));
+            let (keeper, all_ended) = request_keeper(move |work| keeper_state.wait_until(work), telemetry.is_on());
             let served = crate::state::background::keeping(keeper.clone(), served);
             let response = if bridged {
                 let sink: Arc<dyn LogSink> = Arc::new(RequestLog(state.log_context.clone()));
@@ -58,8 +58,17 @@ where
             } else {
                 served.await
             };
-            if let Some(flush) = telemetry.flush_soon() {
-                state.wait_until(flush);
+            // Spans are exported once everything the request started has ended (its stream's body
+            // too, and a task round it left running), so none waits for another request's flush.
+            if let Some(all_ended) = all_ended {
+                let (telemetry, logger) = (telemetry.clone(), logger.clone());
+                state.wait_until(async move {
+                    let _ = all_ended.await;
+                    if let Some(flush) = telemetry.flush_soon() {
+                        flush.await;
+                    }
+                    crate::observe::report_export_failures(&logger, &telemetry);
+                });
             }
             Ok::<Response<ResponseBody>, Error>(response.map(|body| {
                 let body = body.map_err(|never| match never {});
@@ -72,6 +81,25 @@ where
         }
     }))
     .await
+}
+
+/// One request's keeper, handing what the request leaves running to `wait_until`; and, when
+/// `tracing`, a signal that fires once the keeper is gone, which is when the response's body and
+/// every piece of work kept under it have ended (each holds the keeper until then).
+fn request_keeper(
+    wait_until: impl Fn(Kept) + Send + Sync + 'static,
+    tracing: bool,
+) -> (Keeper, Option<tokio::sync::oneshot::Receiver<()>>) {
+    if !tracing {
+        return (Arc::new(wait_until), None);
+    }
+    // Never sent on: dropped with the last keeper, which wakes the receiver.
+    let (alive, all_ended) = tokio::sync::oneshot::channel::<()>();
+    let keeper: Keeper = Arc::new(move |work| {
+        let _alive = &alive;
+        wait_until(work)
+    });
+    (keeper, Some(all_ended))
 }
 
 /// Log lines of one request, sent through the runtime's request-tagged log channel at the level
@@ -199,5 +227,31 @@ fn run_jobs_in_process(parts: &Parts) {
     // Off Vercel with Redis, the process reads the stream, as every instance of the local run does.
     if let Some(stream) = &parts.jobs.stream_queue {
         tokio::spawn(stream.clone().work(Arc::new(crate::consumer(parts))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// With tracing on, the signal waits for the request's body and for the work it kept (each
+    /// holds the keeper), then fires; with tracing off there is none.
+    #[tokio::test]
+    async fn spans_wait_for_everything_the_request_started() {
+        let held: Arc<Mutex<Vec<Kept>>> = Arc::default();
+        let into = held.clone();
+        let (keeper, all_ended) = request_keeper(move |work| into.lock().unwrap().push(work), true);
+        let mut all_ended = all_ended.expect("a signal when tracing");
+        crate::state::background::keeping(keeper.clone(), async { crate::state::background::spawn(async {}) }).await;
+        let body = keeper; // a stream's body holds the keeper as it is read
+        use tokio::sync::oneshot::error::TryRecvError;
+        assert_eq!(all_ended.try_recv(), Err(TryRecvError::Empty), "the body is being read");
+        drop(body);
+        assert_eq!(all_ended.try_recv(), Err(TryRecvError::Empty), "the kept work has not run");
+        let work = held.lock().unwrap().pop().expect("the spawned work was kept");
+        work.await;
+        assert!(all_ended.await.is_err(), "fired: the sender is gone with the last keeper");
+        assert!(request_keeper(|_| {}, false).1.is_none());
     }
 }

@@ -306,6 +306,9 @@ struct ExportFailureCount {
     count: std::sync::atomic::AtomicU64,
     /// The last failure's status code; 0 when it had none (no connection, a timeout).
     last_status: std::sync::atomic::AtomicU16,
+    /// How many of them were reported, and when the last report was (ms since the epoch).
+    reported: std::sync::atomic::AtomicU64,
+    reported_at_ms: std::sync::atomic::AtomicU64,
 }
 
 impl ExportFailureCount {
@@ -464,6 +467,24 @@ impl Telemetry {
             count: inner.failures.count.load(Ordering::Relaxed),
             last_status: Some(inner.failures.last_status.load(Ordering::Relaxed)).filter(|status| *status != 0),
         })
+    }
+
+    /// The failures since the last report, when there are some and the last report is at least
+    /// `interval_ms` old (by `now_ms`): one caller in any number gets them, and they count as
+    /// reported. What an edge logs, so a refusing collector makes one line a minute, not one a
+    /// request.
+    pub fn unreported_export_failures(&self, now_ms: u64, interval_ms: u64) -> Option<ExportFailures> {
+        use std::sync::atomic::Ordering;
+        let failures = &self.0.as_ref()?.failures;
+        let (count, reported) = (failures.count.load(Ordering::Relaxed), failures.reported.load(Ordering::Relaxed));
+        let last = failures.reported_at_ms.load(Ordering::Relaxed);
+        if count <= reported || (last != 0 && now_ms < last.saturating_add(interval_ms)) {
+            return None;
+        }
+        failures.reported_at_ms.compare_exchange(last, now_ms.max(1), Ordering::AcqRel, Ordering::Relaxed).ok()?;
+        failures.reported.store(count, Ordering::Relaxed);
+        let last_status = Some(failures.last_status.load(Ordering::Relaxed)).filter(|status| *status != 0);
+        Some(ExportFailures { count: count - reported, last_status })
     }
 
     /// Records `value` in the histogram `name` (seconds) for `series`.

@@ -881,6 +881,44 @@ async fn refused_exports_are_counted_with_their_status() {
     assert_eq!(parts.telemetry.export_failures(), ExportFailures { count: 2, last_status: Some(503) });
 }
 
+/// Failed exports are logged, at most a line a minute whatever the traffic, with how many and
+/// the last status; never the endpoint or the credential its headers carry.
+#[tokio::test]
+async fn failed_exports_are_logged_a_line_a_minute_at_most() {
+    let addr = common::upstream::serve(|_| async { (401u16, Bytes::new()) }).await;
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(1_800_000_000_000));
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let parts = traced_parts(&format!("http://{addr}"), "reported");
+    // The logger's clock decides the minute.
+    let sealer = vercel_mcp::state::Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+    let logger = vercel_mcp::observe::Logger::new(logs.clone(), sealer, parts.random.clone());
+    let export_one = || async {
+        parts.telemetry.request_span("tools/list".into(), None, 1_800_000_000_000, Vec::new()).end();
+        parts.telemetry.flush().await;
+    };
+    let reported = || logs.lines().into_iter().filter(|l| l["event"] == "telemetry.export_failed").collect::<Vec<_>>();
+    vercel_mcp::observe::report_export_failures(&logger, &parts.telemetry);
+    assert!(reported().is_empty(), "nothing failed yet");
+    export_one().await;
+    export_one().await;
+    vercel_mcp::observe::report_export_failures(&logger, &parts.telemetry);
+    let lines = reported();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(
+        (&lines[0]["level"], &lines[0]["failures"], &lines[0]["lastStatus"]),
+        (&json!("warn"), &json!(2), &json!(401))
+    );
+    assert!(!logs.raw().concat().contains(&addr.to_string()), "no endpoint in the line");
+    export_one().await;
+    vercel_mcp::observe::report_export_failures(&logger, &parts.telemetry);
+    assert_eq!(reported().len(), 1, "within the minute, no second line");
+    clock.advance_ms(60_000);
+    vercel_mcp::observe::report_export_failures(&logger, &parts.telemetry);
+    let lines = reported();
+    assert_eq!(lines.len(), 2, "a minute later, the failure since");
+    assert_eq!(lines[1]["failures"], 1);
+}
+
 /// Spans and metrics name one resource: `OTEL_RESOURCE_ATTRIBUTES`, the service, and a
 /// `service.instance.id` of the process's own, so two instances' cumulative metrics are two
 /// series.
