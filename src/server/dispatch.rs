@@ -252,13 +252,22 @@ impl McpServer {
             }
             let span = ctx.span.execute_tool_span(name);
             let started = std::time::Instant::now();
-            let outcome = span.in_context((tool.handler)(ctx, arguments.as_ref())).await;
-            let said = crate::handler::mark_tool_span(&span, &outcome);
+            let handled = crate::handler::catch_unwind(span.in_context((tool.handler)(ctx, arguments.as_ref()))).await;
+            let said = match &handled {
+                Ok(outcome) => crate::handler::mark_tool_span(&span, outcome),
+                Err(_) => {
+                    span.fail("panic");
+                    "panic"
+                }
+            };
             span.end();
             if let Some(telemetry) = span.telemetry() {
                 let series = vec![("gen_ai.tool.name", name.to_owned().into()), ("mcp.outcome", said.into())];
                 telemetry.record(crate::telemetry::TOOL_DURATION, series, started.elapsed());
             }
+            // Its span ended and its duration counted, the panic goes on to the request's
+            // containment, which logs where it happened and answers with a correlation id.
+            let outcome = handled.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             match outcome {
                 Ok(Outcome::Complete(result)) => {
                     if let (Some(schema), false) = (&tool.output_schema, result.is_error) {

@@ -154,6 +154,12 @@ fn server() -> McpServer {
     server.tool(ToolDef::new("fail").description("Fails."), |_, _: NoArguments| async {
         Err::<String, _>(ToolError::Execution("no".into()))
     });
+    server.tool(ToolDef::new("boom").description("Panics."), |_, _: NoArguments| async {
+        if std::hint::black_box(true) {
+            panic!("a bug in the tool");
+        }
+        "unreachable"
+    });
     server.tool(ToolDef::new("confirm").description("Asks first."), |ctx, _: NoArguments| async move {
         if ctx.input_response("ok").is_some() {
             return Outcome::Complete(CallToolResult::text("confirmed"));
@@ -187,6 +193,7 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
         CANARY_ARGUMENT
     );
     assert!(client.call_tool("fail", json!({})).await.unwrap().is_error);
+    assert!(matches!(client.call_tool("boom", json!({})).await, Err(ClientError::Rpc { code: -32603, .. })));
     assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
     assert!(matches!(client.call_tool("nope", json!({})).await, Err(ClientError::Rpc { code: -32602, .. })));
     for uri in ["notes://welcome".to_owned(), format!("notes://{CANARY_ARGUMENT}")] {
@@ -224,6 +231,11 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     assert_eq!(attributes(failed[0])["error.type"], "tool_error");
     assert_eq!(failed[0].status.as_ref().map(|s| s.code), Some(2), "status ERROR");
     assert_eq!(attributes(named("execute_tool fail")[0])["error.type"], "tool_error");
+    // A tool that panics: its span says so (it did not just end unmarked), and the request is
+    // answered with the contained panic's -32603.
+    let boom = named("execute_tool boom");
+    assert_eq!(attributes(boom[0])["error.type"], "panic");
+    assert_eq!(boom[0].status.as_ref().map(|s| s.code), Some(2), "status ERROR");
 
     // The MRTR round trip: two requests, the first one asking.
     let rounds = named("tools/call confirm");
