@@ -154,9 +154,21 @@ impl McpServer {
     pub fn initialize(&self, requested: Option<&str>) -> Value {
         use crate::protocol::LEGACY_VERSIONS;
         let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
+        // What the stateless 2025 path can deliver: it keeps no stream open (GET is 405), so no
+        // list change or resource update ever reaches a 2025 client, and the tasks extension is a
+        // 2026-07-28 one. Subscribing is still answered (clients call it regardless).
+        let mut capabilities = self.capabilities();
+        capabilities.as_object_mut().expect("capabilities are an object").remove("extensions");
+        for (_, capability) in capabilities.as_object_mut().expect("capabilities are an object").iter_mut() {
+            for promise in ["listChanged", "subscribe"] {
+                if let Some(value) = capability.get_mut(promise) {
+                    *value = Value::Bool(false);
+                }
+            }
+        }
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": self.capabilities(),
+            "capabilities": capabilities,
             "serverInfo": self.info,
         });
         if let Some(instructions) = &self.instructions {

@@ -19,6 +19,15 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
     assert_eq!(result["protocolVersion"], "2025-06-18");
     assert_eq!(result["serverInfo"], json!({"name": "test-server", "version": "9.9.9"}));
     assert!(result["capabilities"]["tools"].is_object());
+    // Only what the stateless path delivers: no stream carries a list change or a resource update.
+    let capabilities = result["capabilities"].as_object().unwrap();
+    for (name, capability) in capabilities {
+        for promise in ["listChanged", "subscribe"] {
+            assert_ne!(capability.get(promise), Some(&json!(true)), "{name}.{promise}: {capabilities:?}");
+        }
+    }
+    assert_eq!(capabilities["tools"]["listChanged"], false);
+    assert!(!capabilities.contains_key("extensions"), "the tasks extension is 2026-07-28's");
     assert!(result.get("resultType").is_none());
     let session = reply.header("mcp-session-id").expect("a session id").to_owned();
     assert!(session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
