@@ -155,6 +155,8 @@ impl McpServer {
                 .ok_or_else(|| McpError::invalid_params("taskIds must be strings"))?,
             Some(_) => return Err(McpError::invalid_params("taskIds must be an array of at most 256 ids")),
         };
+        // Each at most once: a stream's catch-up reads each task once, however often it is named.
+        let (uris, task_ids) = (once_each(uris), once_each(task_ids));
         let resources = !self.resources.is_empty() || !self.templates.is_empty();
         Ok(Filter {
             tools: flag("toolsListChanged")? && !self.tools.is_empty(),
@@ -189,7 +191,11 @@ impl McpServer {
             &json!({ "_meta": tag, "notifications": filter.to_json() }),
         );
         outbox.send(StreamEvent::Notification(ack)).await.ok()?;
-        let deadline = tokio::time::sleep(limits.max_duration);
+        // The deadline bounds the reads a delivery or a catch-up makes too (a store that answers
+        // slowly, many tasks): past it, the stream ends with its result before the function's
+        // maxDuration would cut it.
+        let ends_at = tokio::time::Instant::now() + limits.max_duration;
+        let deadline = tokio::time::sleep_until(ends_at);
         tokio::pin!(deadline);
         // Armed when a task could not be read for the stream (the store failed): it catches up
         // again a second later, so a task's final state is not lost to a store blip. Also armed,
@@ -206,21 +212,21 @@ impl McpServer {
                 _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
                 change = changes.recv() => match change {
                     Ok(event) if filter.wants(&event) => {
-                        let all_read = self.deliver(ctx, &event, &tag, outbox).await.ok()?;
-                        unread_armed |= retry_unread(unread.as_mut(), all_read);
+                        let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox)).await else { break };
+                        unread_armed |= retry_unread(unread.as_mut(), delivered.ok()?);
                     }
                     Ok(_) => {}
                     // The bus moved on before this stream read some changes (the client reads
                     // slowly, or many changes came at once), and which ones is unknown.
                     Err(RecvError::Lagged(_)) => {
-                        let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
-                        unread_armed |= retry_unread(unread.as_mut(), all_read);
+                        let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
+                        unread_armed |= retry_unread(unread.as_mut(), caught_up.ok()?);
                     }
                     Err(RecvError::Closed) => break,
                 },
                 () = &mut unread, if unread_armed => {
-                    let all_read = self.catch_up(ctx, &filter, &tag, outbox).await.ok()?;
-                    unread_armed = retry_unread(unread.as_mut(), all_read);
+                    let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
+                    unread_armed = retry_unread(unread.as_mut(), caught_up.ok()?);
                 },
                 // The bus lost its link to the other instances for a while: what they changed
                 // meanwhile never arrived.
@@ -298,6 +304,12 @@ impl McpServer {
     }
 }
 
+/// `items` without repeats, in their first order.
+fn once_each(items: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    items.into_iter().filter(|item| seen.insert(item.clone())).collect()
+}
+
 /// How long after a reconnect the streams of an instance spread their catch-ups over.
 const RECONNECT_SPREAD: Duration = Duration::from_secs(1);
 
@@ -338,6 +350,66 @@ fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A catch-up that cannot finish before the stream's deadline (a store answering slowly,
+    /// many tasks) does not hold the stream past it: the result comes at the deadline. A task
+    /// named twice is read once.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_catch_up_ends_at_the_deadline_and_reads_each_task_once() {
+        use crate::state::{ChangeBus, LocalBus, ManualClock, SeededRandom};
+        use crate::store::StoreFuture;
+        use crate::tasks::{TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        /// Answers every read after two seconds, with nothing.
+        #[derive(Default)]
+        struct Slow(AtomicUsize);
+        impl TaskStore for Slow {
+            fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                Box::pin(async { Ok(Ok(())) })
+            }
+            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(None)
+                })
+            }
+            fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                Box::pin(async { Ok(false) })
+            }
+        }
+        let store = Arc::new(Slow::default());
+        let bus = Arc::new(LocalBus::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let tasks = TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), bus.clone());
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(Arc::new(tasks));
+        let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
+        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus.clone());
+        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        let (outbox, _events) = crate::body::outbox::channel(1024);
+        ctx.outbox = Some(outbox);
+        // A hundred tasks, each named twice: a catch-up of a hundred two-second reads.
+        let named: Vec<String> = (0..200).map(|n| format!("task-{}", n % 100)).collect();
+        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
+        let filter = server.listen_filter(&ctx, &params).unwrap();
+        assert_eq!(filter.task_ids.len(), 100, "each task once");
+        let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
+        // More changes than the bus keeps, at once: the stream falls behind and catches up.
+        let lagging = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            for _ in 0..300 {
+                bus.publish(ChangeEvent::TaskChanged { owner: alice.id().to_owned(), task_id: "task-1".into() });
+            }
+        };
+        let started = tokio::time::Instant::now();
+        let (result, ()) = tokio::join!(server.listen(&ctx, filter, limits), lagging);
+        assert!(result.is_some(), "the stream ends with its result");
+        assert!(started.elapsed() <= Duration::from_secs(31), "ended at {:?}", started.elapsed());
+        let reads = store.0.load(Ordering::SeqCst);
+        assert!((1..=16).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
+    }
 
     #[test]
     fn a_full_listen_cap_is_a_429_naming_it() {
