@@ -293,7 +293,7 @@ impl CompiledSchema {
     /// Checks `value`, as JSON Schema 2020-12 says. Returns the first violation as
     /// `path: problem`.
     pub fn validate(&self, value: &Value) -> Result<(), String> {
-        Validator { schema: self, lenient_root: false }.check(0, value, &mut String::new(), 0)
+        Validator::new(self, false, value).check(0, value, &mut String::new(), 0)
     }
 
     /// [`CompiledSchema::validate`] for a tool's arguments: the top-level members that
@@ -302,7 +302,13 @@ impl CompiledSchema {
     /// `principal` is ignored rather than an error. Everything else, nested
     /// `additionalProperties` included, is checked as `validate` checks it.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), String> {
-        Validator { schema: self, lenient_root: true }.check(0, arguments, &mut String::new(), 0)
+        Validator::new(self, true, arguments).check(0, arguments, &mut String::new(), 0)
+    }
+
+    /// Whether `node` pins its value to a constant or a list of values (checked first among an
+    /// object's members).
+    fn is_decisive(&self, node: NodeId) -> bool {
+        matches!(&self.nodes[node], Node::Checks(checks) if checks.constant.is_some() || checks.enumeration.is_some())
     }
 
     /// Whether [`CompiledSchema::known_arguments`] drops the top-level member `name`: the root
@@ -356,6 +362,34 @@ struct Validator<'a> {
     /// Top-level members that will be stripped are not checked (see
     /// [`CompiledSchema::validate_arguments`]).
     lenient_root: bool,
+    /// Checks left: a value is given a number in proportion to its size, so that no schema
+    /// (alternatives that each walk the same nested value, say) makes checking it cost more than
+    /// a fixed multiple of reading it. Past it, the value is refused as too complex.
+    budget: std::cell::Cell<u64>,
+}
+
+/// Checks a value may take per node it has (see [`Validator::budget`]), and a floor.
+const CHECKS_PER_NODE: u64 = 32;
+const CHECKS_FLOOR: u64 = 1024;
+
+fn too_complex(path: &str) -> String {
+    format!("{}: too complex to check against its schema", at(path))
+}
+
+/// How many values `value` holds, itself included.
+fn nodes_of(value: &Value) -> u64 {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nodes_of).sum::<u64>(),
+        Value::Object(members) => 1 + members.values().map(nodes_of).sum::<u64>(),
+        _ => 1,
+    }
+}
+
+impl<'a> Validator<'a> {
+    fn new(schema: &'a CompiledSchema, lenient_root: bool, value: &Value) -> Self {
+        let budget = nodes_of(value).saturating_mul(CHECKS_PER_NODE).saturating_add(CHECKS_FLOOR);
+        Self { schema, lenient_root, budget: std::cell::Cell::new(budget) }
+    }
 }
 
 fn type_name(value: &Value) -> &'static str {
@@ -419,10 +453,21 @@ fn at(path: &str) -> &str {
 }
 
 impl Validator<'_> {
+    /// An alternative's refusal, unless the budget ran out while its branches were tried: then
+    /// it is that, whatever the branches would have said.
+    fn or_too_complex(&self, path: &str, refusal: &str) -> String {
+        if self.budget.get() == 0 { too_complex(path) } else { format!("{}: {refusal}", at(path)) }
+    }
+
     fn check(&self, node: NodeId, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(format!("{}: schema nesting too deep", at(path)));
         }
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(too_complex(path));
+        }
+        self.budget.set(left - 1);
         let checks = match &self.schema.nodes[node] {
             Node::Anything => return Ok(()),
             Node::Nothing => return Err(format!("{}: no value is allowed here", at(path))),
@@ -477,19 +522,23 @@ impl Validator<'_> {
         }
         if let Some(any) = &checks.any_of {
             if !any.iter().any(|&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()) {
-                return Err(format!("{}: does not match any allowed shape", at(path)));
+                return Err(self.or_too_complex(path, "does not match any allowed shape"));
             }
         }
         if let Some(one) = &checks.one_of {
+            // A second match settles it: the rest need not be walked.
             let matches =
-                one.iter().filter(|&&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).count();
+                one.iter().filter(|&&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).take(2).count();
             if matches != 1 {
-                return Err(format!("{}: must match exactly one allowed shape", at(path)));
+                return Err(self.or_too_complex(path, "must match exactly one allowed shape"));
             }
         }
         if let Some(not) = checks.not {
-            if self.check(not, value, &mut path.clone(), depth + 1).is_ok() {
-                return Err(format!("{}: matches a forbidden shape", at(path)));
+            match self.check(not, value, &mut path.clone(), depth + 1) {
+                Ok(()) => return Err(format!("{}: matches a forbidden shape", at(path))),
+                // A branch cut short by the budget says nothing: the value is refused for it.
+                Err(_) if self.budget.get() == 0 => return Err(too_complex(path)),
+                Err(_) => {}
             }
         }
         Ok(())
@@ -583,9 +632,17 @@ impl Validator<'_> {
             checked
         };
         if let Some(properties) = &checks.properties {
-            for (name, sub) in properties {
-                if let Some(child) = object.get(name) {
-                    check_member(name, *sub, child)?;
+            // Members whose schema is a constant or a list of values first: they are cheap, and
+            // they decide most alternatives (a tagged enum's tag), so a `oneOf` branch that does
+            // not match fails before its other members are walked. In name order alone, nested
+            // tagged unions cost time exponential in their depth.
+            for decisive in [true, false] {
+                for (name, sub) in properties {
+                    if self.schema.is_decisive(*sub) == decisive {
+                        if let Some(child) = object.get(name) {
+                            check_member(name, *sub, child)?;
+                        }
+                    }
                 }
             }
         }
@@ -680,6 +737,53 @@ fn decode_fragment(fragment: &str) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A filter language, as a fork might take one: a tagged union nested in itself.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[serde(tag = "type")]
+    #[allow(dead_code)]
+    enum Filter {
+        And { filters: Vec<Filter> },
+        Or { filters: Vec<Filter> },
+        Eq { field: String, value: String },
+    }
+
+    /// `{"type": kind, "filters": [inner, inner]}` nested `depth` times over `leaf`.
+    fn nested(depth: usize, kind: &str, leaf: &Value) -> Value {
+        (0..depth).fold(leaf.clone(), |inner, _| json!({"type": kind, "filters": [inner.clone(), inner]}))
+    }
+
+    /// Nested tagged unions are checked in time linear in the value: each `oneOf` branch whose
+    /// tag does not match fails at the tag. Walked in name order, each level doubled the work,
+    /// and these valid filters exceeded any budget proportional to their size.
+    #[test]
+    fn nested_tagged_unions_are_checked_in_linear_time() {
+        let schema = CompiledSchema::new(&schemars::schema_for!(Filter).to_value());
+        let leaf = json!({"type": "Eq", "field": "f", "value": "v"});
+        for depth in [1, 6, 12] {
+            let value = nested(depth, "And", &leaf);
+            assert_eq!(schema.validate(&value), Ok(()), "depth {depth}");
+        }
+        let broken = nested(12, "Or", &json!({"type": "Eq", "field": "f", "value": 1}));
+        let refused = schema.validate(&broken).unwrap_err();
+        assert!(!refused.contains("too complex"), "refused on its merits: {refused}");
+    }
+
+    /// Alternatives that each walk the same nested value cannot make checking it cost more than
+    /// a multiple of its size: past the budget, the value is refused as too complex.
+    #[test]
+    fn checking_is_bounded_by_the_size_of_the_value() {
+        // Two untagged shapes that differ only at the leaf: every level tries both.
+        let schema = CompiledSchema::new(&json!({"$defs": {"node": {"anyOf": [
+            {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "end": {"const": 1}}},
+            {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}, "end": {"const": 2}}}
+        ]}}, "$ref": "#/$defs/node"}));
+        let deep = (0..40).fold(json!({"end": 3}), |inner, _| json!({"next": inner}));
+        let refused = schema.validate(&deep).unwrap_err();
+        assert!(refused.contains("too complex to check"), "{refused}");
+        let shallow = (0..3).fold(json!({"end": 1}), |inner, _| json!({"next": inner}));
+        assert_eq!(schema.validate(&shallow), Ok(()));
+    }
 
     #[test]
     fn additional_properties_hold_except_for_the_top_level_members_that_are_stripped() {
