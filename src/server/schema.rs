@@ -282,10 +282,14 @@ impl CompiledSchema {
     pub fn new(schema: &Value) -> Self {
         let mut compiler = Compiler { root: schema, nodes: Vec::new(), compiled: Default::default() };
         compiler.node(schema);
-        let members = match schema.get("properties") {
-            Some(Value::Object(properties)) => RootMembers::Declared(properties.keys().cloned().collect()),
-            _ if schema.get("additionalProperties") == Some(&Value::Bool(false)) => RootMembers::NoneAllowed,
-            _ => RootMembers::All,
+        let allows_more = schema.get("additionalProperties").is_some_and(|more| *more != Value::Bool(false));
+        let mut declared = std::collections::BTreeSet::new();
+        let members = match declared_members(schema, schema, &mut declared, 0) {
+            // A root open to more members (a flattened map): any of them may be the handler's.
+            _ if allows_more => RootMembers::All,
+            true => RootMembers::Declared(declared.into_iter().collect()),
+            false if schema.get("additionalProperties") == Some(&Value::Bool(false)) => RootMembers::NoneAllowed,
+            false => RootMembers::All,
         };
         Self { nodes: compiler.nodes, members }
     }
@@ -371,6 +375,36 @@ struct Validator<'a> {
 /// Checks a value may take per node it has (see [`Validator::budget`]), and a floor.
 const CHECKS_PER_NODE: u64 = 32;
 const CHECKS_FLOOR: u64 = 1024;
+
+/// Adds to `names` the members `schema` declares in `properties`, its own and those of the
+/// alternatives and parts it is made of (`allOf`, `anyOf`, `oneOf`, and what `$ref` names within
+/// `root`): a flattened enum's variants declare theirs there. Whether any `properties` was found.
+fn declared_members(
+    schema: &Value,
+    root: &Value,
+    names: &mut std::collections::BTreeSet<String>,
+    depth: usize,
+) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let mut found = false;
+    if let Some(Value::Object(properties)) = schema.get("properties") {
+        names.extend(properties.keys().cloned());
+        found = true;
+    }
+    for keyword in ["allOf", "anyOf", "oneOf"] {
+        for part in schema.get(keyword).and_then(Value::as_array).into_iter().flatten() {
+            found |= declared_members(part, root, names, depth + 1);
+        }
+    }
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+        if let Some(named) = root.pointer(target) {
+            found |= declared_members(named, root, names, depth + 1);
+        }
+    }
+    found
+}
 
 fn too_complex(path: &str) -> String {
     format!("{}: too complex to check against its schema", at(path))
@@ -664,15 +698,20 @@ impl Validator<'_> {
 }
 
 /// Appends a text for `value` that two values share exactly when [`json_eq`] calls them equal:
-/// numbers by their value as a float (`1`, `1.0` and `1e0` alike; `-0` as `0`), members in name
-/// order (a `Map` keeps them sorted).
+/// numbers by the value they denote ([`exact_number`]: `1`, `1.0` and `1e0` alike, `-0` as `0`,
+/// integers past 2^53 exactly), members in name order (a `Map` keeps them sorted).
 fn canonical_text(value: &Value, out: &mut String) {
     use std::fmt::Write;
     match value {
-        Value::Number(n) => {
-            let f = n.as_f64().unwrap_or(0.0);
-            let _ = write!(out, "{}", if f == 0.0 { 0.0 } else { f });
-        }
+        // Short whatever the magnitude: `{}` writes 1e300 as three hundred digits.
+        Value::Number(n) => match exact_number(n) {
+            Ok(integer) => {
+                let _ = write!(out, "{integer}");
+            }
+            Err(float) => {
+                let _ = write!(out, "{float:e}");
+            }
+        },
         Value::Array(items) => {
             out.push('[');
             for item in items {
@@ -697,9 +736,22 @@ fn canonical_text(value: &Value, out: &mut String) {
 }
 
 /// JSON equality where `1` and `1.0` are equal.
+/// The value a JSON number denotes: an integer exactly (1, 1.0 and 1e0 alike, and beyond 2^53,
+/// where two integers share a float), any other as its float.
+fn exact_number(n: &serde_json::Number) -> Result<i128, f64> {
+    if let Some(integer) = n.as_i64() {
+        return Ok(i128::from(integer));
+    }
+    if let Some(integer) = n.as_u64() {
+        return Ok(i128::from(integer));
+    }
+    let float = n.as_f64().unwrap_or(f64::NAN);
+    if float.fract() == 0.0 && float.abs() < 2f64.powi(100) { Ok(float as i128) } else { Err(float) }
+}
+
 fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::Number(y)) => x == y || exact_number(x) == exact_number(y),
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b)),
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len() && x.iter().all(|(key, a)| y.get(key).is_some_and(|b| json_eq(a, b)))
@@ -737,6 +789,60 @@ fn decode_fragment(fragment: &str) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Members a handler's type declares through `#[serde(flatten)]` are kept: a flattened enum's
+    /// variants declare theirs in the root's `oneOf`, and a flattened map opens the root to any.
+    #[test]
+    fn flattened_members_reach_the_handler() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[serde(tag = "kind")]
+        #[allow(dead_code)]
+        enum Mode {
+            A { x: i64 },
+            B { y: String },
+        }
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct WithMode {
+            name: String,
+            #[serde(flatten)]
+            mode: Mode,
+        }
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct WithExtras {
+            name: String,
+            #[serde(flatten)]
+            extras: std::collections::HashMap<String, Value>,
+        }
+        let with_mode = CompiledSchema::new(&schemars::schema_for!(WithMode).to_value());
+        let call = json!({"name": "n", "kind": "A", "x": 1, "principal": "someone"});
+        assert_eq!(with_mode.validate_arguments(&call), Ok(()));
+        let kept = with_mode.known_arguments(&call);
+        assert_eq!(*kept, json!({"name": "n", "kind": "A", "x": 1}), "the variant's members stay; a stray one goes");
+        let mode: WithMode = serde_json::from_value(kept.into_owned()).expect("the handler's type reads them");
+        assert!(matches!(mode.mode, Mode::A { x: 1 }));
+        let with_extras = CompiledSchema::new(&schemars::schema_for!(WithExtras).to_value());
+        let call = json!({"name": "n", "colour": "red"});
+        assert_eq!(*with_extras.known_arguments(&call), call, "a flattened map keeps what it is given");
+    }
+
+    /// Numbers are the values they denote: integers beyond 2^53 stay apart (they share a float),
+    /// 1 and 1.0 are one value, and a huge float has a short canonical text.
+    #[test]
+    fn numbers_compare_as_the_values_they_denote() {
+        let unique = CompiledSchema::new(&json!({"type": "array", "uniqueItems": true}));
+        assert_eq!(unique.validate(&json!([1234567890123456789u64, 1234567890123456790u64])), Ok(()));
+        assert!(unique.validate(&json!([1, 1.0])).is_err());
+        assert!(unique.validate(&json!([1e300, 1e300])).is_err());
+        assert_eq!(unique.validate(&json!([1e300, 2e300, 0.5, -0.0, 1])), Ok(()));
+        let constant = CompiledSchema::new(&json!({"const": 9007199254740993u64}));
+        assert!(constant.validate(&json!(9007199254740992u64)).is_err(), "a neighbour is another integer");
+        assert_eq!(constant.validate(&json!(9007199254740993u64)), Ok(()));
+        let mut text = String::new();
+        canonical_text(&json!([1.23e300, -0.0, 2.0, 0.25]), &mut text);
+        assert_eq!(text, "[1.23e300,0,2,2.5e-1,]");
+    }
 
     /// A filter language, as a fork might take one: a tagged union nested in itself.
     #[derive(serde::Deserialize, schemars::JsonSchema)]
