@@ -65,9 +65,10 @@ impl<T: Serialize + JsonSchema> IntoToolResult for Json<T> {
     }
 
     fn output_schema() -> Option<Value> {
-        let mut schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
-            .into_root_schema_for::<T>()
-            .to_value();
+        // The schema of what `T` serialises to (a member skipped when empty is not required),
+        // not of what it would read.
+        let settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
+        let mut schema = schemars::SchemaGenerator::new(settings).into_root_schema_for::<T>().to_value();
         let map = schema.as_object_mut()?;
         // The type's name and doc comment are for Rust readers, not the model.
         map.remove("$schema");
@@ -119,6 +120,23 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(InputRequired::new().into_tool_result(), Ok(Outcome::InputRequired(_))));
+    }
+
+    /// The schema describes what the output serialises to: a member left out when empty is
+    /// not required, so such output passes its own schema.
+    #[test]
+    fn the_output_schema_is_that_of_the_serialised_output() {
+        #[derive(Serialize, JsonSchema)]
+        struct Found {
+            name: String,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            tags: Vec<String>,
+        }
+        let schema = Json::<Found>::output_schema().expect("an object schema");
+        assert_eq!(schema["required"], json!(["name"]));
+        let output = complete(Json(Found { name: "n".into(), tags: Vec::new() }).into_tool_result());
+        let structured = output.structured_content.expect("structured");
+        assert_eq!(crate::server::schema::validate(&schema, &structured), Ok(()));
     }
 
     #[test]

@@ -282,15 +282,7 @@ impl McpServer {
             let outcome = handled.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             match outcome {
                 Ok(Outcome::Complete(result)) => {
-                    if let (Some(schema), false) = (&tool.output_schema, result.is_error) {
-                        let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
-                        if schema.compiled().validate(structured).is_err() {
-                            // A server bug, not the caller's: never send output that breaks the contract.
-                            return Err(McpError::internal(format!(
-                                "Internal error: tool {name} produced output that does not match its outputSchema"
-                            )));
-                        }
-                    }
+                    check_output(name, tool.output_schema.as_deref(), &result)?;
                     tool_reply(result)
                 }
                 Ok(Outcome::InputRequired(input)) => Ok(Reply::InputRequired(input)),
@@ -314,14 +306,17 @@ impl McpServer {
         // The run's span is a child of this request's, and may outlive it.
         let span = ctx.span.execute_tool_span(&tool.name);
         if !tool.input_before_task {
-            return Ok(Reply::Complete(tasks.start(task, tool.handler.clone(), span).await?));
+            return Ok(Reply::Complete(tasks.start(task, task_handler(tool), span).await?));
         }
         let outcome = span.in_context((tool.handler)(ctx, &Value::Object(task.arguments.clone()))).await;
         crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         let result = match outcome {
             Ok(Outcome::InputRequired(input)) => return Ok(Reply::InputRequired(input)),
-            Ok(Outcome::Complete(result)) => result,
+            Ok(Outcome::Complete(result)) => {
+                check_output(&tool.name, tool.output_schema.as_deref(), &result)?;
+                result
+            }
             Err(ToolError::Execution(message)) => CallToolResult::error(message),
             Err(ToolError::Protocol(error)) => return Err(error),
         };
@@ -360,7 +355,7 @@ impl McpServer {
                 if let Some(resumed) = tasks.update_if(&ctx.principal, task_id, &input_responses, may_answer).await? {
                     let span = ctx.span.execute_tool_span(&resumed.record.tool);
                     let handler = match self.tool_index.get(&resumed.record.tool) {
-                        Some(&index) => self.tools[index].handler.clone(),
+                        Some(&index) => task_handler(&self.tools[index]),
                         // Served no more (renamed or removed by a deploy while the task waited):
                         // the round fails at once, rather than leave the task working with
                         // nothing running it.
@@ -526,6 +521,42 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
     offset.parse().ok()
 }
 
+/// Refuses a tool's complete, successful output that breaks its `outputSchema`: a server bug,
+/// not the caller's, so the caller gets `-32603` saying where it broke (the path is the tool's
+/// own) rather than output that breaks the contract.
+fn check_output(
+    name: &str,
+    schema: Option<&super::schema::LazySchema>,
+    result: &CallToolResult,
+) -> Result<(), McpError> {
+    let Some(schema) = schema.filter(|_| !result.is_error) else { return Ok(()) };
+    let structured = result.structured_content.as_ref().unwrap_or(&Value::Null);
+    schema.compiled().validate(structured).map_err(|problem| {
+        McpError::internal(format!(
+            "Internal error: tool {name} produced output that does not match its outputSchema ({})",
+            crate::protocol::error::truncate_for_message(&problem)
+        ))
+    })
+}
+
+/// `tool`'s handler for a task's round: its output is checked as a synchronous call's is, and a
+/// round that breaks the contract fails the task.
+fn task_handler(tool: &super::ToolEntry) -> crate::handler::ToolFn {
+    let Some(schema) = tool.output_schema.clone() else { return tool.handler.clone() };
+    let (handler, name) = (tool.handler.clone(), std::sync::Arc::<str>::from(tool.name.as_str()));
+    std::sync::Arc::new(move |ctx, arguments: &Value| {
+        let running = handler(ctx, arguments);
+        let (schema, name) = (schema.clone(), name.clone());
+        Box::pin(async move {
+            let outcome = running.await;
+            if let Ok(Outcome::Complete(result)) = &outcome {
+                check_output(&name, Some(&schema), result).map_err(ToolError::Protocol)?;
+            }
+            outcome
+        })
+    })
+}
+
 /// The 403 for a caller without the scopes `doing` needs.
 fn insufficient_scope(doing: &str, required: &[String]) -> McpError {
     McpError::new(
@@ -541,6 +572,19 @@ mod tests {
     use crate::protocol::types::{Resource, ResourceContents, ResourceTemplate};
     use crate::security::Principal;
     use crate::server::{CacheHint, CacheScope};
+
+    /// An outputSchema the validator cannot enforce is refused when the tool is registered,
+    /// rather than failing every call.
+    #[test]
+    #[should_panic(expected = "its outputSchema uses JSON Schema keywords the validator cannot enforce")]
+    fn an_output_schema_that_cannot_be_checked_is_refused_at_registration() {
+        let mut server = McpServer::new("t", "1");
+        let schema = json!({"type": "object", "patternProperties": {"^[0-9]+$": {"type": "string"}}});
+        server
+            .tool(crate::server::ToolDef::new("map").output_schema(schema), |_, _: crate::server::NoArguments| async {
+                "{}"
+            });
+    }
 
     /// A server whose resource and template listings are filtered by scope must not let a
     /// public cache hint share one caller's listing with another.
@@ -586,6 +630,53 @@ mod tests {
             panic!()
         };
         assert_eq!(result["cacheScope"], "public", "unfiltered, the server's hint stands");
+    }
+
+    /// A task's output is checked against the tool's outputSchema as a synchronous call's is:
+    /// output that breaks it fails the task with -32603 saying where, and never becomes its result.
+    #[tokio::test]
+    async fn a_task_whose_output_breaks_its_schema_fails() {
+        use crate::tasks::{MemoryTaskStore, TaskService, TaskStatus, TaskStore, TaskSupport};
+        let store = std::sync::Arc::new(MemoryTaskStore::default());
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
+        let service = TaskService::new(
+            store.clone(),
+            clock,
+            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
+            bus.clone(),
+        );
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(std::sync::Arc::new(service));
+        let promised = json!({"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]});
+        server.tool(
+            crate::server::ToolDef::new("sum").output_schema(promised).task_support(TaskSupport::Required),
+            |_, _: crate::server::NoArguments| async { CallToolResult::structured(json!({"total": "many"})) },
+        );
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let mut ctx = RequestContext::new(
+            crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+            Era::Modern,
+            alice.clone(),
+            bus,
+        );
+        ctx.client_capabilities =
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}).as_object().unwrap().clone();
+        let params: RequestParams = json!({"name": "sum", "arguments": {}}).as_object().unwrap().clone().into();
+        let Ok(Reply::Complete(created)) = server.execute(ctx, "tools/call", &params).await else { panic!("a task") };
+        let task_id = created["taskId"].as_str().unwrap().to_owned();
+        let failed = loop {
+            let record = store.get(alice.id(), &task_id).await.unwrap().unwrap();
+            if record.status.is_terminal() {
+                break record;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(failed.status, TaskStatus::Failed, "{failed:?}");
+        let error = failed.error.expect("its error");
+        assert_eq!(error["code"], -32603);
+        assert!(error["message"].as_str().unwrap().contains("does not match its outputSchema (total"), "{error}");
+        assert!(failed.result.is_none(), "the broken output is not its result");
     }
 
     /// Answering a task's requests resumes its tool, so the caller needs the tool's scopes now:

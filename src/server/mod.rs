@@ -394,6 +394,14 @@ impl McpServer {
         let header_params = header_params(&name, &input_schema);
         let listing_json = def.listing_json(&input_schema);
         let output_schema = def.output_schema.take();
+        if let Some(output) = &output_schema {
+            // Output it could not check would fail every call at run time: refused here instead.
+            let unsupported = schema::unsupported_keywords(output);
+            assert!(
+                unsupported.is_empty(),
+                "tool {name:?}: its outputSchema uses JSON Schema keywords the validator cannot enforce: {unsupported:?}"
+            );
+        }
         self.tool_index.insert(name.clone(), self.tools.len());
         let (task_support, input_before_task, scopes, scopes_always) =
             (def.task_support, def.input_before_task, std::mem::take(&mut def.scopes), def.scopes_always);
@@ -401,7 +409,7 @@ impl McpServer {
             name,
             listing_json,
             input_schema: schema::LazySchema::new(input_schema),
-            output_schema: output_schema.map(schema::LazySchema::new),
+            output_schema: output_schema.map(|json| Arc::new(schema::LazySchema::new(json))),
             header_params,
             task_support,
             input_before_task,

@@ -158,7 +158,7 @@ pub(crate) struct ToolEntry {
     /// What arguments are checked against (the listing shows the JSON).
     pub input_schema: super::schema::LazySchema,
     /// What a result's `structuredContent` is checked against.
-    pub output_schema: Option<super::schema::LazySchema>,
+    pub output_schema: Option<std::sync::Arc<super::schema::LazySchema>>,
     pub header_params: Vec<HeaderParam>,
     pub task_support: TaskSupport,
     pub input_before_task: bool,

@@ -248,6 +248,8 @@ async fn structured_output_is_checked_against_the_output_schema() {
     assert_eq!(result["content"][1], json!({"type": "resource_link", "uri": "test://a", "name": "a"}));
     let broken = f.server.modern(json!(1), "tools/call", call("weather", json!({"broken": true}))).send().await;
     assert_eq!(broken.code(), -32603, "output that breaks the contract never reaches the client");
+    let message = broken.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("does not match its outputSchema (temperature"), "says where: {message}");
 }
 
 #[tokio::test]
