@@ -250,6 +250,22 @@ impl Consumer {
         outcome.map(|processed| (processed, settled))
     }
 
+    /// Gives up `message` for good (its delivery failed too often, and it went to the dead
+    /// letters): its job is failed, freeing its owner's slot, and a `job.fault` line says so. A
+    /// store that fails now leaves the job to its deadline, as before.
+    pub async fn give_up(&self, message: &JobMessage) {
+        let abandoned = self.store.abandon(&message.owner_id, &message.job_id, self.clock.now_ms()).await;
+        if let Some(logger) = &self.logger {
+            let detail = match abandoned {
+                Ok(_) => "its message was delivered too often and went to the dead letters; the job is failed",
+                Err(_) => {
+                    "its message went to the dead letters; the job could not be failed and stays until its deadline"
+                }
+            };
+            logger.fault("job.fault", "dead_letter", detail);
+        }
+    }
+
     /// Runs the job's remaining steps, honouring cancellation between steps.
     pub async fn process(&self, message: &JobMessage) -> Result<Processed, StoreError> {
         self.process_settling(message, None).await.map(|(processed, _)| processed)

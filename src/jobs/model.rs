@@ -159,6 +159,18 @@ impl JobRecord {
         true
     }
 
+    /// Fails an active job now: its message can never be delivered again (dead-lettered), so
+    /// nothing would run it. Returns whether it changed.
+    pub fn abandon(&mut self, now: u64) -> bool {
+        if !self.state.is_active() {
+            return false;
+        }
+        self.state = JobState::Failed;
+        self.finished_at = Some(now);
+        self.updated_at = now;
+        true
+    }
+
     /// Marks an active job past its deadline as failed. Returns whether it changed.
     ///
     /// It failed *at* its deadline, whenever this is noticed: its retention runs from the

@@ -104,6 +104,18 @@ job.finishedAt = now
 return store(job, now, tonumber(ARGV[4]))
 "#;
 
+const ABANDON: &str = r#"
+local raw = redis.call('GET', KEYS[1])
+if not raw then return false end
+local job = cjson.decode(raw)
+local now = tonumber(ARGV[3])
+if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
+if job.state ~= 'pending' and job.state ~= 'running' then return raw end
+job.state = 'failed'
+job.finishedAt = now
+return store(job, now, tonumber(ARGV[4]))
+"#;
+
 /// `over` settles the delivery when the job is over after this call, if the caller passed its
 /// stream entry (`KEYS[5]`, group `ARGV[6]`, entry `ARGV[7]`): acknowledged and deleted with the
 /// job's last write. A job that goes on keeps its entry pending.
@@ -161,6 +173,7 @@ return 1
 
 static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{CANCEL}")));
+static ABANDON_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{ABANDON}")));
 static ADVANCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{ADVANCE}")));
 static FAIL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{FAIL_IF_STUCK}")));
 static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));
@@ -377,6 +390,10 @@ impl JobStore for RedisJobStore {
 
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
         Box::pin(crate::telemetry::redis_span("job.cancel", self.mutate(&CANCEL_SCRIPT, owner, job_id, now)))
+    }
+
+    fn abandon<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        Box::pin(crate::telemetry::redis_span("job.abandon", self.mutate(&ABANDON_SCRIPT, owner, job_id, now)))
     }
 
     fn advance<'a>(

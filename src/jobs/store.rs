@@ -101,6 +101,9 @@ pub trait JobStore: Send + Sync + 'static {
     fn get<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
     /// Cancels the owner's job if active; returns the record as it now is.
     fn cancel<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
+    /// Fails the owner's job if active ([`JobRecord::abandon`]: its message was given up), freeing
+    /// its place in the owner's active jobs; returns the record as it now is.
+    fn abandon<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>>;
     /// Applies step `expected + 1` if exactly `expected` steps have run (see [`JobRecord::advance`]),
     /// and says whether this call applied it (a concurrent duplicate delivery finds it applied).
     fn advance<'a>(
@@ -223,6 +226,15 @@ impl JobStore for MemoryJobStore {
         Box::pin(async move { Ok(job) })
     }
 
+    fn abandon<'a>(&'a self, owner: &'a str, job_id: &'a str, now: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        let job = self.with(now, |jobs| {
+            let job = jobs.get_mut(&key(owner, job_id))?;
+            job.abandon(now);
+            Some(job.clone())
+        });
+        Box::pin(async move { Ok(job) })
+    }
+
     fn advance<'a>(
         &'a self,
         owner: &'a str,
@@ -286,6 +298,9 @@ impl JobStore for UnconfiguredJobStore {
         self.fail()
     }
     fn cancel<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.fail()
+    }
+    fn abandon<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.fail()
     }
     fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {

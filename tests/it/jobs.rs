@@ -424,6 +424,9 @@ impl<H: Hooks> JobStore for Hooked<H> {
     fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.0.inner().cancel(o, j, n)
     }
+    fn abandon<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.0.inner().abandon(o, j, n)
+    }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.0.advance(o, j, e, n)
     }

@@ -471,6 +471,43 @@ async fn what_can_never_run_or_keeps_failing_goes_to_the_dead_letters() {
     let _ = submitted;
 }
 
+/// A job whose message is given up (delivered too often: here, taken twice by a consumer that
+/// never ran it) is failed, not left active: nothing would run it again, and it held one of its
+/// owner's active slots until its deadline.
+#[tokio::test]
+async fn a_job_whose_message_is_given_up_is_failed() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-given-up");
+    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(100) });
+    let _: () = world.command(&["XGROUP", "CREATE", queue.stream_key(), "jobs", "0", "MKSTREAM"]).await;
+    let jobs = world.jobs(&queue);
+    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
+    let entries: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
+    let id = entries[0].0.clone();
+    // Two deliveries to a consumer that ran nothing: read, then claimed again.
+    let _: redis::Value = world
+        .command(&["XREADGROUP", "GROUP", "jobs", "ghost", "COUNT", "1", "STREAMS", queue.stream_key(), ">"])
+        .await;
+    let _: redis::Value = world.command(&["XCLAIM", queue.stream_key(), "jobs", "ghost", "0", &id]).await;
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = jobs.status(&world.alice, &submitted.job_id).await.unwrap();
+        if status.state != "pending" || tokio::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    queue.shut_down();
+    worker.await.unwrap();
+    assert_eq!((status.state, status.completed_steps), ("failed", 0), "given up, not left pending");
+    let dead: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.dead_letter_key(), "-", "+"]).await;
+    assert_eq!(dead.len(), 1);
+    let fault = sink.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
+    assert_eq!(fault["operation"], "dead_letter");
+}
+
 /// A consumer that read a job and died: after storing three of its steps, or after storing all
 /// of them but before acknowledging. Another instance takes it over once it has been idle for
 /// the reclaim time and resumes from what is stored: no step runs twice.

@@ -228,7 +228,7 @@ impl RedisStreamQueue {
                     next_prune = tokio::time::Instant::now() + PRUNE_EVERY;
                     let _ = self.prune(PRUNE_SILENT).await;
                 }
-                self.reclaim(free).await
+                self.reclaim(free, &consumer).await
             } else {
                 self.read(reader.clone(), free).await
             };
@@ -321,8 +321,10 @@ impl RedisStreamQueue {
     }
 
     /// Entries idle past the reclaim time (their consumer died, or handed them back), claimed
-    /// for this instance, up to `count`; those delivered too often go to the dead letters.
-    async fn reclaim(&self, count: usize) -> redis::RedisResult<Vec<Entry>> {
+    /// for this instance, up to `count`; those delivered too often go to the dead letters, and
+    /// their jobs are failed (`consumer`'s store): nothing will run them again, and left active
+    /// they would hold a place among their owner's active jobs until their deadline.
+    async fn reclaim(&self, count: usize, consumer: &Consumer) -> redis::RedisResult<Vec<Entry>> {
         let idle = self.settings.reclaim_idle.as_millis() as u64;
         // [id, consumer, idle ms, deliveries] of each entry idle long enough.
         let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
@@ -338,7 +340,13 @@ impl RedisStreamQueue {
         let mut claimable = Vec::new();
         for (id, _, _, deliveries) in pending {
             if deliveries >= self.settings.max_deliveries {
-                self.dead_letter(&id, idle, "delivered too often").await?;
+                // Read first (an entry never changes): once moved, it is no longer here.
+                let message = self.message_of(&id).await?;
+                if self.dead_letter(&id, idle, "delivered too often").await? == 1 {
+                    if let Some(message) = message {
+                        consumer.give_up(&message).await;
+                    }
+                }
             } else {
                 claimable.push(id);
             }
@@ -431,6 +439,16 @@ impl RedisStreamQueue {
             .arg(id)
             .invoke_async(&mut self.redis.connection())
             .await
+    }
+
+    /// The job message of stream entry `id`, if it is still there and holds one.
+    async fn message_of(&self, id: &str) -> redis::RedisResult<Option<JobMessage>> {
+        let found: Vec<Entry> =
+            redis::cmd("XRANGE").arg(&self.stream).arg(id).arg(id).query_async(&mut self.redis.connection()).await?;
+        Ok(found.into_iter().next().and_then(|(_, fields)| {
+            let body = fields.chunks(2).find(|pair| pair[0] == b"body").and_then(|pair| pair.get(1))?;
+            JobMessage::parse(body)
+        }))
     }
 
     async fn dead_letter(&self, id: &str, min_idle_ms: u64, reason: &str) -> redis::RedisResult<i64> {
