@@ -30,7 +30,9 @@ pub struct RequestContext {
     pub(crate) request_state: Option<Value>,
     pub(crate) outbox: Option<Outbox>,
     pub(crate) bus: Arc<dyn ChangeBus>,
-    pub(crate) last_progress: Mutex<Option<f64>>,
+    /// Shared by the rounds of one request ([`RequestContext::fork`]): they write one stream,
+    /// on which progress must grow across rounds too.
+    pub(crate) last_progress: Arc<Mutex<Option<f64>>>,
     pub(crate) platform_token: Option<String>,
     pub(crate) span: crate::telemetry::SpanHandle,
 }
@@ -49,7 +51,7 @@ impl RequestContext {
             request_state: None,
             outbox: None,
             bus,
-            last_progress: Mutex::new(None),
+            last_progress: Arc::default(),
             platform_token: None,
             span: crate::telemetry::SpanHandle::default(),
         }
@@ -68,7 +70,7 @@ impl RequestContext {
             request_state: None,
             outbox: self.outbox.clone(),
             bus: self.bus.clone(),
-            last_progress: Mutex::new(*self.last_progress.lock().expect("progress lock")),
+            last_progress: self.last_progress.clone(),
             platform_token: self.platform_token.clone(),
             span: self.span.clone(),
         }
@@ -142,9 +144,13 @@ impl RequestContext {
     }
 
     /// Sends `notifications/progress` if the request asked for it. Values that do not increase
-    /// are dropped, since the spec requires progress to grow.
+    /// are dropped, since the spec requires progress to grow; so are NaN and infinities, which
+    /// JSON cannot carry (and after a NaN, no value would compare as smaller).
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let (Some(token), Some(outbox)) = (&self.progress_token, &self.outbox) else { return };
+        if !progress.is_finite() || total.is_some_and(|total| !total.is_finite()) {
+            return;
+        }
         {
             let mut last = self.last_progress.lock().expect("progress lock");
             if last.is_some_and(|l| progress <= l) {
@@ -179,5 +185,41 @@ impl RequestContext {
     /// Announces a change to every `subscriptions/listen` stream that asked for it.
     pub fn publish_change(&self, event: ChangeEvent) {
         self.bus.publish(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::{Context, Poll};
+
+    /// Progress grows across the rounds of one request (a 2025 call re-run after the client's
+    /// answer writes the same stream), and NaN or an infinity is never sent.
+    #[tokio::test]
+    async fn progress_grows_across_rounds_and_stays_finite() {
+        let id = RequestId::from_value(serde_json::json!(1)).unwrap();
+        let mut first =
+            RequestContext::new(id, Era::Legacy, Principal::anonymous(), Arc::new(crate::state::LocalBus::default()));
+        let (outbox, mut events) = crate::body::outbox::channel(16);
+        first.outbox = Some(outbox);
+        first.progress_token = Some(serde_json::json!("p"));
+        let next = first.fork();
+        first.progress(f64::NAN, None, None).await;
+        first.progress(1.0, Some(f64::INFINITY), None).await;
+        first.progress(1.0, None, None).await;
+        first.progress(2.0, None, None).await;
+        next.progress(1.0, None, None).await;
+        next.progress(2.0, None, None).await;
+        next.progress(3.0, None, None).await;
+        next.progress(f64::INFINITY, None, None).await;
+        let waker = futures_util::task::noop_waker();
+        let Poll::Ready(Some((chunk, _))) = events.poll_chunk(&mut Context::from_waker(&waker)) else { panic!("sent") };
+        let sent: Vec<f64> = String::from_utf8(chunk)
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap()["params"]["progress"].as_f64().unwrap())
+            .collect();
+        assert_eq!(sent, [1.0, 2.0, 3.0]);
     }
 }
