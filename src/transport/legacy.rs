@@ -34,8 +34,11 @@ use crate::state::Purpose;
 
 /// How long a legacy session id stays valid.
 const SESSION_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-/// How long the server waits for a client to answer a server-to-client request.
+/// How long the server waits, in all, for a client to answer the requests of one call: at most
+/// this, and no longer than a stream may stay open on the function (its listen limit, which ends
+/// before the function's `maxDuration`), but never less than [`LEAST_ANSWER_WAIT`].
 const CLIENT_ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+const LEAST_ANSWER_WAIT: Duration = Duration::from_secs(5);
 /// How many `input_required` rounds the legacy shim fulfils before giving up.
 const MAX_ROUNDS: usize = 8;
 /// Binding of session tokens: they are not tied to a principal (the 2025 session is transport
@@ -266,6 +269,29 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
     }
 }
 
+/// Waits for the client's answer until `by`, with a keep-alive comment on the call's stream every
+/// `keep_alive` meanwhile: a person may take a while to answer, and proxies cut a stream that
+/// says nothing. `None`: no answer by then, or nobody left to answer.
+async fn answered<T>(
+    answer: oneshot::Receiver<T>,
+    outbox: &crate::body::Outbox,
+    by: tokio::time::Instant,
+    keep_alive: Duration,
+) -> Option<T> {
+    let waited = tokio::time::timeout_at(by, answer);
+    tokio::pin!(waited);
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+    loop {
+        tokio::select! {
+            answered = &mut waited => return answered.ok()?.ok(),
+            _ = beat.tick() => {
+                // A stream that is gone has no answer coming: the wait ends with the call.
+                outbox.send(StreamEvent::KeepAlive).await.ok()?;
+            }
+        }
+    }
+}
+
 /// Executes the request, answering `input_required` rounds by asking the client over the open
 /// stream (the 2025 way) and re-running the handler with the answers.
 async fn fulfil(
@@ -276,6 +302,8 @@ async fn fulfil(
     params: &RequestParams,
 ) -> Result<Map<String, Value>, McpError> {
     let mut ctx = ctx;
+    let answers_by =
+        tokio::time::Instant::now() + CLIENT_ANSWER_TIMEOUT.min(app.listen.max_duration).max(LEAST_ANSWER_WAIT);
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();
         let input = match super::execute(app, request_id, ctx, method, params).await? {
@@ -317,11 +345,11 @@ async fn fulfil(
             if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
                 return Err(McpError::internal("Internal error: the client closed the stream"));
             }
-            match tokio::time::timeout(CLIENT_ANSWER_TIMEOUT, answer).await {
-                Ok(Ok(Ok(result))) => {
+            match answered(answer, &outbox, answers_by, app.listen.keep_alive).await {
+                Some(Ok(result)) => {
                     responses.insert(key.clone(), result);
                 }
-                Ok(Ok(Err(error))) => {
+                Some(Err(error)) => {
                     let detail = error.get("message").and_then(Value::as_str).unwrap_or("error");
                     return Err(McpError::internal(format!(
                         "The client could not complete {}: {}",
@@ -329,7 +357,7 @@ async fn fulfil(
                         crate::protocol::error::truncate_for_message(detail)
                     )));
                 }
-                Ok(Err(_)) | Err(_) => {
+                None => {
                     return Err(McpError::internal(format!("The client did not answer {} in time", request.method())));
                 }
             }

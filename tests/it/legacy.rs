@@ -200,6 +200,54 @@ async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
     assert_eq!(legacy(&f, answer).send().await.status, 400);
 }
 
+/// While a 2025 call waits for its client's answer, its stream carries a keep-alive comment
+/// every keep-alive period (a person may take a while, and proxies cut a silent stream); and the
+/// wait ends (here at its least, 5 s, as the listen limit is shorter) with the call's error,
+/// before the function's limit would cut the stream without one.
+#[tokio::test]
+async fn a_legacy_wait_for_the_client_keeps_its_stream_alive_and_ends() {
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = common::fixture_server(&calls, &Arc::new(tokio::sync::Notify::new()));
+    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.keep_alive = std::time::Duration::from_millis(200);
+    config.settings.listen_max_duration = std::time::Duration::from_millis(300);
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+    let (status, _, mut stream) = server
+        .post(call.to_string())
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Mcp-Session-Id", &session)
+        .open()
+        .await;
+    assert_eq!(status, 200);
+    let mut text = String::new();
+    let mut chunk = [0u8; 4096];
+    while !text.contains("\"id\":9") {
+        let read = common::bounded("the call's end", stream.read(&mut chunk)).await.unwrap();
+        assert!(read > 0, "the stream ended without the call's answer: {text}");
+        text.push_str(&String::from_utf8_lossy(&chunk[..read]));
+    }
+    let asked = text.find("elicitation/create").expect("the question");
+    let beats = text[asked..].matches(": keep-alive").count();
+    assert!(beats >= 2, "kept alive while waiting: {text}");
+    let answer: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .next_back()
+        .unwrap();
+    assert_eq!(answer["id"], 9);
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains("did not answer elicitation/create in time"),
+        "{answer}"
+    );
+}
+
 /// The legacy path with authentication on: the route and tool scopes hold as on the modern path
 /// (a listing shows only what the token allows, a call without the scope gets 403), and a
 /// pending server-to-client request can be answered only by the principal whose call asked.
