@@ -327,6 +327,7 @@ impl McpServer {
             map.remove("title");
             map.remove("description");
         }
+        schema::bound_integer_formats(&mut schema);
         let unsupported = schema::unsupported_keywords(&schema);
         assert!(
             unsupported.is_empty(),

@@ -59,7 +59,36 @@ const KNOWN: &[&str] = &[
 
 const MAX_DEPTH: usize = 64;
 
-/// Keywords in `schema` (at any depth) that the validator would not enforce.
+/// Gives each integer of a fixed width (`"format": "uint32"`, as schemars writes a Rust `u32`)
+/// the bounds its width allows, where the schema sets none: the caller (and the model reading
+/// the schema) learns the range from the schema, rather than from a Rust type name in the
+/// error of a value the schema let through. 64-bit widths are left alone: their bounds are not
+/// exact as the floats the bounds are compared as.
+pub fn bound_integer_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let bounds = match map.get("format").and_then(Value::as_str) {
+                Some("int8") => Some((i64::from(i8::MIN), i64::from(i8::MAX))),
+                Some("int16") => Some((i64::from(i16::MIN), i64::from(i16::MAX))),
+                Some("int32") => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
+                Some("uint8") => Some((0, i64::from(u8::MAX))),
+                Some("uint16") => Some((0, i64::from(u16::MAX))),
+                Some("uint32") => Some((0, i64::from(u32::MAX))),
+                _ => None,
+            };
+            if let Some((least, most)) = bounds {
+                map.entry("minimum").or_insert(Value::from(least));
+                map.entry("maximum").or_insert(Value::from(most));
+            }
+            map.values_mut().for_each(bound_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integer_formats),
+        _ => {}
+    }
+}
+
+/// Keywords in `schema` (at any depth) that the validator would not enforce; a `pattern` its
+/// regular-expression engine cannot compile is one (it would fail every call), named with it.
 pub fn unsupported_keywords(schema: &Value) -> Vec<String> {
     let mut found = Vec::new();
     collect_unsupported(schema, &mut found, 0);
@@ -78,6 +107,9 @@ fn collect_unsupported(schema: &Value, found: &mut Vec<String>, depth: usize) {
             found.push(key.clone());
         }
         match key.as_str() {
+            "pattern" if value.as_str().is_some_and(|p| regex_lite::Regex::new(p).is_err()) => {
+                found.push(format!("pattern {value} (the regular-expression engine cannot compile it)"));
+            }
             "properties" | "$defs" | "definitions" => {
                 if let Value::Object(children) = value {
                     children.values().for_each(|c| collect_unsupported(c, found, depth + 1));
@@ -261,7 +293,10 @@ impl<'a> Compiler<'a> {
                 "maxProperties" => checks.max_properties = count(value),
                 "properties" => {
                     if let Value::Object(properties) = value {
-                        let compiled = properties.iter().map(|(name, sub)| (name.clone(), self.node(sub))).collect();
+                        let mut compiled: Vec<(String, NodeId)> =
+                            properties.iter().map(|(name, sub)| (name.clone(), self.node(sub))).collect();
+                        // Found by binary search: sorted here, whatever order the map keeps.
+                        compiled.sort_by(|(a, _), (b, _)| a.cmp(b));
                         checks.properties = Some(compiled);
                     }
                 }
@@ -1027,6 +1062,34 @@ mod tests {
             let schema = json!({"properties": {"p": {"$ref": unresolvable}}});
             assert_eq!(validate(&schema, &json!({"p": 1})).unwrap_err(), "p: unresolvable $ref", "{unresolvable}");
         }
+    }
+
+    /// A pattern the engine cannot compile is reported at registration (it would refuse every
+    /// call); a fixed-width integer gets its width's bounds, so an out-of-range value is refused
+    /// by the schema with its range, not by serde with a Rust type name.
+    #[test]
+    fn registration_names_uncompilable_patterns_and_bounds_fixed_width_integers() {
+        let found =
+            unsupported_keywords(&json!({"type":"object","properties":{"a":{"type":"string","pattern":"^(?=x)"}}}));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("pattern \"^(?=x)\""), "{found:?}");
+        assert!(unsupported_keywords(&json!({"type":"string","pattern":"^[a-z]+$"})).is_empty());
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Sizes {
+            small: u8,
+            count: u32,
+            delta: Option<i32>,
+            big: u64,
+        }
+        let mut schema = schemars::schema_for!(Sizes).to_value();
+        bound_integer_formats(&mut schema);
+        assert_eq!(schema["properties"]["count"]["maximum"], u32::MAX);
+        assert_eq!(schema["properties"]["small"]["maximum"], 255);
+        assert_eq!(schema["properties"]["delta"]["minimum"], i32::MIN);
+        assert!(schema["properties"]["big"].get("maximum").is_none(), "64-bit bounds are not exact as floats");
+        let refused = validate(&schema, &json!({"small": 1, "count": 5_000_000_000u64, "big": 1})).unwrap_err();
+        assert_eq!(refused, "count: must be <= 4294967295");
     }
 
     #[test]
