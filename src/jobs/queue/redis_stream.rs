@@ -65,8 +65,10 @@ const READ_BLOCK: Duration = Duration::from_millis(1000);
 /// The pause after a failed read (Redis unreachable) before the next.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// Dead letters kept, at most (older ones are trimmed).
+/// Dead letters kept, at most (older ones are trimmed), and for how long after the last one
+/// (they carry owner ids, which nothing else keeps longer than a day).
 const DEAD_LETTERS_KEPT: u32 = 10_000;
+const DEAD_LETTERS_KEPT_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// How often a worker removes the consumers of processes that were killed, and how long such a
 /// consumer has been silent first.
@@ -108,6 +110,7 @@ if not claimed[1][2] then
 end
 local fields = claimed[1][2]
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'id', ARGV[4], 'reason', ARGV[5], unpack(fields))
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
 redis.call('XDEL', KEYS[1], ARGV[4])
 return 1
@@ -461,6 +464,7 @@ impl RedisStreamQueue {
             .arg(id)
             .arg(reason)
             .arg(DEAD_LETTERS_KEPT)
+            .arg(DEAD_LETTERS_KEPT_MS)
             .invoke_async(&mut self.redis.connection())
             .await
     }
@@ -639,6 +643,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((length, dead), (0, 1));
+        let kept: i64 = redis::cmd("PTTL").arg(&queue.dead).query_async(&mut connection).await.unwrap();
+        assert!(kept > 0 && kept as u64 <= DEAD_LETTERS_KEPT_MS, "dead letters expire: {kept}");
         let _: () = redis::cmd("DEL").arg(&queue.stream).arg(&queue.dead).query_async(&mut connection).await.unwrap();
     }
 }
