@@ -62,7 +62,12 @@ pub(super) async fn handle(
                         Ok(true) => {}
                         Ok(false) => return error_response(Some(&id), &mrtr::state_used()),
                         Err(problem) => {
+                            // The store may have recorded the use and lost only its reply: then a
+                            // retry with this state reads as used, and the call must start over.
                             let message = app.logger.fault("state.fault", "request_state.consume", &problem);
+                            let message = format!(
+                                "{message}; the requestState may count as used now: if a retry says so, start the call again without it"
+                            );
                             return error_response(Some(&id), &McpError::internal(message));
                         }
                     }

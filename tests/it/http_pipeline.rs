@@ -982,6 +982,60 @@ async fn listen_streams_are_capped_per_caller() {
     }
 }
 
+/// With the store of used states down, a retry is refused with -32603 and a correlation id the
+/// `state.fault` line carries, saying the state may count as used now; the handler does not run.
+#[tokio::test]
+async fn a_retry_with_the_state_store_down_is_refused_without_running() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.log_sink = logs.clone();
+    let down = vercel_mcp::store::Redis::connect("redis://127.0.0.1:1", "down").unwrap();
+    config.request_state_nonces = Some(Arc::new(vercel_mcp::state::RedisNonces::new(&down)));
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = ran.clone();
+    let mut server = vercel_mcp::McpServer::new("t", "1");
+    server.tool(
+        vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
+        move |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| {
+            let counted = counted.clone();
+            async move {
+                use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+                use vercel_mcp::server::{InputRequired, Outcome};
+                if ctx.input_response("ok").is_none() {
+                    let ask = InputRequest::ElicitForm {
+                        message: "Book it?".into(),
+                        requested_schema: json!({"type": "object"}),
+                    };
+                    return Outcome::InputRequired(InputRequired::new().request("ok", ask));
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                Outcome::Complete(CallToolResult::text("booked"))
+            }
+        },
+    );
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+    let caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let first = server.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+    let mut retry = call("book", json!({}));
+    retry["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
+    retry["requestState"] = first["result"]["requestState"].clone();
+    let refused = server.modern(json!(2), "tools/call", caps(retry)).send().await;
+    assert_eq!(refused.code(), -32603, "{}", refused.text());
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("may count as used now"), "{message}");
+    let id = message.split("(correlation id ").nth(1).and_then(|rest| rest.split(')').next()).expect("an id");
+    let fault = logs.lines().into_iter().find(|l| l["event"] == "state.fault").expect("a state.fault line");
+    assert_eq!(
+        (fault["correlationId"].as_str(), fault["operation"].as_str()),
+        (Some(id), Some("request_state.consume"))
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler did not run");
+}
+
 /// A used state's nonce outlives the state on every clock a fleet may run: a state sealed by an
 /// instance whose clock runs 30 s ahead, used on another, is still refused as used there once
 /// the state's lifetime has passed on the second one's clock (and it is still valid by it).
