@@ -22,7 +22,9 @@ pub trait IntoToolResult {
 }
 
 /// Structured output: serialised into `structuredContent` (and mirrored as JSON text, as the spec
-/// recommends), with the type's JSON Schema advertised as the tool's `outputSchema`.
+/// recommends), with the JSON Schema of what the type serialises to advertised as the tool's
+/// `outputSchema` (a member skipped when empty is not required), and every result checked
+/// against it, a task's too.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Json<T>(pub T);
 

@@ -2,7 +2,8 @@
 //!
 //! `execute` produces the era-neutral body of a result (the transport adds `resultType`,
 //! `serverInfo` and legacy shaping) or an `input_required` answer for the MRTR layer to seal.
-//! Methods that need a capability the server does not advertise are `-32601`, like unknown ones.
+//! Methods that need a capability the server does not advertise are `-32601`, like unknown ones
+//! (a 2025 client's `resources/subscribe` aside: answered `{}`, as 2025 clients call it anyway).
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

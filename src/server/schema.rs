@@ -7,8 +7,14 @@
 //! [`unsupported_keywords`] lets registration refuse a typed schema that would need more, so
 //! the advertised contract and the enforced one can never drift apart silently.
 //!
-//! Unknown object keys are not errors: they are dropped before the handler sees the arguments
-//! (the reference servers' tests depend on a stray `principal` argument being ignored).
+//! Unknown object keys are not errors: top-level keys that neither the root's `properties` nor
+//! one of its branches (`allOf`, `anyOf`, `oneOf`, `$ref`) declares are dropped before the
+//! handler sees the arguments, unless the root allows additional properties (the reference
+//! servers' tests depend on a stray `principal` argument being ignored).
+//!
+//! Checking costs at most a multiple of the value's size: an object's constant- or enum-valued
+//! members are checked first (a tagged enum's tag decides its `oneOf` branch at once), and a
+//! budget of checks per value node refuses what alternatives would still walk past it.
 
 use serde_json::{Map, Value};
 use std::borrow::Cow;

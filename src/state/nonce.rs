@@ -1,6 +1,7 @@
 //! Single-use `requestState`: each sealed state carries a random nonce, and a retry is served
 //! only if its nonce has not been used before. The store remembers a used nonce for as long as
-//! any state carrying it could still open (the state's lifetime), then forgets it.
+//! any state carrying it could still open (the state's lifetime, and a minute more for clocks
+//! that differ between instances), then forgets it.
 //!
 //! Deployed, the store is Redis (`SET NX PX`: atomic, shared by every instance); the local run
 //! keeps used nonces in memory, since only one process serves it.
@@ -49,7 +50,7 @@ impl NonceStore for MemoryNonces {
     }
 }
 
-/// Used nonces in Redis under `{prefix}:nonce:{nonce}`, each expiring with its state.
+/// Used nonces in Redis under `{prefix}:nonce:{nonce}`, each expiring a minute after its state.
 #[derive(Clone)]
 pub struct RedisNonces {
     connection: redis::aio::ConnectionManager,

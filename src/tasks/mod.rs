@@ -262,13 +262,14 @@ impl TaskService {
     }
 
     /// Runs a round past the response that started it; on Vercel, inside that invocation, which
-    /// stays open until the round ends (at most the function's maximum duration).
+    /// stays open until the round ends (at most its round limit, under the function's maximum
+    /// duration).
     fn spawn(self: &Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, slot: Slot) {
         crate::state::background::spawn(self.clone().run(record, handler, span, slot));
     }
 
-    /// Runs one round of a task's work, racing it against cancellation, as `span`, holding
-    /// `slot` until the round ends.
+    /// Runs one round of a task's work, racing it against cancellation and the round limit, as
+    /// `span`, holding `slot` until the round ends.
     async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, _slot: Slot) {
         let bus = self.bus.clone();
         let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());

@@ -7,11 +7,12 @@
 //! [`Telemetry`] is an empty handle and every span operation is a branch on `None`.
 //!
 //! Finished spans wait in a bounded in-memory queue; [`Telemetry::flush`] exports them as one
-//! batch. On Vercel the edge registers a flush after a response through the runtime's
-//! `wait_until` (one at a time, a second later: [`Telemetry::flush_soon`]), so the response never
-//! waits and the instance is not frozen before the batch is sent; the local run flushes every
-//! second. Either exports at once when 1024 spans are waiting. One export is in flight at a
-//! time; a failed one is counted ([`Telemetry::export_failures`]). The batch is written as OTLP
+//! batch. On Vercel the edge registers a flush through the runtime's `wait_until` once everything
+//! a request started has ended (one at a time, a second later: [`Telemetry::flush_soon`]), so the
+//! response never waits and the instance is not frozen before the batch is sent; the local run
+//! flushes every second. Either exports at once when 1024 spans are waiting, and again at every
+//! further 1024. One export is in flight at a time; a failed one is counted
+//! ([`Telemetry::export_failures`]), and the edges log the count (`telemetry.export_failed`). The batch is written as OTLP
 //! protobuf straight from the SDK's span data (`otlp.rs`) and sent with the crate's own outbound
 //! client (rustls with ring), so no second HTTP stack is linked.
 //!

@@ -5,6 +5,7 @@
 //! {prefix}:queue:jobs        the stream: one entry per job message (field `body`), deleted
 //!                            once acknowledged, so its length is the backlog
 //! {prefix}:queue:jobs:dead   dead letters: messages that can never run, or failed too often
+//!                             (their jobs failed; kept a week after the last one)
 //! ```
 //!
 //! A message is added with its bound checked first (`XLEN`, then `XADD`): by the job store's create
@@ -18,7 +19,7 @@
 //! taken over. An entry whose consumer died stays pending; once it has been idle for the
 //! reclaim time, any instance claims it (`XCLAIM`) and resumes from the stored record, so no
 //! step runs twice. A message delivered more times than the limit goes to the dead-letter
-//! stream. On shutdown an instance stops reading and hands back what it holds (the entry is
+//! stream, and its job is failed. On shutdown an instance stops reading and hands back what it holds (the entry is
 //! added again and the old one removed, in one script), so another instance resumes it at once;
 //! a delivery whose time budget ran out mid-job hands its entry back the same way, so a long job
 //! is never counted as failing. An instance that stops holding nothing leaves the group.
