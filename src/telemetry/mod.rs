@@ -194,6 +194,18 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
     }) {
         return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]);
     }
+    // The headers are usually the backend's credential: never in clear beyond this machine.
+    let in_clear = [Some(&endpoint), metrics_endpoint.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|url| !crate::outbound::encrypted_or_loopback(url));
+    if !headers.is_empty() && in_clear {
+        return Err(vec![
+            "OTEL_EXPORTER_OTLP_HEADERS is set, so the OTLP endpoints that carry them must be https (or http to a \
+             loopback host)"
+                .to_owned(),
+        ]);
+    }
     Ok(Some(TelemetrySettings {
         traces_endpoint: endpoint,
         headers,
@@ -924,6 +936,33 @@ mod tests {
 
     fn resource_of(settings: &TelemetrySettings) -> std::collections::HashMap<String, String> {
         resource(settings).iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+    }
+
+    /// Headers are usually the backend's credential: with them, every endpoint that carries them
+    /// must be https or loopback; without them, plain http anywhere is the operator's choice.
+    #[test]
+    fn headers_go_over_tls_or_to_this_machine_only() {
+        let read = |vars: &[(&'static str, &'static str)]| {
+            let vars: std::collections::HashMap<&str, &str> = vars.iter().copied().collect();
+            settings_from(&|name| vars.get(name).map(|v| (*v).to_owned()))
+        };
+        let key = ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret");
+        for endpoint in ["https://otlp.example.com", "http://127.0.0.1:4318", "http://localhost:4318"] {
+            assert!(read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint), key]).is_ok(), "{endpoint}");
+        }
+        let problems = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otlp.example.com"), key]).unwrap_err();
+        assert!(problems[0].contains("must be https"), "{problems:?}");
+        assert!(!problems.concat().contains("s3cret"), "the value is never quoted");
+        let metrics_in_clear = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example.com"),
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://metrics.example.com/v1/metrics"),
+            key,
+        ];
+        assert!(read(&metrics_in_clear).is_err(), "the metrics endpoint carries them too");
+        assert!(
+            read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otlp.example.com")]).is_ok(),
+            "no headers, no credential"
+        );
     }
 
     #[test]
