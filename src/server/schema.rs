@@ -205,6 +205,8 @@ struct Checks {
     max_properties: Option<(u64, Value)>,
     /// In name order (a JSON object's), so a member is found by binary search.
     properties: Option<Vec<(String, NodeId)>>,
+    /// Which of `properties` pin their value to a constant or a list of values: checked first.
+    decisive: Vec<usize>,
     additional_properties: Option<NodeId>,
     all_of: Vec<NodeId>,
     any_of: Option<Vec<NodeId>>,
@@ -242,6 +244,12 @@ impl<'a> Compiler<'a> {
             _ => Node::Anything,
         };
         id
+    }
+
+    /// Whether `node` pins its value to a constant or a list of values (one still being compiled,
+    /// a recursive reference's, counts as not).
+    fn is_decisive(&self, node: NodeId) -> bool {
+        matches!(&self.nodes[node], Node::Checks(checks) if checks.constant.is_some() || checks.enumeration.is_some())
     }
 
     fn nodes_of(&mut self, value: &'a Value) -> Option<Vec<NodeId>> {
@@ -303,6 +311,7 @@ impl<'a> Compiler<'a> {
                             properties.iter().map(|(name, sub)| (name.clone(), self.node(sub))).collect();
                         // Found by binary search: sorted here, whatever order the map keeps.
                         compiled.sort_by(|(a, _), (b, _)| a.cmp(b));
+                        checks.decisive = (0..compiled.len()).filter(|&i| self.is_decisive(compiled[i].1)).collect();
                         checks.properties = Some(compiled);
                     }
                 }
@@ -348,12 +357,6 @@ impl CompiledSchema {
     /// `additionalProperties` included, is checked as `validate` checks it.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), String> {
         Validator::new(self, true, arguments).check(0, arguments, &mut String::new(), 0)
-    }
-
-    /// Whether `node` pins its value to a constant or a list of values (checked first among an
-    /// object's members).
-    fn is_decisive(&self, node: NodeId) -> bool {
-        matches!(&self.nodes[node], Node::Checks(checks) if checks.constant.is_some() || checks.enumeration.is_some())
     }
 
     /// Whether [`CompiledSchema::known_arguments`] drops the top-level member `name`: the root
@@ -409,8 +412,11 @@ struct Validator<'a> {
     lenient_root: bool,
     /// Checks left: a value is given a number in proportion to its size, so that no schema
     /// (alternatives that each walk the same nested value, say) makes checking it cost more than
-    /// a fixed multiple of reading it. Past it, the value is refused as too complex.
+    /// a fixed multiple of reading it. Past it, the value is refused as too complex. It starts at
+    /// the floor, and the value's size is counted only if that runs out: most values never need it.
     budget: std::cell::Cell<u64>,
+    /// The value being checked, until its size has been counted into the budget.
+    uncounted: std::cell::Cell<Option<&'a Value>>,
 }
 
 /// Checks a value may take per node it has (see [`Validator::budget`]), and a floor.
@@ -461,9 +467,27 @@ fn nodes_of(value: &Value) -> u64 {
 }
 
 impl<'a> Validator<'a> {
-    fn new(schema: &'a CompiledSchema, lenient_root: bool, value: &Value) -> Self {
-        let budget = nodes_of(value).saturating_mul(CHECKS_PER_NODE).saturating_add(CHECKS_FLOOR);
-        Self { schema, lenient_root, budget: std::cell::Cell::new(budget) }
+    fn new(schema: &'a CompiledSchema, lenient_root: bool, value: &'a Value) -> Self {
+        let (budget, uncounted) = (std::cell::Cell::new(CHECKS_FLOOR), std::cell::Cell::new(Some(value)));
+        Self { schema, lenient_root, budget, uncounted }
+    }
+
+    /// Whether the budget ran out (the value's size counted in, and spent).
+    fn exhausted(&self) -> bool {
+        self.budget.get() == 0 && self.uncounted.get().is_none()
+    }
+
+    /// Takes one check from the budget: false when none is left.
+    fn spend(&self) -> bool {
+        if self.budget.get() == 0 {
+            let Some(value) = self.uncounted.take() else { return false };
+            self.budget.set(nodes_of(value).saturating_mul(CHECKS_PER_NODE));
+            if self.budget.get() == 0 {
+                return false;
+            }
+        }
+        self.budget.set(self.budget.get() - 1);
+        true
     }
 }
 
@@ -531,18 +555,16 @@ impl Validator<'_> {
     /// An alternative's refusal, unless the budget ran out while its branches were tried: then
     /// it is that, whatever the branches would have said.
     fn or_too_complex(&self, path: &str, refusal: &str) -> String {
-        if self.budget.get() == 0 { too_complex(path) } else { format!("{}: {refusal}", at(path)) }
+        if self.exhausted() { too_complex(path) } else { format!("{}: {refusal}", at(path)) }
     }
 
     fn check(&self, node: NodeId, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(format!("{}: schema nesting too deep", at(path)));
         }
-        let left = self.budget.get();
-        if left == 0 {
+        if !self.spend() {
             return Err(too_complex(path));
         }
-        self.budget.set(left - 1);
         let checks = match &self.schema.nodes[node] {
             Node::Anything => return Ok(()),
             Node::Nothing => return Err(format!("{}: no value is allowed here", at(path))),
@@ -612,7 +634,7 @@ impl Validator<'_> {
             match self.check(not, value, &mut path.clone(), depth + 1) {
                 Ok(()) => return Err(format!("{}: matches a forbidden shape", at(path))),
                 // A branch cut short by the budget says nothing: the value is refused for it.
-                Err(_) if self.budget.get() == 0 => return Err(too_complex(path)),
+                Err(_) if self.exhausted() => return Err(too_complex(path)),
                 Err(_) => {}
             }
         }
@@ -711,12 +733,16 @@ impl Validator<'_> {
             // they decide most alternatives (a tagged enum's tag), so a `oneOf` branch that does
             // not match fails before its other members are walked. In name order alone, nested
             // tagged unions cost time exponential in their depth.
-            for decisive in [true, false] {
-                for (name, sub) in properties {
-                    if self.schema.is_decisive(*sub) == decisive {
-                        if let Some(child) = object.get(name) {
-                            check_member(name, *sub, child)?;
-                        }
+            for &i in &checks.decisive {
+                let (name, sub) = &properties[i];
+                if let Some(child) = object.get(name) {
+                    check_member(name, *sub, child)?;
+                }
+            }
+            for (i, (name, sub)) in properties.iter().enumerate() {
+                if !checks.decisive.contains(&i) {
+                    if let Some(child) = object.get(name) {
+                        check_member(name, *sub, child)?;
                     }
                 }
             }
