@@ -156,7 +156,10 @@ impl McpServer {
             Some(_) => return Err(McpError::invalid_params("taskIds must be an array of at most 256 ids")),
         };
         // Each at most once: a stream's catch-up reads each task once, however often it is named.
-        let (uris, task_ids) = (once_each(uris), once_each(task_ids));
+        let (mut uris, task_ids) = (once_each(uris), once_each(task_ids));
+        // A resource the caller may not read is not watched for it either: when it changes says
+        // something of it. Left out of the acknowledgement, as any subscription not honoured.
+        uris.retain(|uri| self.missing_resource_scopes(&ctx.principal, uri).is_none());
         let resources = !self.resources.is_empty() || !self.templates.is_empty();
         Ok(Filter {
             tools: flag("toolsListChanged")? && !self.tools.is_empty(),
@@ -409,6 +412,30 @@ mod tests {
         assert!(started.elapsed() <= Duration::from_secs(31), "ended at {:?}", started.elapsed());
         let reads = store.0.load(Ordering::SeqCst);
         assert!((1..=16).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
+    }
+
+    /// A subscription to a resource the caller may not read is not honoured (nor acknowledged);
+    /// one to a resource it may read is.
+    #[test]
+    fn a_resource_the_caller_may_not_read_is_not_watched() {
+        use crate::protocol::types::{Resource, ResourceContents};
+        let mut server = McpServer::new("t", "1");
+        let read = |_, uri: String| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "x")]) };
+        server.resource(Resource::new("a://open", "open"), read);
+        server.resource(Resource::new("a://secret", "secret"), read).scopes(&["secret:read"]);
+        server.scopes_enforced = true;
+        let bus = Arc::new(crate::state::LocalBus::default());
+        let params: RequestParams =
+            serde_json::from_value(json!({"notifications": {"resourceSubscriptions": ["a://open", "a://secret"]}}))
+                .unwrap();
+        let watched = |scopes: Vec<String>| {
+            let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+            let principal = crate::security::Principal::verified(Some("alice"), None, scopes);
+            let ctx = RequestContext::new(id, crate::protocol::Era::Modern, principal, bus.clone());
+            server.listen_filter(&ctx, &params).unwrap().to_json()["resourceSubscriptions"].clone()
+        };
+        assert_eq!(watched(vec![]), json!(["a://open"]));
+        assert_eq!(watched(vec!["secret:read".into()]), json!(["a://open", "a://secret"]));
     }
 
     #[test]
