@@ -91,30 +91,26 @@ local function store(job, now, retention)
 end
 "#;
 
-const CANCEL: &str = r#"
-local raw = redis.call('GET', KEYS[1])
-if not raw then return false end
-local job = cjson.decode(raw)
-local now = tonumber(ARGV[3])
-if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
-if job.state ~= 'pending' and job.state ~= 'running' then return raw end
-job.state = 'cancelled'
-job.cancelRequested = true
-job.finishedAt = now
-return store(job, now, tonumber(ARGV[4]))
+/// Ends an active job now as `state` (a job past its deadline fails at it instead; a finished
+/// one is returned as it is).
+const END_ACTIVE: &str = r#"
+local function end_active(state, cancel_requested)
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return false end
+  local job = cjson.decode(raw)
+  local now = tonumber(ARGV[3])
+  if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
+  if job.state ~= 'pending' and job.state ~= 'running' then return raw end
+  job.state = state
+  if cancel_requested then job.cancelRequested = true end
+  job.finishedAt = now
+  return store(job, now, tonumber(ARGV[4]))
+end
 "#;
 
-const ABANDON: &str = r#"
-local raw = redis.call('GET', KEYS[1])
-if not raw then return false end
-local job = cjson.decode(raw)
-local now = tonumber(ARGV[3])
-if settle(job, now) then return store(job, now, tonumber(ARGV[4])) end
-if job.state ~= 'pending' and job.state ~= 'running' then return raw end
-job.state = 'failed'
-job.finishedAt = now
-return store(job, now, tonumber(ARGV[4]))
-"#;
+const CANCEL: &str = "return end_active('cancelled', true)";
+/// Its message given up: nothing would run it again.
+const ABANDON: &str = "return end_active('failed', false)";
 
 /// `over` settles the delivery when the job is over after this call, if the caller passed its
 /// stream entry (`KEYS[5]`, group `ARGV[6]`, entry `ARGV[7]`): acknowledged and deleted with the
@@ -172,8 +168,8 @@ return 1
 "#;
 
 static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
-static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{CANCEL}")));
-static ABANDON_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{ABANDON}")));
+static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{END_ACTIVE}{CANCEL}")));
+static ABANDON_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{END_ACTIVE}{ABANDON}")));
 static ADVANCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{ADVANCE}")));
 static FAIL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{STORE_JOB}{FAIL_IF_STUCK}")));
 static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));

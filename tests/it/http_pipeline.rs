@@ -982,22 +982,14 @@ async fn listen_streams_are_capped_per_caller() {
     }
 }
 
-/// With the store of used states down, a retry is refused with -32603 and a correlation id the
-/// `state.fault` line carries, saying the state may count as used now; the handler does not run.
-#[tokio::test]
-async fn a_retry_with_the_state_store_down_is_refused_without_running() {
-    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
-    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
-    config.log_sink = logs.clone();
-    let down = vercel_mcp::store::Redis::connect("redis://127.0.0.1:1", "down").unwrap();
-    config.request_state_nonces = Some(Arc::new(vercel_mcp::state::RedisNonces::new(&down)));
-    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = ran.clone();
+/// A server with one tool, `book`, that asks for an answer under `ok` first and books on the
+/// retry that brings it, counting each booking in `booked`.
+fn booking_server(booked: Arc<std::sync::atomic::AtomicUsize>) -> vercel_mcp::McpServer {
     let mut server = vercel_mcp::McpServer::new("t", "1");
     server.tool(
         vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
         move |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| {
-            let counted = counted.clone();
+            let booked = booked.clone();
             async move {
                 use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
                 use vercel_mcp::server::{InputRequired, Outcome};
@@ -1008,11 +1000,25 @@ async fn a_retry_with_the_state_store_down_is_refused_without_running() {
                     };
                     return Outcome::InputRequired(InputRequired::new().request("ok", ask));
                 }
-                counted.fetch_add(1, Ordering::SeqCst);
+                booked.fetch_add(1, Ordering::SeqCst);
                 Outcome::Complete(CallToolResult::text("booked"))
             }
         },
     );
+    server
+}
+
+/// With the store of used states down, a retry is refused with -32603 and a correlation id the
+/// `state.fault` line carries, saying the state may count as used now; the handler does not run.
+#[tokio::test]
+async fn a_retry_with_the_state_store_down_is_refused_without_running() {
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.log_sink = logs.clone();
+    let down = vercel_mcp::store::Redis::connect("redis://127.0.0.1:1", "down").unwrap();
+    config.request_state_nonces = Some(Arc::new(vercel_mcp::state::RedisNonces::new(&down)));
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = booking_server(ran.clone());
     let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
     let caps = |mut params: Value| {
         params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -1047,22 +1053,7 @@ async fn a_used_state_stays_used_across_instances_whose_clocks_differ() {
     let mut opening = vercel_mcp::Parts::for_tests(behind.clone());
     opening.request_state_nonces = sealing.request_state_nonces.clone();
     let server = |config: &vercel_mcp::Parts| {
-        let mut server = vercel_mcp::McpServer::new("t", "1");
-        server.tool(
-            vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
-            |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| async move {
-                use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
-                use vercel_mcp::server::{InputRequired, Outcome};
-                if ctx.input_response("ok").is_none() {
-                    let ask = InputRequest::ElicitForm {
-                        message: "Book it?".into(),
-                        requested_schema: json!({"type": "object"}),
-                    };
-                    return Outcome::InputRequired(InputRequired::new().request("ok", ask));
-                }
-                Outcome::Complete(CallToolResult::text("booked"))
-            },
-        );
+        let server = booking_server(Arc::default());
         common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint())))
     };
     let (a, b) = (server(&sealing).await, server(&opening).await);
@@ -1100,27 +1091,7 @@ async fn request_state_is_single_use_unless_turned_off() {
             config.request_state_nonces = None;
         }
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let mut server = vercel_mcp::McpServer::new("t", "1");
-        let counter = calls.clone();
-        server.tool(
-            vercel_mcp::server::ToolDef::new("book").description("Asks, then books"),
-            move |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| {
-                let counter = counter.clone();
-                async move {
-                    use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
-                    use vercel_mcp::server::{InputRequired, Outcome};
-                    if ctx.input_response("ok").is_none() {
-                        let ask = InputRequest::ElicitForm {
-                            message: "Book it?".into(),
-                            requested_schema: json!({"type": "object"}),
-                        };
-                        return Outcome::InputRequired(InputRequired::new().request("ok", ask));
-                    }
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    Outcome::Complete(CallToolResult::text("booked"))
-                }
-            },
-        );
+        let server = booking_server(calls.clone());
         let server =
             common::TestServer::start(std::sync::Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
         let caps = |mut params: Value| {
