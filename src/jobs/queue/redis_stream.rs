@@ -86,9 +86,26 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('XDEL', KEYS[1], ARGV[2])
 "#;
 
-/// Hands an entry back: the same fields as a new entry (which any instance's read picks up at
-/// once), and the old one acknowledged and deleted, in one step.
+/// Whether entry `ARGV[2]` is pending with consumer `ARGV[3]` (group `ARGV[1]`): a consumer that
+/// stalled past the reclaim time may find another holding it now, and must leave it alone.
+const HELD_BY_ME: &str = r#"
+local function held_by_me()
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+  return #pending == 1 and pending[1][2] == ARGV[3]
+end
+"#;
+
+/// Keeps an entry this consumer holds from looking idle (`JUSTID`: no delivery is counted).
+const TOUCH: &str = r#"
+if not held_by_me() then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+return 1
+"#;
+
+/// Hands an entry this consumer holds back: the same fields as a new entry (which any instance's
+/// read picks up at once), and the old one acknowledged and deleted, in one step.
 const HAND_BACK: &str = r#"
+if not held_by_me() then return 0 end
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
 if #entry == 0 then return 0 end
 redis.call('XADD', KEYS[1], '*', unpack(entry[1][2]))
@@ -147,7 +164,8 @@ static PRUNE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PRUNE));
 static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
 static ACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACK));
 static DEAD_LETTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DEAD_LETTER));
-static HAND_BACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HAND_BACK));
+static HAND_BACK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{HELD_BY_ME}{HAND_BACK}")));
+static TOUCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{HELD_BY_ME}{TOUCH}")));
 
 /// One stream entry: its id and its fields, flat (`field, value, …`).
 type Entry = (String, Vec<Vec<u8>>);
@@ -422,15 +440,13 @@ impl RedisStreamQueue {
     }
 
     /// Resets an entry's idle time, so no other instance takes over work in progress.
-    async fn touch(&self, id: &str) -> redis::RedisResult<()> {
-        redis::cmd("XCLAIM")
-            .arg(&self.stream)
+    async fn touch(&self, id: &str) -> redis::RedisResult<i64> {
+        TOUCH_SCRIPT
+            .key(&self.stream)
             .arg(STREAM_CONSUMER_GROUP)
-            .arg(&self.consumer_name)
-            .arg(0)
             .arg(id)
-            .arg("JUSTID")
-            .query_async(&mut self.redis.connection())
+            .arg(&self.consumer_name)
+            .invoke_async(&mut self.redis.connection())
             .await
     }
 
@@ -441,6 +457,7 @@ impl RedisStreamQueue {
             .key(&self.stream)
             .arg(STREAM_CONSUMER_GROUP)
             .arg(id)
+            .arg(&self.consumer_name)
             .invoke_async(&mut self.redis.connection())
             .await
     }
@@ -606,6 +623,56 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(queue.prune(Duration::from_millis(100)).await.unwrap(), 1);
         assert_eq!(names().await, ["holder", "pruner"], "the silent one holding nothing is gone");
+    }
+
+    /// A consumer that stalled past the reclaim time, and whose entry another has taken since,
+    /// leaves it alone: its heartbeat does not take it back, and its hand-back neither re-adds nor
+    /// deletes it (either would have two deliveries run at once). An entry it still holds, it
+    /// keeps and hands back.
+    #[tokio::test]
+    async fn a_stalled_consumer_leaves_alone_what_another_has_taken() {
+        let Some(redis) = redis("stalled-owner").await else { return };
+        let queue = RedisStreamQueue::new(redis.clone(), "owner", StreamSettings::default());
+        queue.ensure_group().await.unwrap();
+        let mut connection = redis.connection();
+        let holder = |id: String| {
+            let (stream, mut connection) = (queue.stream.clone(), redis.connection());
+            async move {
+                let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
+                    .arg(&stream)
+                    .arg(STREAM_CONSUMER_GROUP)
+                    .arg(&id)
+                    .arg(&id)
+                    .arg(1)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                pending.first().map(|(_, consumer, _, _)| consumer.clone())
+            }
+        };
+        let taken = handed_to(&queue, "owner").await;
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(&queue.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("thief")
+            .arg(0)
+            .arg(&taken)
+            .arg("JUSTID")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(queue.touch(&taken).await.unwrap(), 0);
+        assert_eq!(holder(taken.clone()).await.as_deref(), Some("thief"), "the heartbeat took nothing back");
+        assert_eq!(queue.hand_back(&taken).await.unwrap(), 0);
+        let length: u64 = redis::cmd("XLEN").arg(&queue.stream).query_async(&mut connection).await.unwrap();
+        assert_eq!(length, 1, "neither re-added nor deleted");
+        assert_eq!(holder(taken).await.as_deref(), Some("thief"));
+
+        let kept = handed_to(&queue, "owner").await;
+        assert_eq!(queue.touch(&kept).await.unwrap(), 1);
+        assert_eq!(queue.hand_back(&kept).await.unwrap(), 1, "its own, it hands back");
+        assert_eq!(holder(kept).await, None, "settled: a fresh entry replaces it");
+        let _: () = redis::cmd("DEL").arg(&queue.stream).query_async(&mut connection).await.unwrap();
     }
 
     /// An entry listed as idle, then touched by its consumer before the dead-letter move runs:
