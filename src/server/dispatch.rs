@@ -574,6 +574,31 @@ mod tests {
     use crate::security::Principal;
     use crate::server::{CacheHint, CacheScope};
 
+    /// A 2025 client's `initialize` offers only what the stateless path delivers: no list
+    /// changes, no resource subscriptions, no 2026 extension; discovery still offers them all.
+    #[test]
+    fn legacy_initialize_offers_only_what_the_legacy_path_delivers() {
+        use crate::protocol::types::{Resource, ResourceContents};
+        let mut server = McpServer::new("t", "1");
+        let store = std::sync::Arc::new(crate::tasks::MemoryTaskStore::default());
+        let bus = std::sync::Arc::new(crate::state::LocalBus::default());
+        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
+        let random = std::sync::Arc::new(crate::state::SeededRandom::new(1));
+        server.enable_tasks(std::sync::Arc::new(crate::tasks::TaskService::new(store, clock, random, bus)));
+        server.tool(crate::server::ToolDef::new("t"), |_, _: crate::server::NoArguments| async { "x" });
+        let read = |_, uri: String| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "x")]) };
+        server.resource(Resource::new("a://r", "r"), read);
+        let modern = server.capabilities();
+        assert_eq!((&modern["resources"]["subscribe"], modern.get("extensions").is_some()), (&json!(true), true));
+        let legacy = server.initialize(Some("2025-11-25"))["capabilities"].clone();
+        assert_eq!(legacy["tools"]["listChanged"], false);
+        assert_eq!(
+            (&legacy["resources"]["subscribe"], &legacy["resources"]["listChanged"]),
+            (&json!(false), &json!(false))
+        );
+        assert!(legacy.get("extensions").is_none(), "{legacy}");
+    }
+
     /// An outputSchema the validator cannot enforce is refused when the tool is registered,
     /// rather than failing every call.
     #[test]

@@ -330,6 +330,11 @@ impl ExportFailureCount {
         self.last_status.store(status.map_or(0, |s| s.as_u16()), Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// The last failure's status code, if it had one.
+    fn last_status(&self) -> Option<u16> {
+        Some(self.last_status.load(std::sync::atomic::Ordering::Relaxed)).filter(|status| *status != 0)
+    }
 }
 
 /// [`Telemetry::export_failures`]: how many exports failed, and how the last one did.
@@ -478,7 +483,7 @@ impl Telemetry {
         use std::sync::atomic::Ordering;
         self.0.as_ref().map_or_else(ExportFailures::default, |inner| ExportFailures {
             count: inner.failures.count.load(Ordering::Relaxed),
-            last_status: Some(inner.failures.last_status.load(Ordering::Relaxed)).filter(|status| *status != 0),
+            last_status: inner.failures.last_status(),
         })
     }
 
@@ -496,8 +501,7 @@ impl Telemetry {
         }
         failures.reported_at_ms.compare_exchange(last, now_ms.max(1), Ordering::AcqRel, Ordering::Relaxed).ok()?;
         failures.reported.store(count, Ordering::Relaxed);
-        let last_status = Some(failures.last_status.load(Ordering::Relaxed)).filter(|status| *status != 0);
-        Some(ExportFailures { count: count - reported, last_status })
+        Some(ExportFailures { count: count - reported, last_status: failures.last_status() })
     }
 
     /// Records `value` in the histogram `name` (seconds) for `series`.
