@@ -476,6 +476,50 @@ async fn a_consumer_that_crashes_mid_job_resumes_on_redelivery() {
     assert_eq!(result.result, Some(JobResult { sum: 45, steps_run: 10 }), "every step ran exactly once");
 }
 
+/// A store whose every step fails (a fault that outlives the queue's attempts).
+struct StepsFail {
+    inner: Arc<dyn JobStore>,
+}
+
+impl Hooks for StepsFail {
+    fn inner(&self) -> &dyn JobStore {
+        &*self.inner
+    }
+    fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {
+        Box::pin(async { Err(StoreError::fault("the step's write failed")) })
+    }
+}
+
+/// The local queue gives a message up after its attempts, as the Redis stream dead-letters one:
+/// its job is failed then, not read as pending until its deadline, and its owner's slot is free.
+#[tokio::test]
+async fn a_job_whose_deliveries_all_fail_is_failed_when_the_local_queue_gives_it_up() {
+    let store = Arc::new(MemoryJobStore::new());
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let (jobs, queue) = service(store.clone(), clock.clone());
+    let mut consumer = vercel_mcp::consumer(&config(store.clone(), clock.clone()));
+    consumer.store = Arc::new(Hooked(StepsFail { inner: store.clone() }));
+    consumer.queue = Arc::new(queue.clone());
+    queue.connect_consumer(Arc::new(consumer));
+    let owner = Principal::anonymous();
+    let handle = jobs.submit(&owner, 3, None).await.unwrap().job_id;
+    let second = jobs.submit(&owner, 3, None).await.unwrap().job_id;
+    let error = jobs.submit(&owner, 3, None).await.unwrap_err();
+    assert!(error.contains("active"), "an anonymous caller has two slots: {error}");
+    let mut deliveries = 0;
+    while let Some(status) = queue.deliver_next().await {
+        assert_eq!(status, http::StatusCode::INTERNAL_SERVER_ERROR);
+        deliveries += 1;
+    }
+    assert_eq!(deliveries, 16, "eight attempts for each message, then nothing is pending");
+    for handle in [&handle, &second] {
+        let status = jobs.status(&owner, handle).await.unwrap();
+        assert_eq!((status.state, status.completed_steps), ("failed", 0), "given up, so failed at once");
+        assert_eq!(jobs.result(&owner, handle).await.unwrap().result, None);
+    }
+    jobs.submit(&owner, 3, None).await.expect("the failed jobs freed their owner's slots");
+}
+
 /// Cancels the job after a number of steps, from inside the step loop (a client's cancel_job
 /// landing while the consumer works).
 struct CancelAfter {

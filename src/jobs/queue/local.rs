@@ -1,6 +1,7 @@
 //! [`LocalQueue`]: the platform's part played in-process for the local run. It delivers each
 //! message to the consumer handler over the same HTTP contract as Vercel (a v2beta binary-mode
-//! CloudEvent) and redelivers until the delivery is acknowledged.
+//! CloudEvent) and redelivers until the delivery is acknowledged or its attempts run out; a
+//! message given up that way fails its job, as the Redis stream's dead letters do.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -61,6 +62,8 @@ struct LocalState {
 pub struct LocalQueue {
     state: Arc<Mutex<LocalState>>,
     consumer: Arc<OnceLock<DeliverFn>>,
+    /// The consumer whose jobs a message given up fails (set by [`LocalQueue::connect_consumer`]).
+    gives_up_to: Arc<OnceLock<Arc<crate::jobs::Consumer>>>,
     wake: Arc<Notify>,
     max_attempts: u32,
     max_pending: usize,
@@ -84,6 +87,7 @@ impl LocalQueue {
         Self {
             state: Arc::default(),
             consumer: Arc::new(OnceLock::new()),
+            gives_up_to: Arc::new(OnceLock::new()),
             wake: Arc::new(Notify::new()),
             max_attempts: 8,
             max_pending: MAX_PENDING,
@@ -102,8 +106,11 @@ impl LocalQueue {
     }
 
     /// Connects `consumer` as the delivery target, exactly as Vercel Queues delivers to
-    /// `api/queues/process-job.rs`.
+    /// `api/queues/process-job.rs`. A message whose deliveries all fail is given up to it
+    /// ([`crate::jobs::Consumer::give_up`]): its job is failed at once, freeing its owner's
+    /// slot, rather than read as working until its deadline.
     pub fn connect_consumer(&self, consumer: Arc<crate::jobs::Consumer>) {
+        let _ = self.gives_up_to.set(consumer.clone());
         self.connect(Arc::new(move |request| {
             let consumer = consumer.clone();
             Box::pin(async move { consumer.handle(request).await })
@@ -195,16 +202,33 @@ impl LocalQueue {
             Ok(response) => response.status(),
             Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let mut state = self.state.lock().expect("queue lock");
-        state.in_flight.remove(&receipt);
+        let acked = {
+            let mut state = self.state.lock().expect("queue lock");
+            state.in_flight.remove(&receipt);
+            state.acked.remove(&receipt)
+        };
         // Deferred work (202: the consumer's time budget ran out mid-job) is not a failed attempt:
         // it comes back until the job ends, which the job's deadline bounds. Failures count.
         let mut delivery = delivery;
         if status != StatusCode::ACCEPTED {
             delivery.failures += 1;
         }
-        let retry = (!state.acked.remove(&receipt) && delivery.failures < self.max_attempts).then_some(delivery);
-        (status, retry)
+        if acked {
+            return (status, None);
+        }
+        if delivery.failures < self.max_attempts {
+            return (status, Some(delivery));
+        }
+        self.give_up(&delivery).await;
+        (status, None)
+    }
+
+    /// Drops a message whose attempts ran out, failing its job through the connected consumer.
+    async fn give_up(&self, delivery: &Delivery) {
+        let Some(consumer) = self.gives_up_to.get() else { return };
+        if let Some(message) = JobMessage::parse(&delivery.payload) {
+            consumer.give_up(&message).await;
+        }
     }
 
     /// Delivers until nothing is pending or every pending message has failed `rounds` times.
