@@ -286,6 +286,33 @@ async fn a_database_outage_is_a_clear_tool_error_that_leaks_nothing() {
     assert!(!reply.to_string().contains("hunter2"));
 }
 
+/// A server that accepts connections and never answers: each call ends at its own connect
+/// timeout (5 s), though all wait for one shared connection. Before, the calls queued behind
+/// the attempt holding it, and the third answered after 15 s. (Virtual time: the clock is paused
+/// and advances when every task waits.)
+#[tokio::test(start_paused = true)]
+async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let backend = Arc::new(PostgresProducts::new(&format!("postgres://reader@127.0.0.1:{port}/test")).unwrap());
+    let start = tokio::time::Instant::now();
+    let calls = (0..3).map(|_| {
+        let backend = backend.clone();
+        async move { (backend.categories().await, start.elapsed()) }
+    });
+    for (result, waited) in futures_util::future::join_all(calls).await {
+        let error = result.unwrap_err();
+        assert!(error.to_string().contains("connect timed out"), "{error}");
+        assert_eq!(waited, std::time::Duration::from_secs(5), "one timeout, not a queue of them");
+    }
+}
+
 #[tokio::test]
 async fn database_url_selects_postgres_and_a_bad_one_is_a_startup_error() {
     let config = |url: &str| {

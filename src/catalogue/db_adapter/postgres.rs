@@ -24,7 +24,8 @@ use tokio_postgres::{Client, Row};
 
 use super::{DbError, DbFuture, ProductBackend, ProductRow, Write};
 
-/// How long one statement (or the connection attempt) may take.
+/// How long one statement may take, and how long a call may wait for a connection (its own
+/// attempt, or another call's that it waits behind): a call ends within twice this.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const BY_CATEGORY: &str =
@@ -102,7 +103,12 @@ impl PostgresProducts {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, DbError> {
         crate::telemetry::database_span("postgresql", operation, async {
-            let client = self.client().await?;
+            // The wait for the shared connection is bounded from the call's start, not only the
+            // attempt that holds it: against a server that accepts and never answers, callers
+            // queued behind one attempt would otherwise wait one timeout each in turn.
+            let client = tokio::time::timeout(STATEMENT_TIMEOUT, self.client())
+                .await
+                .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))??;
             tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
                 .await
                 .map_err(|_| DbError::Unavailable("product database unavailable (statement timed out)".into()))?
