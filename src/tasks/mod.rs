@@ -40,6 +40,9 @@ pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 
 /// as long each time (about 3 s in all), before it is given up and logged: a store that blips
 /// loses no result.
 const SETTLE_ATTEMPTS: u32 = 5;
+/// How many rounds in a row a task's work may hand back only its state before the task fails:
+/// each such round runs the next at once, so a handler that never moves on would spin.
+const STATE_ONLY_ROUNDS: u32 = 32;
 const SETTLE_FIRST_PAUSE: Duration = Duration::from_millis(200);
 
 /// Whether and how a tool runs as a task.
@@ -271,20 +274,41 @@ impl TaskService {
     /// Runs one round of a task's work, racing it against cancellation and the round limit, as
     /// `span`, holding `slot` until the round ends.
     async fn run(self: Arc<Self>, record: TaskRecord, handler: ToolFn, span: SpanHandle, _slot: Slot) {
-        let bus = self.bus.clone();
-        let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
-        let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
-        let mut ctx = RequestContext::new(id, Era::Modern, principal, bus);
         let state = record.state.clone().unwrap_or(Value::Null);
-        ctx.client_capabilities = state.get("capabilities").and_then(Value::as_object).cloned().unwrap_or_default();
-        ctx.input_responses = record.input_responses.clone();
-        ctx.request_state = state.get("handler").filter(|h| !h.is_null()).cloned();
-        let capabilities = ctx.client_capabilities.clone();
-        ctx.span = span.clone();
+        let capabilities = state.get("capabilities").and_then(Value::as_object).cloned().unwrap_or_default();
+        let mut handler_state = state.get("handler").filter(|h| !h.is_null()).cloned();
+        let context = {
+            let (bus, record, capabilities, span) =
+                (self.bus.clone(), record.clone(), capabilities.clone(), span.clone());
+            move |handler_state: Option<Value>| {
+                let principal = Principal::restore(&record.owner, record.owner_verified, record.owner_scopes.clone());
+                let id = RequestId::from_value(Value::String(record.task_id.clone())).expect("task ids are strings");
+                let mut ctx = RequestContext::new(id, Era::Modern, principal, bus.clone());
+                ctx.client_capabilities = capabilities.clone();
+                ctx.input_responses = record.input_responses.clone();
+                ctx.request_state = handler_state;
+                ctx.span = span.clone();
+                ctx
+            }
+        };
         // The handler is called inside the contained future: a typed handler's parameters are
         // deserialised in that call, and a panic there is contained like one in its body.
         let arguments = Value::Object(record.arguments.clone());
-        let work = catch_unwind(span.in_context(async move { handler(ctx, &arguments).await }));
+        let work = catch_unwind(span.in_context(async move {
+            for _ in 0..STATE_ONLY_ROUNDS {
+                match handler(context(handler_state.take()), &arguments).await {
+                    // A round that asks for nothing and hands back only its state (the load
+                    // shedding of a synchronous call, which its client retries at once with that
+                    // state): here the server is the one that retries, so the next round runs
+                    // now. Stored, the task would wait in input_required for an answer to nothing.
+                    Ok(Outcome::InputRequired(input)) if input.requests.is_empty() => handler_state = input.state,
+                    outcome => return outcome,
+                }
+            }
+            Err(ToolError::Protocol(McpError::internal(format!(
+                "The task's work handed back only its state {STATE_ONLY_ROUNDS} rounds in a row, asking for nothing"
+            ))))
+        }));
         let cancelled = self.watch_for_cancel(&record.owner, &record.task_id);
         // A round that outlives its limit is stopped and the task failed, saying why: cut off by
         // the platform instead, it would read as working until its TTL.

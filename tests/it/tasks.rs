@@ -244,6 +244,47 @@ async fn a_task_whose_tool_is_gone_fails_when_answered() {
     assert!(failed["error"]["message"].as_str().unwrap().contains("ask_twice"), "{failed}");
 }
 
+/// A round that hands back only its state (asking for nothing) runs on at once with that
+/// state, as a synchronous call's client would retry; one that never moves on fails, saying so.
+/// Before, such a task read `input_required` with nothing to answer until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_round_that_asks_for_nothing_runs_on_with_its_state() {
+    let Some((url, _guard)) = redis() else { return };
+    let server = instance_serving(&url, &unique_prefix("tasks-state-only"), |config| {
+        let mut server = McpServer::new("tasks-test", "1");
+        server.enable_tasks(config.task_service());
+        server.tool(
+            ToolDef::new("shed_twice")
+                .description("Sheds load twice, then answers")
+                .task_support(TaskSupport::Required),
+            |ctx, _: NoArguments| async move {
+                let round = ctx.request_state().and_then(|s| s["round"].as_u64()).unwrap_or(0);
+                if round < 2 {
+                    return Outcome::InputRequired(InputRequired::new().state(json!({"round": round + 1})));
+                }
+                Outcome::Complete(CallToolResult::text(format!("answered in round {round}")))
+            },
+        );
+        server.tool(
+            ToolDef::new("sheds_forever").description("Never moves on").task_support(TaskSupport::Required),
+            |_, _: NoArguments| async { Outcome::InputRequired(InputRequired::new().state(json!({"again": true}))) },
+        );
+        server
+    })
+    .await;
+    let create = |name: &str| {
+        let params = json!({"name": name, "arguments": {}});
+        async { task_call(&server, "tools/call", params).await.json()["result"]["taskId"].as_str().unwrap().to_owned() }
+    };
+    let task_id = create("shed_twice").await;
+    let done = wait_for(&server, &task_id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "answered in round 2", "{done}");
+    let task_id = create("sheds_forever").await;
+    let failed = wait_for(&server, &task_id, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert!(failed["error"]["message"].as_str().unwrap().contains("asking for nothing"), "{failed}");
+}
+
 #[tokio::test]
 async fn undeclared_clients_unknown_ids_and_removed_methods() {
     let Some((url, _guard)) = redis() else { return };
