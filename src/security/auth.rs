@@ -145,6 +145,9 @@ impl std::fmt::Debug for AuthConfig {
 pub enum Refusal {
     /// 401 `invalid_token` (a malformed, unverifiable, expired or foreign bearer token).
     InvalidToken(&'static str),
+    /// 400 `invalid_request` (RFC 6750 §3.1): the request repeats its credentials. Not
+    /// `invalid_token`, which tells a client to get a new token: the token was never read.
+    InvalidRequest(&'static str),
     /// 401 without an error code for a caller who sent no credentials, or credentials of a
     /// scheme other than Bearer (RFC 6750 §3.1: such a request gets no error information),
     /// naming the scopes to ask for: those of the route, or of the tool or resource an
@@ -230,7 +233,7 @@ impl Authenticator {
         let token_required = || Refusal::TokenRequired(self.config.route_scopes.clone());
         let (Some(value), None) = (values.next(), values.next()) else {
             return match (headers.contains_key(header::AUTHORIZATION), self.config.mode) {
-                (true, _) => Err(Refusal::InvalidToken("send one Authorization header")),
+                (true, _) => Err(Refusal::InvalidRequest("send one Authorization header")),
                 // Anonymous callers are admitted where the route asks for no scope: one that
                 // does asks every request for it, and an anonymous caller holds none.
                 (false, AuthMode::Optional) if self.config.route_scopes.is_empty() => Ok(Principal::anonymous()),
@@ -357,6 +360,9 @@ impl Authenticator {
         let (status, error, description, scopes) = match refusal {
             Refusal::InvalidToken(description) => {
                 (StatusCode::UNAUTHORIZED, Some("invalid_token"), *description, &self.config.route_scopes)
+            }
+            Refusal::InvalidRequest(description) => {
+                (StatusCode::BAD_REQUEST, Some("invalid_request"), *description, &self.config.route_scopes)
             }
             Refusal::TokenRequired(scopes) => (StatusCode::UNAUTHORIZED, None, "a bearer token is required", scopes),
             Refusal::InsufficientScope(scopes) => {

@@ -179,7 +179,9 @@ async fn the_token_matrix() {
         .header("Authorization", &format!("Bearer {valid}"))
         .send()
         .await;
-    assert_refused(&doubled, 401, "invalid_token", &valid);
+    // Repeated credentials are a malformed request (RFC 6750 §3.1), not a bad token: a 401
+    // invalid_token would send a client off for a new token that would meet the same refusal.
+    assert_refused(&doubled, 400, "invalid_request", &valid);
 
     // The unknown kid triggered one refetch; further unknown kids within the window do not.
     let after_unknown = env.fetches.load(Ordering::SeqCst);
