@@ -65,6 +65,9 @@ pub struct LocalQueue {
     /// The consumer whose jobs a message given up fails (set by [`LocalQueue::connect_consumer`]).
     gives_up_to: Arc<OnceLock<Arc<crate::jobs::Consumer>>>,
     wake: Arc<Notify>,
+    /// Makes receipts unguessable: the consumer route is reachable by anything that can reach
+    /// the local run, and a receipt is what a push must show to be taken as the queue's.
+    random: Arc<dyn crate::state::Random>,
     max_attempts: u32,
     max_pending: usize,
 }
@@ -89,6 +92,7 @@ impl LocalQueue {
             consumer: Arc::new(OnceLock::new()),
             gives_up_to: Arc::new(OnceLock::new()),
             wake: Arc::new(Notify::new()),
+            random: Arc::new(crate::state::SystemRandom::default()),
             max_attempts: 8,
             max_pending: MAX_PENDING,
         }
@@ -155,7 +159,15 @@ impl LocalQueue {
         let mut delivery = state.pending.pop_front()?;
         delivery.attempts += 1;
         state.delivered += 1;
-        let receipt = format!("{}-{}-{}", delivery.message_id, delivery.attempts, state.delivered);
+        let mut secret = [0u8; 16];
+        self.random.fill(&mut secret);
+        let receipt = format!(
+            "{}-{}-{}-{}",
+            delivery.message_id,
+            delivery.attempts,
+            state.delivered,
+            crate::state::seal::hex(&secret)
+        );
         state.in_flight.insert(receipt.clone(), delivery.message_id.clone());
         Some((consumer, delivery, receipt))
     }
@@ -343,7 +355,9 @@ mod tests {
                 let real = Lease { message_id: header("ce-vqsmessageid"), ..lease(&header("ce-vqsreceipthandle")) };
                 let other_message = Lease { message_id: "local-99".into(), ..real.clone() };
                 let forged = Lease { receipt: "made-up".into(), ..real.clone() };
-                for candidate in [&real, &other_message, &forged] {
+                // The receipt this delivery would have had were receipts only numbered.
+                let guessed = Lease { receipt: "local-1-1-1".into(), ..real.clone() };
+                for candidate in [&real, &other_message, &forged, &guessed] {
                     let confirmed = queue.confirm(candidate, Duration::from_secs(1)).await.unwrap();
                     record.lock().unwrap().push(confirmed);
                 }
@@ -366,8 +380,8 @@ mod tests {
         assert_eq!(queue.deliver_next().await, Some(StatusCode::OK));
         assert_eq!(
             *seen.lock().unwrap(),
-            [Confirmation::Live, Confirmation::Unknown, Confirmation::Unknown],
-            "the real lease only; not another message's, not a made-up one"
+            [Confirmation::Live, Confirmation::Unknown, Confirmation::Unknown, Confirmation::Unknown],
+            "the real lease only; not another message's, not a made-up or guessed one"
         );
         assert_eq!(
             queue.confirm(&lease("local-1-1-1"), Duration::from_secs(1)).await.unwrap(),
