@@ -45,6 +45,9 @@ pub struct Parts {
     pub examples: Backends,
     /// Where spans go (off unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
     pub telemetry: Telemetry,
+    /// The listen streams open in this process, per caller: one count for every endpoint it
+    /// serves, so the caps hold per instance (the local run and `api/examples.rs` serve many).
+    pub listen_slots: Arc<crate::security::Slots>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -110,6 +113,7 @@ impl Parts {
             request_state_nonces: settings.request_state_single_use.then(|| crate::state::nonce_store(&shared)),
             examples,
             telemetry,
+            listen_slots: Arc::default(),
             shared,
             settings,
         })
@@ -151,6 +155,7 @@ impl Parts {
             platform: settings.platform.clone(),
             request_state_nonces: self.request_state_nonces.clone(),
             telemetry: self.telemetry.clone(),
+            listen_slots: self.listen_slots.clone(),
         }
     }
 

@@ -138,18 +138,18 @@ impl Routes {
                 let name = path.trim_start_matches("/.well-known/oauth-protected-resource/api/examples/");
                 match self.examples.get(name.trim_end_matches('/')) {
                     Some(app) => transport::auth::metadata_response(app.auth(), request.method()),
-                    None => transport::no_route(&self.mcp.logger, request.headers()),
+                    None => transport::no_route(&self.mcp.logger, &self.mcp.origins, request.headers()),
                 }
             }
             ("/api/queues/process-job", Some(consumer), _) => consumer.handle(request).await,
             (path, _, _) if path.starts_with("/api/examples/") => {
                 match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {
                     Some(app) => transport::handle(app, request).await,
-                    None => transport::no_route(&self.mcp.logger, request.headers()),
+                    None => transport::no_route(&self.mcp.logger, &self.mcp.origins, request.headers()),
                 }
             }
             ("/api/cron/sweep-jobs", _, Some(sweep)) => sweep.handle(request).await,
-            _ => transport::no_route(&self.mcp.logger, request.headers()),
+            _ => transport::no_route(&self.mcp.logger, &self.mcp.origins, request.headers()),
         }
     }
 
@@ -166,7 +166,15 @@ impl Routes {
                 let since = *waited_since.insert(std::time::Instant::now());
                 match tokio::time::timeout(self.limits.body_timeout, read).await {
                     Ok(read) => read,
-                    Err(_) => return transport::refused(&self.mcp.logger, &parts.headers, since, request_timeout()),
+                    Err(_) => {
+                        return transport::refused(
+                            &self.mcp.logger,
+                            &self.mcp.origins,
+                            &parts.headers,
+                            since,
+                            request_timeout(),
+                        );
+                    }
                 }
             }
         };
@@ -174,7 +182,7 @@ impl Routes {
             Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
             Err(refusal) => {
                 let arrived = waited_since.unwrap_or_else(std::time::Instant::now);
-                transport::refused(&self.mcp.logger, &parts.headers, arrived, refusal)
+                transport::refused(&self.mcp.logger, &self.mcp.origins, &parts.headers, arrived, refusal)
             }
         }
     }

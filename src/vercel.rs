@@ -12,6 +12,7 @@ use vercel_runtime::{AppState, Error, Request, Response, ResponseBody};
 
 use crate::compose::Parts;
 use crate::observe::{LogSink, Logger};
+use crate::security::AllowedOrigins;
 use crate::state::background::{Keeper, Kept, KeptBody};
 use crate::telemetry::Telemetry;
 use crate::transport::{self, App, Body};
@@ -21,9 +22,15 @@ use crate::transport::{self, App, Body};
 /// the runtime's `wait_until` (coalesced: one waiting at a time, a second later or at a full
 /// batch): the response does not wait, and the instance is not frozen before they are sent.
 ///
-/// A body the function refuses (over `max_body`, or broken) is answered here, and has its request
-/// line written with `logger`.
-pub async fn serve<H, F>(max_body: usize, telemetry: Telemetry, logger: Logger, handler: H) -> Result<(), Error>
+/// A body the function refuses (over `max_body`, or broken) is answered here, as `origins`
+/// decide (`transport::refused`), and has its request line written with `logger`.
+pub async fn serve<H, F>(
+    max_body: usize,
+    origins: AllowedOrigins,
+    telemetry: Telemetry,
+    logger: Logger,
+    handler: H,
+) -> Result<(), Error>
 where
     H: Fn(http::Request<Bytes>) -> F + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
@@ -32,18 +39,20 @@ where
     // are tagged with their request, which is how Vercel's logs tie a line to its invocation.
     let bridged = std::env::var_os("VERCEL_IPC_PATH").is_some();
     // One reference count taken per request, for all three.
-    let function = Arc::new((handler, telemetry, logger));
+    let function = Arc::new((handler, telemetry, logger, origins));
     vercel_runtime::run(vercel_runtime::service_fn(move |request: Request, state: AppState| {
         let function = function.clone();
         async move {
-            let (handler, telemetry, logger) = &*function;
+            let (handler, telemetry, logger, origins) = &*function;
             let (parts, body) = request.into_parts();
             let served = transport::answer_panics(logger, async {
                 match transport::read_body(body, max_body).await {
                     Ok(bytes) => handler(http::Request::from_parts(parts, bytes)).await,
                     // This edge has no body timeout of its own (the platform bounds the request):
                     // the line's latency counts from the refusal.
-                    Err(refusal) => transport::refused(logger, &parts.headers, std::time::Instant::now(), refusal),
+                    Err(refusal) => {
+                        transport::refused(logger, origins, &parts.headers, std::time::Instant::now(), refusal)
+                    }
                 }
             });
             // Work the request leaves running (a task's round, a change's publish) holds the
@@ -127,10 +136,16 @@ pub async fn serve_mcp(parts: &Parts) -> Result<(), Error> {
 pub async fn serve_app(parts: &Parts, app: Arc<App>) -> Result<(), Error> {
     run_jobs_in_process(parts);
     let max_body = app.max_body_bytes();
-    serve(max_body, parts.telemetry.clone(), app.logger.clone(), move |request| {
-        let app = app.clone();
-        async move { transport::handle(&app, request).await }
-    })
+    serve(
+        max_body,
+        parts.settings.allowed_origins.clone(),
+        parts.telemetry.clone(),
+        app.logger.clone(),
+        move |request| {
+            let app = app.clone();
+            async move { transport::handle(&app, request).await }
+        },
+    )
     .await
 }
 
@@ -145,9 +160,9 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
             .collect(),
     );
     let max_body = apps.values().next().map_or(1 << 20, |app| app.max_body_bytes());
-    let logger = Arc::new(parts.logger());
-    serve(max_body, parts.telemetry.clone(), (*logger).clone(), move |request| {
-        let (apps, logger) = (apps.clone(), logger.clone());
+    let (logger, origins) = (Arc::new(parts.logger()), Arc::new(parts.settings.allowed_origins.clone()));
+    serve(max_body, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
+        let (apps, logger, origins) = (apps.clone(), logger.clone(), origins.clone());
         async move {
             let name = request
                 .uri()
@@ -159,7 +174,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
                 .to_owned();
             match apps.get(name.as_str()) {
                 Some(app) => transport::handle(app, request).await,
-                None => transport::no_route(&logger, request.headers()),
+                None => transport::no_route(&logger, &origins, request.headers()),
             }
         }
     })
@@ -169,7 +184,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
 /// `api/queues/process-job.rs`: the queue consumer.
 pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
     let consumer = Arc::new(crate::consumer(parts));
-    serve(64 * 1024, parts.telemetry.clone(), parts.logger(), move |request| {
+    serve(64 * 1024, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), move |request| {
         let consumer = consumer.clone();
         async move { consumer.handle(request).await }
     })
@@ -179,7 +194,7 @@ pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
 /// `api/cron/sweep-jobs.rs`: the cron sweep.
 pub async fn serve_sweep(parts: &Parts) -> Result<(), Error> {
     let sweep = Arc::new(crate::sweep(parts));
-    serve(16 * 1024, parts.telemetry.clone(), parts.logger(), move |request| {
+    serve(16 * 1024, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), move |request| {
         let sweep = sweep.clone();
         async move { sweep.handle(request).await }
     })
@@ -198,16 +213,16 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
             .filter_map(|e| crate::example_app(e.name, parts).map(|app| (e.name, app.auth().clone())))
             .collect(),
     );
-    let logger = Arc::new(parts.logger());
-    serve(1024, parts.telemetry.clone(), (*logger).clone(), move |request| {
-        let (mcp, examples, logger) = (mcp.clone(), examples.clone(), logger.clone());
+    let (logger, origins) = (Arc::new(parts.logger()), Arc::new(parts.settings.allowed_origins.clone()));
+    serve(1024, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
+        let (mcp, examples, logger, origins) = (mcp.clone(), examples.clone(), logger.clone(), origins.clone());
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));
             match example {
                 None => transport::auth::metadata_response(&mcp, request.method()),
                 Some(name) => match examples.get(name) {
                     Some(auth) => transport::auth::metadata_response(auth, request.method()),
-                    None => transport::no_route(&logger, request.headers()),
+                    None => transport::no_route(&logger, &origins, request.headers()),
                 },
             }
         }

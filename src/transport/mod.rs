@@ -64,6 +64,9 @@ pub struct Endpoint {
     pub listen: ListenLimits,
     /// Open listen streams one caller, and one instance, may hold.
     pub listen_caps: crate::server::listen::ListenCaps,
+    /// Where those streams are counted: shared by every endpoint of the process, so that the
+    /// caps are the instance's, not each endpoint's.
+    pub listen_slots: Arc<crate::security::Slots>,
     /// Who may call, as this endpoint's own protected resource.
     pub auth: crate::security::Authenticator,
     /// Where the request lines go.
@@ -93,7 +96,7 @@ impl App {
             max_body_bytes: endpoint.max_body_bytes,
             listen: endpoint.listen,
             listen_caps: endpoint.listen_caps,
-            listen_slots: Arc::default(),
+            listen_slots: endpoint.listen_slots,
             pending: Default::default(),
             platform: endpoint.platform,
             request_state_nonces: endpoint.request_state_nonces,
@@ -172,7 +175,27 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
 /// outcome and no method, name or principal; it has no span either. Its latency counts from
 /// `arrived`: when the edge began to wait for the body (a refusal that waited for nothing passes
 /// the present).
+///
+/// The Origin is decided as the endpoint decides it: a refused one gets the endpoint's 403
+/// instead (a present, invalid Origin is refused whatever else is wrong), and an allowed one
+/// can read the refusal, its status and request id, instead of seeing a network error.
 pub fn refused(
+    logger: &crate::observe::Logger,
+    origins: &AllowedOrigins,
+    head: &http::HeaderMap,
+    arrived: std::time::Instant,
+    mut response: Response<Body>,
+) -> Response<Body> {
+    match origins.decide(head) {
+        OriginDecision::Refused => response = plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY),
+        OriginDecision::Allowed(origin) => cors::expose(&mut response, origin),
+        OriginDecision::Absent => {}
+    }
+    logged_refusal(logger, head, arrived, response)
+}
+
+/// The line of [`refused`], and the request id on its answer.
+fn logged_refusal(
     logger: &crate::observe::Logger,
     head: &http::HeaderMap,
     arrived: std::time::Instant,
@@ -190,8 +213,8 @@ pub fn refused(
 }
 
 /// 404 for a path, or an example, that nothing serves: [`refused`], so it has its line.
-pub fn no_route(logger: &crate::observe::Logger, head: &http::HeaderMap) -> Response<Body> {
-    refused(logger, head, std::time::Instant::now(), plain(StatusCode::NOT_FOUND, "Not Found"))
+pub fn no_route(logger: &crate::observe::Logger, origins: &AllowedOrigins, head: &http::HeaderMap) -> Response<Body> {
+    refused(logger, origins, head, std::time::Instant::now(), plain(StatusCode::NOT_FOUND, "Not Found"))
 }
 
 /// The trace id of a `traceparent` header, or empty.
@@ -652,7 +675,7 @@ pub fn answer_panics<'a>(
             let location = crate::observe::take_panic_location();
             logger.event("error", "panic", serde_json::json!({ "location": location }));
             let failed = plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
-            refused(logger, &http::HeaderMap::new(), std::time::Instant::now(), failed)
+            logged_refusal(logger, &http::HeaderMap::new(), std::time::Instant::now(), failed)
         })
     })
 }

@@ -76,6 +76,32 @@ async fn oversized_bodies_are_413_and_the_server_keeps_serving() {
     assert_eq!(f.server.modern(json!(2), "tools/list", json!({})).send().await.status, 200);
 }
 
+/// A refusal made before the endpoint (here, a body over the limit) decides the Origin as the
+/// endpoint does: an allowed origin can read it, status and request id, where a browser saw a
+/// network error; a refused origin gets the 403 it gets everywhere, not the 413. So does a path
+/// with no route.
+#[tokio::test]
+async fn refusals_before_the_endpoint_decide_the_origin_too() {
+    let f = fixture().await;
+    let big = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": with_meta(call("echo", json!({"message": "x".repeat(5000)})))});
+    let origin = "http://localhost:4012";
+    let allowed = f.server.post(big.to_string()).header("Origin", origin).send().await;
+    assert_eq!(allowed.status, 413);
+    assert_eq!(allowed.header("access-control-allow-origin"), Some(origin));
+    let exposed = allowed.header("access-control-expose-headers").unwrap_or_default().to_ascii_lowercase();
+    assert!(exposed.contains("x-mcp-request-id"), "{exposed}");
+    let refused = f.server.post(big.to_string()).header("Origin", "https://evil.example").send().await;
+    assert_eq!((refused.status, refused.text().as_str()), (403, "Forbidden: Origin not allowed"));
+    assert_eq!(refused.header("access-control-allow-origin"), None);
+    assert!(refused.header("x-mcp-request-id").is_some(), "still a line an operator can find");
+    let unrouted = f.server.request("POST", "/api/nothing-here").header("Origin", origin).send().await;
+    assert_eq!((unrouted.status, unrouted.header("access-control-allow-origin")), (404, Some(origin)));
+    let unrouted = f.server.request("POST", "/api/nothing-here").header("Origin", "https://evil.example").send().await;
+    assert_eq!(unrouted.status, 403);
+    let plain = f.server.post(big.to_string()).send().await;
+    assert_eq!((plain.status, plain.header("access-control-allow-origin")), (413, None), "no Origin, no CORS");
+}
+
 #[tokio::test]
 async fn notifications_are_accepted_with_202() {
     let f = fixture().await;
@@ -980,6 +1006,25 @@ async fn listen_streams_are_capped_per_caller() {
         assert!(tokio::time::Instant::now() < deadline, "closing a stream never freed its slot");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// The caps hold per instance: one process serving many endpoints (the local run; the
+/// examples' function) counts a caller's streams across all of them. Before, each endpoint
+/// counted its own, so one caller held the cap once per endpoint.
+#[tokio::test]
+async fn listen_caps_count_every_endpoint_of_the_process() {
+    let mut config = vercel_mcp::Parts::for_tests(std::sync::Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 1, total: 10 };
+    let routes = vercel_mcp::local::Routes::with_mcp(vercel_mcp::mcp_app(&config)).with_examples(&config);
+    let server = common::TestServer::start_routes(routes).await;
+    let listen = |path: &str| {
+        server.modern(json!(9), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).at(path)
+    };
+    let (status, _, mut held) = listen("/api/mcp").open().await;
+    assert_eq!(status, 200);
+    read_events(&mut held, 1).await;
+    let (status, _, _stream) = listen("/api/examples/minimal").open().await;
+    assert_eq!(status, 429, "the caller's one stream is open on another endpoint of this process");
 }
 
 /// A server with one tool, `book`, that asks for an answer under `ok` first and books on the
