@@ -344,15 +344,19 @@ impl McpServer {
         }
         // Parsed before, refused after: a request without the extension learns nothing else.
         let TaskParams { task_id, input_responses } = params?;
+        // A task is its tool's work: reading, cancelling or answering it needs the tool's scopes
+        // now, as a call of it would (a token of the same subject may carry fewer).
+        let may = |doing: &'static str| {
+            let principal = &ctx.principal;
+            move |tool: &str| match self.missing_tool_scopes(principal, tool) {
+                None => Ok(()),
+                Some(required) => Err(insufficient_scope(doing, &required)),
+            }
+        };
         match method {
-            "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id).await?)),
+            "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id, may("reading this task")).await?)),
             "tasks/update" => {
-                // Answering a task's requests resumes its tool: the caller needs the tool's scopes
-                // now, as a call of it would (a token of the same subject may carry fewer).
-                let may_answer = |tool: &str| match self.missing_tool_scopes(&ctx.principal, tool) {
-                    None => Ok(()),
-                    Some(required) => Err(insufficient_scope("answering this task", &required)),
-                };
+                let may_answer = may("answering this task");
                 if let Some(resumed) = tasks.update_if(&ctx.principal, task_id, &input_responses, may_answer).await? {
                     let span = ctx.span.execute_tool_span(&resumed.record.tool);
                     let handler = match self.tool_index.get(&resumed.record.tool) {
@@ -373,7 +377,7 @@ impl McpServer {
                 Ok(Reply::Complete(Map::new()))
             }
             _ => {
-                tasks.cancel(&ctx.principal, task_id).await?;
+                tasks.cancel(&ctx.principal, task_id, may("cancelling this task")).await?;
                 Ok(Reply::Complete(Map::new()))
             }
         }
@@ -705,11 +709,11 @@ mod tests {
         assert!(failed.result.is_none(), "the broken output is not its result");
     }
 
-    /// Answering a task's requests resumes its tool, so the caller needs the tool's scopes now:
-    /// a token of the task's own subject without them is refused (403) and records nothing; one
-    /// with them resumes the task.
+    /// A task is its tool's work, so reading, answering or cancelling it needs the tool's scopes
+    /// now: a token of the task's own subject without them is refused (403) and changes
+    /// nothing; one with them reads, resumes and cancels it. (Before, only answering checked.)
     #[tokio::test]
-    async fn answering_a_task_needs_its_tools_scopes() {
+    async fn reading_answering_or_cancelling_a_task_needs_its_tools_scopes() {
         use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskService, TaskStatus, TaskStore};
         let store = std::sync::Arc::new(MemoryTaskStore::default());
         let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
@@ -723,7 +727,7 @@ mod tests {
         server.enable_tasks(std::sync::Arc::new(service));
         server.tool(
             crate::server::ToolDef::new("write").description("Writes").scopes(&["w"]),
-            |_, _: crate::server::NoArguments| async { "done" },
+            |_, _: crate::server::NoArguments| async { std::future::pending::<&str>().await },
         );
         server.scopes_enforced = true;
         let record: TaskRecord = serde_json::from_value(json!({
@@ -733,7 +737,7 @@ mod tests {
         }))
         .unwrap();
         store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
-        let update = |scopes: Vec<String>| {
+        let call = |method: &'static str, scopes: Vec<String>| {
             let mut ctx = RequestContext::new(
                 crate::protocol::RequestId::from_value(json!(1)).unwrap(),
                 Era::Modern,
@@ -748,13 +752,21 @@ mod tests {
                 .clone()
                 .into();
             let server = &server;
-            async move { server.execute(ctx, "tasks/update", &params).await }
+            async move { server.execute(ctx, method, &params).await }
         };
-        let Err(refused) = update(vec![]).await else { panic!("refused") };
-        assert_eq!(refused.status, http::StatusCode::FORBIDDEN, "{}", refused.message);
-        assert_eq!(store.get("sub:alice", "t1").await.unwrap().unwrap().status, TaskStatus::InputRequired);
-        assert!(update(vec!["w".into()]).await.is_ok());
-        assert_eq!(store.get("sub:alice", "t1").await.unwrap().unwrap().status, TaskStatus::Working);
+        let status = || async { store.get("sub:alice", "t1").await.unwrap().unwrap().status };
+        for (method, before, after) in [
+            ("tasks/get", TaskStatus::InputRequired, TaskStatus::InputRequired),
+            ("tasks/update", TaskStatus::InputRequired, TaskStatus::Working),
+            ("tasks/cancel", TaskStatus::Working, TaskStatus::Cancelled),
+        ] {
+            let Err(refused) = call(method, vec![]).await else { panic!("{method} without the scope") };
+            assert_eq!(refused.status, http::StatusCode::FORBIDDEN, "{method}: {}", refused.message);
+            assert!(refused.message.contains("requires w"), "{method}: {}", refused.message);
+            assert_eq!(status().await, before, "{method} refused changes nothing");
+            assert!(call(method, vec!["w".into()]).await.is_ok(), "{method} with the scope");
+            assert_eq!(status().await, after, "{method}");
+        }
     }
 
     /// A read of what only some callers may read is never publicly cacheable, whatever hint the

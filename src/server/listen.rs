@@ -288,7 +288,9 @@ impl McpServer {
         let message = match event {
             ChangeEvent::TaskChanged { owner, task_id } => {
                 let Some(tasks) = self.tasks.as_ref().filter(|_| owner == ctx.principal.id()) else { return Ok(true) };
-                match tasks.notification(&ctx.principal, task_id).await {
+                // Only tasks of tools the stream's token may call, as tasks/get answers.
+                let may_see = |tool: &str| self.missing_tool_scopes(&ctx.principal, tool).is_none();
+                match tasks.notification(&ctx.principal, task_id, may_see).await {
                     Ok(Some(mut params)) => {
                         params.insert("_meta".into(), tag.clone());
                         jsonrpc::notification("notifications/tasks", &params)

@@ -455,20 +455,33 @@ impl TaskService {
     }
 
     /// `tasks/get`.
-    pub async fn get(&self, principal: &Principal, task_id: &str) -> Result<Map<String, Value>, McpError> {
+    /// `may_see` is asked about the task's tool first (the caller's token may carry fewer
+    /// scopes than the one that created it), and its refusal is the answer.
+    pub async fn get(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        may_see: impl Fn(&str) -> Result<(), McpError>,
+    ) -> Result<Map<String, Value>, McpError> {
         let record =
             self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
+        may_see(&record.tool)?;
         Ok(self.detailed(&record))
     }
 
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
     /// `resultType`); `None` when it has no such task, an error when the store cannot say.
+    /// A task whose tool `may_see` refuses is left out as one that does not exist.
     pub async fn notification(
         &self,
         principal: &Principal,
         task_id: &str,
+        may_see: impl Fn(&str) -> bool,
     ) -> Result<Option<Map<String, Value>>, StoreError> {
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
+        if !may_see(&record.tool) {
+            return Ok(None);
+        }
         let mut task = self.detailed(&record);
         task.remove("resultType");
         Ok(Some(task))
@@ -558,8 +571,19 @@ impl TaskService {
 
     /// `tasks/cancel`: a task that is not finished becomes cancelled at once; running work stops
     /// at its next check. Cancelling a finished task changes nothing.
-    pub async fn cancel(&self, principal: &Principal, task_id: &str) -> Result<(), McpError> {
-        self.modify(principal.id(), task_id, |record| {
+    /// `may_cancel` is asked about the task's tool first, as [`TaskService::get`] does.
+    pub async fn cancel(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        may_cancel: impl Fn(&str) -> Result<(), McpError>,
+    ) -> Result<(), McpError> {
+        let refused = std::sync::Mutex::new(None::<McpError>);
+        let cancelled = self.modify(principal.id(), task_id, |record| {
+            if let Err(error) = may_cancel(&record.tool) {
+                *refused.lock().expect("refusal") = Some(error);
+                return false;
+            }
             if record.status.is_terminal() {
                 return false;
             }
@@ -568,11 +592,12 @@ impl TaskService {
             record.status_message = Some("cancelled by the client".into());
             record.input_requests.clear();
             true
-        })
-        .await
-        .map_err(self.store_fault("cancel"))?
-        .ok_or_else(not_found)
-        .map(|_| ())
+        });
+        let cancelled = cancelled.await.map_err(self.store_fault("cancel"))?.ok_or_else(not_found);
+        match refused.into_inner().expect("refusal") {
+            Some(error) => Err(error),
+            None => cancelled.map(|_| ()),
+        }
     }
 
     fn task_fields(&self, record: &TaskRecord) -> Map<String, Value> {
@@ -749,7 +774,7 @@ mod tests {
         assert!(full.message.contains("on this server (limit 4)"), "{}", full.message);
 
         // Cancelled, the first task's round ends at its next check, and its slot is free.
-        service.cancel(&alice, &first).await.unwrap();
+        service.cancel(&alice, &first, |_| Ok(())).await.unwrap();
         tokio::time::sleep(CANCEL_POLL * 2).await;
         let resumed = service.update(&alice, "parked", &answer("a")).await.unwrap().expect("answered, it resumes");
         assert_eq!(resumed.record.status, TaskStatus::Working);
@@ -838,7 +863,7 @@ mod tests {
         service.settle(&current().await, &asking(&["confirm", "confirm~2"]), &capabilities).await.unwrap();
         let parked = current().await;
         assert_eq!(sent(&parked), ["confirm~2", "confirm~3"]);
-        let listed = service.get(&alice, "t").await.unwrap();
+        let listed = service.get(&alice, "t", |_| Ok(())).await.unwrap();
         let listed: Vec<&String> = listed["inputRequests"].as_object().unwrap().keys().collect();
         assert_eq!(listed, ["confirm~2", "confirm~3"], "tasks/get shows the keys sent");
         assert!(service.update(&alice, "t", first.as_object().unwrap()).await.unwrap().is_none());

@@ -660,6 +660,65 @@ async fn past_the_task_quota_a_result_made_inline_is_answered_as_it_is() {
     assert_eq!(third.status, 429, "work not yet done is still refused: {}", third.text());
 }
 
+/// A listen stream hears of a task only if its token may call the task's tool, as tasks/get
+/// answers: the owner's stream without the tool's scope hears nothing of it, the one with it
+/// hears the cancel.
+#[tokio::test]
+async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    let (jwks, _) = stub_jwks().await;
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    config.settings.listen_max_duration = std::time::Duration::from_secs(2);
+    let mut registry = McpServer::new("tasks-test", "1");
+    registry.enable_tasks(config.task_service());
+    registry.tool(
+        ToolDef::new("write_forever")
+            .description("Writes until cancelled")
+            .scopes(&["mcp:write"])
+            .task_support(TaskSupport::Required),
+        |_, _: NoArguments| async {
+            std::future::pending::<()>().await;
+            CallToolResult::text("never")
+        },
+    );
+    let server = TestServer::start(Arc::new(App::new(registry, config.endpoint()))).await;
+    let (writer, reader) = (bearer("alice", "mcp:read mcp:write"), bearer("alice", "mcp:read"));
+    let mut call = json!({"name": "write_forever", "arguments": {}});
+    call["_meta"] = with_tasks();
+    let created = server.modern(json!(1), "tools/call", call).header("Authorization", &writer).send().await.json();
+    let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
+    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
+    listen["_meta"] = with_tasks();
+    let mut streams = Vec::new();
+    for who in [&writer, &reader] {
+        let (_, _, mut stream) =
+            server.modern(json!("L"), "subscriptions/listen", listen.clone()).header("Authorization", who).open().await;
+        common::read_events(&mut stream, 1).await;
+        streams.push(stream);
+    }
+    let mut cancel = json!({"taskId": task_id});
+    cancel["_meta"] = with_tasks();
+    let cancelled = server
+        .modern(json!(2), "tasks/cancel", cancel)
+        .header("Mcp-Name", &task_id)
+        .header("Authorization", &writer)
+        .send()
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text());
+    let heard = common::read_events(&mut streams[0], 1).await.remove(0);
+    assert_eq!((&heard["method"], &heard["params"]["status"]), (&json!("notifications/tasks"), &json!("cancelled")));
+    let mut events = Vec::new();
+    loop {
+        let event = common::read_events(&mut streams[1], events.len() + 1).await.pop().unwrap();
+        let last = event.get("id").is_some();
+        events.push(event);
+        if last {
+            break;
+        }
+    }
+    assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "the read-only stream heard: {events:?}");
+}
+
 /// A listen stream that fell behind the change bus is sent the state of each task it names,
 /// as its own caller reads it: its owner's stream gets the task, another caller's nothing.
 #[tokio::test]
