@@ -297,6 +297,8 @@ enum Upstream {
     ErrorLine,
     /// The create answers a session id that would steer later paths elsewhere.
     HostileSessionId,
+    /// The run never answers (a command that outlives its caller).
+    RunHangs,
 }
 
 /// A stand-in for the Vercel Sandbox API on loopback that records every request.
@@ -312,8 +314,18 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
         let state = shared.clone();
         async move {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-            let mut state = state.lock().unwrap();
             let path = request.path().to_owned();
+            let hangs = state.lock().unwrap().upstream == Upstream::RunHangs && path.ends_with("/cmd");
+            if hangs {
+                state.lock().unwrap().requests.push((
+                    request.method.to_string(),
+                    request.target.clone(),
+                    None,
+                    body.clone(),
+                ));
+                std::future::pending::<()>().await;
+            }
+            let mut state = state.lock().unwrap();
             state.requests.push((
                 request.method.to_string(),
                 request.target.clone(),
@@ -356,6 +368,41 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
     })
     .await;
     (format!("http://{addr}"), state)
+}
+
+/// A run dropped while its command runs (its caller went away, and the call's future with it)
+/// still stops its sandbox: before, the stop was a statement after the run, never reached, and
+/// the microVM ran until its own timeout.
+#[tokio::test]
+async fn a_run_dropped_midway_still_stops_its_sandbox() {
+    let (base, api) = start_fake_api(Upstream::RunHangs).await;
+    let config = sandbox_env(&base, Some(&oidc_token()));
+    let request = vercel_mcp::catalogue::sandbox_isolation::SandboxRunRequest {
+        command: "sleep 30".into(),
+        options: sandbox_isolation::build_sandbox_create_options(),
+    };
+    let paths = || api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect::<Vec<_>>();
+    {
+        let mut run = std::pin::pin!(config.examples.sandbox.run(&request, None));
+        common::bounded("the command to start", async {
+            loop {
+                tokio::select! {
+                    _ = &mut run => panic!("the run cannot finish: its command hangs"),
+                    () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+                }
+                if paths().iter().any(|p| p.contains("/cmd")) {
+                    break;
+                }
+            }
+        })
+        .await;
+    } // The run is dropped here, its command still running.
+    common::bounded("the sandbox to be stopped", async {
+        while !paths().contains(&"/v2/sandboxes/sessions/ses_1/stop?teamId=team_1".to_owned()) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
 }
 
 /// A platform token naming this deployment's project.

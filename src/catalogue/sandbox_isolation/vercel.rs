@@ -164,8 +164,10 @@ impl SandboxClient for VercelSandbox {
                 .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
                 .ok_or_else(|| failed("no usable session id in the create response"))?
                 .to_owned();
-            let outcome = self.run_in(&session_id, request, token, &team_id).await;
             let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
+            let mut guard = StopOnDrop(Some((self.clone(), stop.clone(), token.to_owned(), team_id.clone())));
+            let outcome = self.run_in(&session_id, request, token, &team_id).await;
+            guard.0 = None;
             let stopped = self.call(Method::POST, &stop, token, &team_id, None, CALL_TIMEOUT).await;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),
@@ -173,6 +175,22 @@ impl SandboxClient for VercelSandbox {
                 (Ok(result), Ok(_)) => Ok(result),
             }
         })
+    }
+}
+
+/// Stops a session whose run was dropped before it could stop it (the client went away, and the
+/// call's future with it): the microVM would otherwise run, and bill, until its own timeout. The
+/// stop runs past the request, as the request's own work would (`background::spawn`).
+struct StopOnDrop(Option<(VercelSandbox, String, String, String)>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let Some((client, path, token, team_id)) = self.0.take() else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            crate::state::background::spawn(async move {
+                let _ = client.call(Method::POST, &path, &token, &team_id, None, CALL_TIMEOUT).await;
+            });
+        }
     }
 }
 
