@@ -31,7 +31,10 @@ pub fn register(server: &mut McpServer) {
             .description("Resource template: the {topic} segment is bound per read request.")
             .mime_type(TEXT),
         |_, uri, vars: HashMap<String, String>| async move {
-            let text = format!("You asked about: {}", vars.get("topic").map_or("", String::as_str));
+            // The topic as the (escaped) URI shows it: a raw newline or escape sequence would
+            // reach the model or a terminal.
+            let topic = crate::protocol::types::percent_encode_controls(vars.get("topic").map_or("", String::as_str));
+            let text = format!("You asked about: {topic}");
             Ok(vec![ResourceContents::text(uri, TEXT, text)])
         },
     );

@@ -129,15 +129,44 @@ impl std::fmt::Display for McpError {
 
 impl std::error::Error for McpError {}
 
-/// Caps attacker-chosen text quoted back in an error message.
+/// Caps attacker-chosen text quoted back in an error message, and writes its control
+/// characters as escapes (`\n`, `\u{1b}`): a message reaches a model or a terminal, where a raw
+/// newline or escape sequence could pass for something the server wrote.
 pub fn truncate_for_message(s: &str) -> Cow<'_, str> {
     const MAX: usize = 128;
-    if s.len() <= MAX {
-        return Cow::Borrowed(s);
-    }
-    let mut end = MAX;
+    let mut end = s.len().min(MAX);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    Cow::Owned(format!("{}…", &s[..end]))
+    let (kept, cut) = (&s[..end], end < s.len());
+    if !cut && !kept.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut quoted = String::with_capacity(kept.len() + 4);
+    for c in kept.chars() {
+        if c.is_control() {
+            quoted.extend(c.escape_default());
+        } else {
+            quoted.push(c);
+        }
+    }
+    if cut {
+        quoted.push('…');
+    }
+    Cow::Owned(quoted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_for_message;
+
+    #[test]
+    fn quoted_text_is_capped_and_its_control_characters_escaped() {
+        assert!(matches!(truncate_for_message("plain"), std::borrow::Cow::Borrowed("plain")));
+        assert_eq!(truncate_for_message("a\nb\u{1b}c\u{85}"), "a\\nb\\u{1b}c\\u{85}");
+        let long = "é".repeat(100);
+        let capped = truncate_for_message(&long);
+        assert_eq!(capped, format!("{}…", "é".repeat(64)), "cut at a character boundary, marked");
+        assert_eq!(truncate_for_message(&format!("{}\n", "x".repeat(200))), format!("{}…", "x".repeat(128)));
+    }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -66,22 +67,31 @@ impl ResourceContents {
     /// the client's text: a raw newline or escape sequence must not reach the model or a terminal.
     pub fn with_escaped_uri(mut self) -> Self {
         let (Self::Text { uri, .. } | Self::Blob { uri, .. }) = &mut self;
-        if uri.chars().any(char::is_control) {
-            let mut escaped = String::with_capacity(uri.len() + 8);
-            for c in uri.chars() {
-                if c.is_control() {
-                    let mut buffer = [0u8; 4];
-                    for byte in c.encode_utf8(&mut buffer).bytes() {
-                        escaped.push_str(&format!("%{byte:02X}"));
-                    }
-                } else {
-                    escaped.push(c);
-                }
-            }
+        if let Cow::Owned(escaped) = percent_encode_controls(uri) {
             *uri = escaped;
         }
         self
     }
+}
+
+/// `text` with each control character percent-encoded (its UTF-8 bytes, `%0A`), as a URL parser
+/// writes them; unchanged (borrowed) when it has none. For text taken from a URI and shown again.
+pub fn percent_encode_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let mut buffer = [0u8; 4];
+            for byte in c.encode_utf8(&mut buffer).bytes() {
+                escaped.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
 }
 
 /// One content block of a tool result or prompt message.

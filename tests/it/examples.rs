@@ -233,6 +233,8 @@ async fn a_read_never_echoes_raw_control_characters_in_the_uri() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     let contents = &reply.json()["result"]["contents"][0];
     assert_eq!(contents["uri"], "notes://a%0Ab%1B[31mc%C2%85d");
+    // The text quotes the topic as the URI shows it (before, raw: a newline and an escape).
+    assert_eq!(contents["text"], "You asked about: a%0Ab%1B[31mc%C2%85d");
     let plain = server.modern(json!(2), "resources/read", json!({ "uri": "notes://mcp" })).send().await;
     assert_eq!(plain.json()["result"]["contents"][0]["uri"], "notes://mcp", "a clean URI is unchanged");
 }

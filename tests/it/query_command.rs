@@ -95,6 +95,10 @@ async fn refused_calls_leave_no_state_and_do_not_consume_the_key() {
     let unknown = call(&server, "get_item", json!({"item_id": "item-99"}), None).await;
     assert_eq!(unknown["isError"], true);
     assert!(common::error_text(&unknown).contains("item-99"));
+    // A quoted id keeps its control characters as escapes, never raw (a newline or an escape
+    // sequence would reach the model or a terminal as if the server had written it).
+    let forged = call(&server, "get_item", json!({"item_id": "x\n\u{1b}[31my"}), None).await;
+    assert_eq!(common::error_text(&forged), "no item with id x\\n\\u{1b}[31my");
     let bad = [
         (json!(""), json!("k")),
         (json!("x".repeat(65)), json!("k")),
