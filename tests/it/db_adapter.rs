@@ -304,13 +304,59 @@ async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() 
     let start = tokio::time::Instant::now();
     let calls = (0..3).map(|_| {
         let backend = backend.clone();
-        async move { (backend.categories().await, start.elapsed()) }
+        async move { (backend.categories(10).await, start.elapsed()) }
     });
     for (result, waited) in futures_util::future::join_all(calls).await {
         let error = result.unwrap_err();
         assert!(error.to_string().contains("connect timed out"), "{error}");
         assert_eq!(waited, std::time::Duration::from_secs(5), "one timeout, not a queue of them");
     }
+}
+
+/// A backend with more categories than a listing should carry, in number or in bytes (and one
+/// that ignores the limit it is asked for): the adapter lists the first ones within both bounds
+/// and says there are more; a short list has no such note. Before, every category came back.
+#[tokio::test]
+async fn a_listing_of_categories_is_bounded_and_says_when_there_are_more() {
+    struct Categories(Vec<String>);
+    impl ProductBackend for Categories {
+        fn select_by_category<'a>(
+            &'a self,
+            _: &'a str,
+            _: u32,
+        ) -> db_adapter::DbFuture<'a, Vec<db_adapter::ProductRow>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn select_by_id(&self, _: i64) -> db_adapter::DbFuture<'_, Option<db_adapter::ProductRow>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn categories(&self, _limit: u32) -> db_adapter::DbFuture<'_, Vec<String>> {
+            Box::pin(async { Ok(self.0.clone()) })
+        }
+        fn attempt_write(&self, _: Write) -> db_adapter::DbFuture<'_, ()> {
+            Box::pin(async { Err(DbError::ReadOnlyViolation("no".into())) })
+        }
+        fn describe(&self) -> String {
+            "categories".into()
+        }
+    }
+    let many = Env::over(Arc::new(Categories((0..100_000).map(|n| format!("c{n:06}")).collect()))).await;
+    let result = many.call("list_categories", json!({})).await;
+    let listed = common::payload(&result);
+    assert_eq!(listed.as_array().unwrap().len(), db_adapter::MAX_CATEGORIES);
+    assert_eq!((&listed[0], &listed[999]), (&json!("c000000"), &json!("c000999")), "the first ones, in order");
+    assert!(
+        result["content"][1]["text"].as_str().unwrap().starts_with("More categories exist"),
+        "{}",
+        result["content"][1]
+    );
+    let long = Env::over(Arc::new(Categories((0..100).map(|n| format!("{n:03}{}", "x".repeat(1021))).collect()))).await;
+    let result = long.call("list_categories", json!({})).await;
+    assert_eq!(common::payload(&result).as_array().unwrap().len(), 64, "64 KiB of names");
+    assert!(result["content"][1]["text"].is_string());
+    let few = Env::over(Arc::new(Categories(vec!["a".into(), "b".into()]))).await;
+    let result = few.call("list_categories", json!({})).await;
+    assert_eq!((common::payload(&result), result["content"].as_array().unwrap().len()), (json!(["a", "b"]), 1));
 }
 
 #[tokio::test]

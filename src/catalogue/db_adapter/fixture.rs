@@ -42,10 +42,11 @@ impl ProductBackend for ReadOnlyStore {
         Box::pin(std::future::ready(Ok(ROWS.iter().find(|r| r.0 == id).map(row))))
     }
 
-    fn categories(&self) -> DbFuture<'_, Vec<String>> {
+    fn categories(&self, limit: u32) -> DbFuture<'_, Vec<String>> {
         let mut categories: Vec<String> = ROWS.iter().map(|r| r.2.to_owned()).collect();
         categories.sort();
         categories.dedup();
+        categories.truncate(limit as usize);
         Box::pin(std::future::ready(Ok(categories)))
     }
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use super::READ_SCOPE;
 use crate::observe::Logger;
 use crate::protocol::error::McpError;
-use crate::protocol::types::{CallToolResult, ResourceContents, ResourceTemplate};
+use crate::protocol::types::{CallToolResult, Content, ResourceContents, ResourceTemplate};
 use crate::server::{McpServer, NoArguments, RequestContext, ToolDef, ToolError};
 
 /// `serverInfo.name`.
@@ -41,6 +41,10 @@ pub const DEFAULT_LIMIT: u32 = 10;
 pub const MAX_CATEGORY_LENGTH: usize = 64;
 /// The resource template of one product.
 pub const PRODUCT_TEMPLATE: &str = "product://{product_id}";
+/// How many categories `list_categories` returns at most.
+pub const MAX_CATEGORIES: usize = 1000;
+/// How many bytes of category names `list_categories` returns at most (escaped, before JSON).
+pub const MAX_CATEGORY_LIST_BYTES: usize = 64 * 1024;
 
 /// A row as the backend holds it, secret column included where the credential can read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,8 +118,8 @@ pub trait ProductBackend: Send + Sync + 'static {
     fn select_by_category<'a>(&'a self, category: &'a str, limit: u32) -> DbFuture<'a, Vec<ProductRow>>;
     /// The row with `id`.
     fn select_by_id(&self, id: i64) -> DbFuture<'_, Option<ProductRow>>;
-    /// Every category, distinct and sorted.
-    fn categories(&self) -> DbFuture<'_, Vec<String>>;
+    /// The first `limit` categories, distinct and sorted.
+    fn categories(&self, limit: u32) -> DbFuture<'_, Vec<String>>;
     /// Attempts `write`; a correctly configured backend always answers
     /// [`DbError::ReadOnlyViolation`] and changes nothing.
     fn attempt_write(&self, write: Write) -> DbFuture<'_, ()>;
@@ -259,10 +263,23 @@ impl DbAdapter {
         Ok(rows.iter().map(sanitize_row).collect())
     }
 
-    /// Every category, distinct and sorted, escaped.
-    pub async fn list_categories(&self) -> Result<Vec<String>, DbError> {
+    /// The categories, distinct, sorted and escaped, up to [`MAX_CATEGORIES`] of them and
+    /// [`MAX_CATEGORY_LIST_BYTES`] in all; `true` when there were more. The adapter enforces the
+    /// bound whatever the backend returns: a legacy table of many (or long) categories would
+    /// otherwise come back whole, to the model and through the one shared connection.
+    pub async fn list_categories(&self) -> Result<(Vec<String>, bool), DbError> {
         self.log.record(Query::Categories);
-        Ok(self.backend.categories().await?.iter().map(|c| escape_control_chars(c)).collect())
+        let found = self.backend.categories(MAX_CATEGORIES as u32 + 1).await?;
+        let (mut listed, mut bytes) = (Vec::with_capacity(found.len().min(MAX_CATEGORIES)), 0);
+        for category in &found {
+            let category = escape_control_chars(category);
+            bytes += category.len();
+            if listed.len() == MAX_CATEGORIES || bytes > MAX_CATEGORY_LIST_BYTES {
+                return Ok((listed, true));
+            }
+            listed.push(category);
+        }
+        Ok((listed, false))
     }
 
     /// `{found:true, product}` for a known id, else `{found:false, product_id}` with the
@@ -321,9 +338,20 @@ pub fn register(server: &mut McpServer, adapter: Arc<DbAdapter>) {
     server
         .with_state(adapter.clone())
         .tool(
-            ToolDef::new("list_categories").description("Distinct product categories, sorted.").scopes(&[READ_SCOPE]),
+            ToolDef::new("list_categories")
+                .description("Distinct product categories, sorted (the first 1000; a note follows the list when there are more).")
+                .scopes(&[READ_SCOPE]),
             |_: RequestContext, adapter: Arc<DbAdapter>, _: NoArguments| async move {
-                tool_result(adapter.list_categories().await)
+                let listed = adapter.list_categories().await;
+                let more = matches!(listed, Ok((_, true)));
+                let mut result = tool_result(listed.map(|(categories, _)| categories))?;
+                if more {
+                    result.content.push(Content::text(format!(
+                        "More categories exist than this list shows (the first {MAX_CATEGORIES}, or {} KiB)",
+                        MAX_CATEGORY_LIST_BYTES / 1024
+                    )));
+                }
+                Ok::<_, ToolError>(result)
             },
         )
         .tool(

@@ -31,7 +31,7 @@ const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 const BY_CATEGORY: &str =
     "SELECT id, name, category, price_cents FROM products WHERE category = $1 ORDER BY id LIMIT $2";
 const BY_ID: &str = "SELECT id, name, category, price_cents FROM products WHERE id = $1";
-const CATEGORIES: &str = "SELECT DISTINCT category COLLATE \"C\" AS category FROM products ORDER BY 1";
+const CATEGORIES: &str = "SELECT DISTINCT category COLLATE \"C\" AS category FROM products ORDER BY 1 LIMIT $1";
 
 /// The products table in PostgreSQL, read through a read-only role.
 pub struct PostgresProducts {
@@ -179,9 +179,9 @@ impl ProductBackend for PostgresProducts {
         Box::pin(async move { self.query("products.by_id", BY_ID, &[&id]).await?.first().map(product).transpose() })
     }
 
-    fn categories(&self) -> DbFuture<'_, Vec<String>> {
+    fn categories(&self, limit: u32) -> DbFuture<'_, Vec<String>> {
         Box::pin(async move {
-            let rows = self.query("products.categories", CATEGORIES, &[]).await?;
+            let rows = self.query("products.categories", CATEGORIES, &[&i64::from(limit)]).await?;
             rows.iter().map(|row| row.try_get(0).map_err(|e| unavailable(&e))).collect()
         })
     }
