@@ -39,6 +39,12 @@ pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 
 /// How many times a finished round's outcome is offered to the store, pausing 200 ms, then twice
 /// as long each time (about 3 s in all), before it is given up and logged: a store that blips
 /// loses no result.
+/// The most one task record may hold, serialised: its arguments, the capabilities of the
+/// request that created it, the answers it was given, its result. With the records one caller
+/// may hold (`MCP_TASK_SHARE`, 500) it bounds what a caller keeps in the shared store (125 MiB);
+/// without it each record could grow by a request body (1 MiB) with every answer.
+pub const MAX_TASK_RECORD_BYTES: usize = 256 * 1024;
+
 const SETTLE_ATTEMPTS: u32 = 5;
 /// How many rounds in a row a task's work may hand back only its state before the task fails:
 /// each such round runs the next at once, so a handler that never moves on would spin.
@@ -150,6 +156,13 @@ impl TaskService {
 
     /// Stores a new task under its owner's quota: past it, the 429 that says which limit.
     async fn create(&self, record: &TaskRecord) -> Result<(), McpError> {
+        let bytes = record_bytes(record);
+        if bytes > MAX_TASK_RECORD_BYTES {
+            return Err(McpError::invalid_params(format!(
+                "A task keeps at most {MAX_TASK_RECORD_BYTES} bytes of arguments, client capabilities and result; \
+                 this one would keep {bytes}"
+            )));
+        }
         let created = match self.store.create(record, self.quota).await {
             Err(_) if self.landed(record).await => Ok(()),
             created => created.map_err(self.store_fault("create"))?,
@@ -413,6 +426,18 @@ impl TaskService {
                     record.state = Some(json!({ "capabilities": capabilities, "handler": handler_state }));
                 }
             }
+            let bytes = record_bytes(record);
+            if bytes > MAX_TASK_RECORD_BYTES {
+                let error = McpError::internal(format!(
+                    "The task's outcome would make it {bytes} bytes; a task keeps at most {MAX_TASK_RECORD_BYTES}"
+                ));
+                record.status = TaskStatus::Failed;
+                record.status_message = Some(error.message.to_string());
+                record.error = Some(error.to_json());
+                record.result = None;
+                record.input_requests.clear();
+                record.state = None;
+            }
             true
         })
         .await
@@ -534,6 +559,13 @@ impl TaskService {
                         record.input_responses.insert(asked_as, answer.clone());
                         changed = true;
                     }
+                }
+                let bytes = record_bytes(record);
+                if bytes > MAX_TASK_RECORD_BYTES {
+                    *refused.lock().expect("refusal") = Some(McpError::invalid_params(format!(
+                        "These answers would make the task {bytes} bytes; a task keeps at most {MAX_TASK_RECORD_BYTES}"
+                    )));
+                    return false;
                 }
                 if changed && record.input_requests.is_empty() {
                     let mut slot = slot.lock().expect("slot");
@@ -667,6 +699,22 @@ fn ask(record: &mut TaskRecord, requests: &[(String, crate::protocol::types::Inp
     record.asked_keys.extend(record.input_requests.keys().cloned());
 }
 
+/// How long `record` is serialised, counted without building the text.
+fn record_bytes(record: &TaskRecord) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, record).map_or(usize::MAX, |()| count.0)
+}
+
 fn complete(record: &mut TaskRecord, result: &crate::protocol::types::CallToolResult) {
     let mut value = serde_json::to_value(result).expect("results serialise");
     value["resultType"] = json!("complete");
@@ -732,6 +780,48 @@ mod tests {
         }
         let bob = Principal::verified(Some("bob"), None, vec![]);
         assert!(service.update(&bob, "t1", &answer("b")).await.is_err(), "another principal's task is not found");
+    }
+
+    /// A task record is bounded in bytes: a start whose arguments and capabilities pass the
+    /// bound is refused and stores nothing; answers that would pass it are refused and recorded
+    /// not at all, while smaller ones still are; an outcome that would pass it fails the task,
+    /// saying why. Before, every answer could add a request body to a record, and the records a
+    /// caller may hold were counted, not weighed.
+    #[tokio::test]
+    async fn a_task_record_is_bounded_in_bytes() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let service = Arc::new(service_over(store.clone()));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let big = |bytes: usize| Value::String("x".repeat(bytes));
+        let arguments: Map<String, Value> = [("document".to_owned(), big(MAX_TASK_RECORD_BYTES))].into_iter().collect();
+        let task = NewTask { principal: &alice, tool: "t", arguments, client_capabilities: Map::new() };
+        let refused = service.start(task, finishing(), SpanHandle::default()).await.unwrap_err();
+        assert_eq!(refused.code, crate::protocol::ErrorCode::INVALID_PARAMS);
+        assert!(refused.message.starts_with("A task keeps at most 262144 bytes"), "{}", refused.message);
+        assert!(store.tasks.lock().unwrap().is_empty(), "a refused start stores nothing");
+
+        let record = task_record(alice.id(), "t1", 0, "input_required", &["a", "b", "c"]);
+        store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        let sized = |key: &str, bytes: usize| -> Map<String, Value> {
+            serde_json::json!({ key: {"action": "accept", "content": {"text": big(bytes)}} })
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        assert!(service.update(&alice, "t1", &sized("a", 150 * 1024)).await.unwrap().is_none());
+        let refused = service.update(&alice, "t1", &sized("b", 150 * 1024)).await.unwrap_err();
+        assert!(refused.message.starts_with("These answers would make the task"), "{}", refused.message);
+        let stored = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        assert_eq!((stored.input_responses.len(), stored.input_requests.len()), (1, 2), "nothing of b recorded");
+        assert!(service.update(&alice, "t1", &sized("b", 1024)).await.unwrap().is_none(), "a small answer still is");
+
+        let round = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        let huge =
+            Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("y".repeat(MAX_TASK_RECORD_BYTES))));
+        service.settle(&round, &huge, &Map::new()).await.unwrap();
+        let failed = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        assert_eq!((failed.status, failed.result.is_none()), (TaskStatus::Failed, true));
+        assert!(failed.status_message.unwrap().starts_with("The task's outcome would make it"));
     }
 
     /// Tasks run in this instance, so a caller may have only its share running, and all callers
