@@ -356,24 +356,54 @@ impl McpServer {
         match method {
             "tasks/get" => Ok(Reply::Complete(tasks.get(&ctx.principal, task_id, may("reading this task")).await?)),
             "tasks/update" => {
-                let may_answer = may("answering this task");
-                if let Some(resumed) = tasks.update_if(&ctx.principal, task_id, &input_responses, may_answer).await? {
-                    let span = ctx.span.execute_tool_span(&resumed.record.tool);
-                    let handler = match self.tool_index.get(&resumed.record.tool) {
-                        Some(&index) => task_handler(&self.tools[index]),
-                        // Served no more (renamed or removed by a deploy while the task waited):
-                        // the round fails at once, rather than leave the task working with
-                        // nothing running it.
-                        None => {
-                            let gone = unknown_tool(&resumed.record.tool);
-                            let gone: crate::handler::ToolFn = std::sync::Arc::new(move |_, _: &Value| {
-                                Box::pin(std::future::ready(Err(ToolError::Protocol(gone.clone()))))
-                            });
-                            gone
+                // The update and the round it resumes are one piece of work past the request: a
+                // caller that goes away while the update is in flight (its future dropped, the
+                // command already sent) would otherwise leave the task working with nothing
+                // running it. So what the work needs of this server is taken now: which tools
+                // this caller may not answer for, and the handlers a round could run.
+                let refusals: std::collections::HashMap<String, McpError> = self
+                    .tools
+                    .iter()
+                    .filter_map(|tool| {
+                        let required = self.missing_tool_scopes(&ctx.principal, &tool.name)?;
+                        Some((tool.name.clone(), insufficient_scope("answering this task", &required)))
+                    })
+                    .collect();
+                let handlers: std::collections::HashMap<String, crate::handler::ToolFn> =
+                    self.tools.iter().map(|tool| (tool.name.clone(), task_handler(tool))).collect();
+                let (tasks, principal, task_id) = (tasks.clone(), ctx.principal.clone(), task_id.to_owned());
+                let parent = ctx.span.clone();
+                let (answered_tx, answered) = tokio::sync::oneshot::channel();
+                crate::state::background::spawn(async move {
+                    let may_answer = |tool: &str| refusals.get(tool).map_or(Ok(()), |refusal| Err(refusal.clone()));
+                    let updated = tasks.update_if(&principal, &task_id, &input_responses, may_answer).await;
+                    let resumed = match updated {
+                        Ok(resumed) => resumed,
+                        Err(error) => {
+                            let _ = answered_tx.send(Err(error));
+                            return;
                         }
                     };
-                    tasks.resume(resumed, handler, span);
-                }
+                    let _ = answered_tx.send(Ok(()));
+                    if let Some(resumed) = resumed {
+                        let span = parent.execute_tool_span(&resumed.record.tool);
+                        let handler = match handlers.get(&resumed.record.tool) {
+                            Some(handler) => handler.clone(),
+                            // Served no more (renamed or removed by a deploy while the task
+                            // waited): the round fails at once, rather than leave the task
+                            // working with nothing running it.
+                            None => {
+                                let gone = unknown_tool(&resumed.record.tool);
+                                let gone: crate::handler::ToolFn = std::sync::Arc::new(move |_, _: &Value| {
+                                    Box::pin(std::future::ready(Err(ToolError::Protocol(gone.clone()))))
+                                });
+                                gone
+                            }
+                        };
+                        tasks.resume(resumed, handler, span);
+                    }
+                });
+                answered.await.map_err(|_| McpError::internal("Internal error"))??;
                 Ok(Reply::Complete(Map::new()))
             }
             _ => {
@@ -707,6 +737,105 @@ mod tests {
         assert_eq!(error["code"], -32603);
         assert!(error["message"].as_str().unwrap().contains("does not match its outputSchema (total"), "{error}");
         assert!(failed.result.is_none(), "the broken output is not its result");
+    }
+
+    /// A caller that goes away while its task's create, or its answering update, is in flight
+    /// (the request's future dropped after the store took the write) still gets its work run:
+    /// the write and the round it starts are one piece of work past the request. Before, the
+    /// task read working, with nothing running it, until its TTL. (Virtual time: each write
+    /// lands, then takes a second to answer.)
+    #[tokio::test(start_paused = true)]
+    async fn a_task_whose_caller_goes_away_midway_still_runs() {
+        use crate::store::StoreFuture;
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStatus};
+        use crate::tasks::{TaskStore, TaskSupport};
+        struct SlowAnswers(std::sync::Arc<MemoryTaskStore>);
+        impl TaskStore for SlowAnswers {
+            fn create<'a>(
+                &'a self,
+                record: &'a TaskRecord,
+                quota: TaskQuota,
+            ) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                Box::pin(async move {
+                    let created = self.0.create(record, quota).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    created
+                })
+            }
+            fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                self.0.get(owner, task_id)
+            }
+            fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                Box::pin(async move {
+                    let replaced = self.0.replace(record).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    replaced
+                })
+            }
+        }
+        let store = std::sync::Arc::new(MemoryTaskStore::default());
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let service = TaskService::new(
+            std::sync::Arc::new(SlowAnswers(store.clone())),
+            std::sync::Arc::new(crate::state::ManualClock::new(0)),
+            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
+            bus.clone(),
+        );
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(std::sync::Arc::new(service));
+        server.tool(
+            crate::server::ToolDef::new("ask").description("Asks, then answers").task_support(TaskSupport::Required),
+            |ctx: RequestContext, _: crate::server::NoArguments| async move {
+                if ctx.input_response("a").is_some() {
+                    return crate::server::Outcome::Complete(CallToolResult::text("answered"));
+                }
+                let ask = crate::protocol::types::InputRequest::ElicitForm {
+                    message: "a?".into(),
+                    requested_schema: json!({"type": "object"}),
+                };
+                crate::server::Outcome::InputRequired(crate::server::InputRequired::new().request("a", ask))
+            },
+        );
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let request = |method: &'static str, params: Value| {
+            let mut ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                alice.clone(),
+                bus.clone(),
+            );
+            ctx.client_capabilities = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+                .as_object()
+                .unwrap()
+                .clone();
+            let params: RequestParams = params.as_object().unwrap().clone().into();
+            let server = &server;
+            async move {
+                let gone =
+                    tokio::time::timeout(std::time::Duration::from_millis(50), server.execute(ctx, method, &params));
+                assert!(gone.await.is_err(), "{method}: the caller left before the store answered");
+            }
+        };
+        let settled = |status: TaskStatus| {
+            let store = store.clone();
+            async move {
+                for _ in 0..100 {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    let records: Vec<TaskRecord> = store.tasks.lock().unwrap().values().cloned().collect();
+                    if records.len() == 1 && records[0].status == status {
+                        return records[0].task_id.clone();
+                    }
+                }
+                panic!(
+                    "the task never reached {status:?}: {:?}",
+                    store.tasks.lock().unwrap().values().collect::<Vec<_>>()
+                );
+            }
+        };
+        request("tools/call", json!({"name": "ask", "arguments": {}})).await;
+        let task_id = settled(TaskStatus::InputRequired).await;
+        request("tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept"}}})).await;
+        settled(TaskStatus::Completed).await;
     }
 
     /// A task is its tool's work, so reading, answering or cancelling it needs the tool's scopes

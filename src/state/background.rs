@@ -28,7 +28,9 @@ pub fn keeping<F: Future>(keeper: Keeper, request: F) -> impl Future<Output = F:
 }
 
 /// Runs `work` past the current request: handed to the request's keeper when the edge set one
-/// (and work that `work` spawns in turn is kept the same way), else spawned on the runtime.
+/// (and work that `work` spawns in turn is kept the same way), else spawned on the runtime. A
+/// keeper starts what it is handed at once (the platform's `wait_until` spawns it): a request may
+/// wait for part of what it handed over (a task's create, before the round that follows it).
 pub fn spawn(work: impl Future<Output = ()> + Send + 'static) {
     match KEEPER.try_with(Arc::clone) {
         Ok(keeper) => keeper(Box::pin(KEEPER.scope(keeper.clone(), work))),

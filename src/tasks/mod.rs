@@ -263,8 +263,20 @@ impl TaskService {
     ) -> Result<Map<String, Value>, McpError> {
         let slot = self.running_slot(task.principal)?;
         let record = self.new_record(task, TaskStatus::Working);
-        span.in_context(self.create(&record)).await?;
-        self.spawn(record.clone(), handler, span, slot);
+        // The create and the run that follows it are one piece of work past the request: a
+        // caller that goes away while the create is in flight (its future dropped, the command
+        // already sent) would otherwise leave a working task that nothing runs.
+        let (created_tx, created) = tokio::sync::oneshot::channel();
+        let (service, kept) = (self.clone(), record.clone());
+        crate::state::background::spawn(async move {
+            let outcome = span.in_context(service.create(&kept)).await;
+            let stored = outcome.is_ok();
+            let _ = created_tx.send(outcome);
+            if stored {
+                service.run(kept, handler, span, slot).await;
+            }
+        });
+        created.await.map_err(|_| McpError::internal("Internal error"))??;
         Ok(self.create_result(&record))
     }
 
@@ -1013,28 +1025,27 @@ mod tests {
         service.start(task(), forever, SpanHandle::default()).await.expect("its slot is free again");
     }
 
-    /// A task's round runs under the keeper of the request that started it (on Vercel, the
-    /// invocation stays open until the round ends): nothing runs it until the keeper does.
+    /// A task's create and its round run under the keeper of the request that started it (on
+    /// Vercel, `wait_until`: the invocation stays open until the round ends, and the work goes
+    /// on if the caller leaves): the keeper is handed them, and runs them, as the platform's does.
     #[tokio::test]
     async fn a_round_runs_under_the_keeper_of_its_request() {
-        use crate::state::background::{Keeper, Kept, keeping};
+        use crate::state::background::{Keeper, keeping};
         let store = Arc::new(store::MemoryTaskStore::default());
         let service = Arc::new(service_over(store.clone()));
-        let held = Arc::new(std::sync::Mutex::new(Vec::<Kept>::new()));
-        let into = held.clone();
-        let keeper: Keeper = Arc::new(move |work| into.lock().unwrap().push(work));
+        let handed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = handed.clone();
+        let keeper: Keeper = Arc::new(move |work| into.lock().unwrap().push(tokio::spawn(work)));
         let alice = Principal::verified(Some("alice"), None, vec![]);
         let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
         let created = keeping(keeper, service.start(task, finishing(), SpanHandle::default())).await.unwrap();
-        let status =
-            || async { store.get(alice.id(), created["taskId"].as_str().unwrap()).await.unwrap().unwrap().status };
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
+        let kept: Vec<_> = std::mem::take(&mut *handed.lock().unwrap());
+        assert_eq!(kept.len(), 1, "the create and its round went to the keeper, as one piece of work");
+        for work in kept {
+            work.await.unwrap();
         }
-        assert_eq!(status().await, TaskStatus::Working, "nothing ran the round outside the keeper");
-        let round = held.lock().unwrap().pop().expect("the round went to the keeper");
-        round.await;
-        assert_eq!(status().await, TaskStatus::Completed);
+        let task_id = created["taskId"].as_str().unwrap();
+        assert_eq!(store.get(alice.id(), task_id).await.unwrap().unwrap().status, TaskStatus::Completed);
     }
 
     /// A store whose replacing writes fail `failures` times, then work; with `lands`, its

@@ -138,7 +138,7 @@ pub trait TaskStore: Send + Sync + 'static {
 /// creation after its TTL (it has no clock of its own), as Redis forgets one at its TTL.
 #[derive(Debug, Default)]
 pub struct MemoryTaskStore {
-    pub(super) tasks: Mutex<HashMap<(String, String), TaskRecord>>,
+    pub(crate) tasks: Mutex<HashMap<(String, String), TaskRecord>>,
     /// Per owner: the rate window and how many tasks it created in it.
     created: Mutex<HashMap<String, (u64, u32)>>,
 }
