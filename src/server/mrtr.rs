@@ -123,7 +123,7 @@ pub fn open_retry(
     method: &str,
     params: &RequestParams,
 ) -> Result<(Map<String, Value>, Option<OpenedState>), McpError> {
-    let responses = crate::protocol::params::input_responses(params)?;
+    let mut responses = crate::protocol::params::input_responses(params)?;
     let state = match params.get("requestState") {
         None | Some(Value::Null) => None,
         Some(Value::String(sealed)) => {
@@ -131,10 +131,22 @@ pub fn open_retry(
                 .open(Purpose::RequestState, &binding(endpoint, principal, method, params), sealed)
                 .map_err(state_error)?;
             let nonce = opened.get("n").and_then(Value::as_str).map(str::to_owned);
+            // Only answers to what the round asked reach the handler; others are ignored, as
+            // the spec says of unknown keys. (A state sealed before the asked keys were sealed
+            // with it names none, and keeps every answer, until it expires.)
+            if let Some(asked) = opened.get("k").and_then(Value::as_array) {
+                responses.retain(|key, _| asked.iter().any(|k| k.as_str() == Some(key)));
+            }
             Some(OpenedState { state: opened.get_mut("s").map(Value::take).unwrap_or(Value::Null), nonce })
         }
         Some(_) => return Err(state_error(SealError::Malformed)),
     };
+    // Without a state, no question was asked: answers sent with a first call are not answers.
+    // (A handler that checks for an answer before asking would otherwise take one the user was
+    // never asked for: a confirmation, skipped.)
+    if state.is_none() {
+        responses.clear();
+    }
     Ok((responses, state))
 }
 
@@ -171,7 +183,9 @@ pub fn input_required_result(
     // state of its own.
     // The nonce travels sealed with the handler's state: a retry is served once per nonce when
     // single use is on (see `crate::state::nonce`).
-    let state = json!({ "n": new_nonce(), "s": input.state.unwrap_or(Value::Null) });
+    // With them, the keys asked: a retry's answers to anything else are dropped on opening.
+    let asked: Vec<&str> = input.requests.iter().map(|(key, _)| key.as_str()).collect();
+    let state = json!({ "n": new_nonce(), "s": input.state.unwrap_or(Value::Null), "k": asked });
     let sealed =
         sealer.seal(Purpose::RequestState, &binding(endpoint, principal, method, params), REQUEST_STATE_TTL_MS, state);
     // A state no instance would open (they refuse envelopes past this length before reading

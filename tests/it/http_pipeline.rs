@@ -1053,6 +1053,49 @@ fn booking_server(booked: Arc<std::sync::atomic::AtomicUsize>) -> vercel_mcp::Mc
     server
 }
 
+/// Only answers to what a round asked reach the handler (the spec: unknown keys are ignored).
+/// A first call that brings an answer along (no state, so nothing was asked) is asked as any
+/// first call is: before, `book` took the unsolicited "ok" and booked without asking. A retry's
+/// answer to a key its round did not ask is dropped too.
+#[tokio::test]
+async fn only_answers_to_what_the_round_asked_reach_the_handler() {
+    let config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let booked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut server = booking_server(booked.clone());
+    server.tool(
+        vercel_mcp::server::ToolDef::new("peek").description("Asks a, then says whether it saw b"),
+        |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| async move {
+            use vercel_mcp::protocol::types::{CallToolResult, InputRequest};
+            use vercel_mcp::server::{InputRequired, Outcome};
+            if ctx.input_response("a").is_none() {
+                let ask =
+                    InputRequest::ElicitForm { message: "a?".into(), requested_schema: json!({"type": "object"}) };
+                return Outcome::InputRequired(InputRequired::new().request("a", ask));
+            }
+            Outcome::Complete(CallToolResult::text(if ctx.input_response("b").is_some() { "saw b" } else { "a only" }))
+        },
+    );
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+    let caps = |mut params: Value| {
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+        params
+    };
+    let accept = json!({"action": "accept", "content": {}});
+    let mut unasked = call("book", json!({}));
+    unasked["inputResponses"] = json!({"ok": accept});
+    let first = server.modern(json!(1), "tools/call", caps(unasked)).send().await.json();
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    assert_eq!(booked.load(Ordering::SeqCst), 0, "nothing booked on an answer nobody asked for");
+
+    let asked = server.modern(json!(2), "tools/call", caps(call("peek", json!({})))).send().await.json();
+    let mut retry = call("peek", json!({}));
+    retry["inputResponses"] = json!({"a": accept, "b": accept});
+    retry["requestState"] = asked["result"]["requestState"].clone();
+    let done = server.modern(json!(3), "tools/call", caps(retry)).send().await.json();
+    assert_eq!(done["result"]["content"][0]["text"], "a only", "{done}");
+}
+
 /// With the store of used states down, a retry is refused with -32603 and a correlation id the
 /// `state.fault` line carries, saying the state may count as used now; the handler does not run.
 #[tokio::test]
