@@ -287,7 +287,7 @@ async fn a_database_outage_is_a_clear_tool_error_that_leaks_nothing() {
 }
 
 /// A server that accepts connections and never answers: each call ends at its own connect
-/// timeout (5 s), though all wait for one shared connection. Before, the calls queued behind
+/// timeout (5 s), though all wait for one shared attempt. Before, the calls queued behind
 /// the attempt holding it, and the third answered after 15 s. (Virtual time: the clock is paused
 /// and advances when every task waits.)
 #[tokio::test(start_paused = true)]
@@ -307,8 +307,9 @@ async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() 
         async move { (backend.categories(10).await, start.elapsed()) }
     });
     for (result, waited) in futures_util::future::join_all(calls).await {
+        // Which of the timeouts due at that instant answers first is the runtime's choice.
         let error = result.unwrap_err();
-        assert!(error.to_string().contains("connect timed out"), "{error}");
+        assert!(matches!(&error, DbError::Unavailable(m) if m.starts_with("product database unavailable")), "{error}");
         assert_eq!(waited, std::time::Duration::from_secs(5), "one timeout, not a queue of them");
     }
 }

@@ -36,7 +36,16 @@ const CATEGORIES: &str = "SELECT DISTINCT category COLLATE \"C\" AS category FRO
 /// The products table in PostgreSQL, read through a read-only role.
 pub struct PostgresProducts {
     config: tokio_postgres::Config,
-    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    client: std::sync::Mutex<Connection>,
+}
+
+/// The shared connection: none yet (or the last attempt failed), open, or being opened.
+enum Connection {
+    None,
+    Open(Arc<Client>),
+    /// An attempt running on its own task, with its full timeout, whatever its waiters do:
+    /// every call waits for the one attempt, each for at most its own time.
+    Opening(tokio::sync::watch::Receiver<Option<Result<Arc<Client>, DbError>>>),
 }
 
 impl std::fmt::Debug for PostgresProducts {
@@ -69,29 +78,41 @@ impl PostgresProducts {
                 STATEMENT_TIMEOUT.as_millis()
             ))
             .application_name("vercel-mcp db-adapter");
-        Ok(Self { config, client: tokio::sync::Mutex::new(None) })
+        Ok(Self { config, client: std::sync::Mutex::new(Connection::None) })
     }
 
     async fn connect(&self) -> Result<Client, DbError> {
-        let (client, connection) = tokio::time::timeout(STATEMENT_TIMEOUT, self.config.connect(RustlsConnect::new()))
-            .await
-            .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))?
-            .map_err(|e| unavailable(&e))?;
-        tokio::spawn(async move {
-            // Ends when the client is dropped or the server goes away; the next call reconnects.
-            let _ = connection.await;
-        });
-        Ok(client)
+        connect(&self.config).await
     }
 
     async fn client(&self) -> Result<Arc<Client>, DbError> {
-        let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(client.clone());
-        }
-        let client = Arc::new(self.connect().await?);
-        *slot = Some(client.clone());
-        Ok(client)
+        let mut attempt = {
+            let mut slot = self.client.lock().expect("connection slot");
+            if let Connection::Opening(attempt) = &*slot {
+                let finished = attempt.borrow().clone();
+                match finished {
+                    None => {}
+                    Some(Ok(client)) => *slot = Connection::Open(client),
+                    Some(Err(_)) => *slot = Connection::None,
+                }
+            }
+            match &*slot {
+                Connection::Open(client) if !client.is_closed() => return Ok(client.clone()),
+                Connection::Opening(attempt) => attempt.clone(),
+                Connection::None | Connection::Open(_) => {
+                    let (opened, attempt) = tokio::sync::watch::channel(None);
+                    let config = self.config.clone();
+                    tokio::spawn(async move {
+                        let _ = opened.send(Some(connect(&config).await.map(Arc::new)));
+                    });
+                    *slot = Connection::Opening(attempt.clone());
+                    attempt
+                }
+            }
+        };
+        let unavailable = || DbError::Unavailable("product database unavailable".into());
+        let finished = attempt.wait_for(Option::is_some).await.map_err(|_| unavailable())?.clone();
+        finished.unwrap_or_else(|| Err(unavailable()))
     }
 
     /// Runs one of the fixed statements; with tracing on it is a CLIENT span named after
@@ -103,9 +124,11 @@ impl PostgresProducts {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, DbError> {
         crate::telemetry::database_span("postgresql", operation, async {
-            // The wait for the shared connection is bounded from the call's start, not only the
-            // attempt that holds it: against a server that accepts and never answers, callers
-            // queued behind one attempt would otherwise wait one timeout each in turn.
+            // A call waits for the shared connection at most a timeout from its start; the
+            // attempt it waits for runs on its own, with its full timeout, for every caller.
+            // (Queued behind each other's attempts, callers against a server that accepts and
+            // never answers waited one timeout each in turn; an attempt cut short by its
+            // caller's deadline left the next caller less time, until none could connect.)
             let client = tokio::time::timeout(STATEMENT_TIMEOUT, self.client())
                 .await
                 .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))??;
@@ -138,6 +161,19 @@ impl PostgresProducts {
             Ok(()) => Ok(()),
         }
     }
+}
+
+/// Opens a connection with `config` (at most [`STATEMENT_TIMEOUT`]), its driver on a task of its own.
+async fn connect(config: &tokio_postgres::Config) -> Result<Client, DbError> {
+    let (client, connection) = tokio::time::timeout(STATEMENT_TIMEOUT, config.connect(RustlsConnect::new()))
+        .await
+        .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))?
+        .map_err(|e| unavailable(&e))?;
+    tokio::spawn(async move {
+        // Ends when the client is dropped or the server goes away; the next call reconnects.
+        let _ = connection.await;
+    });
+    Ok(client)
 }
 
 /// Permission denied, read-only transaction, or not the owner: the credential said no.
