@@ -299,6 +299,8 @@ enum Upstream {
     HostileSessionId,
     /// The run never answers (a command that outlives its caller).
     RunHangs,
+    /// The create answers after a pause (provisioning takes a while).
+    CreateSlow,
 }
 
 /// A stand-in for the Vercel Sandbox API on loopback that records every request.
@@ -315,6 +317,9 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
         async move {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
             let path = request.path().to_owned();
+            if state.lock().unwrap().upstream == Upstream::CreateSlow && path == "/v2/sandboxes" {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
             let hangs = state.lock().unwrap().upstream == Upstream::RunHangs && path.ends_with("/cmd");
             if hangs {
                 state.lock().unwrap().requests.push((
@@ -403,6 +408,30 @@ async fn a_run_dropped_midway_still_stops_its_sandbox() {
         }
     })
     .await;
+}
+
+/// A run dropped while its sandbox is being created (its caller left during provisioning) still
+/// stops the sandbox once the create answers: the create runs past the request. Before, the
+/// session id was never read, and nothing stopped the sandbox.
+#[tokio::test]
+async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
+    let (base, api) = start_fake_api(Upstream::CreateSlow).await;
+    let config = sandbox_env(&base, Some(&oidc_token()));
+    let request = vercel_mcp::catalogue::sandbox_isolation::SandboxRunRequest {
+        command: "ls".into(),
+        options: sandbox_isolation::build_sandbox_create_options(),
+    };
+    let paths = || api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect::<Vec<_>>();
+    let run = config.examples.sandbox.run(&request, None);
+    let left = tokio::time::timeout(std::time::Duration::from_millis(50), run).await;
+    assert!(left.is_err(), "the caller left while the sandbox was being created");
+    common::bounded("the sandbox to be stopped", async {
+        while !paths().contains(&"/v2/sandboxes/sessions/ses_1/stop?teamId=team_1".to_owned()) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(!paths().iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths());
 }
 
 /// A platform token naming this deployment's project.

@@ -149,6 +149,20 @@ impl VercelSandbox {
     }
 }
 
+impl VercelSandbox {
+    /// Creates a sandbox session: its id, checked to be a plain path segment.
+    async fn create(&self, token: &str, team_id: &str, body: Value) -> Result<String, SandboxError> {
+        let created = self.call(Method::POST, "/v2/sandboxes", token, team_id, Some(body), CALL_TIMEOUT).await?;
+        let created: Value = serde_json::from_slice(&created).map_err(|_| failed("malformed create response"))?;
+        Ok(created
+            .pointer("/session/id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+            .ok_or_else(|| failed("no usable session id in the create response"))?
+            .to_owned())
+    }
+}
+
 impl SandboxClient for VercelSandbox {
     fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a> {
         Box::pin(async move {
@@ -156,19 +170,25 @@ impl SandboxClient for VercelSandbox {
             let Claims { team_id, project_id } =
                 claims(token).ok_or_else(|| failed("the OIDC token carries no owner_id/project_id claims"))?;
             let body = create_body(&request.options, &project_id);
-            let created = self.call(Method::POST, "/v2/sandboxes", token, &team_id, Some(body), CALL_TIMEOUT).await?;
-            let created: Value = serde_json::from_slice(&created).map_err(|_| failed("malformed create response"))?;
-            let session_id = created
-                .pointer("/session/id")
-                .and_then(Value::as_str)
-                .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-                .ok_or_else(|| failed("no usable session id in the create response"))?
-                .to_owned();
+            // The create runs past the request: a caller that leaves while it is in flight
+            // would otherwise leave a sandbox that nothing stops. Created for nobody, it is
+            // stopped at once.
+            let (created_tx, created) = tokio::sync::oneshot::channel();
+            let (client, owned_token, owned_team) = (self.clone(), token.to_owned(), team_id.clone());
+            crate::state::background::spawn(async move {
+                let session = client.create(&owned_token, &owned_team, body).await;
+                if let Err(Ok(session_id)) = created_tx.send(session) {
+                    let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
+                    let _ = client.call(Method::POST, &stop, &owned_token, &owned_team, None, CALL_TIMEOUT).await;
+                }
+            });
+            let session_id = created.await.map_err(|_| failed("the create ended without an answer"))??;
             let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
+            // Armed until the stop below has answered: dropped before then, it stops the sandbox.
             let mut guard = StopOnDrop(Some((self.clone(), stop.clone(), token.to_owned(), team_id.clone())));
             let outcome = self.run_in(&session_id, request, token, &team_id).await;
-            guard.0 = None;
             let stopped = self.call(Method::POST, &stop, token, &team_id, None, CALL_TIMEOUT).await;
+            guard.0 = None;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),
                 (Ok(_), Err(error)) => Err(error),
