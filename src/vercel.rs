@@ -38,7 +38,7 @@ where
     // On Vercel the runtime talks to the platform over this socket: log lines sent through it
     // are tagged with their request, which is how Vercel's logs tie a line to its invocation.
     let bridged = std::env::var_os("VERCEL_IPC_PATH").is_some();
-    // One reference count taken per request, for all three.
+    // One reference count taken per request, for all four.
     let function = Arc::new((handler, telemetry, logger, origins));
     vercel_runtime::run(vercel_runtime::service_fn(move |request: Request, state: AppState| {
         let function = function.clone();

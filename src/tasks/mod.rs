@@ -36,15 +36,14 @@ const CANCEL_POLL: Duration = Duration::from_millis(100);
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and checks its record for a cancel every 100 ms until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
-/// How many times a finished round's outcome is offered to the store, pausing 200 ms, then twice
-/// as long each time (about 3 s in all), before it is given up and logged: a store that blips
-/// loses no result.
 /// The most one task record may hold, serialised: its arguments, the capabilities of the
 /// request that created it, the answers it was given, its result. With the records one caller
 /// may hold (`MCP_TASK_SHARE`, 500) it bounds what a caller keeps in the shared store (125 MiB);
 /// without it each record could grow by a request body (1 MiB) with every answer.
 pub const MAX_TASK_RECORD_BYTES: usize = 256 * 1024;
-
+/// How many times a finished round's outcome is offered to the store, pausing 200 ms, then twice
+/// as long each time (about 3 s in all), before it is given up and logged: a store that blips
+/// loses no result.
 const SETTLE_ATTEMPTS: u32 = 5;
 /// How many rounds in a row a task's work may hand back only its state before the task fails:
 /// each such round runs the next at once, so a handler that never moves on would spin.

@@ -386,15 +386,7 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     );
     assert_eq!(heard["params"]["status"], "cancelled");
     // ... and bob's stream ends after its short lifetime; nothing about alice's task was on it.
-    let mut events = Vec::new();
-    loop {
-        let event = common::read_events(&mut bobs_stream, events.len() + 1).await.pop().unwrap();
-        let last = event.get("id").is_some();
-        events.push(event);
-        if last {
-            break;
-        }
-    }
+    let events = common::read_until_answer(&mut bobs_stream).await;
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {events:?}");
 }
 
@@ -707,15 +699,7 @@ async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
     assert_eq!(cancelled.status, 200, "{}", cancelled.text());
     let heard = common::read_events(&mut streams[0], 1).await.remove(0);
     assert_eq!((&heard["method"], &heard["params"]["status"]), (&json!("notifications/tasks"), &json!("cancelled")));
-    let mut events = Vec::new();
-    loop {
-        let event = common::read_events(&mut streams[1], events.len() + 1).await.pop().unwrap();
-        let last = event.get("id").is_some();
-        events.push(event);
-        if last {
-            break;
-        }
-    }
+    let events = common::read_until_answer(&mut streams[1]).await;
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "the read-only stream heard: {events:?}");
 }
 

@@ -291,6 +291,26 @@ pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
     }
 }
 
+/// Every event of an SSE stream up to and including its answer (the event with an `id`).
+pub async fn read_until_answer(stream: &mut TcpStream) -> Vec<Value> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buffer).into_owned();
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str(d).ok())
+            .collect();
+        if let Some(answer) = events.iter().position(|e| e.get("id").is_some()) {
+            return events[..=answer].to_vec();
+        }
+        let read = bounded("the stream's answer", stream.read(&mut chunk)).await.unwrap();
+        assert!(read > 0, "stream ended before its answer, after {} events: {text}", events.len());
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
 fn parse(raw: &[u8]) -> Reply {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
