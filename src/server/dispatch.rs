@@ -371,12 +371,12 @@ impl McpServer {
                     .collect();
                 let handlers: std::collections::HashMap<String, crate::handler::ToolFn> =
                     self.tools.iter().map(|tool| (tool.name.clone(), task_handler(tool))).collect();
-                let (tasks, principal, task_id) = (tasks.clone(), ctx.principal.clone(), task_id.to_owned());
+                let (service, principal, task_id) = (tasks.clone(), ctx.principal.clone(), task_id.to_owned());
                 let parent = ctx.span.clone();
                 let (answered_tx, answered) = tokio::sync::oneshot::channel();
                 crate::state::background::spawn(async move {
                     let may_answer = |tool: &str| refusals.get(tool).map_or(Ok(()), |refusal| Err(refusal.clone()));
-                    let updated = tasks.update_if(&principal, &task_id, &input_responses, may_answer).await;
+                    let updated = service.update_if(&principal, &task_id, &input_responses, may_answer).await;
                     let resumed = match updated {
                         Ok(resumed) => resumed,
                         Err(error) => {
@@ -400,10 +400,10 @@ impl McpServer {
                                 gone
                             }
                         };
-                        tasks.resume(resumed, handler, span);
+                        service.resume(resumed, handler, span);
                     }
                 });
-                answered.await.map_err(|_| McpError::internal("Internal error"))??;
+                answered.await.map_err(|_| tasks.work_lost("answer"))??;
                 Ok(Reply::Complete(Map::new()))
             }
             _ => {

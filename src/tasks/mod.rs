@@ -218,6 +218,12 @@ impl TaskService {
         }
     }
 
+    /// The error of a request whose write, handed to work past it, ended without an answer (the
+    /// work panicked): logged as a `task.fault` with a correlation id, as a store fault is.
+    pub(crate) fn work_lost(&self, operation: &'static str) -> McpError {
+        self.store_fault(operation)(StoreError::fault("the task's work ended without answering"))
+    }
+
     fn announce(&self, record: &TaskRecord) {
         self.bus.publish(ChangeEvent::TaskChanged { owner: record.owner.clone(), task_id: record.task_id.clone() });
     }
@@ -275,7 +281,7 @@ impl TaskService {
                 service.run(kept, handler, span, slot).await;
             }
         });
-        created.await.map_err(|_| McpError::internal("Internal error"))??;
+        created.await.map_err(|_| self.work_lost("create"))??;
         Ok(self.create_result(&record))
     }
 
@@ -1181,5 +1187,37 @@ mod tests {
             down.message.contains(lines[0]["correlationId"].as_str().unwrap()),
             "the caller can quote the log's id"
         );
+    }
+
+    /// A start whose create panicked, on the work it was handed to, answers with an error the
+    /// caller can quote (a correlation id its `task.fault` line carries), not a bare one.
+    #[tokio::test]
+    async fn a_create_that_ended_without_answering_is_a_fault_with_an_id() {
+        use crate::store::StoreFuture;
+        struct Panics;
+        impl TaskStore for Panics {
+            fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                Box::pin(async { panic!("the store's client broke") })
+            }
+            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                Box::pin(async { Ok(None) })
+            }
+            fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                Box::pin(async { Ok(false) })
+            }
+        }
+        let (sink, clock) = (Arc::new(MemorySink::default()), Arc::new(ManualClock::new(0)));
+        let random = Arc::new(SeededRandom::new(1));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+        let service = Arc::new(
+            TaskService::new(Arc::new(Panics), clock, random.clone(), Arc::new(LocalBus::default()))
+                .with_logger(Logger::new(sink.clone(), sealer, random)),
+        );
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let task = NewTask { principal: &alice, tool: "t", arguments: Map::new(), client_capabilities: Map::new() };
+        let error = service.start(task, finishing(), SpanHandle::default()).await.unwrap_err();
+        let fault = sink.lines().into_iter().find(|l| l["event"] == "task.fault").expect("a task.fault line");
+        assert_eq!(fault["operation"], "create");
+        assert!(error.message.contains(fault["correlationId"].as_str().unwrap()), "{}", error.message);
     }
 }
