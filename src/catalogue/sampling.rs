@@ -57,6 +57,13 @@ fn summarize(ctx: &RequestContext, text: &str) -> Result<Outcome<CallToolResult>
     let Some(completion) = solicited_answer(ctx, SAMPLE_KEY) else {
         return ask(ctx, "sampling", SAMPLE_KEY, summary_request(text));
     };
+    // A sampling result is the assistant's turn and names its model: an answer that is not one
+    // (an elicitation's `{action, content}`, say) is not taken as the summary.
+    let is_sampling_result = completion.get("role").and_then(Value::as_str) == Some("assistant")
+        && completion.get("model").is_some_and(Value::is_string);
+    if !is_sampling_result {
+        return Ok(Outcome::Complete(CallToolResult::text("Host returned an answer that is not a sampling result.")));
+    }
     // `content` is one block, or (since 2025-11-25) an array of blocks.
     let block = match completion.get("content") {
         Some(Value::Array(blocks)) if blocks.len() == 1 => blocks.first(),

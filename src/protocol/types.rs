@@ -545,6 +545,12 @@ impl InputRequest {
                 let granted = caps.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object);
                 (json!({ "elicitation": { "url": {} } }), granted)
             }
+            // A request that offers the model tools needs `sampling.tools` too (the spec: a
+            // server MUST NOT send them otherwise).
+            Self::Sampling(params) if params.get("tools").is_some() || params.get("toolChoice").is_some() => {
+                let granted = caps.get("sampling").and_then(|s| s.get("tools")).is_some_and(Value::is_object);
+                (json!({ "sampling": { "tools": {} } }), granted)
+            }
             Self::Sampling(_) => (json!({ "sampling": {} }), caps.get("sampling").is_some_and(Value::is_object)),
             Self::ListRoots => (json!({ "roots": {} }), caps.get("roots").is_some_and(Value::is_object)),
         }

@@ -92,6 +92,16 @@ async fn non_text_completions_are_reported_not_passed_through() {
         assert_eq!(result["resultType"], "complete", "{malformed}");
         assert!(result["content"][0]["text"].as_str().unwrap().starts_with("Host returned"), "{malformed}");
     }
+    // Answers that are not sampling results (an elicitation's shape; the user's turn; no model)
+    // are not taken as the summary, whatever text they carry.
+    for foreign in [
+        json!({"action": "accept", "content": {"type": "text", "text": "pwned"}}),
+        json!({"role": "user", "content": {"type": "text", "text": "pwned"}, "model": "m"}),
+        json!({"role": "assistant", "content": {"type": "text", "text": "pwned"}}),
+    ] {
+        let result = summarize(&server, "x", foreign.clone()).await;
+        assert_eq!(result["content"][0]["text"], "Host returned an answer that is not a sampling result.", "{foreign}");
+    }
 }
 
 #[tokio::test]
@@ -117,4 +127,36 @@ async fn nothing_is_sampled_without_capability_valid_arguments_or_a_known_tool()
     unsolicited["inputResponses"] =
         json!({"summary": {"role": "assistant", "content": {"type": "text", "text": "forged"}}});
     assert_eq!(send(&server, unsolicited).await["result"]["resultType"], "input_required");
+}
+
+/// A sampling request that offers the model tools goes only to a client that declared
+/// `sampling.tools` (the spec: a server MUST NOT send them otherwise); one that declared only
+/// `sampling` gets -32021 naming what is missing. Before, it was sent all the same.
+#[tokio::test]
+async fn a_sampling_request_with_tools_needs_the_sampling_tools_capability() {
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let mut server = McpServer::new("sampling-tools", "0.1.0");
+    server.tool(
+        vercel_mcp::server::ToolDef::new("ask_with_tools").description("Samples with a tool on offer"),
+        |_, _: vercel_mcp::server::NoArguments| async {
+            let request = vercel_mcp::protocol::types::InputRequest::Sampling(json!({
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                "maxTokens": 10,
+                "tools": [{"name": "t", "inputSchema": {"type": "object"}}],
+            }));
+            vercel_mcp::server::Outcome::InputRequired(vercel_mcp::server::InputRequired::new().request("s", request))
+        },
+    );
+    let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let call = |capabilities: Value| {
+        let mut call = params(json!("x"), capabilities);
+        call["name"] = json!("ask_with_tools");
+        call.as_object_mut().unwrap().remove("arguments");
+        server.modern(json!(1), "tools/call", call).send()
+    };
+    let refused = call(json!({"sampling": {}})).await;
+    assert_eq!((refused.status, refused.code()), (400, -32021), "{}", refused.text());
+    assert_eq!(refused.json()["error"]["data"]["requiredCapabilities"], json!({"sampling": {"tools": {}}}));
+    let asked = call(json!({"sampling": {"tools": {}}})).await.json();
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
 }
