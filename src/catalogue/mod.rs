@@ -42,15 +42,17 @@ pub fn solicited_answer<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Va
 }
 
 /// Asks the client one question under `key`; the retry's answer is read with
-/// [`solicited_answer`]. A client that did not declare `capability` is never asked: the call
-/// ends in a tool error naming it, which is the seed examples' documented outcome.
+/// [`solicited_answer`]. A client that did not declare what the question needs (`capability`,
+/// in the mode the question takes: a form question needs form elicitation, not only URL) is
+/// never asked: the call ends in a tool error naming it, the seed examples' documented outcome,
+/// on both protocol paths.
 pub fn ask<T>(
     ctx: &RequestContext,
     capability: &str,
     key: &str,
     request: InputRequest,
 ) -> Result<Outcome<T>, ToolError> {
-    if !ctx.has_capability(capability) {
+    if !request.capability(ctx.client_capabilities()).1 {
         return Err(ToolError::Execution(format!("the client did not declare the {capability} capability")));
     }
     Ok(Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key }))))

@@ -206,12 +206,17 @@ async fn an_answer_is_honoured_only_with_state_sealed_for_this_call() {
     swapped["requestState"] = json!(state);
     assert_eq!(send(&server, swapped).await["error"]["code"], -32602);
     // Without the elicitation capability the server does not ask: a tool error names it.
-    let mut undeclared = params(json!("Q3 roadmap"));
-    undeclared["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"sampling": {}});
-    let result = send(&server, undeclared).await["result"].clone();
-    assert_eq!(result["isError"], true, "{result}");
-    assert!(common::error_text(&result).contains("elicitation capability"));
-    assert!(result.get("inputRequests").is_none());
+    // Nor with URL elicitation only, for its form question: the same tool error as on the
+    // 2025 path (it was -32021 here).
+    for capabilities in [json!({"sampling": {}}), json!({"elicitation": {"url": {}}})] {
+        let mut undeclared = params(json!("Q3 roadmap"));
+        undeclared["_meta"]["io.modelcontextprotocol/clientCapabilities"] = capabilities.clone();
+        let reply = send(&server, undeclared).await;
+        let result = reply["result"].clone();
+        assert_eq!(result["isError"], true, "{capabilities}: {reply}");
+        assert!(common::error_text(&result).contains("elicitation capability"));
+        assert!(result.get("inputRequests").is_none());
+    }
     assert!(calendar.bookings().is_empty());
 }
 
