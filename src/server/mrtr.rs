@@ -141,12 +141,10 @@ pub fn open_retry(
         }
         Some(_) => return Err(state_error(SealError::Malformed)),
     };
-    // Without a state, no question was asked: answers sent with a first call are not answers.
-    // (A handler that checks for an answer before asking would otherwise take one the user was
-    // never asked for: a confirmation, skipped.)
-    if state.is_none() {
-        responses.clear();
-    }
+    // A first call's answers (no state) reach the handler as they are: the official suite
+    // expects a call that brings the answer along to complete. A handler for which an answer
+    // must follow its question (a confirmation) checks its own sealed state, as
+    // `catalogue::solicited_answer` does.
     Ok((responses, state))
 }
 

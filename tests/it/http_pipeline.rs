@@ -1053,15 +1053,13 @@ fn booking_server(booked: Arc<std::sync::atomic::AtomicUsize>) -> vercel_mcp::Mc
     server
 }
 
-/// Only answers to what a round asked reach the handler (the spec: unknown keys are ignored).
-/// A first call that brings an answer along (no state, so nothing was asked) is asked as any
-/// first call is: before, `book` took the unsolicited "ok" and booked without asking. A retry's
-/// answer to a key its round did not ask is dropped too.
+/// Only answers to what a round asked reach the handler (the spec: unknown keys are ignored): a
+/// retry's answer to a key its round did not ask is dropped. (A first call's answers reach the
+/// handler as they are, as the official suite expects.)
 #[tokio::test]
 async fn only_answers_to_what_the_round_asked_reach_the_handler() {
     let config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
-    let booked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut server = booking_server(booked.clone());
+    let mut server = vercel_mcp::McpServer::new("t", "1");
     server.tool(
         vercel_mcp::server::ToolDef::new("peek").description("Asks a, then says whether it saw b"),
         |ctx: vercel_mcp::server::RequestContext, _: vercel_mcp::server::NoArguments| async move {
@@ -1082,12 +1080,6 @@ async fn only_answers_to_what_the_round_asked_reach_the_handler() {
         params
     };
     let accept = json!({"action": "accept", "content": {}});
-    let mut unasked = call("book", json!({}));
-    unasked["inputResponses"] = json!({"ok": accept});
-    let first = server.modern(json!(1), "tools/call", caps(unasked)).send().await.json();
-    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
-    assert_eq!(booked.load(Ordering::SeqCst), 0, "nothing booked on an answer nobody asked for");
-
     let asked = server.modern(json!(2), "tools/call", caps(call("peek", json!({})))).send().await.json();
     let mut retry = call("peek", json!({}));
     retry["inputResponses"] = json!({"a": accept, "b": accept});
