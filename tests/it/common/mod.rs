@@ -276,12 +276,7 @@ pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let text = String::from_utf8_lossy(&buffer).into_owned();
-        let events: Vec<Value> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str(d).ok())
-            .collect();
+        let (text, events) = sse_events(&buffer);
         if events.len() >= n {
             return events;
         }
@@ -291,17 +286,20 @@ pub async fn read_events(stream: &mut TcpStream, n: usize) -> Vec<Value> {
     }
 }
 
+/// The bytes read so far as text, and the JSON events in them.
+fn sse_events(buffer: &[u8]) -> (String, Vec<Value>) {
+    let text = String::from_utf8_lossy(buffer).into_owned();
+    let events =
+        text.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|d| serde_json::from_str(d).ok()).collect();
+    (text, events)
+}
+
 /// Every event of an SSE stream up to and including its answer (the event with an `id`).
 pub async fn read_until_answer(stream: &mut TcpStream) -> Vec<Value> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let text = String::from_utf8_lossy(&buffer).into_owned();
-        let events: Vec<Value> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str(d).ok())
-            .collect();
+        let (text, events) = sse_events(&buffer);
         if let Some(answer) = events.iter().position(|e| e.get("id").is_some()) {
             return events[..=answer].to_vec();
         }
