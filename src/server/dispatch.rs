@@ -75,8 +75,8 @@ impl McpServer {
                 if end < visible.len() {
                     result["nextCursor"] = json!(encode_cursor(end));
                 }
-                self.attach_cache_hint(&mut result, CacheableMethod::ToolsList, None);
-                self.private_if_filtered(&mut result, self.tools.iter().any(|t| !t.scopes.is_empty()));
+                let filtered = self.tools.iter().any(|t| !t.scopes.is_empty());
+                self.attach_cache_hint(&mut result, CacheableMethod::ToolsList, None, filtered);
                 Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
             "tools/call" if !self.tools.is_empty() => {
@@ -90,9 +90,8 @@ impl McpServer {
                     .filter(|r| self.may_read(&ctx.principal, &r.scopes))
                     .map(|r| json!(r.resource))
                     .collect();
-                let mut result = self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList)?;
-                self.private_if_filtered(&mut result, self.resources.iter().any(|r| !r.scopes.is_empty()));
-                complete(result)
+                let filtered = self.resources.iter().any(|r| !r.scopes.is_empty());
+                complete(self.page(params, "resources", listing.iter(), CacheableMethod::ResourcesList, filtered)?)
             }
             "resources/templates/list" if self.has_resources() => {
                 let listing: Vec<Value> = self
@@ -101,10 +100,9 @@ impl McpServer {
                     .filter(|t| self.may_read(&ctx.principal, &t.scopes))
                     .map(|t| json!(t.template))
                     .collect();
-                let mut result =
-                    self.page(params, "resourceTemplates", listing.iter(), CacheableMethod::ResourceTemplatesList)?;
-                self.private_if_filtered(&mut result, self.templates.iter().any(|t| !t.scopes.is_empty()));
-                complete(result)
+                let filtered = self.templates.iter().any(|t| !t.scopes.is_empty());
+                let method = CacheableMethod::ResourceTemplatesList;
+                complete(self.page(params, "resourceTemplates", listing.iter(), method, filtered)?)
             }
             "resources/read" if self.has_resources() => {
                 let params = ReadResourceParams::parse(params)?;
@@ -112,7 +110,7 @@ impl McpServer {
             }
             "prompts/list" if !self.prompts.is_empty() => {
                 let listing: Vec<Value> = self.prompts.iter().map(|p| json!(p.prompt)).collect();
-                complete(self.page(params, "prompts", listing.iter(), CacheableMethod::PromptsList)?)
+                complete(self.page(params, "prompts", listing.iter(), CacheableMethod::PromptsList, false)?)
             }
             "prompts/get" if !self.prompts.is_empty() => {
                 let params = GetPromptParams::parse(params)?;
@@ -147,7 +145,7 @@ impl McpServer {
         if let Some(instructions) = &self.instructions {
             result["instructions"] = json!(instructions);
         }
-        self.attach_cache_hint(&mut result, CacheableMethod::Discover, None);
+        self.attach_cache_hint(&mut result, CacheableMethod::Discover, None, false);
         result
     }
 
@@ -178,18 +176,20 @@ impl McpServer {
         result
     }
 
-    /// A listing filtered by the caller's scopes is that caller's: never cacheable for others,
-    /// whatever hint the server set for the method.
-    fn private_if_filtered(&self, result: &mut Value, any_scoped: bool) {
-        if self.scopes_enforced && any_scoped {
-            result["cacheScope"] = json!("private");
-        }
-    }
-
-    fn attach_cache_hint(&self, result: &mut Value, method: CacheableMethod, overriding: Option<super::CacheHint>) {
+    /// Sets `method`'s cache hint (or `overriding`) on `result`. An answer `filtered` by the
+    /// caller's scopes (a listing of scoped entries, a scoped read) is that caller's: never
+    /// cacheable for others, whatever hint the server set, so its scope is written private.
+    fn attach_cache_hint(
+        &self,
+        result: &mut Value,
+        method: CacheableMethod,
+        overriding: Option<super::CacheHint>,
+        filtered: bool,
+    ) {
         let hint = overriding.unwrap_or_else(|| self.cache_hint(method));
+        let scope = if self.scopes_enforced && filtered { super::CacheScope::Private } else { hint.scope };
         result["ttlMs"] = json!(hint.ttl_ms);
-        result["cacheScope"] = json!(hint.scope.as_str());
+        result["cacheScope"] = json!(scope.as_str());
     }
 
     fn page<'a>(
@@ -198,6 +198,7 @@ impl McpServer {
         key: &str,
         items: impl ExactSizeIterator<Item = &'a Value>,
         method: CacheableMethod,
+        filtered: bool,
     ) -> Result<Value, McpError> {
         let total = items.len();
         let (start, end) = self.page_bounds(&ListParams::parse(params)?, total)?;
@@ -206,7 +207,7 @@ impl McpServer {
         if end < total {
             result["nextCursor"] = json!(encode_cursor(end));
         }
-        self.attach_cache_hint(&mut result, method, None);
+        self.attach_cache_hint(&mut result, method, None, filtered);
         Ok(result)
     }
 
@@ -442,9 +443,8 @@ impl McpServer {
                 Outcome::Complete(contents) => {
                     let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
                     let mut result = json!({ "contents": contents });
-                    self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache);
                     // What only some callers may read is never cacheable for others.
-                    self.private_if_filtered(&mut result, scoped);
+                    self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache, scoped);
                     Ok(Reply::Complete(into_map(result)))
                 }
                 Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
