@@ -362,13 +362,11 @@ impl McpServer {
                 // command already sent) would otherwise leave the task working with nothing
                 // running it. So what the work needs of this server is taken now: which tools
                 // this caller may not answer for, and the handlers a round could run.
+                let may_answer = may("answering this task");
                 let refusals: std::collections::HashMap<String, McpError> = self
                     .tools
                     .iter()
-                    .filter_map(|tool| {
-                        let required = self.missing_tool_scopes(&ctx.principal, &tool.name)?;
-                        Some((tool.name.clone(), insufficient_scope("answering this task", &required)))
-                    })
+                    .filter_map(|tool| Some((tool.name.clone(), may_answer(&tool.name).err()?)))
                     .collect();
                 let handlers: std::collections::HashMap<String, crate::handler::ToolFn> =
                     self.tools.iter().map(|tool| (tool.name.clone(), task_handler(tool))).collect();
@@ -608,17 +606,25 @@ mod tests {
     use crate::security::Principal;
     use crate::server::{CacheHint, CacheScope};
 
+    /// A server with tasks over `store` (a clock at 0, seeded randomness, an in-process bus), and
+    /// its bus.
+    fn server_with_tasks(
+        store: std::sync::Arc<dyn crate::tasks::TaskStore>,
+    ) -> (McpServer, std::sync::Arc<dyn crate::state::ChangeBus>) {
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
+        let random = std::sync::Arc::new(crate::state::SeededRandom::new(1));
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(std::sync::Arc::new(crate::tasks::TaskService::new(store, clock, random, bus.clone())));
+        (server, bus)
+    }
+
     /// A 2025 client's `initialize` offers only what the stateless path delivers: no list
     /// changes, no resource subscriptions, no 2026 extension; discovery still offers them all.
     #[test]
     fn legacy_initialize_offers_only_what_the_legacy_path_delivers() {
         use crate::protocol::types::{Resource, ResourceContents};
-        let mut server = McpServer::new("t", "1");
-        let store = std::sync::Arc::new(crate::tasks::MemoryTaskStore::default());
-        let bus = std::sync::Arc::new(crate::state::LocalBus::default());
-        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
-        let random = std::sync::Arc::new(crate::state::SeededRandom::new(1));
-        server.enable_tasks(std::sync::Arc::new(crate::tasks::TaskService::new(store, clock, random, bus)));
+        let (mut server, _) = server_with_tasks(std::sync::Arc::new(crate::tasks::MemoryTaskStore::default()));
         server.tool(crate::server::ToolDef::new("t"), |_, _: crate::server::NoArguments| async { "x" });
         let read = |_, uri: String| async move { Ok(vec![ResourceContents::text(uri, "text/plain", "x")]) };
         server.resource(Resource::new("a://r", "r"), read);
@@ -696,18 +702,9 @@ mod tests {
     /// output that breaks it fails the task with -32603 saying where, and never becomes its result.
     #[tokio::test]
     async fn a_task_whose_output_breaks_its_schema_fails() {
-        use crate::tasks::{MemoryTaskStore, TaskService, TaskStatus, TaskStore, TaskSupport};
+        use crate::tasks::{MemoryTaskStore, TaskStatus, TaskStore, TaskSupport};
         let store = std::sync::Arc::new(MemoryTaskStore::default());
-        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
-        let clock = std::sync::Arc::new(crate::state::ManualClock::new(0));
-        let service = TaskService::new(
-            store.clone(),
-            clock,
-            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
-            bus.clone(),
-        );
-        let mut server = McpServer::new("t", "1");
-        server.enable_tasks(std::sync::Arc::new(service));
+        let (mut server, bus) = server_with_tasks(store.clone());
         let promised = json!({"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]});
         server.tool(
             crate::server::ToolDef::new("sum").output_schema(promised).task_support(TaskSupport::Required),
@@ -747,7 +744,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_task_whose_caller_goes_away_midway_still_runs() {
         use crate::store::StoreFuture;
-        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStatus};
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskStatus};
         use crate::tasks::{TaskStore, TaskSupport};
         struct SlowAnswers(std::sync::Arc<MemoryTaskStore>);
         impl TaskStore for SlowAnswers {
@@ -774,15 +771,7 @@ mod tests {
             }
         }
         let store = std::sync::Arc::new(MemoryTaskStore::default());
-        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
-        let service = TaskService::new(
-            std::sync::Arc::new(SlowAnswers(store.clone())),
-            std::sync::Arc::new(crate::state::ManualClock::new(0)),
-            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
-            bus.clone(),
-        );
-        let mut server = McpServer::new("t", "1");
-        server.enable_tasks(std::sync::Arc::new(service));
+        let (mut server, bus) = server_with_tasks(std::sync::Arc::new(SlowAnswers(store.clone())));
         server.tool(
             crate::server::ToolDef::new("ask").description("Asks, then answers").task_support(TaskSupport::Required),
             |ctx: RequestContext, _: crate::server::NoArguments| async move {
@@ -843,17 +832,9 @@ mod tests {
     /// nothing; one with them reads, resumes and cancels it. (Before, only answering checked.)
     #[tokio::test]
     async fn reading_answering_or_cancelling_a_task_needs_its_tools_scopes() {
-        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskService, TaskStatus, TaskStore};
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskStatus, TaskStore};
         let store = std::sync::Arc::new(MemoryTaskStore::default());
-        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
-        let service = TaskService::new(
-            store.clone(),
-            std::sync::Arc::new(crate::state::ManualClock::new(0)),
-            std::sync::Arc::new(crate::state::SeededRandom::new(1)),
-            bus.clone(),
-        );
-        let mut server = McpServer::new("t", "1");
-        server.enable_tasks(std::sync::Arc::new(service));
+        let (mut server, bus) = server_with_tasks(store.clone());
         server.tool(
             crate::server::ToolDef::new("write").description("Writes").scopes(&["w"]),
             |_, _: crate::server::NoArguments| async { std::future::pending::<&str>().await },

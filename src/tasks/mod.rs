@@ -413,11 +413,7 @@ impl TaskService {
                 Err(ToolError::Execution(message)) => {
                     complete(record, &crate::protocol::types::CallToolResult::error(message.clone()))
                 }
-                Err(ToolError::Protocol(error)) => {
-                    record.status = TaskStatus::Failed;
-                    record.status_message = Some(error.message.to_string());
-                    record.error = Some(error.to_json());
-                }
+                Err(ToolError::Protocol(error)) => fail(record, error),
                 Ok(Outcome::InputRequired(input)) => {
                     let missing: Vec<Value> = input
                         .requests
@@ -432,9 +428,7 @@ impl TaskService {
                             "The task needs input the creating request did not declare it could provide",
                             missing.into_iter().next().unwrap_or(Value::Null),
                         );
-                        record.status = TaskStatus::Failed;
-                        record.status_message = Some(error.message.to_string());
-                        record.error = Some(error.to_json());
+                        fail(record, &error);
                         return true;
                     }
                     record.status = TaskStatus::InputRequired;
@@ -448,9 +442,7 @@ impl TaskService {
                 let error = McpError::internal(format!(
                     "The task's outcome would make it {bytes} bytes; a task keeps at most {MAX_TASK_RECORD_BYTES}"
                 ));
-                record.status = TaskStatus::Failed;
-                record.status_message = Some(error.message.to_string());
-                record.error = Some(error.to_json());
+                fail(record, &error);
                 record.result = None;
                 record.input_requests.clear();
                 record.state = None;
@@ -730,6 +722,13 @@ fn record_bytes(record: &TaskRecord) -> usize {
     }
     let mut count = Count(0);
     serde_json::to_writer(&mut count, record).map_or(usize::MAX, |()| count.0)
+}
+
+/// Ends `record` failed with `error`, as `tasks/get` reports it.
+fn fail(record: &mut TaskRecord, error: &McpError) {
+    record.status = TaskStatus::Failed;
+    record.status_message = Some(error.message.to_string());
+    record.error = Some(error.to_json());
 }
 
 fn complete(record: &mut TaskRecord, result: &crate::protocol::types::CallToolResult) {

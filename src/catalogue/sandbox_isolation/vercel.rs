@@ -161,6 +161,12 @@ impl VercelSandbox {
             .ok_or_else(|| failed("no usable session id in the create response"))?
             .to_owned())
     }
+
+    /// Stops the session `session_id`.
+    async fn stop(&self, session_id: &str, token: &str, team_id: &str) -> Result<(), SandboxError> {
+        let path = format!("/v2/sandboxes/sessions/{session_id}/stop");
+        self.call(Method::POST, &path, token, team_id, None, CALL_TIMEOUT).await.map(|_| ())
+    }
 }
 
 impl SandboxClient for VercelSandbox {
@@ -178,16 +184,14 @@ impl SandboxClient for VercelSandbox {
             crate::state::background::spawn(async move {
                 let session = client.create(&owned_token, &owned_team, body).await;
                 if let Err(Ok(session_id)) = created_tx.send(session) {
-                    let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
-                    let _ = client.call(Method::POST, &stop, &owned_token, &owned_team, None, CALL_TIMEOUT).await;
+                    let _ = client.stop(&session_id, &owned_token, &owned_team).await;
                 }
             });
             let session_id = created.await.map_err(|_| failed("the create ended without an answer"))??;
-            let stop = format!("/v2/sandboxes/sessions/{session_id}/stop");
             // Armed until the stop below has answered: dropped before then, it stops the sandbox.
-            let mut guard = StopOnDrop(Some((self.clone(), stop.clone(), token.to_owned(), team_id.clone())));
+            let mut guard = StopOnDrop(Some((self.clone(), session_id.clone(), token.to_owned(), team_id.clone())));
             let outcome = self.run_in(&session_id, request, token, &team_id).await;
-            let stopped = self.call(Method::POST, &stop, token, &team_id, None, CALL_TIMEOUT).await;
+            let stopped = self.stop(&session_id, token, &team_id).await;
             guard.0 = None;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),
@@ -205,10 +209,10 @@ struct StopOnDrop(Option<(VercelSandbox, String, String, String)>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        let Some((client, path, token, team_id)) = self.0.take() else { return };
+        let Some((client, session_id, token, team_id)) = self.0.take() else { return };
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::state::background::spawn(async move {
-                let _ = client.call(Method::POST, &path, &token, &team_id, None, CALL_TIMEOUT).await;
+                let _ = client.stop(&session_id, &token, &team_id).await;
             });
         }
     }
