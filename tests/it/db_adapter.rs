@@ -360,6 +360,39 @@ async fn a_listing_of_categories_is_bounded_and_says_when_there_are_more() {
     assert_eq!((common::payload(&result), result["content"].as_array().unwrap().len()), (json!(["a", "b"]), 1));
 }
 
+/// A call that arrives while another's connection attempt is under way waits for that attempt,
+/// and hears its outcome when it ends: three seconds in, against a server that never answers, it
+/// fails at the attempt's five-second mark, two seconds after it came. (Waiting its own turn
+/// for the connection, it failed at eight, after an attempt of its own cut short.)
+#[tokio::test(start_paused = true)]
+async fn a_call_during_a_connection_attempt_shares_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let backend = Arc::new(PostgresProducts::new(&format!("postgres://reader@127.0.0.1:{port}/test")).unwrap());
+    let start = tokio::time::Instant::now();
+    let first = {
+        let backend = backend.clone();
+        async move { (backend.categories(10).await, start.elapsed()) }
+    };
+    let later = {
+        let backend = backend.clone();
+        async move {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            (backend.categories(10).await, start.elapsed())
+        }
+    };
+    let ((first, first_at), (later, later_at)) = tokio::join!(first, later);
+    assert!(first.is_err() && later.is_err());
+    assert_eq!(first_at, std::time::Duration::from_secs(5));
+    assert_eq!(later_at, std::time::Duration::from_secs(5), "the later call ended with the attempt it shared");
+}
+
 #[tokio::test]
 async fn database_url_selects_postgres_and_a_bad_one_is_a_startup_error() {
     let config = |url: &str| {

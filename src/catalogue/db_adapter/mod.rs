@@ -339,7 +339,9 @@ pub fn register(server: &mut McpServer, adapter: Arc<DbAdapter>) {
         .with_state(adapter.clone())
         .tool(
             ToolDef::new("list_categories")
-                .description("Distinct product categories, sorted (the first 1000; a note follows the list when there are more).")
+                .description(format!(
+                    "Distinct product categories, sorted (the first {MAX_CATEGORIES}; a note follows the list when there are more)."
+                ))
                 .scopes(&[READ_SCOPE]),
             |_: RequestContext, adapter: Arc<DbAdapter>, _: NoArguments| async move {
                 let listed = adapter.list_categories().await;

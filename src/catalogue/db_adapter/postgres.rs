@@ -81,10 +81,6 @@ impl PostgresProducts {
         Ok(Self { config, client: std::sync::Mutex::new(Connection::None) })
     }
 
-    async fn connect(&self) -> Result<Client, DbError> {
-        connect(&self.config).await
-    }
-
     async fn client(&self) -> Result<Arc<Client>, DbError> {
         let mut attempt = {
             let mut slot = self.client.lock().expect("connection slot");
@@ -110,9 +106,10 @@ impl PostgresProducts {
                 }
             }
         };
-        let unavailable = || DbError::Unavailable("product database unavailable".into());
-        let finished = attempt.wait_for(Option::is_some).await.map_err(|_| unavailable())?.clone();
-        finished.unwrap_or_else(|| Err(unavailable()))
+        // The attempt's task ended without a word only if it panicked.
+        let lost = || DbError::Unavailable("product database unavailable".into());
+        let finished = attempt.wait_for(Option::is_some).await.map_err(|_| lost())?.clone();
+        finished.unwrap_or_else(|| Err(lost()))
     }
 
     /// Runs one of the fixed statements; with tracing on it is a CLIENT span named after
@@ -129,9 +126,8 @@ impl PostgresProducts {
             // (Queued behind each other's attempts, callers against a server that accepts and
             // never answers waited one timeout each in turn; an attempt cut short by its
             // caller's deadline left the next caller less time, until none could connect.)
-            let client = tokio::time::timeout(STATEMENT_TIMEOUT, self.client())
-                .await
-                .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))??;
+            let client =
+                tokio::time::timeout(STATEMENT_TIMEOUT, self.client()).await.map_err(|_| connect_timed_out())??;
             tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
                 .await
                 .map_err(|_| DbError::Unavailable("product database unavailable (statement timed out)".into()))?
@@ -151,7 +147,7 @@ impl PostgresProducts {
         };
         // A connection of its own, so the transaction cannot interleave with shared queries;
         // rolled back whatever happens, so even a wrongly privileged role changes nothing.
-        let mut client = self.connect().await?;
+        let mut client = connect(&self.config).await?;
         let transaction = client.transaction().await.map_err(|e| unavailable(&e))?;
         let outcome = transaction.batch_execute(statement).await;
         let _ = transaction.rollback().await;
@@ -163,11 +159,15 @@ impl PostgresProducts {
     }
 }
 
+fn connect_timed_out() -> DbError {
+    DbError::Unavailable("product database unavailable (connect timed out)".into())
+}
+
 /// Opens a connection with `config` (at most [`STATEMENT_TIMEOUT`]), its driver on a task of its own.
 async fn connect(config: &tokio_postgres::Config) -> Result<Client, DbError> {
     let (client, connection) = tokio::time::timeout(STATEMENT_TIMEOUT, config.connect(RustlsConnect::new()))
         .await
-        .map_err(|_| DbError::Unavailable("product database unavailable (connect timed out)".into()))?
+        .map_err(|_| connect_timed_out())?
         .map_err(|e| unavailable(&e))?;
     tokio::spawn(async move {
         // Ends when the client is dropped or the server goes away; the next call reconnects.
