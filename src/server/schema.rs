@@ -347,7 +347,7 @@ impl CompiledSchema {
     /// Checks `value`, as JSON Schema 2020-12 says. Returns the first violation as
     /// `path: problem`.
     pub fn validate(&self, value: &Value) -> Result<(), String> {
-        Validator::new(self, false, value).check(0, value, &mut String::new(), 0)
+        Validator::new(self, false, value).check(0, value, &Path::Root, 0)
     }
 
     /// [`CompiledSchema::validate`] for a tool's arguments: the top-level members that
@@ -356,7 +356,7 @@ impl CompiledSchema {
     /// `principal` is ignored rather than an error. Everything else, nested
     /// `additionalProperties` included, is checked as `validate` checks it.
     pub fn validate_arguments(&self, arguments: &Value) -> Result<(), String> {
-        Validator::new(self, true, arguments).check(0, arguments, &mut String::new(), 0)
+        Validator::new(self, true, arguments).check(0, arguments, &Path::Root, 0)
     }
 
     /// Whether [`CompiledSchema::known_arguments`] drops the top-level member `name`: the root
@@ -453,8 +453,8 @@ fn declared_members(
     found
 }
 
-fn too_complex(path: &str) -> String {
-    format!("{}: too complex to check against its schema", at(path))
+fn too_complex(path: &Path<'_>) -> String {
+    format!("{path}: too complex to check against its schema")
 }
 
 /// How many values `value` holds, itself included.
@@ -547,50 +547,87 @@ fn type_matches(expected: &str, value: &Value) -> bool {
     }
 }
 
-fn at(path: &str) -> &str {
-    if path.is_empty() { "arguments" } else { path }
+/// Where a checked value sits in the arguments (`items[2].name`), for error messages only: a
+/// chain of borrowed steps on the stack. A call that passes builds no text; the path is written
+/// out only when a check fails. Shown as `arguments` at the root.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    /// A member's name may be the client's (under `additionalProperties`), and the path goes
+    /// back in the error: it is shown as long as any other echoed text, at most.
+    Member(&'a Path<'a>, &'a str),
+    Item(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    fn is_root(&self) -> bool {
+        matches!(self, Path::Root)
+    }
+
+    fn write_steps(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Member(parent, name) => {
+                parent.write_steps(f)?;
+                if !parent.is_root() {
+                    f.write_str(".")?;
+                }
+                f.write_str(&crate::protocol::error::truncate_for_message(name))
+            }
+            Path::Item(parent, index) => {
+                parent.write_steps(f)?;
+                write!(f, "[{index}]")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_root() { f.write_str("arguments") } else { self.write_steps(f) }
+    }
 }
 
 impl Validator<'_> {
     /// An alternative's refusal, unless the budget ran out while its branches were tried: then
     /// it is that, whatever the branches would have said.
-    fn or_too_complex(&self, path: &str, refusal: &str) -> String {
-        if self.exhausted() { too_complex(path) } else { format!("{}: {refusal}", at(path)) }
+    fn or_too_complex(&self, path: &Path<'_>, refusal: &str) -> String {
+        if self.exhausted() { too_complex(path) } else { format!("{path}: {refusal}") }
     }
 
-    fn check(&self, node: NodeId, value: &Value, path: &mut String, depth: usize) -> Result<(), String> {
+    fn check(&self, node: NodeId, value: &Value, path: &Path<'_>, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
-            return Err(format!("{}: schema nesting too deep", at(path)));
+            return Err(format!("{path}: schema nesting too deep"));
         }
         if !self.spend() {
             return Err(too_complex(path));
         }
         let checks = match &self.schema.nodes[node] {
             Node::Anything => return Ok(()),
-            Node::Nothing => return Err(format!("{}: no value is allowed here", at(path))),
+            Node::Nothing => return Err(format!("{path}: no value is allowed here")),
             Node::Checks(checks) => checks,
         };
         if let Some(reference) = checks.reference {
-            let target = reference.ok_or_else(|| format!("{}: unresolvable $ref", at(path)))?;
+            let target = reference.ok_or_else(|| format!("{path}: unresolvable $ref"))?;
             self.check(target, value, path, depth + 1)?;
         }
         match &checks.types {
             Some(Types::One(t)) if !type_matches(t, value) => {
-                return Err(format!("{}: expected {t}, got {}", at(path), type_name(value)));
+                return Err(format!("{path}: expected {t}, got {}", type_name(value)));
             }
             Some(Types::AnyOf(types)) if !types.iter().any(|t| type_matches(t, value)) => {
-                return Err(format!("{}: expected {}, got {}", at(path), types.join(" or "), type_name(value)));
+                return Err(format!("{path}: expected {}, got {}", types.join(" or "), type_name(value)));
             }
             _ => {}
         }
         if let Some(options) = &checks.enumeration {
             if !options.as_array().into_iter().flatten().any(|o| json_eq(o, value)) {
-                return Err(format!("{}: must be one of {options}", at(path)));
+                return Err(format!("{path}: must be one of {options}"));
             }
         }
         if let Some(expected) = &checks.constant {
             if !json_eq(expected, value) {
-                return Err(format!("{}: must equal {expected}", at(path)));
+                return Err(format!("{path}: must equal {expected}"));
             }
         }
         match value {
@@ -598,15 +635,15 @@ impl Validator<'_> {
             Value::String(s) => {
                 let len = s.chars().count() as u64;
                 if let Some((_, shown)) = checks.min_length.as_ref().filter(|(min, _)| len < *min) {
-                    return Err(format!("{}: shorter than {shown} characters", at(path)));
+                    return Err(format!("{path}: shorter than {shown} characters"));
                 }
                 if let Some((_, shown)) = checks.max_length.as_ref().filter(|(max, _)| len > *max) {
-                    return Err(format!("{}: longer than {shown} characters", at(path)));
+                    return Err(format!("{path}: longer than {shown} characters"));
                 }
                 if let Some((pattern, compiled)) = &checks.pattern {
                     // A pattern that does not compile matches nothing: validation fails closed.
                     if !compiled.as_ref().is_some_and(|re| re.is_match(s)) {
-                        return Err(format!("{}: does not match the pattern {pattern}", at(path)));
+                        return Err(format!("{path}: does not match the pattern {pattern}"));
                     }
                 }
             }
@@ -618,21 +655,20 @@ impl Validator<'_> {
             self.check(sub, value, path, depth + 1)?;
         }
         if let Some(any) = &checks.any_of {
-            if !any.iter().any(|&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()) {
+            if !any.iter().any(|&sub| self.check(sub, value, path, depth + 1).is_ok()) {
                 return Err(self.or_too_complex(path, "does not match any allowed shape"));
             }
         }
         if let Some(one) = &checks.one_of {
             // A second match settles it: the rest need not be walked.
-            let matches =
-                one.iter().filter(|&&sub| self.check(sub, value, &mut path.clone(), depth + 1).is_ok()).take(2).count();
+            let matches = one.iter().filter(|&&sub| self.check(sub, value, path, depth + 1).is_ok()).take(2).count();
             if matches != 1 {
                 return Err(self.or_too_complex(path, "must match exactly one allowed shape"));
             }
         }
         if let Some(not) = checks.not {
-            match self.check(not, value, &mut path.clone(), depth + 1) {
-                Ok(()) => return Err(format!("{}: matches a forbidden shape", at(path))),
+            match self.check(not, value, path, depth + 1) {
+                Ok(()) => return Err(format!("{path}: matches a forbidden shape")),
                 // A branch cut short by the budget says nothing: the value is refused for it.
                 Err(_) if self.exhausted() => return Err(too_complex(path)),
                 Err(_) => {}
@@ -641,36 +677,36 @@ impl Validator<'_> {
         Ok(())
     }
 
-    fn check_number(checks: &Checks, n: f64, path: &str) -> Result<(), String> {
+    fn check_number(checks: &Checks, n: f64, path: &Path<'_>) -> Result<(), String> {
         if let Some((_, shown)) = checks.minimum.as_ref().filter(|(min, _)| n < *min) {
-            return Err(format!("{}: must be >= {shown}", at(path)));
+            return Err(format!("{path}: must be >= {shown}"));
         }
         if let Some((_, shown)) = checks.maximum.as_ref().filter(|(max, _)| n > *max) {
-            return Err(format!("{}: must be <= {shown}", at(path)));
+            return Err(format!("{path}: must be <= {shown}"));
         }
         if let Some((_, shown)) = checks.exclusive_minimum.as_ref().filter(|(min, _)| n <= *min) {
-            return Err(format!("{}: must be > {shown}", at(path)));
+            return Err(format!("{path}: must be > {shown}"));
         }
         if let Some((_, shown)) = checks.exclusive_maximum.as_ref().filter(|(max, _)| n >= *max) {
-            return Err(format!("{}: must be < {shown}", at(path)));
+            return Err(format!("{path}: must be < {shown}"));
         }
         if let Some((step, shown)) = &checks.multiple_of {
             let ratio = n / step;
             // An infinite quotient (a huge value, a tiny step) says nothing: refuse it.
             if !ratio.is_finite() || (ratio - ratio.round()).abs() > 1e-9 {
-                return Err(format!("{}: must be a multiple of {shown}", at(path)));
+                return Err(format!("{path}: must be a multiple of {shown}"));
             }
         }
         Ok(())
     }
 
-    fn check_array(&self, checks: &Checks, items: &[Value], path: &mut String, depth: usize) -> Result<(), String> {
+    fn check_array(&self, checks: &Checks, items: &[Value], path: &Path<'_>, depth: usize) -> Result<(), String> {
         let len = items.len() as u64;
         if let Some((_, shown)) = checks.min_items.as_ref().filter(|(min, _)| len < *min) {
-            return Err(format!("{}: fewer than {shown} items", at(path)));
+            return Err(format!("{path}: fewer than {shown} items"));
         }
         if let Some((_, shown)) = checks.max_items.as_ref().filter(|(max, _)| len > *max) {
-            return Err(format!("{}: more than {shown} items", at(path)));
+            return Err(format!("{path}: more than {shown} items"));
         }
         if checks.unique_items {
             // One canonical text per item, in a set: linear, where comparing every pair was
@@ -680,16 +716,13 @@ impl Validator<'_> {
                 let mut key = String::new();
                 canonical_text(item, &mut key);
                 if !seen.insert(key) {
-                    return Err(format!("{}: items must be unique", at(path)));
+                    return Err(format!("{path}: items must be unique"));
                 }
             }
         }
         if let Some(item_schema) = checks.items {
             for (i, item) in items.iter().enumerate() {
-                let len = path.len();
-                path.push_str(&format!("[{i}]"));
-                self.check(item_schema, item, path, depth + 1)?;
-                path.truncate(len);
+                self.check(item_schema, item, &Path::Item(path, i), depth + 1)?;
             }
         }
         Ok(())
@@ -699,35 +732,28 @@ impl Validator<'_> {
         &self,
         checks: &Checks,
         object: &Map<String, Value>,
-        path: &mut String,
+        path: &Path<'_>,
         depth: usize,
     ) -> Result<(), String> {
         for name in &checks.required {
             if !object.contains_key(name) {
-                let prefix = if path.is_empty() { String::new() } else { format!("{path}.") };
-                return Err(format!("{prefix}{name}: required"));
+                return Err(if path.is_root() {
+                    format!("{name}: required")
+                } else {
+                    format!("{path}.{name}: required")
+                });
             }
         }
         let count = object.len() as u64;
         if let Some((_, shown)) = checks.min_properties.as_ref().filter(|(min, _)| count < *min) {
-            return Err(format!("{}: fewer than {shown} properties", at(path)));
+            return Err(format!("{path}: fewer than {shown} properties"));
         }
         if let Some((_, shown)) = checks.max_properties.as_ref().filter(|(max, _)| count > *max) {
-            return Err(format!("{}: more than {shown} properties", at(path)));
+            return Err(format!("{path}: more than {shown} properties"));
         }
-        let lenient = self.lenient_root && path.is_empty();
-        let mut check_member = |name: &str, sub: NodeId, child: &Value| {
-            let len = path.len();
-            if !path.is_empty() {
-                path.push('.');
-            }
-            // A member's name may be the client's (under `additionalProperties`), and the path
-            // goes back in the error: as long as any other echoed text, at most.
-            path.push_str(&crate::protocol::error::truncate_for_message(name));
-            let checked = self.check(sub, child, path, depth + 1);
-            path.truncate(len);
-            checked
-        };
+        let lenient = self.lenient_root && path.is_root();
+        let check_member =
+            |name: &str, sub: NodeId, child: &Value| self.check(sub, child, &Path::Member(path, name), depth + 1);
         if let Some(properties) = &checks.properties {
             // Members whose schema is a constant or a list of values first: they are cheap, and
             // they decide most alternatives (a tagged enum's tag), so a `oneOf` branch that does
