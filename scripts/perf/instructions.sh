@@ -15,6 +15,8 @@
 # For echo it also counts examples/floor_json.rs (the floor plus JSON read into a `Value` and written
 # from one) and examples/floor_typed.rs (the same read into and written from borrowed structs): what
 # speaking JSON at all costs.
+# With PERF_EDGE=vercel the server is the `vercel_runtime` edge (api/mcp.rs's path) rather than
+# the local run (vercel_runtime listens on VERCEL_DEV_PORT, which is set with PORT).
 # Builds a release perf_server with line tables and symbols in target/callgrind (the shipped
 # profile strips them) so `callgrind_annotate target/callgrind/last.out` can show where they go.
 set -euo pipefail
@@ -73,7 +75,7 @@ count() { # binary workload: sets $instructions to the instructions per request
   [[ "$2" == submit || "$2" == poll ]] && auth=(REDIS_URL=redis://127.0.0.1:6379 MCP_REDIS_PREFIX="$redis_prefix"
     MCP_JOB_STEP_MS=0 MCP_JOB_CAP_ANONYMOUS=1000000 MCP_JOB_CAP_VERIFIED=1000000 MCP_MAX_JOBS_TOTAL=10000000
     MCP_JOB_SHARE=10000000 MCP_JOBS_PER_MINUTE=1000000)
-  env "${auth[@]}" PORT="$port" MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
+  env "${auth[@]}" PORT="$port" VERCEL_DEV_PORT="$port" MCP_STATE_SECRET=perf=0123456789abcdef0123456789abcdef \
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out" "$1" >/dev/null 2>&1 &
   server=$!
   local ready=
