@@ -540,12 +540,16 @@ pub(crate) fn error_reply(id: Option<&RequestId>, error: &McpError) -> FinalResp
     }
 }
 
+/// Asks a buffering proxy in front (nginx's convention) to pass each event on as it comes. A
+/// constant: named by a `&str`, the name was parsed and checked on every stream.
+const X_ACCEL_BUFFERING: http::HeaderName = http::HeaderName::from_static("x-accel-buffering");
+
 fn sse_response(events: Events, producer: Option<Producer>) -> Response<Body> {
     let mut response = Response::new(Body::sse(events, producer));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     response
 }
 
