@@ -254,12 +254,22 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
     """echo at 16 and 64 connections (wrk -t2), and at 64 an authenticated tools/list and a mix
     (echo, list, the two MRTR rounds), each edge against the floor at the same concurrency."""
     rows = {}
+
+    def floor_rows():
+        measured = {}
+        for conns in CONCURRENCY:
+            port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
+            measured[f"floor {conns} echo"] = measure(floor, port, [echo], conns)
+            if conns == 64:
+                measured["floor 64 echo-batch"] = measure(floor, port, [echo], conns, batch=True)
+            floor.kill(); floor.wait()
+        return measured
+
+    # As at 2 connections, the floor is measured before the servers and again after them, and the
+    # better of the two counts: one low reading (a noisy moment on the machine) would otherwise
+    # flatter every ratio of the run (it has read below `floor_typed`, which does strictly more).
+    first_floor = floor_rows()
     for conns in CONCURRENCY:
-        port = free_port(); floor = spawn(floor_bin, port, {}); wait_ready(port, echo_probe)
-        rows[f"floor {conns} echo"] = measure(floor, port, [echo], conns)
-        if conns == 64:
-            rows["floor 64 echo-batch"] = measure(floor, port, [echo], conns, batch=True)
-        floor.kill(); floor.wait()
         # The least a JSON-RPC server does (examples/floor_json.rs): what reading and writing JSON
         # alone costs at this concurrency, with none of MCP's work.
         # The same with typed messages (examples/floor_typed.rs): the least any parsing server costs.
@@ -312,6 +322,8 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
             sink.kill(); sink.wait()
             if os.path.exists(path):
                 os.unlink(path)
+    for key, second in floor_rows().items():
+        rows[key] = max(first_floor[key], second, key=lambda row: row["rps"])
     return rows
 
 def main():
@@ -461,7 +473,8 @@ def report(results, use_redis):
     rows = results.get("concurrency", {})
     if rows:
         lines.append("")
-        lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency; `echo-batch` is echo "
+        lines.append("At 16 and 64 connections (wrk -t2), against the floor at the same concurrency (the better of two "
+                     "measurements, before the servers and after them); `echo-batch` is echo "
                      "with wrk under SCHED_BATCH (against the floor measured so), and *preempted* counts the server's "
                      "involuntary context switches per request. `json` is `examples/floor_json.rs`, the floor plus "
                      "reading the body as a JSON `Value` and writing a JSON answer, and nothing else; `typed` "
