@@ -564,12 +564,22 @@ impl Path<'_> {
         matches!(self, Path::Root)
     }
 
+    /// Whether the steps write no text: the root, or members named `""` under it (the path of
+    /// such a member reads as the root's).
+    fn shows_nothing(&self) -> bool {
+        match self {
+            Path::Root => true,
+            Path::Member(parent, name) => name.is_empty() && parent.shows_nothing(),
+            Path::Item(..) => false,
+        }
+    }
+
     fn write_steps(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Path::Root => Ok(()),
             Path::Member(parent, name) => {
                 parent.write_steps(f)?;
-                if !parent.is_root() {
+                if !parent.shows_nothing() {
                     f.write_str(".")?;
                 }
                 f.write_str(&crate::protocol::error::truncate_for_message(name))
@@ -584,7 +594,7 @@ impl Path<'_> {
 
 impl std::fmt::Display for Path<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_root() { f.write_str("arguments") } else { self.write_steps(f) }
+        if self.shows_nothing() { f.write_str("arguments") } else { self.write_steps(f) }
     }
 }
 
@@ -737,7 +747,7 @@ impl Validator<'_> {
     ) -> Result<(), String> {
         for name in &checks.required {
             if !object.contains_key(name) {
-                return Err(if path.is_root() {
+                return Err(if path.shows_nothing() {
                     format!("{name}: required")
                 } else {
                     format!("{path}.{name}: required")
@@ -1075,6 +1085,28 @@ mod tests {
             "the rest of the path stays: {}",
             &problem[problem.len() - 60..]
         );
+    }
+
+    /// A path names each step as the client sent it, escaped: a member named `""` adds nothing
+    /// (its errors read as its parent's), a control character in a name is written as an
+    /// escape, and array items and `required` are placed the same way.
+    #[test]
+    fn error_paths_name_every_step_as_sent() {
+        let schema = json!({"type": "object", "additionalProperties": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "list": {"type": "array", "items": {"type": "integer"}}},
+            "required": ["n"],
+        }});
+        let cases = [
+            (json!({"": {"n": "x"}}), "n: expected integer, got string"),
+            (json!({"": {}}), "n: required"),
+            (json!({"": 1}), "arguments: expected object, got integer"),
+            (json!({"a\nb": {"n": 1, "list": [1, "x"]}}), "a\\nb.list[1]: expected integer, got string"),
+            (json!({"a": {}}), "a.n: required"),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(validate(&schema, &value).unwrap_err(), expected, "{value}");
+        }
     }
 
     #[test]
