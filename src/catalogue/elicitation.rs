@@ -118,7 +118,7 @@ fn book_meeting(
     calendar: &dyn Calendar,
 ) -> Result<Outcome<CallToolResult>, ToolError> {
     let Some(response) = solicited_answer(ctx, CONFIRM_KEY) else {
-        return ask(ctx, "elicitation", CONFIRM_KEY, confirm_form(topic));
+        return ask(ctx, CONFIRM_KEY, confirm_form(topic));
     };
     let content = response.get("content");
     let field = |name: &str| content.and_then(|c| c.get(name));

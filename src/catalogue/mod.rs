@@ -42,18 +42,16 @@ pub fn solicited_answer<'a>(ctx: &'a RequestContext, key: &str) -> Option<&'a Va
 }
 
 /// Asks the client one question under `key`; the retry's answer is read with
-/// [`solicited_answer`]. A client that did not declare what the question needs (`capability`,
-/// in the mode the question takes: a form question needs form elicitation, not only URL) is
-/// never asked: the call ends in a tool error naming it, the seed examples' documented outcome,
-/// on both protocol paths.
-pub fn ask<T>(
-    ctx: &RequestContext,
-    capability: &str,
-    key: &str,
-    request: InputRequest,
-) -> Result<Outcome<T>, ToolError> {
-    if !request.capability(ctx.client_capabilities()).1 {
-        return Err(ToolError::Execution(format!("the client did not declare the {capability} capability")));
+/// [`solicited_answer`]. A client that did not declare what the question needs (in the mode the
+/// question takes: a form question needs form elicitation, not only URL) is never asked: the
+/// call ends in a tool error naming the capability, the seed examples' documented outcome, on
+/// both protocol paths.
+pub fn ask<T>(ctx: &RequestContext, key: &str, request: InputRequest) -> Result<Outcome<T>, ToolError> {
+    let (needed, granted) = request.capability(ctx.client_capabilities());
+    if !granted {
+        // The fragment's one top-level member: `elicitation`, `sampling` or `roots`.
+        let name = needed.as_object().and_then(|needed| needed.keys().next()).map_or("required", String::as_str);
+        return Err(ToolError::Execution(format!("the client did not declare the {name} capability")));
     }
     Ok(Outcome::InputRequired(InputRequired::new().request(key, request).state(json!({ "asked": key }))))
 }

@@ -55,7 +55,7 @@ pub fn register(server: &mut McpServer) {
 
 fn summarize(ctx: &RequestContext, text: &str) -> Result<Outcome<CallToolResult>, ToolError> {
     let Some(completion) = solicited_answer(ctx, SAMPLE_KEY) else {
-        return ask(ctx, "sampling", SAMPLE_KEY, summary_request(text));
+        return ask(ctx, SAMPLE_KEY, summary_request(text));
     };
     // A sampling result is the assistant's turn and names its model: an answer that is not one
     // (an elicitation's `{action, content}`, say) is not taken as the summary.
