@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per request under callgrind, for the floor and the local run: the one CPU figure
+# Instructions per request under callgrind, for the floor and our server: the one CPU figure
 # that does not move with the machine's load (the harness's CPU microseconds drift by ±30% on
 # shared cores, and these VMs expose no hardware counters to `perf stat`). Needs valgrind and wrk.
 #   scripts/perf/instructions.sh [workload...]   (echo, list50, list50+jwt, echo+otel, progress10,
@@ -110,9 +110,9 @@ count() { # binary workload: sets $instructions to the instructions per request
   instructions=$((total / requests))
 }
 
-printf '| workload | floor instructions/request | local run instructions/request | × floor |\n|---|---|---|---|\n'
+printf '| workload | floor instructions/request | our server instructions/request | × floor |\n|---|---|---|---|\n'
 for workload in "${workloads[@]}"; do
-  if [ "$workload" = echo ]; then # counted first, so that last.out is the local run's profile
+  if [ "$workload" = echo ]; then # counted first, so that last.out is our server's profile
     count target/callgrind/release/examples/floor_json echo; json=$instructions
     count target/callgrind/release/examples/floor_typed echo; typed=$instructions
   fi

@@ -340,7 +340,8 @@ pub fn register(server: &mut McpServer, adapter: Arc<DbAdapter>) {
         .tool(
             ToolDef::new("list_categories")
                 .description(format!(
-                    "Distinct product categories, sorted (the first {MAX_CATEGORIES}; a note follows the list when there are more)."
+                    "Distinct product categories, sorted (at most {MAX_CATEGORIES}, or {} KiB of names; a note follows the list when there are more).",
+                    MAX_CATEGORY_LIST_BYTES / 1024
                 ))
                 .scopes(&[READ_SCOPE]),
             |_: RequestContext, adapter: Arc<DbAdapter>, _: NoArguments| async move {

@@ -25,7 +25,8 @@ use tokio_postgres::{Client, Row};
 use super::{DbError, DbFuture, ProductBackend, ProductRow, Write};
 
 /// How long one statement may take, and how long a call may wait for a connection (its own
-/// attempt, or another call's that it waits behind): a call ends within twice this.
+/// attempt, or another call's that it waits behind): a read ends within twice this. A write (a
+/// connection of its own) is bounded by the connect timeout and the server's `statement_timeout`.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const BY_CATEGORY: &str =
