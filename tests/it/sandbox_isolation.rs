@@ -299,26 +299,37 @@ enum Upstream {
     HostileSessionId,
     /// The run never answers (a command that outlives its caller).
     RunHangs,
-    /// The create answers after a pause (provisioning takes a while).
-    CreateSlow,
+    /// The create is held until the test opens [`FakeSandboxApi::create_gate`] (provisioning
+    /// takes a while).
+    CreateHeld,
 }
 
 /// A stand-in for the Vercel Sandbox API on loopback that records every request.
 struct FakeSandboxApi {
     requests: Vec<(String, String, Option<String>, Value)>,
     upstream: Upstream,
+    /// With [`Upstream::CreateHeld`]: whether a create has arrived, and the permit it waits for.
+    create_arrived: bool,
+    create_gate: Arc<tokio::sync::Semaphore>,
 }
 
 async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi>>) {
-    let state = Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream }));
+    let create_gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let state =
+        Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream, create_arrived: false, create_gate }));
     let shared = state.clone();
     let addr = common::upstream::serve(move |request| {
         let state = shared.clone();
         async move {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
             let path = request.path().to_owned();
-            if state.lock().unwrap().upstream == Upstream::CreateSlow && path == "/v2/sandboxes" {
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            if state.lock().unwrap().upstream == Upstream::CreateHeld && path == "/v2/sandboxes" {
+                let gate = {
+                    let mut state = state.lock().unwrap();
+                    state.create_arrived = true;
+                    state.create_gate.clone()
+                };
+                gate.acquire().await.expect("the gate stays open").forget();
             }
             let hangs = state.lock().unwrap().upstream == Upstream::RunHangs && path.ends_with("/cmd");
             if hangs {
@@ -375,6 +386,28 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
     (format!("http://{addr}"), state)
 }
 
+/// The stop request the fake API answers for session `ses_1`.
+const STOP_PATH: &str = "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1";
+
+/// The targets the fake API was sent, in order.
+fn paths(api: &Mutex<FakeSandboxApi>) -> Vec<String> {
+    api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect()
+}
+
+/// Waits (bounded) until `arrived` holds of the fake API.
+async fn until(what: &str, api: &Mutex<FakeSandboxApi>, arrived: impl Fn(&FakeSandboxApi) -> bool) {
+    common::bounded(what, async {
+        while !arrived(&api.lock().unwrap()) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+fn run_request(command: &str) -> SandboxRunRequest {
+    SandboxRunRequest { command: command.into(), options: build_sandbox_create_options() }
+}
+
 /// A run dropped while its command runs (its caller went away, and the call's future with it)
 /// still stops its sandbox: before, the stop was a statement after the run, never reached, and
 /// the microVM ran until its own timeout.
@@ -382,11 +415,7 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
 async fn a_run_dropped_midway_still_stops_its_sandbox() {
     let (base, api) = start_fake_api(Upstream::RunHangs).await;
     let config = sandbox_env(&base, Some(&oidc_token()));
-    let request = vercel_mcp::catalogue::sandbox_isolation::SandboxRunRequest {
-        command: "sleep 30".into(),
-        options: sandbox_isolation::build_sandbox_create_options(),
-    };
-    let paths = || api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect::<Vec<_>>();
+    let request = run_request("sleep 30");
     {
         let mut run = std::pin::pin!(config.examples.sandbox.run(&request, None));
         common::bounded("the command to start", async {
@@ -395,43 +424,44 @@ async fn a_run_dropped_midway_still_stops_its_sandbox() {
                     _ = &mut run => panic!("the run cannot finish: its command hangs"),
                     () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
                 }
-                if paths().iter().any(|p| p.contains("/cmd")) {
+                if paths(&api).iter().any(|p| p.contains("/cmd")) {
                     break;
                 }
             }
         })
         .await;
     } // The run is dropped here, its command still running.
-    common::bounded("the sandbox to be stopped", async {
-        while !paths().contains(&"/v2/sandboxes/sessions/ses_1/stop?teamId=team_1".to_owned()) {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
 }
 
 /// A run dropped while its sandbox is being created (its caller left during provisioning) still
 /// stops the sandbox once the create answers: the create runs past the request. Before, the
-/// session id was never read, and nothing stopped the sandbox.
+/// session id was never read, and nothing stopped the sandbox. (The create is held until the
+/// run is gone, so the drop always falls inside it.)
 #[tokio::test]
 async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
-    let (base, api) = start_fake_api(Upstream::CreateSlow).await;
+    let (base, api) = start_fake_api(Upstream::CreateHeld).await;
     let config = sandbox_env(&base, Some(&oidc_token()));
-    let request = vercel_mcp::catalogue::sandbox_isolation::SandboxRunRequest {
-        command: "ls".into(),
-        options: sandbox_isolation::build_sandbox_create_options(),
-    };
-    let paths = || api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect::<Vec<_>>();
-    let run = config.examples.sandbox.run(&request, None);
-    let left = tokio::time::timeout(std::time::Duration::from_millis(50), run).await;
-    assert!(left.is_err(), "the caller left while the sandbox was being created");
-    common::bounded("the sandbox to be stopped", async {
-        while !paths().contains(&"/v2/sandboxes/sessions/ses_1/stop?teamId=team_1".to_owned()) {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(!paths().iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths());
+    let request = run_request("ls");
+    {
+        let mut run = std::pin::pin!(config.examples.sandbox.run(&request, None));
+        common::bounded("the create to arrive", async {
+            loop {
+                tokio::select! {
+                    _ = &mut run => panic!("the run cannot finish: its create is held"),
+                    () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+                }
+                if api.lock().unwrap().create_arrived {
+                    break;
+                }
+            }
+        })
+        .await;
+    } // The caller leaves here, the create still held.
+    let gate = api.lock().unwrap().create_gate.clone();
+    gate.add_permits(1);
+    until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
+    assert!(!paths(&api).iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths(&api));
 }
 
 /// A platform token naming this deployment's project.
@@ -483,7 +513,7 @@ async fn the_vercel_client_creates_runs_reads_and_always_stops() {
         [
             ("POST", "/v2/sandboxes?teamId=team_1"),
             ("POST", "/v2/sandboxes/sessions/ses_1/cmd?teamId=team_1"),
-            ("POST", "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1"),
+            ("POST", STOP_PATH),
         ]
     );
     let bearer = format!("Bearer {token}");
@@ -510,11 +540,7 @@ async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
     assert!(!raw.contains("ses_1") && !raw.contains("team_1"), "{raw}");
     let requests = api.lock().unwrap().requests.clone();
-    assert_eq!(
-        requests.last().unwrap().1,
-        "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1",
-        "the local token was used and the sandbox stopped"
-    );
+    assert_eq!(requests.last().unwrap().1, STOP_PATH, "the local token was used and the sandbox stopped");
 }
 
 #[tokio::test]
@@ -544,7 +570,7 @@ async fn an_error_in_the_command_stream_fails_the_run_and_still_stops() {
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
     assert!(!raw.contains("sandbox_stopped") && !raw.contains("gone"), "upstream text stays in the log: {raw}");
     let requests = api.lock().unwrap().requests.clone();
-    assert_eq!(requests.last().unwrap().1, "/v2/sandboxes/sessions/ses_1/stop?teamId=team_1");
+    assert_eq!(requests.last().unwrap().1, STOP_PATH);
 }
 
 #[tokio::test]
