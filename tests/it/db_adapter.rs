@@ -286,21 +286,19 @@ async fn a_database_outage_is_a_clear_tool_error_that_leaks_nothing() {
     assert!(!reply.to_string().contains("hunter2"));
 }
 
+/// A PostgreSQL backend whose server accepts connections and never answers.
+async fn silent_postgres() -> Arc<PostgresProducts> {
+    let addr = common::black_hole().await;
+    Arc::new(PostgresProducts::new(&format!("postgres://reader@{addr}/test")).unwrap())
+}
+
 /// A server that accepts connections and never answers: each call ends at its own connect
 /// timeout (5 s), though all wait for one shared attempt. Before, the calls queued behind
 /// the attempt holding it, and the third answered after 15 s. (Virtual time: the clock is paused
 /// and advances when every task waits.)
 #[tokio::test(start_paused = true)]
 async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let backend = Arc::new(PostgresProducts::new(&format!("postgres://reader@127.0.0.1:{port}/test")).unwrap());
+    let backend = silent_postgres().await;
     let start = tokio::time::Instant::now();
     let calls = (0..3).map(|_| {
         let backend = backend.clone();
@@ -353,8 +351,13 @@ async fn a_listing_of_categories_is_bounded_and_says_when_there_are_more() {
     );
     let long = Env::over(Arc::new(Categories((0..100).map(|n| format!("{n:03}{}", "x".repeat(1021))).collect()))).await;
     let result = long.call("list_categories", json!({})).await;
-    assert_eq!(common::payload(&result).as_array().unwrap().len(), 64, "64 KiB of names");
-    assert!(result["content"][1]["text"].is_string());
+    let per_kib = db_adapter::MAX_CATEGORY_LIST_BYTES / 1024;
+    assert_eq!(common::payload(&result).as_array().unwrap().len(), per_kib, "64 KiB of 1 KiB names");
+    assert!(
+        result["content"][1]["text"].as_str().unwrap().starts_with("More categories exist"),
+        "{}",
+        result["content"][1]
+    );
     let few = Env::over(Arc::new(Categories(vec!["a".into(), "b".into()]))).await;
     let result = few.call("list_categories", json!({})).await;
     assert_eq!((common::payload(&result), result["content"].as_array().unwrap().len()), (json!(["a", "b"]), 1));
@@ -366,15 +369,7 @@ async fn a_listing_of_categories_is_bounded_and_says_when_there_are_more() {
 /// for the connection, it failed at eight, after an attempt of its own cut short.)
 #[tokio::test(start_paused = true)]
 async fn a_call_during_a_connection_attempt_shares_it() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let backend = Arc::new(PostgresProducts::new(&format!("postgres://reader@127.0.0.1:{port}/test")).unwrap());
+    let backend = silent_postgres().await;
     let start = tokio::time::Instant::now();
     let first = {
         let backend = backend.clone();
@@ -388,7 +383,9 @@ async fn a_call_during_a_connection_attempt_shares_it() {
         }
     };
     let ((first, first_at), (later, later_at)) = tokio::join!(first, later);
-    assert!(first.is_err() && later.is_err());
+    for error in [first.unwrap_err(), later.unwrap_err()] {
+        assert!(matches!(&error, DbError::Unavailable(m) if m.starts_with("product database unavailable")), "{error}");
+    }
     assert_eq!(first_at, std::time::Duration::from_secs(5));
     assert_eq!(later_at, std::time::Duration::from_secs(5), "the later call ended with the attempt it shared");
 }

@@ -116,24 +116,12 @@ async fn redis_down_at_start_is_a_clear_error_until_it_comes_back() {
     assert_eq!(env.jobs.status(&alice(), &handle).await.unwrap().state, "pending");
 }
 
-/// A server that accepts connections and reads, but never answers: the slowest Redis.
-async fn black_hole() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
-            });
-        }
-    });
-    format!("redis://{addr}")
-}
-
+/// A Redis that accepts connections and reads, but never answers: the slowest Redis.
 #[tokio::test]
 async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
-    let store = Arc::new(RedisJobStore::new(Redis::connect(&black_hole().await, &unique_prefix("slow")).unwrap()));
+    let store = Arc::new(RedisJobStore::new(
+        Redis::connect(&format!("redis://{}", common::black_hole().await), &unique_prefix("slow")).unwrap(),
+    ));
     let logs = Arc::new(MemorySink::default());
     let env = env_logging_to(store, logs.clone());
     // Bounded: if the store's own timeout were lost, this test fails rather than hangs.

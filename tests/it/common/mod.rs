@@ -240,6 +240,22 @@ impl Call {
 /// How long any network wait of a test may take before the test fails (rather than hangs).
 pub const NETWORK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// A loopback address that accepts connections and never answers (what it is sent is read and
+/// dropped): a store or database that hangs rather than refuses.
+pub async fn black_hole() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+            });
+        }
+    });
+    addr
+}
+
 /// Runs `future`, failing the test if it takes longer than [`NETWORK_WAIT`].
 pub async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(NETWORK_WAIT, future).await {
