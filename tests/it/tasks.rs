@@ -80,11 +80,19 @@ fn with_tasks() -> Value {
     meta(json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}))
 }
 
-async fn task_call(server: &TestServer, method: &str, mut params: Value) -> common::Reply {
+async fn task_call(server: &TestServer, method: &str, params: Value) -> common::Reply {
+    task_call_as(server, None, method, params).await
+}
+
+/// [`task_call`] with `Authorization: <bearer>` when one is given.
+async fn task_call_as(server: &TestServer, bearer: Option<&str>, method: &str, mut params: Value) -> common::Reply {
     params["_meta"] = with_tasks();
     let mut call = server.modern(json!(1), method, params.clone());
     if let Some(task_id) = params["taskId"].as_str() {
         call = call.header("Mcp-Name", task_id);
+    }
+    if let Some(bearer) = bearer {
+        call = call.header("Authorization", bearer);
     }
     call.send().await
 }
@@ -111,9 +119,19 @@ async fn parked_task(server: &TestServer) -> String {
 
 /// A listen stream (id `L`) on `server` for the changes of `task_id`, its acknowledgement read.
 async fn listening_to(server: &TestServer, task_id: &str) -> tokio::net::TcpStream {
+    listening_to_as(server, None, task_id).await
+}
+
+/// [`listening_to`] with `Authorization: <bearer>` when one is given.
+async fn listening_to_as(server: &TestServer, bearer: Option<&str>, task_id: &str) -> tokio::net::TcpStream {
     let mut listen = json!({"notifications": {"taskIds": [task_id]}});
     listen["_meta"] = with_tasks();
-    let (_, _, mut stream) = server.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    let mut open = server.modern(json!("L"), "subscriptions/listen", listen);
+    if let Some(bearer) = bearer {
+        open = open.header("Authorization", bearer);
+    }
+    let (status, _, mut stream) = open.open().await;
+    assert_eq!(status, 200, "the listen stream opens");
     common::read_events(&mut stream, 1).await;
     stream
 }
@@ -675,30 +693,18 @@ async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
     );
     let server = TestServer::start(Arc::new(App::new(registry, config.endpoint()))).await;
     let (writer, reader) = (bearer("alice", "mcp:read mcp:write"), bearer("alice", "mcp:read"));
-    let mut call = json!({"name": "write_forever", "arguments": {}});
-    call["_meta"] = with_tasks();
-    let created = server.modern(json!(1), "tools/call", call).header("Authorization", &writer).send().await.json();
+    let call = json!({"name": "write_forever", "arguments": {}});
+    let created = task_call_as(&server, Some(&writer), "tools/call", call).await.json();
     let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
-    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
-    listen["_meta"] = with_tasks();
     let mut streams = Vec::new();
     for who in [&writer, &reader] {
-        let (_, _, mut stream) =
-            server.modern(json!("L"), "subscriptions/listen", listen.clone()).header("Authorization", who).open().await;
-        common::read_events(&mut stream, 1).await;
-        streams.push(stream);
+        streams.push(listening_to_as(&server, Some(who), &task_id).await);
     }
-    let mut cancel = json!({"taskId": task_id});
-    cancel["_meta"] = with_tasks();
-    let cancelled = server
-        .modern(json!(2), "tasks/cancel", cancel)
-        .header("Mcp-Name", &task_id)
-        .header("Authorization", &writer)
-        .send()
-        .await;
+    let cancelled = task_call_as(&server, Some(&writer), "tasks/cancel", json!({"taskId": task_id})).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text());
     let heard = common::read_events(&mut streams[0], 1).await.remove(0);
     assert_eq!((&heard["method"], &heard["params"]["status"]), (&json!("notifications/tasks"), &json!("cancelled")));
+    assert_eq!(heard["params"]["taskId"], json!(task_id));
     let events = common::read_until_answer(&mut streams[1]).await;
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "the read-only stream heard: {events:?}");
 }
@@ -714,18 +720,12 @@ async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
     let bus = config.bus.clone();
     let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
     let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
-    let mut call = json!({"name": "forever", "arguments": {}});
-    call["_meta"] = with_tasks();
-    let created = server.modern(json!(1), "tools/call", call).header("Authorization", &alice).send().await.json();
+    let call = json!({"name": "forever", "arguments": {}});
+    let created = task_call_as(&server, Some(&alice), "tools/call", call).await.json();
     let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
-    let mut listen = json!({"notifications": {"taskIds": [task_id]}});
-    listen["_meta"] = with_tasks();
     let mut streams = Vec::new();
     for who in [&alice, &bob] {
-        let (_, _, mut stream) =
-            server.modern(json!("L"), "subscriptions/listen", listen.clone()).header("Authorization", who).open().await;
-        common::read_events(&mut stream, 1).await;
-        streams.push(stream);
+        streams.push(listening_to_as(&server, Some(who), &task_id).await);
     }
     // One runtime thread: neither stream reads while these are published.
     for _ in 0..300 {
