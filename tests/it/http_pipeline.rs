@@ -12,6 +12,11 @@ use vercel_mcp::server::{NoArguments, ToolDef};
 use vercel_mcp::state::{ChangeEvent, ManualClock};
 use vercel_mcp::{App, Parts};
 
+/// `params` with the `_meta` of a client that declares elicitation.
+fn eliciting(params: Value) -> Value {
+    common::with_capabilities(params, json!({"elicitation": {}}))
+}
+
 fn call(name: &str, arguments: Value) -> Value {
     json!({ "name": name, "arguments": arguments })
 }
@@ -479,12 +484,8 @@ async fn mrtr_state_is_sealed_bound_and_expires() {
         let reply = s.modern(json!(1), "tools/call", params).send().await;
         assert_eq!((reply.status, reply.code()), (400, -32021), "{declared}");
     }
-    let with_caps = |mut params: Value| {
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-        params
-    };
     let first =
-        s.modern(json!(1), "tools/call", with_caps(call("ask", json!({})))).send().await.json()["result"].clone();
+        s.modern(json!(1), "tools/call", eliciting(call("ask", json!({})))).send().await.json()["result"].clone();
     assert_eq!(first["resultType"], "input_required");
     assert!(first.get("ttlMs").is_none());
     assert_eq!(first["inputRequests"]["name"]["method"], "elicitation/create");
@@ -493,7 +494,7 @@ async fn mrtr_state_is_sealed_bound_and_expires() {
         let mut params = call("ask", arguments);
         params["inputResponses"] = json!({"name": {"action": "accept", "content": {"name": "Ada"}}});
         params["requestState"] = json!(state);
-        s.modern(json!(2), "tools/call", with_caps(params))
+        s.modern(json!(2), "tools/call", eliciting(params))
     };
     assert_eq!(first["inputRequests"].as_object().unwrap().len(), 1);
     let done = retry(&state, json!({})).send().await.json();
@@ -1074,17 +1075,12 @@ async fn only_answers_to_what_the_round_asked_reach_the_handler() {
         },
     );
     let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
-    let caps = |mut params: Value| {
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-        params
-    };
     let accept = json!({"action": "accept", "content": {}});
-    let asked = server.modern(json!(2), "tools/call", caps(call("peek", json!({})))).send().await.json();
+    let asked = server.modern(json!(2), "tools/call", eliciting(call("peek", json!({})))).send().await.json();
     let mut retry = call("peek", json!({}));
     retry["inputResponses"] = json!({"a": accept, "b": accept});
     retry["requestState"] = asked["result"]["requestState"].clone();
-    let done = server.modern(json!(3), "tools/call", caps(retry)).send().await.json();
+    let done = server.modern(json!(3), "tools/call", eliciting(retry)).send().await.json();
     assert_eq!(done["result"]["content"][0]["text"], "a only", "{done}");
 }
 
@@ -1100,16 +1096,11 @@ async fn a_retry_with_the_state_store_down_is_refused_without_running() {
     let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let server = booking_server(ran.clone());
     let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
-    let caps = |mut params: Value| {
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-        params
-    };
-    let first = server.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+    let first = server.modern(json!(1), "tools/call", eliciting(call("book", json!({})))).send().await.json();
     let mut retry = call("book", json!({}));
     retry["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
     retry["requestState"] = first["result"]["requestState"].clone();
-    let refused = server.modern(json!(2), "tools/call", caps(retry)).send().await;
+    let refused = server.modern(json!(2), "tools/call", eliciting(retry)).send().await;
     assert_eq!(refused.code(), -32603, "{}", refused.text());
     let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("may count as used now"), "{message}");
@@ -1137,18 +1128,13 @@ async fn a_used_state_stays_used_across_instances_whose_clocks_differ() {
         common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint())))
     };
     let (a, b) = (server(&sealing).await, server(&opening).await);
-    let caps = |mut params: Value| {
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-        params
-    };
-    let first = a.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+    let first = a.modern(json!(1), "tools/call", eliciting(call("book", json!({})))).send().await.json();
     let state = first["result"]["requestState"].as_str().expect("asked first").to_owned();
     let retry = || {
         let mut params = call("book", json!({}));
         params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
         params["requestState"] = json!(state);
-        b.modern(json!(2), "tools/call", caps(params)).send()
+        b.modern(json!(2), "tools/call", eliciting(params)).send()
     };
     assert_eq!(retry().await.json()["result"]["content"][0]["text"], "booked");
     // The state's ten minutes have passed by the opening clock, not by the sealing one's.
@@ -1174,18 +1160,13 @@ async fn request_state_is_single_use_unless_turned_off() {
         let server = booking_server(calls.clone());
         let server =
             common::TestServer::start(std::sync::Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
-        let caps = |mut params: Value| {
-            params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-            params
-        };
-        let first = server.modern(json!(1), "tools/call", caps(call("book", json!({})))).send().await.json();
+        let first = server.modern(json!(1), "tools/call", eliciting(call("book", json!({})))).send().await.json();
         let state = first["result"]["requestState"].as_str().expect("asked first").to_owned();
         let retry = || {
             let mut params = call("book", json!({}));
             params["inputResponses"] = json!({"ok": {"action": "accept", "content": {}}});
             params["requestState"] = json!(state);
-            server.modern(json!(2), "tools/call", caps(params)).send()
+            server.modern(json!(2), "tools/call", eliciting(params)).send()
         };
         assert_eq!(retry().await.json()["result"]["content"][0]["text"], "booked");
         let replay = retry().await;
@@ -1216,7 +1197,7 @@ async fn request_state_is_single_use_unless_turned_off() {
         );
         retry_params["requestState"] = json!(old);
         let before = calls.load(Ordering::SeqCst);
-        let answer = server.modern(json!(3), "tools/call", caps(retry_params)).send().await;
+        let answer = server.modern(json!(3), "tools/call", eliciting(retry_params)).send().await;
         if single_use {
             assert_eq!(answer.json()["error"]["message"], "Invalid requestState: invalid", "{}", answer.text());
             assert_eq!(calls.load(Ordering::SeqCst), before, "refused before the handler");
@@ -1233,16 +1214,11 @@ async fn request_state_is_single_use_unless_turned_off() {
 #[tokio::test]
 async fn request_state_is_bound_to_its_tool() {
     let f = fixture().await;
-    let caps = |mut params: Value| {
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
-        params
-    };
-    let first = f.server.modern(json!(1), "tools/call", caps(call("ask", json!({})))).send().await.json();
+    let first = f.server.modern(json!(1), "tools/call", eliciting(call("ask", json!({})))).send().await.json();
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
     let mut elsewhere = call("count", json!({"n": 1}));
     elsewhere["requestState"] = json!(state);
-    let reply = f.server.modern(json!(2), "tools/call", caps(elsewhere)).send().await;
+    let reply = f.server.modern(json!(2), "tools/call", eliciting(elsewhere)).send().await;
     assert_eq!(reply.code(), -32602, "{}", reply.text());
     assert_eq!(reply.json()["error"]["data"]["reason"], "invalid");
     assert_eq!(f.calls.load(Ordering::SeqCst), 0, "the other tool never ran");

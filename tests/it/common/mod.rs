@@ -120,15 +120,18 @@ pub fn error_text(result: &Value) -> String {
     result["content"][0]["text"].as_str().unwrap().to_owned()
 }
 
-/// Adds the required `_meta` keys (unless the params already carry `_meta`).
-pub fn with_meta(mut params: Value) -> Value {
-    if params.get("_meta").is_none() {
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-        });
-    }
+/// `params` with the required `_meta` keys, declaring `capabilities`.
+pub fn with_capabilities(mut params: Value, capabilities: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    });
     params
+}
+
+/// Adds the required `_meta` keys (unless the params already carry `_meta`).
+pub fn with_meta(params: Value) -> Value {
+    if params.get("_meta").is_some() { params } else { with_capabilities(params, json!({})) }
 }
 
 pub struct Call {
