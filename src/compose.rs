@@ -48,6 +48,9 @@ pub struct Parts {
     /// The listen streams open in this process, per caller: one count for every endpoint it
     /// serves, so the caps hold per instance (the local run and `api/examples.rs` serve many).
     pub listen_slots: Arc<crate::security::Slots>,
+    /// The tasks running in this process, per caller: one count for every task service these
+    /// parts make, so the task caps hold per instance too.
+    pub task_slots: Arc<crate::security::Slots>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -114,6 +117,7 @@ impl Parts {
             examples,
             telemetry,
             listen_slots: Arc::default(),
+            task_slots: Arc::default(),
             shared,
             settings,
         })
@@ -186,6 +190,7 @@ impl Parts {
             )
             .with_logger(self.logger())
             .with_caps(self.settings.task_caps)
+            .with_running_slots(self.task_slots.clone())
             .with_quota(self.settings.task_quota)
             .with_round_limit(self.settings.task_round_limit),
         )

@@ -86,8 +86,8 @@ pub struct TaskService {
     random: Arc<dyn Random>,
     bus: Arc<dyn ChangeBus>,
     logger: Option<crate::observe::Logger>,
-    /// The tasks running through this service (one per endpoint that enables tasks, so one per
-    /// instance for `/api/mcp`), per owner: a run holds one from start to end.
+    /// The tasks running, per owner: a run holds one from start to end. Shared by every service
+    /// the process's parts make (`Parts::task_service`), so the caps hold per instance.
     running: Arc<Slots>,
     caps: SlotCaps,
     quota: TaskQuota,
@@ -181,6 +181,13 @@ impl TaskService {
     /// Sets how many tasks may run at once, per owner and in all.
     pub fn with_caps(mut self, caps: SlotCaps) -> Self {
         self.caps = caps;
+        self
+    }
+
+    /// Counts running tasks in `running`, which other services may share: a process that serves
+    /// tasks on several endpoints counts each caller's tasks once, across all of them.
+    pub fn with_running_slots(mut self, running: Arc<Slots>) -> Self {
+        self.running = running;
         self
     }
 

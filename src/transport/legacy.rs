@@ -304,6 +304,7 @@ async fn fulfil(
     let mut ctx = ctx;
     let answers_by =
         tokio::time::Instant::now() + CLIENT_ANSWER_TIMEOUT.min(app.listen.max_duration).max(LEAST_ANSWER_WAIT);
+    let mut waiting = None;
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();
         let input = match super::execute(app, request_id, ctx, method, params).await? {
@@ -331,6 +332,14 @@ async fn fulfil(
                 "tools/call" => Ok(crate::protocol::types::CallToolResult::error(message).into_object()),
                 _ => Err(McpError::invalid_request(message)),
             };
+        }
+        // The wait keeps this call's stream open as long as a listen stream, so it holds one of
+        // the caller's listen slots until the call ends: one caller cannot hold the instance's
+        // connections by leaving many questions unanswered.
+        if waiting.is_none() {
+            let principal = next.principal.id();
+            let held = crate::server::listen::Held::AnswerWait;
+            waiting = Some(crate::server::listen::listen_slot(&app.listen_slots, principal, app.listen_caps, held)?);
         }
         let mut responses = Map::new();
         for (key, request) in &input.requests {

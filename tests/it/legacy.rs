@@ -248,6 +248,48 @@ async fn a_legacy_wait_for_the_client_keeps_its_stream_alive_and_ends() {
     );
 }
 
+/// A 2025 call waiting for its client's answer keeps its stream open as long as a listen stream,
+/// and counts against the same per-caller cap: past it, another call that needs an answer is
+/// refused with 429 before it asks anything, and so is a listen stream; once the first call is
+/// answered, its slot is free again.
+#[tokio::test]
+async fn a_caller_can_leave_only_its_share_of_questions_unanswered() {
+    use std::sync::Arc;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = common::fixture_server(&calls, &Arc::new(tokio::sync::Notify::new()));
+    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 1, total: 10 };
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let ask = |id: u32| {
+        let call = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+        server.post(call.to_string()).header("MCP-Protocol-Version", "2025-11-25").header("Mcp-Session-Id", &session)
+    };
+    let (status, _, mut first) = ask(1).open().await;
+    assert_eq!(status, 200);
+    let question = read_events(&mut first, 1).await.remove(0);
+    assert_eq!(question["method"], "elicitation/create");
+
+    let refused = ask(2).send().await;
+    assert_eq!((refused.status, refused.code()), (429, -32600), "{}", refused.text());
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("calls waiting for your answer") && message.contains("(limit 1)"), "{message}");
+    assert!(!refused.text().contains("elicitation/create"), "nothing was asked: {}", refused.text());
+    let listen = json!({"notifications": {"toolsListChanged": true}});
+    let (status, _, _) = server.modern(json!(3), "subscriptions/listen", listen.clone()).open().await;
+    assert_eq!(status, 429, "a listen stream shares the cap");
+
+    let answer = json!({"jsonrpc":"2.0","id":question["id"],"result":{"action":"accept","content":{"name":"Ada"}}});
+    let answered = server.post(answer.to_string()).header("MCP-Protocol-Version", "2025-11-25").send().await;
+    assert_eq!(answered.status, 202);
+    assert_eq!(read_events(&mut first, 1).await.remove(0)["result"]["content"][0]["text"], "hi Ada");
+    let (status, _, mut again) = ask(4).open().await;
+    assert_eq!(status, 200, "the answered call gave its slot back");
+    assert_eq!(read_events(&mut again, 1).await.remove(0)["method"], "elicitation/create");
+}
+
 /// The legacy path with authentication on: the route and tool scopes hold as on the modern path
 /// (a listing shows only what the token allows, a call without the scope gets 403), and a
 /// pending server-to-client request can be answered only by the principal whose call asked.

@@ -647,6 +647,37 @@ async fn a_caller_past_its_running_task_cap_gets_429() {
     assert_eq!(other.json()["result"]["resultType"], "task", "another caller has its own share");
 }
 
+/// The task caps hold per instance: two endpoints of one process (each with its own task
+/// service, made from the same parts) count a caller's running tasks together, and freeing one
+/// on either endpoint frees it for both.
+#[tokio::test]
+async fn task_caps_count_every_endpoint_of_the_process() {
+    let mut config = Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.task_caps = vercel_mcp::security::SlotCaps { per_principal: 1, total: 10 };
+    let first = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let second = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let forever = || json!({"name": "forever", "arguments": {}});
+    let running = task_call(&first, "tools/call", forever()).await.json();
+    assert_eq!(running["result"]["resultType"], "task", "{running}");
+    let refused = task_call(&second, "tools/call", forever()).await;
+    assert_eq!((refused.status, refused.code()), (429, -32600), "{}", refused.text());
+    assert!(refused.text().contains("too many tasks running (limit 1)"), "{}", refused.text());
+    let task_id = running["result"]["taskId"].as_str().unwrap();
+    let cancelled = task_call(&first, "tasks/cancel", json!({"taskId": task_id})).await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text());
+    wait_for(&first, task_id, "cancelled").await;
+    // The cancelled run ends at its next look at its record (every 100 ms), and gives its slot back.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let admitted = loop {
+        let attempt = task_call(&second, "tools/call", forever()).await;
+        if attempt.status != 429 || tokio::time::Instant::now() > deadline {
+            break attempt;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(admitted.json()["result"]["resultType"], "task", "the slot is free for the other endpoint");
+}
+
 /// A tool that finishes inline before its task is made (`input_before_task`) has run by the time
 /// the caller's task quota is checked: past it, the caller gets the result itself rather than a
 /// 429 that would throw it away (and make a retry run the tool again).
