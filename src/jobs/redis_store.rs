@@ -157,8 +157,10 @@ return 1
 const DELETE: &str = r#"
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local rate = ARGV[3] .. math.floor(cjson.decode(raw).createdAt / tonumber(ARGV[4]))
-  if tonumber(redis.call('GET', rate) or '0') > 0 then redis.call('DECR', rate) end
+  local window = math.floor(cjson.decode(raw).createdAt / tonumber(ARGV[3]))
+  if window == tonumber(ARGV[4]) and tonumber(redis.call('GET', KEYS[5]) or '0') > 0 then
+    redis.call('DECR', KEYS[5])
+  end
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -220,10 +222,6 @@ impl RedisJobStore {
     }
 
     /// The owner's rate keys less the window number (the delete script appends its own).
-    fn rate_prefix(&self, owner_part: &str) -> String {
-        [self.redis.prefix(), "rate", owner_part, ""].join(":")
-    }
-
     fn rate_key(&self, owner_part: &str, now: u64) -> String {
         [self.redis.prefix(), "rate", owner_part, &(now / RATE_WINDOW_MS).to_string()].join(":")
     }
@@ -418,19 +416,22 @@ impl JobStore for RedisJobStore {
         Some(Box::pin(crate::telemetry::redis_span("job.advance", advance)))
     }
 
-    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
+    fn delete<'a>(&'a self, record: &'a JobRecord) -> StoreFuture<'a, ()> {
         Box::pin(crate::telemetry::redis_span("job.delete", async move {
-            let owner = Self::owner_part(owner);
+            let (owner, job_id) = (Self::owner_part(&record.owner_id), &record.job_id);
             let _: i64 = DELETE_SCRIPT
                 .key(self.job_key(&owner, job_id))
                 .key(self.active_key(&owner))
                 .key(self.index_key())
                 .key(self.held_key(&owner))
+                // The rate key of the window the job was created in, declared as every key a
+                // script touches must be; the script decrements it only if the stored record
+                // says it was created in that window.
+                .key(self.rate_key(&owner, record.created_at))
                 .arg(job_id)
                 .arg(Self::index_member(&owner, job_id))
-                // The rate key of the window the job was created in, less its number.
-                .arg(self.rate_prefix(&owner))
                 .arg(RATE_WINDOW_MS)
+                .arg(record.created_at / RATE_WINDOW_MS)
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(store_error)?;

@@ -276,7 +276,7 @@ impl Jobs {
         };
         if !enqueued {
             if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
-                let rolled_back = self.store.delete(owner, &record.job_id).await.is_ok();
+                let rolled_back = self.store.delete(&record).await.is_ok();
                 let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
                 let (full, problem) = match problem {
                     PublishError::Full(refusal) => (true, refusal),

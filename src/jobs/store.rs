@@ -128,10 +128,11 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> Option<StoreFuture<'a, Option<Advanced>>> {
         None
     }
-    /// Removes a job, rolling back a submit whose publish failed: the record, its places in the
-    /// owner's sets, and its count in the owner's per-minute rate (a submission that never
-    /// happened does not count against the caller).
-    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()>;
+    /// Removes the job `record` was created as, rolling back a submit whose publish failed: the
+    /// record, its places in the owner's sets, and its count in the owner's per-minute rate (a
+    /// submission that never happened does not count against the caller). The stored record
+    /// decides the rate's window; a job already gone changes nothing.
+    fn delete<'a>(&'a self, record: &'a JobRecord) -> StoreFuture<'a, ()>;
     /// Fails active jobs past their deadline and evicts finished jobs past retention. Every
     /// other operation already sees the jobs as of its `now`, so this is housekeeping: nothing a
     /// client can observe depends on when (or whether) it runs.
@@ -250,12 +251,12 @@ impl JobStore for MemoryJobStore {
         Box::pin(async move { Ok(job) })
     }
 
-    fn delete<'a>(&'a self, owner: &'a str, job_id: &'a str) -> StoreFuture<'a, ()> {
-        let removed = self.jobs.lock().expect("jobs lock").remove(&key(owner, job_id));
-        if let Some(record) = removed {
+    fn delete<'a>(&'a self, record: &'a JobRecord) -> StoreFuture<'a, ()> {
+        let removed = self.jobs.lock().expect("jobs lock").remove(&key(&record.owner_id, &record.job_id));
+        if let Some(stored) = removed {
             let mut created = self.created.lock().expect("rate lock");
-            if let Some((window, count)) = created.get_mut(owner) {
-                if *window == record.created_at / RATE_WINDOW_MS {
+            if let Some((window, count)) = created.get_mut(&record.owner_id) {
+                if *window == stored.created_at / RATE_WINDOW_MS {
                     *count = count.saturating_sub(1);
                 }
             }
@@ -306,7 +307,7 @@ impl JobStore for UnconfiguredJobStore {
     fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.fail()
     }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+    fn delete<'a>(&'a self, _: &'a JobRecord) -> StoreFuture<'a, ()> {
         self.fail()
     }
     fn sweep(&self, _: u64) -> StoreFuture<'_, SweepReport> {

@@ -430,8 +430,8 @@ impl<H: Hooks> JobStore for Hooked<H> {
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.0.advance(o, j, e, n)
     }
-    fn delete<'a>(&'a self, o: &'a str, j: &'a str) -> StoreFuture<'a, ()> {
-        self.0.inner().delete(o, j)
+    fn delete<'a>(&'a self, r: &'a JobRecord) -> StoreFuture<'a, ()> {
+        self.0.inner().delete(r)
     }
     fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
         self.0.sweep(n)

@@ -102,7 +102,7 @@ fn uses(text: &str) -> BTreeSet<String> {
 }
 
 /// Every `.rs` file under `src/`: its path below `src/`, and its text.
-fn source_files() -> Vec<(PathBuf, String)> {
+pub(crate) fn source_files() -> Vec<(PathBuf, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let read = |relative: PathBuf| {
         let text = std::fs::read_to_string(src.join(&relative)).unwrap();

@@ -17,6 +17,44 @@ use vercel_mcp::tasks::{MemoryTaskStore, RedisTaskStore, TaskQuota, TaskRecord, 
 
 const NOW: u64 = 1_700_000_000_000;
 
+/// The key a Lua script's `redis.call`/`redis.pcall` names, or `None` for a command that takes
+/// none: the first argument after the command, or after its subcommand for the commands that
+/// have one. `call` is the text from just after the opening parenthesis.
+fn script_key(call: &str) -> Option<&str> {
+    let mut arguments = call.split([',', ')']).map(str::trim);
+    let command = arguments.next()?.trim_matches('\'').to_ascii_uppercase();
+    match command.as_str() {
+        "TIME" => None,
+        "XGROUP" | "XINFO" | "OBJECT" => arguments.nth(1),
+        _ => arguments.next(),
+    }
+}
+
+/// Every key a Redis script touches is one it declares (`KEYS[n]`), as Redis requires of scripts
+/// (a cluster routes them by those keys, and a key built inside the script may live elsewhere).
+/// A script that built its key from an argument or from what it read would fail here.
+#[test]
+fn every_redis_script_touches_only_the_keys_it_declares() {
+    let mut calls = 0;
+    let mut undeclared = Vec::new();
+    for (path, text) in crate::layers::source_files() {
+        for (at, _) in text.match_indices("redis.call(").chain(text.match_indices("redis.pcall(")) {
+            let call = &text[at..][text[at..].find('(').unwrap() + 1..];
+            let call = &call[..call.find('\n').unwrap_or(call.len())];
+            calls += 1;
+            if let Some(key) = script_key(call) {
+                if !key.starts_with("KEYS[") {
+                    undeclared.push(format!("{}: {call}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(calls > 40, "the scripts were read ({calls} calls)");
+    assert!(undeclared.is_empty(), "keys a script builds itself: {undeclared:#?}");
+    assert_eq!(script_key("'GET', rate)"), Some("rate"), "the check reads the key");
+    assert_eq!(script_key("'XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1])"), Some("KEYS[1]"));
+}
+
 fn id(n: u32) -> String {
     format!("{n:0>22}")
 }
@@ -110,11 +148,43 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     assert_eq!((done.state, done.result.map(|r| r.sum)), (JobState::Done, Some(0)));
 }
 
+/// Rolling a job back gives its count in the per-minute rate back once: a second delete of the
+/// same job (a retried rollback) finds nothing and gives back nothing more, and a delete in a
+/// later window leaves that window's count alone. Memory and Redis alike.
+#[tokio::test]
+async fn a_rollback_gives_back_its_rate_count_once() {
+    let mut stores: Vec<Arc<dyn JobStore>> = vec![Arc::new(vercel_mcp::jobs::MemoryJobStore::new())];
+    if let Some((url, _)) = redis() {
+        stores.push(Arc::new(RedisJobStore::new(Redis::connect(&url, &unique_prefix("rollback")).unwrap())));
+    }
+    let rate = Quota { active: 8, share: 100, per_minute: 2, total: 256 };
+    let minute = (NOW / 60_000 + 1) * 60_000;
+    for store in stores {
+        let job = |n, at| JobRecord::new(id(n), "sub:r".into(), 1, at);
+        let (first, second) = (job(1, minute), job(2, minute + 1));
+        store.create(&first, &rate, minute).await.unwrap().unwrap();
+        store.create(&second, &rate, minute + 1).await.unwrap().unwrap();
+        store.delete(&first).await.unwrap();
+        store.delete(&first).await.unwrap();
+        store.create(&job(3, minute + 2), &rate, minute + 2).await.unwrap().unwrap();
+        let refused = store.create(&job(4, minute + 3), &rate, minute + 3).await.unwrap();
+        assert_eq!(refused, Err(CreateRefused::TooFast(2)), "the second delete gave nothing back");
+
+        let next = minute + 60_000;
+        store.create(&job(5, next), &rate, next).await.unwrap().unwrap();
+        store.delete(&second).await.unwrap();
+        store.create(&job(6, next + 1), &rate, next + 1).await.unwrap().unwrap();
+        let refused = store.create(&job(7, next + 2), &rate, next + 2).await.unwrap();
+        assert_eq!(refused, Err(CreateRefused::TooFast(2)), "an older job's rollback leaves this window's count");
+    }
+}
+
 #[tokio::test]
 async fn the_sweep_fails_stuck_jobs_and_forgets_evicted_ones() {
     let Some((url, _guard)) = redis() else { return };
     let store = RedisJobStore::new(Redis::connect(&url, &unique_prefix("sweep")).unwrap());
-    store.create(&JobRecord::new(id(1), "sub:a".into(), 3, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
+    let stuck = JobRecord::new(id(1), "sub:a".into(), 3, NOW);
+    store.create(&stuck, &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     store.create(&JobRecord::new(id(2), "sub:a".into(), 1, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
     store.advance("sub:a", &id(2), 0, NOW).await.unwrap();
     let early = store.sweep(NOW + 1).await.unwrap();
@@ -122,7 +192,7 @@ async fn the_sweep_fails_stuck_jobs_and_forgets_evicted_ones() {
     let late = store.sweep(NOW + JOB_DEADLINE_MS).await.unwrap();
     assert_eq!(late.failed_stuck, 1);
     assert_eq!(store.get("sub:a", &id(1), NOW).await.unwrap().unwrap().state, JobState::Failed);
-    store.delete("sub:a", &id(1)).await.unwrap();
+    store.delete(&stuck).await.unwrap();
     assert_eq!(store.get("sub:a", &id(1), NOW).await.unwrap(), None);
 }
 
@@ -192,12 +262,9 @@ async fn the_share_and_the_rate_are_per_owner_and_shared_by_every_instance() {
     );
     assert_eq!(a.create(&JobRecord::new(id(4), "sub:o".into(), 1, NOW), &quota, NOW).await.unwrap(), Ok(()));
     let later = NOW + JOB_RETENTION_MS;
-    assert_eq!(
-        a.create(&JobRecord::new(id(5), "sub:m".into(), 1, later), &quota, later).await.unwrap(),
-        Ok(()),
-        "expired"
-    );
-    a.delete("sub:m", &id(5)).await.unwrap();
+    let fifth = JobRecord::new(id(5), "sub:m".into(), 1, later);
+    assert_eq!(a.create(&fifth, &quota, later).await.unwrap(), Ok(()), "expired");
+    a.delete(&fifth).await.unwrap();
 
     let rate = Quota { active: 8, share: 100, per_minute: 2, total: 256 };
     let minute = (NOW / 60_000 + 10) * 60_000;
