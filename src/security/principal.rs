@@ -105,8 +105,8 @@ impl Principal {
     }
 
     /// Whether every scope in `required` was granted.
-    pub fn has_scopes(&self, required: &[&str]) -> bool {
-        required.iter().all(|r| self.scopes().iter().any(|s| s == r))
+    pub fn has_scopes<S: AsRef<str>>(&self, required: &[S]) -> bool {
+        required.iter().all(|r| self.scopes().iter().any(|s| s == r.as_ref()))
     }
 }
 
@@ -117,10 +117,10 @@ mod tests {
     #[test]
     fn an_empty_requirement_passes_and_an_empty_grant_fails() {
         let granted = Principal::verified(Some("a"), None, vec!["mcp:read".into()]);
-        assert!(granted.has_scopes(&[]));
+        assert!(granted.has_scopes::<&str>(&[]));
         assert!(granted.has_scopes(&["mcp:read"]) && !granted.has_scopes(&["mcp:read", "mcp:write"]));
         assert!(!Principal::verified(Some("a"), None, vec![]).has_scopes(&["mcp:read"]));
-        assert!(Principal::verified(Some("a"), None, vec![]).has_scopes(&[]));
+        assert!(Principal::verified(Some("a"), None, vec![]).has_scopes::<&str>(&[]));
     }
 
     #[test]

@@ -360,21 +360,20 @@ impl McpServer {
                 // The update and the round it resumes are one piece of work past the request: a
                 // caller that goes away while the update is in flight (its future dropped, the
                 // command already sent) would otherwise leave the task working with nothing
-                // running it. So what the work needs of this server is taken now: which tools
-                // this caller may not answer for, and the handlers a round could run.
-                let may_answer = may("answering this task");
-                let refusals: std::collections::HashMap<String, McpError> = self
-                    .tools
-                    .iter()
-                    .filter_map(|tool| Some((tool.name.clone(), may_answer(&tool.name).err()?)))
-                    .collect();
-                let handlers: std::collections::HashMap<String, crate::handler::ToolFn> =
-                    self.tools.iter().map(|tool| (tool.name.clone(), task_handler(tool))).collect();
+                // running it. So what the work needs of this server is taken now: the tools'
+                // handlers and scopes, and whether scopes are enforced.
+                let tools = self.task_tools.get_or_init(|| std::sync::Arc::new(TaskTools::of(&self.tools))).clone();
+                let enforced = self.scopes_enforced;
                 let (service, principal, task_id) = (tasks.clone(), ctx.principal.clone(), task_id.to_owned());
                 let parent = ctx.span.clone();
                 let (answered_tx, answered) = tokio::sync::oneshot::channel();
                 crate::state::background::spawn(async move {
-                    let may_answer = |tool: &str| refusals.get(tool).map_or(Ok(()), |refusal| Err(refusal.clone()));
+                    let may_answer = |tool: &str| match tools.scopes(tool) {
+                        Some(required) if enforced && !principal.has_scopes(required) => {
+                            Err(insufficient_scope("answering this task", required))
+                        }
+                        _ => Ok(()),
+                    };
                     let updated = service.update_if(&principal, &task_id, &input_responses, may_answer).await;
                     let resumed = match updated {
                         Ok(resumed) => resumed,
@@ -386,19 +385,7 @@ impl McpServer {
                     let _ = answered_tx.send(Ok(()));
                     if let Some(resumed) = resumed {
                         let span = parent.execute_tool_span(&resumed.record.tool);
-                        let handler = match handlers.get(&resumed.record.tool) {
-                            Some(handler) => handler.clone(),
-                            // Served no more (renamed or removed by a deploy while the task
-                            // waited): the round fails at once, rather than leave the task
-                            // working with nothing running it.
-                            None => {
-                                let gone = unknown_tool(&resumed.record.tool);
-                                let gone: crate::handler::ToolFn = std::sync::Arc::new(move |_, _: &Value| {
-                                    Box::pin(std::future::ready(Err(ToolError::Protocol(gone.clone()))))
-                                });
-                                gone
-                            }
-                        };
+                        let handler = tools.handler(&resumed.record.tool);
                         service.resume(resumed, handler, span);
                     }
                 });
@@ -570,6 +557,32 @@ fn check_output(
             crate::protocol::error::truncate_for_message(&problem)
         ))
     })
+}
+
+/// Each tool's handler for a task's round ([`task_handler`]) and the scopes answering its task
+/// needs, by name: what a resumed round needs of the server once its request is gone.
+pub(crate) struct TaskTools(std::collections::HashMap<String, (crate::handler::ToolFn, Vec<String>)>);
+
+impl TaskTools {
+    fn of(tools: &[super::ToolEntry]) -> Self {
+        Self(tools.iter().map(|tool| (tool.name.clone(), (task_handler(tool), tool.scopes.clone()))).collect())
+    }
+
+    /// The scopes tool `name` needs; `None` if it is not served.
+    fn scopes(&self, name: &str) -> Option<&[String]> {
+        self.0.get(name).map(|(_, scopes)| scopes.as_slice())
+    }
+
+    /// Tool `name`'s handler for a round. A tool served no more (renamed or removed by a deploy
+    /// while its task waited) gets one that fails the round at once, rather than leave the task
+    /// working with nothing running it.
+    fn handler(&self, name: &str) -> crate::handler::ToolFn {
+        if let Some((handler, _)) = self.0.get(name) {
+            return handler.clone();
+        }
+        let gone = unknown_tool(name);
+        std::sync::Arc::new(move |_, _: &Value| Box::pin(std::future::ready(Err(ToolError::Protocol(gone.clone())))))
+    }
 }
 
 /// `tool`'s handler for a task's round: its output is checked as a synchronous call's is, and a

@@ -168,6 +168,9 @@ pub struct McpServer {
     pub(crate) cache_hints: HashMap<CacheableMethod, CacheHint>,
     pub(crate) page_size: usize,
     pub(crate) tasks: Option<Arc<TaskService>>,
+    /// What a task's resumed round may need of this server (`dispatch::TaskTools`), built on the
+    /// first `tasks/update`, when registration is over, and shared by every update after it.
+    pub(crate) task_tools: std::sync::OnceLock<Arc<dispatch::TaskTools>>,
     pub(crate) scopes_enforced: bool,
     /// `{"io.modelcontextprotocol/serverInfo":{...}}`, serialised once: every result carries it.
     pub(crate) meta_json: String,
@@ -190,6 +193,7 @@ impl McpServer {
             cache_hints: HashMap::new(),
             page_size: 100,
             tasks: None,
+            task_tools: std::sync::OnceLock::new(),
             scopes_enforced: false,
             meta_json: String::new(),
         }
@@ -205,18 +209,17 @@ impl McpServer {
     /// missing (`None` for unknown tools: dispatch reports those).
     pub fn missing_tool_scopes(&self, principal: &Principal, name: &str) -> Option<Vec<String>> {
         let tool = &self.tools[*self.tool_index.get(name)?];
-        (self.scopes_enforced && !tool.scopes.iter().all(|s| principal.scopes().contains(s)))
-            .then(|| tool.scopes.clone())
+        (self.scopes_enforced && !principal.has_scopes(&tool.scopes)).then(|| tool.scopes.clone())
     }
 
     /// Whether `principal` may see and call `tool`.
     pub(crate) fn may_use(&self, principal: &Principal, tool: &ToolEntry) -> bool {
-        (!self.scopes_enforced && !tool.scopes_always) || tool.scopes.iter().all(|s| principal.scopes().contains(s))
+        (!self.scopes_enforced && !tool.scopes_always) || principal.has_scopes(&tool.scopes)
     }
 
     /// Whether `principal` holds `scopes` where scopes are enforced (resources and templates).
     pub(crate) fn may_read(&self, principal: &Principal, scopes: &[String]) -> bool {
-        !self.scopes_enforced || scopes.iter().all(|s| principal.scopes().contains(s))
+        !self.scopes_enforced || principal.has_scopes(scopes)
     }
 
     /// What serves `uri`, as `resources/read` resolves it: the resource registered at it, else the
