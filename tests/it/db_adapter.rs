@@ -312,6 +312,56 @@ async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() 
     }
 }
 
+/// A PostgreSQL stand-in that completes the start-up exchange (trust authentication, ready for
+/// a query) and then reads whatever it is sent without answering: a link that stops answering
+/// after the connection is made.
+async fn postgres_that_stops_answering() -> Arc<PostgresProducts> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                // The start-up message: its length (itself included), then the rest.
+                let length = stream.read_u32().await.unwrap() as usize;
+                let mut startup = vec![0; length - 4];
+                stream.read_exact(&mut startup).await.unwrap();
+                // AuthenticationOk, then ReadyForQuery (idle).
+                stream.write_all(b"R\0\0\0\x08\0\0\0\0Z\0\0\0\x05I").await.unwrap();
+                let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+            });
+        }
+    });
+    Arc::new(PostgresProducts::new(&format!("postgres://reader@{addr}/test")).unwrap())
+}
+
+/// Once connected, a statement that gets no answer ends at the statement timeout (5 s), a read
+/// on the shared connection and a write on its own alike, with an error that says so. Before,
+/// a write had no timeout of its own after connecting, and waited for as long as the link hung.
+/// (Virtual time, as above.)
+#[tokio::test(start_paused = true)]
+async fn a_statement_that_gets_no_answer_ends_at_its_timeout() {
+    let backend = postgres_that_stops_answering().await;
+    for write in [false, true] {
+        let start = tokio::time::Instant::now();
+        let outcome = async {
+            if write {
+                backend.attempt_write(db_adapter::Write::Update).await
+            } else {
+                backend.categories(10).await.map(drop)
+            }
+        };
+        let hung = std::time::Duration::from_secs(60);
+        let error = tokio::time::timeout(hung, outcome).await.expect("the call ended on its own").unwrap_err();
+        assert!(
+            matches!(&error, DbError::Unavailable(m) if m.contains("statement timed out")),
+            "write {write}: {error}"
+        );
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(5), "write {write}");
+    }
+}
+
 /// A backend with more categories than a listing should carry, in number or in bytes (and one
 /// that ignores the limit it is asked for): the adapter lists the first ones within both bounds
 /// and says there are more; a short list has no such note. Before, every category came back.

@@ -25,8 +25,9 @@ use tokio_postgres::{Client, Row};
 use super::{DbError, DbFuture, ProductBackend, ProductRow, Write};
 
 /// How long one statement may take, and how long a call may wait for a connection (its own
-/// attempt, or another call's that it waits behind): a read ends within twice this. A write (a
-/// connection of its own) is bounded by the connect timeout and the server's `statement_timeout`.
+/// attempt, or another call's that it waits behind): a read ends within twice this, and so does
+/// a write (a connection of its own, then its transaction). The server's `statement_timeout` is
+/// the same; the client's own bounds what the server cannot, a link that stops answering.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 const BY_CATEGORY: &str =
@@ -131,7 +132,7 @@ impl PostgresProducts {
                 tokio::time::timeout(STATEMENT_TIMEOUT, self.client()).await.map_err(|_| connect_timed_out())??;
             tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
                 .await
-                .map_err(|_| DbError::Unavailable("product database unavailable (statement timed out)".into()))?
+                .map_err(|_| statement_timed_out())?
                 .map_err(|e| unavailable(&e))
         })
         .await
@@ -149,15 +150,24 @@ impl PostgresProducts {
         // A connection of its own, so the transaction cannot interleave with shared queries;
         // rolled back whatever happens, so even a wrongly privileged role changes nothing.
         let mut client = connect(&self.config).await?;
-        let transaction = client.transaction().await.map_err(|e| unavailable(&e))?;
-        let outcome = transaction.batch_execute(statement).await;
-        let _ = transaction.rollback().await;
+        let attempt = async {
+            let transaction = client.transaction().await?;
+            let outcome = transaction.batch_execute(statement).await;
+            let _ = transaction.rollback().await;
+            outcome
+        };
+        // Dropped at the deadline, the client closes its connection: nothing is left open.
+        let outcome = tokio::time::timeout(STATEMENT_TIMEOUT, attempt).await.map_err(|_| statement_timed_out())?;
         match outcome {
             Err(e) if is_refusal(&e) => Err(DbError::ReadOnlyViolation(format!("{write:?} refused by the database"))),
             Err(e) => Err(unavailable(&e)),
             Ok(()) => Ok(()),
         }
     }
+}
+
+fn statement_timed_out() -> DbError {
+    DbError::Unavailable("product database unavailable (statement timed out)".into())
 }
 
 fn connect_timed_out() -> DbError {
