@@ -36,8 +36,8 @@ pub struct Settings {
     pub listen_max_duration: Duration,
     /// `MCP_KEEPALIVE_SECONDS`: keep-alive comment interval on long streams.
     pub keep_alive: Duration,
-    /// `MCP_LISTEN_MAX_PER_PRINCIPAL`, `MCP_LISTEN_MAX_TOTAL`: open listen streams one caller, and
-    /// one instance, may hold.
+    /// `MCP_LISTEN_MAX_PER_PRINCIPAL`, `MCP_LISTEN_MAX_TOTAL`: open listen streams (and 2025 calls
+    /// waiting for the client's answer) one caller, and one instance, may hold.
     pub listen_caps: crate::server::listen::ListenCaps,
     /// `MCP_TASKS_MAX_PER_PRINCIPAL`, `MCP_TASKS_MAX_TOTAL`: tasks one caller, and one instance,
     /// may have running at once.

@@ -221,7 +221,7 @@ impl RedisJobStore {
         [self.redis.prefix(), "held", owner_part].join(":")
     }
 
-    /// The owner's rate keys less the window number (the delete script appends its own).
+    /// The owner's per-minute rate key for the window holding `now`.
     fn rate_key(&self, owner_part: &str, now: u64) -> String {
         [self.redis.prefix(), "rate", owner_part, &(now / RATE_WINDOW_MS).to_string()].join(":")
     }

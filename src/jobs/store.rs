@@ -130,8 +130,9 @@ pub trait JobStore: Send + Sync + 'static {
     }
     /// Removes the job `record` was created as, rolling back a submit whose publish failed: the
     /// record, its places in the owner's sets, and its count in the owner's per-minute rate (a
-    /// submission that never happened does not count against the caller). The stored record
-    /// decides the rate's window; a job already gone changes nothing.
+    /// submission that never happened does not count against the caller). The count is given
+    /// back only for the window the stored record was created in (and, in Redis, only if that
+    /// is `record`'s own); a job already gone changes nothing.
     fn delete<'a>(&'a self, record: &'a JobRecord) -> StoreFuture<'a, ()>;
     /// Fails active jobs past their deadline and evicts finished jobs past retention. Every
     /// other operation already sees the jobs as of its `now`, so this is housekeeping: nothing a

@@ -38,31 +38,19 @@ pub const DEFAULT_LISTEN_CAPS: ListenCaps = SlotCaps { per_principal: 16, total:
 
 /// Takes a listen slot for `principal`, held for as long as its stream's work lives (the
 /// response body owns it, so it is given back however the stream ends), or the 429 that says
-/// which cap is reached. `held` names what holds it in that message: a listen stream, or a 2025
-/// call waiting for its client's answer, which keeps its stream open as long and counts alike.
-pub(crate) fn listen_slot(slots: &Arc<Slots>, principal: &str, caps: ListenCaps, held: Held) -> Result<Slot, McpError> {
+/// which cap is reached. A listen stream holds one, and so does a 2025 call waiting for its
+/// client's answer, which keeps its stream open as long: the message names both.
+pub(crate) fn listen_slot(slots: &Arc<Slots>, principal: &str, caps: ListenCaps) -> Result<Slot, McpError> {
+    const WHAT: &str = "open streams (subscriptions/listen streams, and calls waiting for your answer, count alike)";
     slots.acquire(principal, caps).map_err(|full| {
-        let what = match held {
-            Held::Listen => "open subscriptions/listen streams",
-            Held::AnswerWait => "streams open (subscriptions/listen, or calls waiting for your answer)",
-        };
         let message = match full {
-            SlotsFull::Total => format!("Too many {what} on this server (limit {}); try again later", caps.total),
+            SlotsFull::Total => format!("Too many {WHAT} on this server (limit {}); try again later", caps.total),
             SlotsFull::Principal => {
-                format!("Too many {what} for this caller (limit {}); close one first", caps.per_principal)
+                format!("Too many {WHAT} for this caller (limit {}); close one first", caps.per_principal)
             }
         };
         McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
     })
-}
-
-/// What holds a listen slot: both keep a stream open for as long as the function allows.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Held {
-    /// A `subscriptions/listen` stream.
-    Listen,
-    /// A 2025-11-25 call whose stream waits for the client to answer a server-to-client request.
-    AnswerWait,
 }
 
 /// The notification kinds one listen request asked for, reduced to what is honoured.
@@ -451,24 +439,14 @@ mod tests {
     }
 
     #[test]
-    fn a_full_listen_cap_is_a_429_naming_it_and_what_holds_it() {
+    fn a_full_listen_cap_is_a_429_naming_it() {
         let slots = Arc::new(Slots::default());
         let caps = ListenCaps { per_principal: 1, total: 2 };
-        let _a = listen_slot(&slots, "a", caps, Held::Listen).unwrap();
-        let refused = listen_slot(&slots, "a", caps, Held::Listen).unwrap_err();
-        assert!(
-            refused.message.contains("subscriptions/listen streams for this caller (limit 1)"),
-            "{}",
-            refused.message
-        );
-        let waiting = listen_slot(&slots, "a", caps, Held::AnswerWait).unwrap_err();
-        assert!(
-            waiting.message.contains("calls waiting for your answer) for this caller (limit 1)"),
-            "{}",
-            waiting.message
-        );
-        let _b = listen_slot(&slots, "b", caps, Held::AnswerWait).unwrap();
-        let full = listen_slot(&slots, "c", caps, Held::Listen).unwrap_err();
+        let _a = listen_slot(&slots, "a", caps).unwrap();
+        let refused = listen_slot(&slots, "a", caps).unwrap_err();
+        assert!(refused.message.contains("count alike) for this caller (limit 1)"), "{}", refused.message);
+        let _b = listen_slot(&slots, "b", caps).unwrap();
+        let full = listen_slot(&slots, "c", caps).unwrap_err();
         assert!(full.message.contains("on this server (limit 2)"), "{}", full.message);
         assert_eq!(
             (full.status, full.code),

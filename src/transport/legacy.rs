@@ -333,13 +333,13 @@ async fn fulfil(
                 _ => Err(McpError::invalid_request(message)),
             };
         }
-        // The wait keeps this call's stream open as long as a listen stream, so it holds one of
-        // the caller's listen slots until the call ends: one caller cannot hold the instance's
-        // connections by leaving many questions unanswered.
-        if waiting.is_none() {
+        // From its first question, the wait keeps this call's stream open as long as a listen
+        // stream, so it holds one of the caller's listen slots until the call ends: one caller
+        // cannot hold the instance's connections by leaving many questions unanswered. (A round
+        // that asks nothing, only handing back its state, runs on at once and needs none.)
+        if waiting.is_none() && !input.requests.is_empty() {
             let principal = next.principal.id();
-            let held = crate::server::listen::Held::AnswerWait;
-            waiting = Some(crate::server::listen::listen_slot(&app.listen_slots, principal, app.listen_caps, held)?);
+            waiting = Some(crate::server::listen::listen_slot(&app.listen_slots, principal, app.listen_caps)?);
         }
         let mut responses = Map::new();
         for (key, request) in &input.requests {

@@ -62,7 +62,8 @@ pub struct Endpoint {
     pub max_body_bytes: usize,
     /// How long listen streams stay open, and their keep-alive.
     pub listen: ListenLimits,
-    /// Open listen streams one caller, and one instance, may hold.
+    /// Open listen streams (and 2025 calls waiting for the client's answer) one caller, and one
+    /// instance, may hold.
     pub listen_caps: crate::server::listen::ListenCaps,
     /// Where those streams are counted: shared by every endpoint of the process, so that the
     /// caps are the instance's, not each endpoint's.

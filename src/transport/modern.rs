@@ -84,12 +84,7 @@ pub(super) async fn handle(
             Ok(filter) => filter,
             Err(error) => return error_response(Some(&id), &error),
         };
-        let slot = match crate::server::listen::listen_slot(
-            &app.listen_slots,
-            ctx.principal.id(),
-            app.listen_caps,
-            crate::server::listen::Held::Listen,
-        ) {
+        let slot = match crate::server::listen::listen_slot(&app.listen_slots, ctx.principal.id(), app.listen_caps) {
             Ok(slot) => slot,
             Err(error) => return error_response(Some(&id), &error),
         };

@@ -275,7 +275,7 @@ async fn a_caller_can_leave_only_its_share_of_questions_unanswered() {
     let refused = ask(2).send().await;
     assert_eq!((refused.status, refused.code()), (429, -32600), "{}", refused.text());
     let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("calls waiting for your answer") && message.contains("(limit 1)"), "{message}");
+    assert!(message.contains("calls waiting for your answer") && message.contains("caller (limit 1)"), "{message}");
     assert!(!refused.text().contains("elicitation/create"), "nothing was asked: {}", refused.text());
     let listen = json!({"notifications": {"toolsListChanged": true}});
     let (status, _, _) = server.modern(json!(3), "subscriptions/listen", listen.clone()).open().await;
@@ -288,6 +288,36 @@ async fn a_caller_can_leave_only_its_share_of_questions_unanswered() {
     let (status, _, mut again) = ask(4).open().await;
     assert_eq!(status, 200, "the answered call gave its slot back");
     assert_eq!(read_events(&mut again, 1).await.remove(0)["method"], "elicitation/create");
+}
+
+/// A round that asks nothing (it hands back only its state) runs on at once, so the call waits
+/// for no answer and holds no listen slot: a caller at its cap still gets the result.
+#[tokio::test]
+async fn a_round_that_asks_nothing_needs_no_listen_slot() {
+    use std::sync::Arc;
+    use vercel_mcp::protocol::types::CallToolResult;
+    use vercel_mcp::server::{InputRequired, NoArguments, Outcome, ToolDef};
+    let mut server = vercel_mcp::McpServer::new("t", "1");
+    server.tool(
+        ToolDef::new("two_steps").description("Hands back its state once, then answers"),
+        |ctx, _: NoArguments| async move {
+            match ctx.request_state() {
+                Some(_) => Outcome::Complete(CallToolResult::text("second step")),
+                None => Outcome::InputRequired(InputRequired::new().state(json!({"step": 1}))),
+            }
+        },
+    );
+    let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 1, total: 10 };
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
+    let listen = json!({"notifications": {"toolsListChanged": true}});
+    let (status, _, mut held) = server.modern(json!(1), "subscriptions/listen", listen).open().await;
+    assert_eq!(status, 200);
+    read_events(&mut held, 1).await;
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"two_steps","arguments":{}}});
+    let reply = server.post(call.to_string()).header("MCP-Protocol-Version", "2025-11-25").send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "second step", "{}", reply.text());
 }
 
 /// The legacy path with authentication on: the route and tool scopes hold as on the modern path

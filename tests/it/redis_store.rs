@@ -154,8 +154,9 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
 #[tokio::test]
 async fn a_rollback_gives_back_its_rate_count_once() {
     let mut stores: Vec<Arc<dyn JobStore>> = vec![Arc::new(vercel_mcp::jobs::MemoryJobStore::new())];
-    if let Some((url, _)) = redis() {
-        stores.push(Arc::new(RedisJobStore::new(Redis::connect(&url, &unique_prefix("rollback")).unwrap())));
+    let redis = redis();
+    if let Some((url, _)) = &redis {
+        stores.push(Arc::new(RedisJobStore::new(Redis::connect(url, &unique_prefix("rollback")).unwrap())));
     }
     let rate = Quota { active: 8, share: 100, per_minute: 2, total: 256 };
     let minute = (NOW / 60_000 + 1) * 60_000;
