@@ -632,6 +632,36 @@ mod tests {
         (server, bus)
     }
 
+    /// The tools a resumed task round may run are taken once, at the first `tasks/update`, and
+    /// taken again after a tool is registered: an update finds every registered tool's handler
+    /// and scopes, whenever it was added.
+    #[tokio::test]
+    async fn the_task_tools_are_taken_at_the_first_update_and_again_after_a_registration() {
+        let (mut server, bus) = server_with_tasks(std::sync::Arc::new(crate::tasks::MemoryTaskStore::default()));
+        let tool = |name: &'static str| crate::server::ToolDef::new(name).scopes(&["s"]);
+        server.tool(tool("first"), |_, _: crate::server::NoArguments| async { "x" });
+        let update = async |server: &McpServer| {
+            let mut ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                Principal::anonymous(),
+                bus.clone(),
+            );
+            ctx.client_capabilities =
+                json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}).as_object().unwrap().clone();
+            let params: RequestParams =
+                json!({"taskId": "none", "inputResponses": {}}).as_object().unwrap().clone().into();
+            server.execute(ctx, "tasks/update", &params).await.map(drop).unwrap_err()
+        };
+        assert!(server.task_tools.get().is_none(), "nothing is taken before an update");
+        update(&server).await;
+        let taken = server.task_tools.get().expect("taken at the first update");
+        assert_eq!((taken.scopes("first"), taken.scopes("second")), (Some(&["s".to_owned()][..]), None));
+        server.tool(tool("second"), |_, _: crate::server::NoArguments| async { "y" });
+        update(&server).await;
+        assert!(server.task_tools.get().expect("taken again").scopes("second").is_some());
+    }
+
     /// A 2025 client's `initialize` offers only what the stateless path delivers: no list
     /// changes, no resource subscriptions, no 2026 extension; discovery still offers them all.
     #[test]

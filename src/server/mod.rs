@@ -421,6 +421,9 @@ impl McpServer {
             scopes_always,
             handler,
         });
+        // A tool added after an update has run (in a test; a served registry no longer changes)
+        // is in the next update's map.
+        self.task_tools = std::sync::OnceLock::new();
     }
 
     /// Registers a static resource: `server.resource(Resource::new(uri, name), handler)`; the
