@@ -155,7 +155,16 @@ impl Routes {
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        let mut read = std::pin::pin!(transport::read_body(body, self.mcp.max_body_bytes()));
+        // Each route reads at most what its function reads on Vercel.
+        let limit = match parts.uri.path() {
+            "/api/queues/process-job" => crate::jobs::consumer::MAX_BODY_BYTES,
+            "/api/cron/sweep-jobs" => crate::jobs::sweep::MAX_BODY_BYTES,
+            path if path.starts_with(crate::security::resource::METADATA_PATH) => {
+                transport::auth::METADATA_MAX_BODY_BYTES
+            }
+            _ => self.mcp.max_body_bytes(),
+        };
+        let mut read = std::pin::pin!(transport::read_body(body, limit));
         // A body that trickles in holds a connection and a buffer: it has a deadline. Most bodies
         // have already arrived with their head, and those are read without arming a timer.
         // When the wait began, for a refusal's line (read only if there was a wait).

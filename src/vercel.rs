@@ -184,7 +184,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
 /// `api/queues/process-job.rs`: the queue consumer.
 pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
     let consumer = Arc::new(crate::consumer(parts));
-    serve(64 * 1024, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), move |request| {
+    serve_platform_route(parts, crate::jobs::consumer::MAX_BODY_BYTES, move |request| {
         let consumer = consumer.clone();
         async move { consumer.handle(request).await }
     })
@@ -194,11 +194,21 @@ pub async fn serve_consumer(parts: &Parts) -> Result<(), Error> {
 /// `api/cron/sweep-jobs.rs`: the cron sweep.
 pub async fn serve_sweep(parts: &Parts) -> Result<(), Error> {
     let sweep = Arc::new(crate::sweep(parts));
-    serve(16 * 1024, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), move |request| {
+    serve_platform_route(parts, crate::jobs::sweep::MAX_BODY_BYTES, move |request| {
         let sweep = sweep.clone();
         async move { sweep.handle(request).await }
     })
     .await
+}
+
+/// Serves a route the platform calls (the queue trigger, cron), with the process's origins,
+/// telemetry and logger, reading bodies up to `max_body`.
+async fn serve_platform_route<H, F>(parts: &Parts, max_body: usize, handler: H) -> Result<(), Error>
+where
+    H: Fn(http::Request<Bytes>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    serve(max_body, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), handler).await
 }
 
 /// `api/oauth-protected-resource.rs`: the RFC 9728 metadata document (both well-known paths are
@@ -214,7 +224,8 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
             .collect(),
     );
     let (logger, origins) = (Arc::new(parts.logger()), Arc::new(parts.settings.allowed_origins.clone()));
-    serve(1024, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
+    let max_body = transport::auth::METADATA_MAX_BODY_BYTES;
+    serve(max_body, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
         let (mcp, examples, logger, origins) = (mcp.clone(), examples.clone(), logger.clone(), origins.clone());
         async move {
             let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));

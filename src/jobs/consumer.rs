@@ -22,6 +22,9 @@ use crate::body::Body;
 use crate::state::Clock;
 use crate::store::StoreError;
 
+/// The largest delivery the consumer reads (413 past it): a job message is a few hundred bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
 /// What the consumer needs.
 #[derive(Clone)]
 pub struct Consumer {

@@ -13,6 +13,9 @@ use crate::body::Body;
 use crate::security::constant_time_eq;
 use crate::state::Clock;
 
+/// The largest request body the sweep reads (413 past it): Vercel Cron sends none.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
 /// What the sweep needs.
 #[derive(Clone)]
 pub struct Sweep {

@@ -27,6 +27,9 @@ pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Bod
     response
 }
 
+/// The largest request body the metadata route reads (413 past it): a GET carries none.
+pub const METADATA_MAX_BODY_BYTES: usize = 1024;
+
 /// Serves `/.well-known/oauth-protected-resource` (and its path-suffixed forms): GET returns
 /// the document, OPTIONS answers the CORS preflight; both allow any origin, as the document is
 /// public.

@@ -1,7 +1,8 @@
 //! Faults around the job path: deliveries that are forged, out of order, repeated or late;
-//! Redis down at start-up and back; Redis that accepts connections but never answers. Each
-//! ends in a clear error or a correct skip, with no step applied twice, no partial record and
-//! nothing visible to another principal.
+//! Redis down at start-up and back; Redis that accepts connections but never answers; a platform
+//! API (the outbound client that publishes to Vercel Queues) that never answers or answers too
+//! much. Each ends in a clear error or a correct skip, with no step applied twice, no partial
+//! record and nothing visible to another principal.
 
 use crate::common;
 
@@ -140,4 +141,73 @@ async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
     };
     let processed = common::bounded("a delivery against a silent Redis", env.consumer.process(&message)).await;
     assert!(processed.is_err(), "the consumer reports it, so the queue redelivers");
+}
+
+/// A GET of `http://{addr}/` through the outbound client, with `timeout`.
+async fn outbound_get(
+    addr: std::net::SocketAddr,
+    timeout: std::time::Duration,
+) -> Result<vercel_mcp::outbound::OutboundResponse, String> {
+    let request =
+        http::Request::get(format!("http://{addr}/")).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+    vercel_mcp::outbound::send(request, timeout).await
+}
+
+/// A platform API that accepts the connection and never answers: the call ends at its own
+/// timeout, with an error that names neither the address nor anything sent. (Virtual time: the
+/// clock is paused and advances when every task waits.)
+#[tokio::test(start_paused = true)]
+async fn an_outbound_call_that_gets_no_answer_ends_at_its_timeout() {
+    let addr = common::black_hole().await;
+    let start = tokio::time::Instant::now();
+    let hung = std::time::Duration::from_secs(60);
+    let outcome = tokio::time::timeout(hung, outbound_get(addr, std::time::Duration::from_secs(5))).await;
+    let error = outcome.expect("the call ended on its own").unwrap_err();
+    assert_eq!(error, "timed out");
+    assert_eq!(start.elapsed(), std::time::Duration::from_secs(5));
+}
+
+/// A platform API's answer is read up to 1 MiB: a body of exactly that arrives whole; one byte
+/// more, declared or sent in chunks with no length, is an error rather than memory the caller
+/// pays for. The error names no address.
+#[tokio::test]
+async fn an_outbound_answer_is_read_up_to_a_mebibyte() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LIMIT: usize = 1024 * 1024;
+    let answer_with = |length: usize, chunked: bool| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                head.push(stream.read_u8().await.unwrap());
+            }
+            let body = vec![b'x'; length];
+            let framed = if chunked {
+                let mut framed = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+                for chunk in body.chunks(64 * 1024) {
+                    framed.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                    framed.extend_from_slice(chunk);
+                    framed.extend_from_slice(b"\r\n");
+                }
+                framed.extend_from_slice(b"0\r\n\r\n");
+                framed
+            } else {
+                let mut framed = format!("HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n").into_bytes();
+                framed.extend_from_slice(&body);
+                framed
+            };
+            // The client may stop reading an answer it refuses; what it did not read is dropped.
+            let _ = stream.write_all(&framed).await;
+        });
+        let timeout = std::time::Duration::from_secs(10);
+        common::bounded("an outbound call", outbound_get(addr, timeout)).await
+    };
+    for chunked in [false, true] {
+        let whole = answer_with(LIMIT, chunked).await.expect("exactly the limit is read");
+        assert_eq!((whole.status.as_u16(), whole.body.len()), (200, LIMIT), "chunked {chunked}");
+        let error = answer_with(LIMIT + 1, chunked).await.unwrap_err();
+        assert_eq!(error, "response unreadable", "chunked {chunked}");
+    }
 }

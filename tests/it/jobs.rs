@@ -257,6 +257,30 @@ async fn the_consumer_validates_every_delivery() {
     );
 }
 
+/// The local run reads each route's body as its function does on Vercel: the consumer 64 KiB,
+/// the sweep 16 KiB, the metadata documents 1 KiB (413 one byte past, before the handler), the
+/// MCP endpoint its own limit.
+#[tokio::test]
+async fn each_route_reads_at_most_its_functions_body_cap() {
+    let env = env().await;
+    let metadata = vercel_mcp::transport::auth::METADATA_MAX_BODY_BYTES;
+    let caps = [
+        ("/api/queues/process-job", vercel_mcp::jobs::consumer::MAX_BODY_BYTES),
+        ("/api/cron/sweep-jobs", vercel_mcp::jobs::sweep::MAX_BODY_BYTES),
+        ("/.well-known/oauth-protected-resource", metadata),
+        ("/.well-known/oauth-protected-resource/api/examples/minimal", metadata),
+    ];
+    for (path, cap) in caps {
+        let over = env.server.post_to(path, "x".repeat(cap + 1)).send().await;
+        assert_eq!(over.status, 413, "{path}: {}", over.text());
+        let at = env.server.post_to(path, "x".repeat(cap)).send().await;
+        let refused = matches!(at.status, 400 | 401 | 404 | 405);
+        assert!(refused, "{path}: read, then refused for what it is: {}", at.status);
+    }
+    let mcp = env.server.post_to("/api/mcp", "x".repeat(64 * 1024 + 1)).send().await;
+    assert_eq!(mcp.status, 400, "the MCP endpoint reads more (it is not JSON): {}", mcp.text());
+}
+
 #[tokio::test]
 async fn the_sweep_requires_the_cron_secret() {
     let env = env().await;

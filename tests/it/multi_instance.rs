@@ -185,6 +185,33 @@ async fn the_mcp_function_serves_under_vercel_runtime_local_mode() {
     assert_eq!(server.request("GET", "/_vercel/ping").send().await.text(), "OK", "the runtime's own health route");
 }
 
+/// Each function reads at most its own body cap under `vercel_runtime`, as the local run does
+/// per route: the queue consumer 64 KiB, the cron sweep 16 KiB, the metadata document 1 KiB. One
+/// byte past it is 413 before the handler runs; the cap itself is read and handed on (here
+/// refused for what it says).
+#[tokio::test]
+async fn each_function_reads_at_most_its_own_body_cap() {
+    let functions = [
+        (env!("CARGO_BIN_EXE_process-job"), "/api/queues/process-job", vercel_mcp::jobs::consumer::MAX_BODY_BYTES),
+        (env!("CARGO_BIN_EXE_sweep-jobs"), "/api/cron/sweep-jobs", vercel_mcp::jobs::sweep::MAX_BODY_BYTES),
+        (
+            env!("CARGO_BIN_EXE_oauth-protected-resource"),
+            "/.well-known/oauth-protected-resource",
+            vercel_mcp::transport::auth::METADATA_MAX_BODY_BYTES,
+        ),
+    ];
+    assert_eq!((functions[0].2, functions[1].2, functions[2].2), (64 * 1024, 16 * 1024, 1024));
+    for (binary, path, cap) in functions {
+        let port = free_port();
+        let _function = spawn_with(binary, port, &[("MCP_STATE_SECRET", SECRET)]);
+        let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
+        let over = server.post_to(path, "x".repeat(cap + 1)).send().await;
+        assert_eq!(over.status, 413, "{path}: {}", over.text());
+        let at = server.post_to(path, "x".repeat(cap)).send().await;
+        assert!(matches!(at.status, 400 | 401 | 405), "{path}: read, then refused for what it is: {}", at.status);
+    }
+}
+
 /// Calls `tool` on the MCP route at `path` and returns the job payload.
 async fn call_at(port: u16, path: &str, tool: &str, arguments: Value) -> Value {
     let server = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
