@@ -632,6 +632,60 @@ mod tests {
         (server, bus)
     }
 
+    /// `completion/complete` answers at most 100 values: past that it says how many there were
+    /// (unless the handler said) and that there are more. A reference the server does not serve
+    /// is `-32602`; a served one without a handler completes to nothing.
+    #[tokio::test]
+    async fn completions_are_cut_at_a_hundred_values_and_say_so() {
+        use crate::protocol::types::{Completion, GetPromptResult, Prompt};
+        use crate::server::{CompletionRef, NoArguments};
+        let mut server = McpServer::new("t", "1");
+        for name in ["many", "counted", "bare"] {
+            server.prompt(Prompt::new(name), |_, _: NoArguments| async {
+                Ok::<_, McpError>(GetPromptResult { description: None, messages: vec![] })
+            });
+        }
+        let values = |n: usize| (0..n).map(|i| format!("v{i}")).collect::<Vec<_>>();
+        server.completion(CompletionRef::Prompt("many".into()), move |request| Completion {
+            values: values(150).into_iter().filter(|v| v.starts_with(&request.value)).collect(),
+            ..Default::default()
+        });
+        server.completion(CompletionRef::Prompt("counted".into()), move |_| Completion {
+            values: values(120),
+            total: Some(500),
+            has_more: None,
+        });
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let complete = async |prompt: &str, value: &str| {
+            let ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                Principal::anonymous(),
+                bus.clone(),
+            );
+            let params =
+                json!({"ref": {"type": "ref/prompt", "name": prompt}, "argument": {"name": "a", "value": value}});
+            match server.execute(ctx, "completion/complete", &params.as_object().unwrap().clone().into()).await {
+                Ok(Reply::Complete(result)) => Ok(result["completion"].clone()),
+                Ok(_) => panic!("not a plain result"),
+                Err(error) => Err(error),
+            }
+        };
+        let many = complete("many", "v").await.unwrap();
+        assert_eq!(many["values"].as_array().unwrap().len(), 100);
+        assert_eq!((&many["values"][99], &many["total"], &many["hasMore"]), (&json!("v99"), &json!(150), &json!(true)));
+        let few = complete("many", "v14").await.unwrap();
+        assert_eq!(
+            few,
+            json!({"values": ["v14", "v140", "v141", "v142", "v143", "v144", "v145", "v146", "v147", "v148", "v149"]})
+        );
+        let counted = complete("counted", "").await.unwrap();
+        assert_eq!((&counted["total"], &counted["hasMore"]), (&json!(500), &json!(true)), "the handler's total stands");
+        assert_eq!(complete("bare", "x").await.unwrap(), json!({"values": []}));
+        let unknown = complete("nope", "x").await.unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::INVALID_PARAMS, "{}", unknown.message);
+    }
+
     /// The tools a resumed task round may run are taken once, at the first `tasks/update`, and
     /// taken again after a tool is registered: an update finds every registered tool's handler
     /// and scopes, whenever it was added.

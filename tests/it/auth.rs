@@ -252,6 +252,42 @@ async fn scopes_gate_the_route_the_listing_and_each_call() {
     );
 }
 
+/// Identity claims are taken byte for byte and never cleaned: a subject that differs from another
+/// only by a look-alike letter (Cyrillic `а` for Latin `a`) or by case is another principal, whose
+/// job handles the first cannot use; non-ASCII subjects work. A subject with a control character
+/// is refused (401), and a `client_id` with one is left out (`azp` serves, or none).
+#[tokio::test]
+async fn identity_claims_are_exact_and_control_characters_are_refused() {
+    let env = env("required", "").await;
+    let bearer = |claims: Value| format!("Bearer {}", token(claims));
+    let as_sub = |sub: &str| bearer(json!({"sub": sub, "scope": "mcp:read mcp:write"}));
+    let call = |auth: String, tool: &str, arguments: Value| {
+        env.server
+            .modern(json!(1), "tools/call", json!({"name": tool, "arguments": arguments}))
+            .header("Authorization", &auth)
+    };
+    let submitted = call(as_sub("ålice"), "submit_job", json!({"steps": 1})).send().await.json();
+    let handle =
+        common::payload(&submitted["result"])["jobId"].as_str().expect("a non-ASCII subject submits").to_owned();
+    let own = call(as_sub("ålice"), "get_job_status", json!({"jobId": handle})).send().await.json();
+    assert_eq!(common::payload(&own["result"])["state"], "pending", "{own}");
+    for other in ["alice", "\u{430}lice", "Ålice", "ålice "] {
+        let foreign = call(as_sub(other), "get_job_status", json!({"jobId": handle})).send().await.json();
+        assert_eq!(common::error_text(&foreign["result"]), "unknown job handle", "{other:?}");
+    }
+    for sub in ["alice\nadmin", "alice\u{0}", "\u{1b}[31malice", "alice\u{85}"] {
+        let refused = env.whoami(Some(&as_sub(sub))).await;
+        assert_eq!(refused.status, 401, "{sub:?}: {}", refused.text());
+    }
+    let who = |reply: common::Reply| -> Value {
+        serde_json::from_str(reply.json()["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let controlled = json!({"client_id": "app\u{1b}[31m", "azp": null});
+    assert_eq!(who(env.whoami(Some(&bearer(controlled))).await)["clientId"], Value::Null);
+    let fallback = json!({"client_id": "app\nother", "azp": "app-azp"});
+    assert_eq!(who(env.whoami(Some(&bearer(fallback))).await)["clientId"], "app-azp");
+}
+
 #[tokio::test]
 async fn job_handles_belong_to_the_verified_subject() {
     let env = env("required", "").await;

@@ -67,6 +67,9 @@ async fn the_four_tools_are_listed_without_identity_arguments() {
     assert_eq!(submit["inputSchema"]["properties"]["steps"]["type"], "integer");
     assert_eq!(submit["annotations"], json!({"readOnlyHint": false, "idempotentHint": false}));
     assert_eq!(by_name("get_job_result")["annotations"], json!({"readOnlyHint": true, "idempotentHint": true}));
+    // Cancelling changes the job and cannot be undone, so it claims no `destructiveHint: false`
+    // (absent, the spec reads it as destructive); asked twice, it cancels once.
+    assert_eq!(by_name("cancel_job")["annotations"], json!({"readOnlyHint": false, "idempotentHint": true}));
     for tool in tools.as_array().unwrap() {
         let empty = serde_json::Map::new();
         let properties = tool["inputSchema"]["properties"].as_object().unwrap_or(&empty);
