@@ -218,14 +218,16 @@ impl Facade {
 /// Arguments of `weather_get`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WeatherArgs {
-    /// The city.
+    /// The city, up to 100 characters.
+    #[schemars(length(max = 100))]
     pub city: String,
 }
 
 /// Arguments of `directory_lookup`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct DirectoryArgs {
-    /// The person.
+    /// The person, up to 100 characters.
+    #[schemars(length(max = 100))]
     pub person: String,
 }
 

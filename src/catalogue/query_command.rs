@@ -291,6 +291,7 @@ pub fn item_store(shared: &Shared) -> Arc<dyn ItemStore> {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetItemArgs {
     /// The item's id (item-<n>), as list_items or create_item returned it.
+    #[schemars(length(max = 64))]
     pub item_id: String,
 }
 

@@ -122,3 +122,66 @@ fn the_check_catches_implementation_text() {
     assert!(found.contains("properties/limit: \"schema\""), "{found}");
     assert!(found.contains("properties/limit: \"enforced\""), "{found}");
 }
+
+/// Every argument a tool takes is bounded in its schema, so the validator rejects what is too
+/// large before any handler runs (never truncating it): strings have a `maxLength` (or an `enum`),
+/// numbers a `minimum` and a `maximum`, arrays a `maxItems`. `at` names where each one is.
+fn unbounded(schema: &Value, at: &str, found: &mut Vec<String>) {
+    let Value::Object(map) = schema else { return };
+    let types: Vec<&str> = match map.get("type") {
+        Some(Value::String(one)) => vec![one.as_str()],
+        Some(Value::Array(many)) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let has = |key: &str| map.contains_key(key);
+    if !has("enum") && !has("const") {
+        if types.contains(&"string") && !has("maxLength") {
+            found.push(format!("{at}: a string without maxLength"));
+        }
+        if (types.contains(&"integer") || types.contains(&"number")) && !(has("minimum") && has("maximum")) {
+            found.push(format!("{at}: a number without minimum and maximum"));
+        }
+        if types.contains(&"array") && !has("maxItems") {
+            found.push(format!("{at}: an array without maxItems"));
+        }
+    }
+    for (key, value) in map {
+        match (key.as_str(), value) {
+            ("properties" | "$defs", Value::Object(members)) => {
+                for (name, member) in members {
+                    unbounded(member, &format!("{at}.{name}"), found);
+                }
+            }
+            ("items" | "additionalProperties", member) => unbounded(member, &format!("{at}[]"), found),
+            ("anyOf" | "oneOf" | "allOf", Value::Array(branches)) => {
+                branches.iter().for_each(|branch| unbounded(branch, at, found));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Arguments the examples' checklists declare unbounded (`{ message: string }`, "no bounds"):
+/// the request body's limit is theirs.
+const UNBOUNDED_BY_THE_EXAMPLES: &[&str] =
+    &["echo.message: a string without maxLength", "summarize.text: a string without maxLength"];
+
+#[test]
+fn every_argument_of_every_tool_is_bounded() {
+    let server = everything();
+    let mut found = Vec::new();
+    for tool in server.tools() {
+        unbounded(&tool.input_schema, &tool.name, &mut found);
+    }
+    for exempt in UNBOUNDED_BY_THE_EXAMPLES {
+        assert!(found.contains(&exempt.to_string()), "{exempt}: no longer unbounded, so no longer exempt");
+    }
+    found.retain(|problem| !UNBOUNDED_BY_THE_EXAMPLES.contains(&problem.as_str()));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    let mut caught = Vec::new();
+    let loose = serde_json::json!({"type": "object", "properties": {
+        "s": {"type": "string"}, "n": {"type": ["integer", "null"], "minimum": 0},
+        "a": {"type": "array", "items": {"type": "string", "maxLength": 3}}, "e": {"type": "string", "enum": ["x"]}}});
+    unbounded(&loose, "loose", &mut caught);
+    assert_eq!(caught.len(), 3, "the check catches what it names: {caught:?}");
+}

@@ -113,6 +113,16 @@ async fn expected_errors_pass_through_and_nothing_cross_routes() {
     }
     assert_eq!(call(&server, "weather_get", json!({"city": 42})).await["isError"], true);
     assert!(recorder.faults().is_empty(), "expected errors are not faults");
+    // Over its bound, an argument is refused by the schema before any backend is asked.
+    let audited = recorder.audit().len();
+    for (tool, member) in [("weather_get", "city"), ("directory_lookup", "person")] {
+        let long = call(&server, tool, json!({ member: "x".repeat(101) })).await;
+        assert_eq!(long["isError"], true, "{long}");
+        assert!(common::error_text(&long).contains(member), "{tool}: {long}");
+        let at_bound = call(&server, tool, json!({ member: "x".repeat(100) })).await;
+        assert!(common::error_text(&at_bound).contains("unknown"), "{tool}: read at 100 characters: {at_bound}");
+    }
+    assert_eq!(recorder.audit().len(), audited + 2, "only the two calls within the bound reached a backend");
 }
 
 #[tokio::test]
