@@ -57,6 +57,54 @@ fn streams_are_not_buffered_and_no_secret_is_configured_here() {
     );
 }
 
+/// What the repository tracks carries no credential: `.env.example` has names only, no other
+/// `.env` file is tracked, the one private key is the documented test fixture, and no file holds
+/// a token in a well-known provider format or, outside Rust code (whose tests use made-up
+/// passwords), a URL with a password.
+#[test]
+fn no_credential_is_tracked() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed = std::process::Command::new("git").arg("ls-files").current_dir(root).output().expect("git runs");
+    assert!(listed.status.success(), "git ls-files");
+    let files: Vec<String> = String::from_utf8(listed.stdout).unwrap().lines().map(str::to_owned).collect();
+    assert!(files.len() > 100 && files.iter().any(|f| f == "src/lib.rs"), "the tracked files were listed");
+    let tokens = regex_lite::Regex::new(
+        r"(AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36}|xox[abprs]-[A-Za-z0-9-]{10,}|sk_live_[A-Za-z0-9]{16,}|-----BEGIN [A-Z ]*PRIVATE KEY-----)",
+    )
+    .unwrap();
+    let url_password = regex_lite::Regex::new(r#"[a-z]+://[^/\s:@"'<>]+:[^/\s@"'<>{}$]+@"#).unwrap();
+    let mut found = Vec::new();
+    for file in &files {
+        let name = file.rsplit('/').next().unwrap();
+        if name.starts_with(".env") && name != ".env.example" {
+            found.push(format!("{file}: an environment file is tracked"));
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
+        if file == "tests/fixtures/rsa_private.pem" {
+            continue;
+        }
+        if let Some(token) = tokens.find(&text) {
+            found.push(format!("{file}: {}", &token.as_str()[..12.min(token.as_str().len())]));
+        }
+        if !file.ends_with(".rs") && !file.ends_with(".lock") {
+            if let Some(url) = url_password.find(&text) {
+                found.push(format!("{file}: a URL with a password ({})", url.as_str()));
+            }
+        }
+    }
+    let example = std::fs::read_to_string(root.join(".env.example")).unwrap();
+    for line in example.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+        if !line.ends_with('=') {
+            found.push(format!(".env.example: a value is set: {}", line.split('=').next().unwrap()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    // Put together here, so that this file does not hold what it looks for.
+    let (access_key, url) = (format!("AKIA{}", "ABCDEFGHIJKLMNOP"), format!("redis://default:{}@host", "s3cret"));
+    assert!(tokens.is_match(&access_key) && url_password.is_match(&url), "the check catches what it names");
+    assert!(!url_password.is_match("postgres://reader@host/db") && !url_password.is_match("https://host:443/x"));
+}
+
 #[test]
 fn the_mcp_function_has_a_max_duration_that_outlasts_listen_streams() {
     let config = vercel_json();
