@@ -66,6 +66,10 @@ pub enum ResponseOutcome {
     ProtocolError(Option<i32>),
     /// A 401 or 403 challenge (`WWW-Authenticate`).
     AuthFailure,
+    /// A tool call refused before its handler ran: its arguments broke the tool's input schema.
+    /// Answered as a tool error; logged apart from one, since a run of them is a client (or a
+    /// prober) sending what the tool does not take.
+    InvalidArguments,
 }
 
 impl ResponseOutcome {
@@ -81,6 +85,7 @@ impl ResponseOutcome {
             Self::ToolError => "tool_error",
             Self::ProtocolError(_) => "protocol_error",
             Self::AuthFailure => "auth_failure",
+            Self::InvalidArguments => "invalid_arguments",
         }
     }
 

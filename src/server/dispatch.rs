@@ -41,6 +41,9 @@ pub enum Reply {
     },
     /// The handler needs input from the client.
     InputRequired(InputRequired),
+    /// A tool call refused before its handler ran, its arguments against the input schema: a
+    /// tool error for the client, told apart in the request's log line.
+    InvalidArguments(CallToolResult),
 }
 
 impl McpServer {
@@ -248,7 +251,8 @@ impl McpServer {
             // must be dropped (or a task must keep them).
             let input_schema = tool.input_schema.compiled();
             if let Err(problem) = input_schema.validate_arguments(given) {
-                return tool_reply(CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}")));
+                let refused = CallToolResult::error(format!("Invalid arguments for tool {name}: {problem}"));
+                return Ok(Reply::InvalidArguments(refused));
             }
             let arguments = input_schema.known_arguments(given);
             let as_task = match tool.task_support {

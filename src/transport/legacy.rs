@@ -244,11 +244,10 @@ fn declared_capabilities(declared: Option<&Value>) -> Map<String, Value> {
 async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, params: &RequestParams) -> FinalResponse {
     let id = ctx.id.clone();
     match fulfil(app, request_id, ctx, method, params).await {
-        Ok(mut result) => {
+        Ok((mut result, outcome)) => {
             result.remove("resultType");
             result.remove("ttlMs");
             result.remove("cacheScope");
-            let outcome = ResponseOutcome::of_tool_result(result.get("isError") == Some(&Value::Bool(true)));
             FinalResponse {
                 status: StatusCode::OK,
                 body: jsonrpc::result_response(&id, &Value::Object(result)),
@@ -300,7 +299,7 @@ async fn fulfil(
     ctx: RequestContext,
     method: &str,
     params: &RequestParams,
-) -> Result<Map<String, Value>, McpError> {
+) -> Result<(Map<String, Value>, ResponseOutcome), McpError> {
     let mut ctx = ctx;
     let answers_by =
         tokio::time::Instant::now() + CLIENT_ANSWER_TIMEOUT.min(app.listen.max_duration).max(LEAST_ANSWER_WAIT);
@@ -308,13 +307,20 @@ async fn fulfil(
     for _ in 0..MAX_ROUNDS {
         let next = ctx.fork();
         let input = match super::execute(app, request_id, ctx, method, params).await? {
-            Reply::Complete(result) => return Ok(result),
-            Reply::Tool(result) => return Ok(result.into_object()),
+            Reply::Complete(result) => {
+                let outcome = ResponseOutcome::of_tool_result(result.get("isError") == Some(&Value::Bool(true)));
+                return Ok((result, outcome));
+            }
+            Reply::Tool(result) => {
+                let outcome = ResponseOutcome::of_tool_result(result.is_error);
+                return Ok((result.into_object(), outcome));
+            }
+            Reply::InvalidArguments(result) => return Ok((result.into_object(), ResponseOutcome::InvalidArguments)),
             Reply::Listing { mut result, key, items } => {
                 let items: Value =
                     serde_json::from_str(&items).map_err(|_| McpError::internal("Internal error: listing"))?;
                 result.insert(key.into(), items);
-                return Ok(result);
+                return Ok((result, ResponseOutcome::Ok));
             }
             Reply::InputRequired(input) => input,
         };
@@ -329,7 +335,10 @@ async fn fulfil(
                 request.method()
             );
             return match method {
-                "tools/call" => Ok(crate::protocol::types::CallToolResult::error(message).into_object()),
+                "tools/call" => Ok((
+                    crate::protocol::types::CallToolResult::error(message).into_object(),
+                    ResponseOutcome::ToolError,
+                )),
                 _ => Err(McpError::invalid_request(message)),
             };
         }

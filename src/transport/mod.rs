@@ -268,6 +268,7 @@ fn end_span(
         ResponseOutcome::ToolError => span.fail("tool_error"),
         ResponseOutcome::ProtocolError(_) => span.fail("protocol_error"),
         ResponseOutcome::AuthFailure => span.fail("auth_failure"),
+        ResponseOutcome::InvalidArguments => span.fail("invalid_arguments"),
     }
     span.end();
     // Method names are the client's: anything this server does not know is one series.

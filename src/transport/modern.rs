@@ -127,6 +127,9 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
         Ok(Reply::Tool(result)) => {
             Ok((finish_tool(&app.server, &id, &result), ResponseOutcome::of_tool_result(result.is_error)))
         }
+        Ok(Reply::InvalidArguments(result)) => {
+            Ok((finish_tool(&app.server, &id, &result), ResponseOutcome::InvalidArguments))
+        }
         Ok(Reply::Listing { mut result, key, items }) => {
             Ok((finish_with(&app.server, &id, &mut result, Some((key, &items))), ResponseOutcome::Ok))
         }

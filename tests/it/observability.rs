@@ -294,6 +294,13 @@ async fn outcomes_are_classified() {
             "tool_error",
             None,
         ),
+        // Arguments the schema refuses never reach the handler: a tool error for the client,
+        // told apart in the line.
+        (
+            env.server.modern(json!(1), "tools/call", json!({"name": "fail", "arguments": {"secret": 42}})),
+            "invalid_arguments",
+            None,
+        ),
         (
             env.server.modern(json!(1), "tools/call", json!({"name": "nope", "arguments": {}})),
             "protocol_error",
@@ -309,6 +316,7 @@ async fn outcomes_are_classified() {
         (env.server.modern(json!(1), "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
         // The legacy path classifies the same way.
         (legacy(&env, "tools/call", json!({"name": "fail", "arguments": {"secret": "x"}})), "tool_error", None),
+        (legacy(&env, "tools/call", json!({"name": "fail", "arguments": {}})), "invalid_arguments", None),
         (legacy(&env, "tools/call", json!({"name": "nope", "arguments": {}})), "protocol_error", Some(-32602)),
         (legacy(&env, "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
     ];
@@ -318,6 +326,13 @@ async fn outcomes_are_classified() {
         let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
         assert_eq!(line["outcome"], outcome);
         assert_eq!(line["code"].as_i64(), code);
+        // A refusal of the caller's credential or arguments is a warning, worth an alert in a run.
+        let level = if matches!(outcome, "auth_failure" | "invalid_arguments") { "warn" } else { "info" };
+        assert_eq!(line["level"], level, "{line}");
+        if outcome == "invalid_arguments" {
+            let text = reply.text();
+            assert!(text.contains("isError") && text.contains("Invalid arguments for tool fail"), "{text}");
+        }
     }
     // A method the server does not know is logged as it was sent.
     let reply = env.server.modern(json!(9), "nope/nothing", json!({})).send().await;
