@@ -155,14 +155,14 @@ impl Routes {
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        // Each route reads at most what its function reads on Vercel.
+        // Each route reads at most what its function reads on Vercel; a path nothing serves (a
+        // 404 after the read) reads no more than the metadata document does.
         let limit = match parts.uri.path() {
+            "/api/mcp" | "/api/mcp/" => self.mcp.max_body_bytes(),
+            path if path.starts_with("/api/examples/") => self.mcp.max_body_bytes(),
             "/api/queues/process-job" => crate::jobs::consumer::MAX_BODY_BYTES,
             "/api/cron/sweep-jobs" => crate::jobs::sweep::MAX_BODY_BYTES,
-            path if path.starts_with(crate::security::resource::METADATA_PATH) => {
-                transport::auth::METADATA_MAX_BODY_BYTES
-            }
-            _ => self.mcp.max_body_bytes(),
+            _ => transport::auth::METADATA_MAX_BODY_BYTES,
         };
         let mut read = std::pin::pin!(transport::read_body(body, limit));
         // A body that trickles in holds a connection and a buffer: it has a deadline. Most bodies

@@ -64,8 +64,12 @@ pub enum ResponseOutcome {
     ToolError,
     /// A JSON-RPC error (with its code) or an HTTP refusal with no JSON-RPC body (no code).
     ProtocolError(Option<i32>),
-    /// A 401 or 403 challenge (`WWW-Authenticate`).
+    /// A 401 or 403 challenge (`WWW-Authenticate`) to a credential that was sent: invalid,
+    /// expired, malformed, or without the scope.
     AuthFailure,
+    /// A 401 challenge to a request that sent no credential: how a client learns it must get one,
+    /// routine on a first request, so not counted with the failures.
+    AuthRequired,
     /// A tool call refused before its handler ran: its arguments broke the tool's input schema.
     /// Answered as a tool error; logged apart from one, since a run of them is a client (or a
     /// prober) sending what the tool does not take.
@@ -85,6 +89,7 @@ impl ResponseOutcome {
             Self::ToolError => "tool_error",
             Self::ProtocolError(_) => "protocol_error",
             Self::AuthFailure => "auth_failure",
+            Self::AuthRequired => "auth_required",
             Self::InvalidArguments => "invalid_arguments",
         }
     }

@@ -4,19 +4,21 @@
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::json;
 
-use crate::body::Body;
+use crate::body::{Body, ResponseOutcome};
 use crate::security::{Authenticator, Refusal};
 
 /// The refusal as a response: its status, the `WWW-Authenticate` challenge and a JSON body
 /// (`error`, `error_description`).
 pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Body> {
     let challenge = auth.challenge(refusal);
-    let body = match challenge.error {
-        Some(error) => json!({ "error": error, "error_description": challenge.description }),
-        None => json!({ "error_description": challenge.description }),
+    // A challenge without an error code answers a request that sent no credential (RFC 6750 §3.1).
+    let (body, outcome) = match challenge.error {
+        Some(error) => {
+            (json!({ "error": error, "error_description": challenge.description }), ResponseOutcome::AuthFailure)
+        }
+        None => (json!({ "error_description": challenge.description }), ResponseOutcome::AuthRequired),
     };
-    let body =
-        Body::full(serde_json::to_vec(&body).expect("json")).with_outcome(crate::body::ResponseOutcome::AuthFailure);
+    let body = Body::full(serde_json::to_vec(&body).expect("json")).with_outcome(outcome);
     let mut response = Response::new(body);
     *response.status_mut() = challenge.status;
     let headers = response.headers_mut();

@@ -261,24 +261,25 @@ async fn the_consumer_validates_every_delivery() {
 }
 
 /// The local run reads each route's body as its function does on Vercel: the consumer 64 KiB,
-/// the sweep 16 KiB, the metadata documents 1 KiB (413 one byte past, before the handler), the
-/// MCP endpoint its own limit.
+/// the sweep 16 KiB, the metadata documents 1 KiB, and a path nothing serves no more (413 one
+/// byte past, before the handler); the MCP endpoint reads its own limit. At the cap, the body is
+/// read and the route answers for what it is.
 #[tokio::test]
 async fn each_route_reads_at_most_its_functions_body_cap() {
     let env = env().await;
     let metadata = vercel_mcp::transport::auth::METADATA_MAX_BODY_BYTES;
     let caps = [
-        ("/api/queues/process-job", vercel_mcp::jobs::consumer::MAX_BODY_BYTES),
-        ("/api/cron/sweep-jobs", vercel_mcp::jobs::sweep::MAX_BODY_BYTES),
-        ("/.well-known/oauth-protected-resource", metadata),
-        ("/.well-known/oauth-protected-resource/api/examples/minimal", metadata),
+        ("/api/queues/process-job", vercel_mcp::jobs::consumer::MAX_BODY_BYTES, 400),
+        ("/api/cron/sweep-jobs", vercel_mcp::jobs::sweep::MAX_BODY_BYTES, 401),
+        ("/.well-known/oauth-protected-resource", metadata, 405),
+        ("/.well-known/oauth-protected-resource/api/mcp", metadata, 405),
+        ("/api/nothing-here", metadata, 404),
     ];
-    for (path, cap) in caps {
+    for (path, cap, answer) in caps {
         let over = env.server.post_to(path, "x".repeat(cap + 1)).send().await;
         assert_eq!(over.status, 413, "{path}: {}", over.text());
         let at = env.server.post_to(path, "x".repeat(cap)).send().await;
-        let refused = matches!(at.status, 400 | 401 | 404 | 405);
-        assert!(refused, "{path}: read, then refused for what it is: {}", at.status);
+        assert_eq!(at.status, answer, "{path}: read, then answered for what it is: {}", at.text());
     }
     let mcp = env.server.post_to("/api/mcp", "x".repeat(64 * 1024 + 1)).send().await;
     assert_eq!(mcp.status, 400, "the MCP endpoint reads more (it is not JSON): {}", mcp.text());

@@ -312,6 +312,20 @@ async fn outcomes_are_classified() {
             "auth_failure",
             None,
         ),
+        // A credential without the tool's scope (403) is a failure; no credential at all (401
+        // without an error code) is how a client learns it needs one.
+        (
+            env.server
+                .modern(json!(1), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}}))
+                .header("Authorization", &bearer("alice", "mcp:read")),
+            "auth_failure",
+            None,
+        ),
+        (
+            env.server.modern(json!(1), "tools/call", json!({"name": "submit_job", "arguments": {"steps": 1}})),
+            "auth_required",
+            None,
+        ),
         // The outcome is what the handler returned, not what its output looks like.
         (env.server.modern(json!(1), "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
         // The legacy path classifies the same way.
@@ -324,7 +338,13 @@ async fn outcomes_are_classified() {
         let reply = call.send().await;
         let lines = env.logs.lines();
         let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
-        assert_eq!(line["outcome"], outcome);
+        assert_eq!(line["outcome"], outcome, "{line}");
+        let status = reply.status;
+        match outcome {
+            "auth_failure" => assert!(status == 401 || status == 403, "{status}"),
+            "auth_required" => assert_eq!(status, 401),
+            _ => {}
+        }
         assert_eq!(line["code"].as_i64(), code);
         // A refusal of the caller's credential or arguments is a warning, worth an alert in a run.
         let level = if matches!(outcome, "auth_failure" | "invalid_arguments") { "warn" } else { "info" };

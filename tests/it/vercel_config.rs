@@ -64,26 +64,46 @@ fn streams_are_not_buffered_and_no_secret_is_configured_here() {
 #[test]
 fn no_credential_is_tracked() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let listed = std::process::Command::new("git").arg("ls-files").current_dir(root).output().expect("git runs");
-    assert!(listed.status.success(), "git ls-files");
-    let files: Vec<String> = String::from_utf8(listed.stdout).unwrap().lines().map(str::to_owned).collect();
+    // A checkout owned by another user is still this repository's.
+    let safe = format!("safe.directory={}", root.display());
+    let listed = std::process::Command::new("git")
+        .args(["-c", &safe, "ls-files", "-z"])
+        .current_dir(root)
+        .output()
+        .expect("git runs");
+    assert!(listed.status.success(), "git ls-files: {}", String::from_utf8_lossy(&listed.stderr));
+    let files: Vec<String> = listed
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect();
     assert!(files.len() > 100 && files.iter().any(|f| f == "src/lib.rs"), "the tracked files were listed");
-    let tokens = regex_lite::Regex::new(
-        r"(AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36}|xox[abprs]-[A-Za-z0-9-]{10,}|sk_live_[A-Za-z0-9]{16,}|-----BEGIN [A-Z ]*PRIVATE KEY-----)",
-    )
+    let tokens = regex_lite::Regex::new(concat!(
+        r"(A[KS]IA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}|xox[abprs]-[A-Za-z0-9-]{10,}",
+        r"|[sr]k_live_[A-Za-z0-9]{16,}|-----BEGIN [A-Z ]*PRIVATE KEY-----",
+        r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{20,})",
+    ))
     .unwrap();
-    let url_password = regex_lite::Regex::new(r#"[a-z]+://[^/\s:@"'<>]+:[^/\s@"'<>{}$]+@"#).unwrap();
+    let url_password = regex_lite::Regex::new(r#"[a-z]+://[^/\s:@"'<>]+:[^\s@"'<>{}$]+@"#).unwrap();
     let mut found = Vec::new();
+    let mut unread = Vec::new();
     for file in &files {
         let name = file.rsplit('/').next().unwrap();
-        if name.starts_with(".env") && name != ".env.example" {
+        if (name.starts_with(".env") || name.ends_with(".env")) && name != ".env.example" {
             found.push(format!("{file}: an environment file is tracked"));
         }
-        let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
         if file == "tests/fixtures/rsa_private.pem" {
             continue;
         }
-        if let Some(token) = tokens.find(&text) {
+        let Ok(bytes) = std::fs::read(root.join(file)) else { continue };
+        let Ok(text) = String::from_utf8(bytes) else {
+            unread.push(file.clone());
+            continue;
+        };
+        // Rust code is scanned for tokens but not for URL passwords: its tests use made-up ones,
+        // and a signed-looking JWT in one is a unit test's, refused by every check it meets.
+        if let Some(token) = tokens.find(&text).filter(|t| !(file.ends_with(".rs") && t.as_str().starts_with("eyJ"))) {
             found.push(format!("{file}: {}", &token.as_str()[..12.min(token.as_str().len())]));
         }
         if !file.ends_with(".rs") && !file.ends_with(".lock") {
@@ -93,14 +113,17 @@ fn no_credential_is_tracked() {
         }
     }
     let example = std::fs::read_to_string(root.join(".env.example")).unwrap();
-    for line in example.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+    for line in example.lines().map(str::trim_end).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         if !line.ends_with('=') {
             found.push(format!(".env.example: a value is set: {}", line.split('=').next().unwrap()));
         }
     }
     assert!(found.is_empty(), "{found:#?}");
+    // Binary files (none is tracked today) would go unread: each one is a decision.
+    assert!(unread.is_empty(), "tracked files that are not text, so not scanned: {unread:?}");
     // Put together here, so that this file does not hold what it looks for.
-    let (access_key, url) = (format!("AKIA{}", "ABCDEFGHIJKLMNOP"), format!("redis://default:{}@host", "s3cret"));
+    let access_key = format!("AKIA{}", "ABCDEFGHIJKLMNOP");
+    let url = format!("redis://default:{}@host", "s3/cr+t");
     assert!(tokens.is_match(&access_key) && url_password.is_match(&url), "the check catches what it names");
     assert!(!url_password.is_match("postgres://reader@host/db") && !url_password.is_match("https://host:443/x"));
 }
