@@ -70,6 +70,9 @@ pub enum ResponseOutcome {
     /// A 401 challenge to a request that sent no credential: how a client learns it must get one,
     /// routine on a first request, so not counted with the failures.
     AuthRequired,
+    /// A 401 `invalid_token` to a token that was good until it expired: its holder refreshes it,
+    /// routine for every client, so not counted with the failures either.
+    TokenExpired,
     /// A tool call refused before its handler ran: its arguments broke the tool's input schema.
     /// Answered as a tool error; logged apart from one, since a run of them is a client (or a
     /// prober) sending what the tool does not take.
@@ -90,6 +93,7 @@ impl ResponseOutcome {
             Self::ProtocolError(_) => "protocol_error",
             Self::AuthFailure => "auth_failure",
             Self::AuthRequired => "auth_required",
+            Self::TokenExpired => "token_expired",
             Self::InvalidArguments => "invalid_arguments",
         }
     }

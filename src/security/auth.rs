@@ -140,6 +140,11 @@ impl std::fmt::Debug for AuthConfig {
     }
 }
 
+/// The description of the `invalid_token` refusal of a token that was good until it expired (a
+/// refresh is all its holder needs); every other invalid token gets one description that says
+/// nothing of why.
+pub const TOKEN_EXPIRED: &str = "the access token expired";
+
 /// Why a request was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -309,11 +314,21 @@ impl Authenticator {
         validation.validate_aud = false;
         validation.leeway = 0;
         let claims = jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(|_| INVALID)?.claims;
-        self.check_claims(&claims).ok_or(INVALID)
+        let now = self.clock.now_ms() / 1000;
+        if let Some(accepted) = self.check_claims(&claims, now) {
+            return Ok(accepted);
+        }
+        // Said only of a token this server would have taken the second before it expired (signed,
+        // for this issuer and this resource): its holder refreshes it, which is routine. Any other
+        // refusal says nothing of why.
+        let expiry = claims.get("exp").and_then(Value::as_u64).filter(|&exp| exp > 0 && exp <= now);
+        match expiry {
+            Some(exp) if self.check_claims(&claims, exp - 1).is_some() => Err(TOKEN_EXPIRED),
+            _ => Err(INVALID),
+        }
     }
 
-    fn check_claims(&self, claims: &Value) -> Option<(Principal, u64)> {
-        let now = self.clock.now_ms() / 1000;
+    fn check_claims(&self, claims: &Value, now: u64) -> Option<(Principal, u64)> {
         if claims.get("iss")?.as_str()? != self.config.issuer {
             return None;
         }

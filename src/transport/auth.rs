@@ -13,10 +13,12 @@ pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Bod
     let challenge = auth.challenge(refusal);
     // A challenge without an error code answers a request that sent no credential (RFC 6750 §3.1).
     let (body, outcome) = match challenge.error {
-        Some(error) => {
-            (json!({ "error": error, "error_description": challenge.description }), ResponseOutcome::AuthFailure)
-        }
         None => (json!({ "error_description": challenge.description }), ResponseOutcome::AuthRequired),
+        Some(error) => {
+            let expired = *refusal == Refusal::InvalidToken(crate::security::auth::TOKEN_EXPIRED);
+            let outcome = if expired { ResponseOutcome::TokenExpired } else { ResponseOutcome::AuthFailure };
+            (json!({ "error": error, "error_description": challenge.description }), outcome)
+        }
     };
     let body = Body::full(serde_json::to_vec(&body).expect("json")).with_outcome(outcome);
     let mut response = Response::new(body);

@@ -268,8 +268,8 @@ fn end_span(
         ResponseOutcome::ToolError => span.fail("tool_error"),
         ResponseOutcome::ProtocolError(_) => span.fail("protocol_error"),
         ResponseOutcome::AuthFailure => span.fail("auth_failure"),
-        // The client is told to get a credential: routine, not a failure of the server's.
-        ResponseOutcome::AuthRequired => {}
+        // The client is told to get a credential, or a fresh one: routine, not a failure.
+        ResponseOutcome::AuthRequired | ResponseOutcome::TokenExpired => {}
         ResponseOutcome::InvalidArguments => span.fail("invalid_arguments"),
     }
     span.end();

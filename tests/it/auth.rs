@@ -161,6 +161,33 @@ async fn the_token_matrix() {
         let reply = env.whoami(Some(&format!("Bearer {bad}"))).await;
         assert_refused(&reply, 401, "invalid_token", bad);
         assert_eq!(challenge(&reply)["scope"], "mcp:read", "{case}");
+        // Only a token that was good until it expired is told so (its holder refreshes it);
+        // every other refusal says nothing of why.
+        let expected = if case.starts_with("expired") {
+            vercel_mcp::security::auth::TOKEN_EXPIRED
+        } else {
+            "the access token is invalid or expired"
+        };
+        assert_eq!(reply.json()["error_description"], expected, "{case}");
+    }
+    // Expired and wrong in some other way (its audience, its signature, its start): not "expired".
+    let tampered_expired = {
+        let mut parts: Vec<String> =
+            token(json!({"exp": NOW - 1, "iat": NOW - 100})).split('.').map(str::to_owned).collect();
+        parts[1] = b64(claims(json!({"exp": NOW - 1, "iat": NOW - 100, "scope": "mcp:write"})).to_string().as_bytes());
+        parts.join(".")
+    };
+    for (case, bad) in [
+        (
+            "expired, for another audience",
+            token(json!({"exp": NOW - 1, "iat": NOW - 100, "aud": "https://other.example"})),
+        ),
+        ("expired, tampered", tampered_expired),
+        ("expired before it started", token(json!({"exp": NOW - 1, "iat": NOW - 100, "nbf": NOW - 1}))),
+    ] {
+        let reply = env.whoami(Some(&format!("Bearer {bad}"))).await;
+        assert_refused(&reply, 401, "invalid_token", &bad);
+        assert_eq!(reply.json()["error_description"], "the access token is invalid or expired", "{case}");
     }
     for header in ["Bearer", "Bearer    ", "Bearer\tabc", "bearer"] {
         assert_refused(&env.whoami(Some(header)).await, 401, "invalid_token", "");

@@ -326,6 +326,15 @@ async fn outcomes_are_classified() {
             "auth_required",
             None,
         ),
+        // A token that was good until it expired: its holder refreshes it, routine too.
+        (
+            env.server.modern(json!(1), "tools/list", json!({})).header(
+                "Authorization",
+                &format!("Bearer {}", token(json!({"exp": common::tokens::NOW - 1, "iat": common::tokens::NOW - 100}))),
+            ),
+            "token_expired",
+            None,
+        ),
         // The outcome is what the handler returned, not what its output looks like.
         (env.server.modern(json!(1), "tools/call", json!({"name": "looks_failed", "arguments": {}})), "ok", None),
         // The legacy path classifies the same way.
@@ -342,7 +351,7 @@ async fn outcomes_are_classified() {
         let status = reply.status;
         match outcome {
             "auth_failure" => assert!(status == 401 || status == 403, "{status}"),
-            "auth_required" => assert_eq!(status, 401),
+            "auth_required" | "token_expired" => assert_eq!(status, 401),
             _ => {}
         }
         assert_eq!(line["code"].as_i64(), code);
