@@ -404,6 +404,26 @@ async fn until(what: &str, api: &Mutex<FakeSandboxApi>, arrived: impl Fn(&FakeSa
     .await;
 }
 
+/// Polls `run` (which must not finish) until `arrived` holds of the fake API, then drops it: a
+/// caller that goes away at that point.
+async fn drop_run_once<F: std::future::Future>(
+    run: F,
+    what: &str,
+    api: &Mutex<FakeSandboxApi>,
+    arrived: impl Fn(&FakeSandboxApi) -> bool,
+) {
+    let mut run = std::pin::pin!(run);
+    common::bounded(what, async {
+        while !arrived(&api.lock().unwrap()) {
+            tokio::select! {
+                _ = &mut run => panic!("the run finished before {what}"),
+                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+            }
+        }
+    })
+    .await;
+}
+
 fn run_request(command: &str) -> SandboxRunRequest {
     SandboxRunRequest { command: command.into(), options: build_sandbox_create_options() }
 }
@@ -416,21 +436,9 @@ async fn a_run_dropped_midway_still_stops_its_sandbox() {
     let (base, api) = start_fake_api(Upstream::RunHangs).await;
     let config = sandbox_env(&base, Some(&oidc_token()));
     let request = run_request("sleep 30");
-    {
-        let mut run = std::pin::pin!(config.examples.sandbox.run(&request, None));
-        common::bounded("the command to start", async {
-            loop {
-                tokio::select! {
-                    _ = &mut run => panic!("the run cannot finish: its command hangs"),
-                    () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
-                }
-                if paths(&api).iter().any(|p| p.contains("/cmd")) {
-                    break;
-                }
-            }
-        })
-        .await;
-    } // The run is dropped here, its command still running.
+    // Its command hangs: the run is dropped while it runs.
+    let started = |api: &FakeSandboxApi| api.requests.iter().any(|r| r.1.contains("/cmd"));
+    drop_run_once(config.examples.sandbox.run(&request, None), "the command to start", &api, started).await;
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
 }
 
@@ -443,21 +451,9 @@ async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
     let (base, api) = start_fake_api(Upstream::CreateHeld).await;
     let config = sandbox_env(&base, Some(&oidc_token()));
     let request = run_request("ls");
-    {
-        let mut run = std::pin::pin!(config.examples.sandbox.run(&request, None));
-        common::bounded("the create to arrive", async {
-            loop {
-                tokio::select! {
-                    _ = &mut run => panic!("the run cannot finish: its create is held"),
-                    () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
-                }
-                if api.lock().unwrap().create_arrived {
-                    break;
-                }
-            }
-        })
-        .await;
-    } // The caller leaves here, the create still held.
+    // The caller leaves while the create is held.
+    let created = |api: &FakeSandboxApi| api.create_arrived;
+    drop_run_once(config.examples.sandbox.run(&request, None), "the create to arrive", &api, created).await;
     let gate = api.lock().unwrap().create_gate.clone();
     gate.add_permits(1);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
