@@ -616,16 +616,10 @@ impl RequestRecord {
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
-        // The status decides. A contained panic is always an error in its own `panic` event (which
+        // A 5xx is an error whatever the outcome. A contained panic is always an error in its own `panic` event (which
         // carries this request's id and where it happened); its request line says 500 where the
         // answer does, and 200 in the 2025-11-25 era or after a stream's head.
-        // Refusals of the caller (a credential, arguments) are warnings: a run of them is worth
-        // an alert (a client misconfigured, or someone probing).
-        let level = match outcome {
-            _ if status >= 500 => "error",
-            crate::body::ResponseOutcome::AuthFailure | crate::body::ResponseOutcome::InvalidArguments => "warn",
-            _ => "info",
-        };
+        let level = outcome.level(status);
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed
         // words are known-safe text; only the method and the name (client-supplied) go through

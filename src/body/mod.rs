@@ -98,6 +98,18 @@ impl ResponseOutcome {
         }
     }
 
+    /// The level of the request's log line with `status`: `error` for a 5xx; `warn` for a refusal
+    /// of what the caller sent (a credential, arguments), since a run of them is worth an alert
+    /// (a client misconfigured, or someone probing); `info` for the rest, the routine 401s that
+    /// ask for a credential or a fresh one included.
+    pub fn level(self, status: u16) -> &'static str {
+        match self {
+            _ if status >= 500 => "error",
+            Self::AuthFailure | Self::InvalidArguments => "warn",
+            _ => "info",
+        }
+    }
+
     /// The JSON-RPC error code, for a protocol error that has one.
     pub fn code(self) -> Option<i32> {
         match self {
