@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use crate::protocol::types::{CallToolResult, Tool};
 use crate::protocol::{LEGACY_VERSIONS, PROTOCOL_VERSION, meta};
+use crate::server::HeaderParam;
 use crate::transport::headers::encode_value;
 
 /// Why a client operation failed.
@@ -187,8 +188,8 @@ pub struct Client {
     negotiated: Negotiated,
     session: Option<String>,
     next_id: AtomicU64,
-    /// `x-mcp-header` annotations of listed tools: tool → (property, header).
-    header_params: Mutex<HashMap<String, Vec<(String, String)>>>,
+    /// `x-mcp-header` annotations of listed tools, by tool name.
+    header_params: Mutex<HashMap<String, Vec<HeaderParam>>>,
     /// Whether the tools were listed (by the caller, or before a call of an unseen tool).
     listed: std::sync::atomic::AtomicBool,
     server: Value,
@@ -386,10 +387,10 @@ impl Client {
         let Some(tool) = params.get("name").and_then(Value::as_str) else { return Vec::new() };
         let annotations = self.header_params.lock().expect("header params lock");
         let Some(list) = annotations.get(tool) else { return Vec::new() };
-        let arguments = params.get("arguments").and_then(Value::as_object);
+        let arguments = params.get("arguments");
         list.iter()
-            .filter_map(|(property, header)| {
-                let value = match arguments?.get(property)? {
+            .filter_map(|param| {
+                let value = match param.value_in(arguments?)? {
                     Value::String(s) => s.clone(),
                     Value::Bool(b) => b.to_string(),
                     Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
@@ -397,7 +398,7 @@ impl Client {
                     number @ Value::Number(_) => crate::server::schema::whole_numbers_as_integers(number)?.to_string(),
                     _ => return None,
                 };
-                Some((format!("Mcp-Param-{header}"), encode_value(&value).into_owned()))
+                Some((format!("Mcp-Param-{}", param.header), encode_value(&value).into_owned()))
             })
             .collect()
     }
@@ -646,7 +647,10 @@ impl Client {
             let page = self.request("tools/list", params).await?;
             for tool in page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
-                let Ok(annotations) = header_annotations(&tool) else { continue };
+                let schema = tool.get("inputSchema");
+                let Ok(annotations) = schema.map_or(Ok(Vec::new()), crate::server::header_annotations) else {
+                    continue;
+                };
                 let typed = serde_json::from_value::<Tool>(tool.clone())
                     .map_err(|e| ClientError::Protocol(format!("tools/list entry {name}: {e}")))?;
                 self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
@@ -740,28 +744,4 @@ fn refuse_headers_in_clear(url: &str, headers: &[(String, String)]) -> Result<()
         )));
     }
     Ok(())
-}
-
-/// The `x-mcp-header` annotations of a tool's root properties, or an error if any breaks the
-/// rules (non-token name, duplicate, or on a property that is not string/integer/boolean).
-pub fn header_annotations(tool: &Value) -> Result<Vec<(String, String)>, String> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let Some(Value::Object(properties)) = tool.get("inputSchema").and_then(|s| s.get("properties")) else {
-        return Ok(out);
-    };
-    for (property, schema) in properties {
-        let Some(header) = schema.get("x-mcp-header") else { continue };
-        let header = header.as_str().ok_or("x-mcp-header must be a string")?;
-        if header.is_empty() || !header.bytes().all(crate::server::is_tchar) {
-            return Err(format!("x-mcp-header {header:?} is not an HTTP token"));
-        }
-        if !matches!(schema.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean")) {
-            return Err(format!("x-mcp-header on {property} needs a string, integer or boolean property"));
-        }
-        if out.iter().any(|(_, h)| h.eq_ignore_ascii_case(header)) {
-            return Err(format!("x-mcp-header {header:?} appears twice"));
-        }
-        out.push((property.clone(), header.to_owned()));
-    }
-    Ok(out)
 }

@@ -30,8 +30,9 @@ pub use cache::{CacheHint, CacheScope, CacheableMethod};
 pub use dispatch::Reply;
 pub use template::UriTemplate;
 pub use tool::ToolDef;
-pub(crate) use tool::{ToolEntry, is_tchar};
-use tool::{header_params, valid_tool_name};
+pub(crate) use tool::ToolEntry;
+use tool::valid_tool_name;
+pub use tool::{HeaderParam, header_annotations};
 pub use with_state::WithState;
 
 use schemars::JsonSchema;
@@ -395,7 +396,8 @@ impl McpServer {
             Some(&json!("object")),
             "tool {name:?}: inputSchema root must be an object"
         );
-        let header_params = header_params(&name, &input_schema);
+        let header_params =
+            header_annotations(&input_schema).unwrap_or_else(|broken| panic!("tool {name:?}: {broken}"));
         let listing_json = def.listing_json(&input_schema);
         let output_schema = def.output_schema.take();
         if let Some(output) = &output_schema {

@@ -144,11 +144,24 @@ struct ToolListing<'a> {
     title: Option<&'a str>,
 }
 
-/// An `x-mcp-header` annotation: `Mcp-Param-{header}` mirrors argument `property`.
+/// An `x-mcp-header` annotation: `Mcp-Param-{header}` mirrors the argument at `path`, the
+/// property names leading to it from the arguments object (one name for a root property).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HeaderParam {
+pub struct HeaderParam {
     pub header: String,
-    pub property: String,
+    pub path: Vec<String>,
+}
+
+impl HeaderParam {
+    /// The argument's value in `arguments`, if every object on the way holds the next name.
+    pub fn value_in<'a>(&self, arguments: &'a Value) -> Option<&'a Value> {
+        self.path.iter().try_fold(arguments, |at, name| at.as_object()?.get(name))
+    }
+
+    /// The path as the error messages name it (`target.region`).
+    pub fn property(&self) -> String {
+        self.path.join(".")
+    }
 }
 
 pub(crate) struct ToolEntry {
@@ -173,42 +186,176 @@ pub(super) fn valid_tool_name(name: &str) -> bool {
 }
 
 /// RFC 9110 `tchar`.
-pub(crate) fn is_tchar(b: u8) -> bool {
+fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// Collects and checks the `x-mcp-header` annotations of a tool's root properties. Only
-/// root-level `string`/`integer`/`boolean` properties may carry one; names are tokens, unique
-/// case-insensitively. Anything else is a registration error.
-pub(super) fn header_params(tool: &str, schema: &Value) -> Vec<HeaderParam> {
-    let mut out: Vec<HeaderParam> = Vec::new();
-    let Some(Value::Object(properties)) = schema.get("properties") else { return out };
-    for (property, sub) in properties {
-        let Some(header) = sub.get("x-mcp-header") else { continue };
-        let header =
-            header.as_str().unwrap_or_else(|| panic!("tool {tool}: x-mcp-header on {property} must be a string"));
-        assert!(
-            !header.is_empty() && header.bytes().all(is_tchar),
-            "tool {tool}: x-mcp-header {header:?} is not an HTTP token"
-        );
-        let kind = sub.get("type").and_then(Value::as_str).unwrap_or("");
-        assert!(
-            matches!(kind, "string" | "integer" | "boolean"),
-            "tool {tool}: x-mcp-header on {property} needs a string, integer or boolean property"
-        );
-        assert!(
-            !out.iter().any(|p| p.header.eq_ignore_ascii_case(header)),
-            "tool {tool}: x-mcp-header {header:?} is used twice"
-        );
-        out.push(HeaderParam { header: header.to_owned(), property: property.clone() });
+/// Collects and checks the `x-mcp-header` annotations of an input schema (SEP-2243). One may
+/// sit on a `string`, `integer` or `boolean` property reached from the root through `properties`
+/// alone; its name is an HTTP token, unique case-insensitively. An annotation anywhere else (the
+/// root, under `items`, `oneOf`, `$defs`, `additionalProperties`...) breaks the rules, and so
+/// does a bad name: the server refuses such a tool at registration, and a client drops it.
+pub fn header_annotations(schema: &Value) -> Result<Vec<HeaderParam>, String> {
+    let mut out = Vec::new();
+    scan_for_headers(schema, Some(&mut Vec::new()), &mut out)?;
+    Ok(out)
+}
+
+/// Keywords whose value is one schema, a list of schemas, or a map of names to schemas: where an
+/// annotation could hide. Other keywords' values (`enum`, `default`, `examples`...) are data.
+const ONE_SCHEMA: &[&str] = &[
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+];
+const SCHEMA_LISTS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems", "items"];
+const SCHEMA_MAPS: &[&str] = &["patternProperties", "$defs", "definitions", "dependentSchemas"];
+
+/// Walks `schema`; `path` is the property names from the root while every step has been through
+/// `properties` (`None` once any step was not).
+fn scan_for_headers(schema: &Value, path: Option<&mut Vec<String>>, out: &mut Vec<HeaderParam>) -> Result<(), String> {
+    let Value::Object(schema) = schema else { return Ok(()) };
+    if let Some(header) = schema.get("x-mcp-header") {
+        let header = header.as_str().ok_or("x-mcp-header must be a string")?;
+        if header.is_empty() || !header.bytes().all(is_tchar) {
+            return Err(format!("x-mcp-header {header:?} is not an HTTP token"));
+        }
+        let at = match &path {
+            Some(path) if !path.is_empty() => path.join("."),
+            _ => {
+                return Err(format!(
+                    "x-mcp-header {header:?} must be on a property reached from the root through properties alone \
+                     (not the root, nor under $ref, items, anyOf and the like; a nested Rust struct needs #[schemars(inline)])"
+                ));
+            }
+        };
+        if !matches!(schema.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean")) {
+            return Err(format!("x-mcp-header on {at} needs a string, integer or boolean property"));
+        }
+        if out.iter().any(|p| p.header.eq_ignore_ascii_case(header)) {
+            return Err(format!("x-mcp-header {header:?} is used twice"));
+        }
+        out.push(HeaderParam {
+            header: header.to_owned(),
+            path: path.as_ref().map(|p| p.to_vec()).unwrap_or_default(),
+        });
     }
-    out
+    let mut path = path;
+    if let Some(Value::Object(properties)) = schema.get("properties") {
+        for (name, sub) in properties {
+            match path.as_deref_mut() {
+                Some(path) => {
+                    path.push(name.clone());
+                    let scanned = scan_for_headers(sub, Some(&mut *path), out);
+                    path.pop();
+                    scanned?;
+                }
+                None => scan_for_headers(sub, None, out)?,
+            }
+        }
+    }
+    for keyword in ONE_SCHEMA {
+        if let Some(sub) = schema.get(*keyword) {
+            scan_for_headers(sub, None, out)?;
+        }
+    }
+    for keyword in SCHEMA_LISTS {
+        if let Some(Value::Array(subs)) = schema.get(*keyword) {
+            subs.iter().try_for_each(|sub| scan_for_headers(sub, None, out))?;
+        }
+    }
+    for keyword in SCHEMA_MAPS {
+        if let Some(Value::Object(subs)) = schema.get(*keyword) {
+            subs.values().try_for_each(|sub| scan_for_headers(sub, None, out))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn headers_of(schema: Value) -> Result<Vec<(String, String)>, String> {
+        Ok(header_annotations(&schema)?.into_iter().map(|p| (p.header.clone(), p.property())).collect())
+    }
+
+    #[test]
+    fn annotations_are_found_through_properties_at_any_depth() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "target": {"type": "object", "properties": {
+                "zone": {"type": "integer", "x-mcp-header": "Zone"},
+                "deep": {"type": "object", "properties": {"on": {"type": "boolean", "x-mcp-header": "On"}}},
+            }},
+            // Data that happens to look like an annotation is not one.
+            "mode": {"type": "string", "default": {"x-mcp-header": "Nope"}, "enum": [{"x-mcp-header": "No"}]},
+        }});
+        let found = headers_of(schema).unwrap();
+        assert_eq!(
+            found,
+            [
+                ("Region".into(), "region".into()),
+                ("On".into(), "target.deep.on".into()),
+                ("Zone".into(), "target.zone".into())
+            ]
+        );
+        let arguments = json!({"target": {"zone": 3, "deep": null}});
+        let params = header_annotations(&json!({"properties": {"target": {"properties": {
+            "zone": {"type": "integer", "x-mcp-header": "Zone"},
+            "deep": {"properties": {"on": {"type": "boolean", "x-mcp-header": "On"}}},
+        }}}}))
+        .unwrap();
+        let (on, zone) = (&params[0], &params[1]);
+        assert_eq!(zone.value_in(&arguments), Some(&json!(3)));
+        assert_eq!(on.value_in(&arguments), None, "a null on the way holds nothing");
+        assert_eq!(zone.value_in(&json!({"target": "zone"})), None, "nor does a string");
+    }
+
+    #[test]
+    fn annotations_anywhere_else_or_malformed_break_the_rules() {
+        let at = |place: Value| headers_of(json!({"type": "object", "properties": {"a": place}}));
+        let annotated = json!({"type": "string", "x-mcp-header": "A"});
+        for hidden in [
+            json!({"type": "array", "items": annotated}),
+            json!({"type": "array", "prefixItems": [annotated]}),
+            json!({"anyOf": [annotated]}),
+            json!({"oneOf": [{"type": "null"}, annotated]}),
+            json!({"allOf": [annotated]}),
+            json!({"not": annotated}),
+            json!({"if": annotated, "then": {}, "else": {}}),
+            json!({"type": "object", "additionalProperties": annotated}),
+            json!({"type": "object", "patternProperties": {"^x": annotated}}),
+            json!({"$ref": "#/$defs/A", "$defs": {"A": annotated}}),
+        ] {
+            let error = at(hidden.clone()).unwrap_err();
+            assert!(error.contains("through properties alone"), "{hidden}: {error}");
+        }
+        assert!(headers_of(json!({"type": "object", "x-mcp-header": "Root"})).is_err(), "not on the root");
+        for (place, why) in [
+            (json!({"type": "number", "x-mcp-header": "A"}), "needs a string, integer or boolean"),
+            (json!({"type": "string", "x-mcp-header": "A B"}), "not an HTTP token"),
+            (json!({"type": "string", "x-mcp-header": ""}), "not an HTTP token"),
+            (json!({"type": "string", "x-mcp-header": 7}), "must be a string"),
+        ] {
+            let error = at(place.clone()).unwrap_err();
+            assert!(error.contains(why), "{place}: {error}");
+        }
+        let twice = json!({"type": "object", "properties": {
+            "a": {"type": "string", "x-mcp-header": "Region"},
+            "b": {"type": "object", "properties": {"c": {"type": "string", "x-mcp-header": "region"}}},
+        }});
+        assert!(headers_of(twice).unwrap_err().contains("used twice"), "unique case-insensitively at any depth");
+    }
 
     #[test]
     fn a_listing_entry_carries_every_part_of_the_definition_and_nothing_else() {

@@ -393,11 +393,11 @@ fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Request
     if tool.header_params.is_empty() {
         return Ok(());
     }
-    let arguments = params.get("arguments").and_then(Value::as_object);
+    let arguments = params.get("arguments");
     for param in &tool.header_params {
         let header_name = format!("{}{}", headers::PARAM_PREFIX, param.header.to_ascii_lowercase());
         let display = format!("Mcp-Param-{}", param.header);
-        let body_value = arguments.and_then(|a| a.get(&param.property)).filter(|v| !v.is_null());
+        let body_value = arguments.and_then(|a| param.value_in(a)).filter(|v| !v.is_null());
         let raw = headers::single(headers, &header_name).map_err(|p| header_error(&display, p))?;
         match (body_value, raw) {
             (None, _) => {}
@@ -409,7 +409,7 @@ fn check_param_headers(server: &McpServer, headers: &HeaderMap, params: &Request
                 if !headers::param_matches(&decoded, value) {
                     return Err(McpError::header_mismatch(format!(
                         "Header mismatch: {display} header value does not match argument {}",
-                        param.property
+                        param.property()
                     )));
                 }
             }

@@ -40,6 +40,9 @@ async fn speaks_2026_07_28_by_default() {
         let result = client.call_tool("region", json!({"region": region})).await.unwrap();
         assert_eq!(result.joined_text(), region);
     }
+    // So do the annotated arguments below the root.
+    let nested = client.call_tool("region", json!({"region": "eu", "placement": {"zone": "Zone ä"}})).await.unwrap();
+    assert_eq!(nested.joined_text(), "eu Zone ä");
 }
 
 #[tokio::test]

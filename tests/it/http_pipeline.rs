@@ -230,6 +230,42 @@ async fn mcp_param_headers_must_mirror_the_arguments() {
         let reply = c.send().await;
         assert_eq!((reply.status, reply.code()), (400, -32020), "{header:?}");
     }
+    // An annotated argument below the root is mirrored too: present, its header must be sent and
+    // equal; absent or null on the way, none is expected.
+    let nested = json!({"region": "us-west1", "placement": {"zone": "b"}});
+    let both = |zone: Option<&str>| {
+        let c = f
+            .server
+            .modern(json!(1), "tools/call", call("region", nested.clone()))
+            .header("Mcp-Param-Region", "us-west1");
+        match zone {
+            Some(zone) => c.header("Mcp-Param-Zone", zone),
+            None => c,
+        }
+    };
+    let ok = both(Some("b")).send().await;
+    assert_eq!(
+        (ok.status, ok.json()["result"]["content"][0]["text"].clone()),
+        (200, json!("us-west1 b")),
+        "{}",
+        ok.text()
+    );
+    for zone in [None, Some("c")] {
+        let reply = both(zone).send().await;
+        assert_eq!((reply.status, reply.code()), (400, -32020), "{zone:?}: {}", reply.text());
+        if zone.is_some() {
+            assert!(reply.text().contains("argument placement.zone"), "{}", reply.text());
+        }
+    }
+    for absent in [json!({"region": "us-west1"}), json!({"region": "us-west1", "placement": null})] {
+        let reply = f
+            .server
+            .modern(json!(1), "tools/call", call("region", absent.clone()))
+            .header("Mcp-Param-Region", "us-west1")
+            .send()
+            .await;
+        assert_eq!(reply.status, 200, "{absent}: {}", reply.text());
+    }
 }
 
 #[tokio::test]

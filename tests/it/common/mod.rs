@@ -378,6 +378,16 @@ struct WeatherArgs {
 struct RegionArgs {
     #[schemars(extend("x-mcp-header" = "Region"))]
     region: String,
+    /// An annotated argument below the root (SEP-2243 allows any depth through `properties`).
+    #[serde(default)]
+    placement: Option<Placement>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+struct Placement {
+    #[schemars(extend("x-mcp-header" = "Zone"))]
+    zone: String,
 }
 
 pub struct Fixture {
@@ -444,7 +454,10 @@ pub fn fixture_server(calls: &Arc<AtomicUsize>, cancelled: &Arc<Notify>) -> McpS
         },
     );
     server.tool(ToolDef::new("region").description("Has an x-mcp-header"), |_, args: RegionArgs| async move {
-        CallToolResult::text(args.region)
+        match args.placement {
+            Some(placement) => CallToolResult::text(format!("{} {}", args.region, placement.zone)),
+            None => CallToolResult::text(args.region),
+        }
     });
     server.tool(ToolDef::new("logs").description("Logs at three levels"), |ctx, _: NoArguments| async move {
         for level in [LogLevel::Debug, LogLevel::Info, LogLevel::Error] {
