@@ -16,7 +16,19 @@ use crate::state::Clock;
 /// key library cannot read at all (an encryption key of a curve it does not know, an algorithm
 /// it has no name for): RFC 7517 §5 asks that such keys be ignored, not the set refused, which
 /// would keep a key the issuer dropped trusted for as long as its sets carried such an entry.
+///
+/// A set with no usable key is refused: configured (`MCP_JWKS`), it could verify nothing.
 pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+    let keys = read_key_set(document)?;
+    if keys.is_empty() {
+        return Err("the JWKS holds no usable key with a kid".into());
+    }
+    Ok(keys)
+}
+
+/// [`parse_jwks`] without the refusal of a set with no usable key: fetched, such a set is the
+/// issuer saying that no key it published before is good any more.
+fn read_key_set(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
     use jsonwebtoken::jwk::{Jwk, KeyOperations, PublicKeyUse};
     #[derive(serde::Deserialize)]
     struct Entries {
@@ -45,9 +57,6 @@ pub fn parse_jwks(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algor
         if let Ok(key) = DecodingKey::from_jwk(jwk) {
             keys.insert(kid, (key, algorithm));
         }
-    }
-    if keys.is_empty() {
-        return Err("the JWKS holds no usable key with a kid".into());
     }
     Ok(keys)
 }
@@ -131,12 +140,15 @@ impl JwksCache {
         let now = self.clock.now_ms();
         let fetched = crate::outbound::send(request, Duration::from_secs(5)).await;
         let mut state = self.state.lock().expect("jwks lock");
-        // Even a failed fetch counts for the rate limit; keys already held stay usable.
+        // Even a failed fetch counts for the rate limit; keys already held stay usable while
+        // the issuer cannot be reached or answers with something that is not a key set. A key
+        // set replaces them, even one with no usable key: keeping a key the issuer dropped
+        // because nothing replaced it would trust it for as long as the issuer publishes none.
         state.fetched_at = Some(now);
         state.fetches += 1;
         if let Ok(response) = fetched {
             if response.status.is_success() {
-                if let Ok(keys) = parse_jwks(&response.body) {
+                if let Ok(keys) = read_key_set(&response.body) {
                     state.keys = Arc::new(keys);
                 }
             }

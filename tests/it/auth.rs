@@ -865,6 +865,19 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     assert!(!verify(signed("test-rsa-1")).await, "a key the JWKS no longer lists is refused");
     assert!(verify(signed("test-rsa-2")).await);
     assert_eq!(fetches.load(Ordering::SeqCst), 4);
+    // A set with no usable key left (every key revoked, or only keys for other uses) drops the
+    // keys held: nothing the issuer no longer publishes stays trusted.
+    let encryption_only = JWKS.replace("test-rsa-1", "test-rsa-2").replace(r#""use": "sig""#, r#""use": "enc""#);
+    assert!(encryption_only.contains(r#""use": "enc""#), "the fixture names its key's use");
+    for (fetch, revoked) in [(5, r#"{"keys":[]}"#.to_owned()), (6, encryption_only)] {
+        *served.lock().unwrap() = (200, JWKS.replace("test-rsa-1", "test-rsa-2"));
+        clock.advance_ms(300_000);
+        assert!(verify(signed("test-rsa-2")).await, "held before the revocation");
+        *served.lock().unwrap() = (200, revoked.clone());
+        clock.advance_ms(300_000);
+        assert!(!verify(signed("test-rsa-2")).await, "a set without it refuses it: {revoked}");
+        assert_eq!(fetches.load(Ordering::SeqCst), fetch * 2 - 4);
+    }
 }
 
 /// A burst of tokens naming unknown `kid`s while a refetch is under way costs that one fetch: the
