@@ -260,9 +260,9 @@ impl Consumer {
         let abandoned = self.store.abandon(&message.owner_id, &message.job_id, self.clock.now_ms()).await;
         if let Some(logger) = &self.logger {
             let detail = match abandoned {
-                Ok(_) => "its message was delivered too often and went to the dead letters; the job is failed",
+                Ok(_) => "its message was delivered too often and goes to the dead letters; the job is failed",
                 Err(_) => {
-                    "its message went to the dead letters; the job could not be failed and stays until its deadline"
+                    "its message goes to the dead letters; the job could not be failed and stays until its deadline"
                 }
             };
             logger.fault("job.fault", "dead_letter", detail);

@@ -26,6 +26,38 @@ pub struct Jobs {
     pub(crate) limits: JobLimits,
 }
 
+/// A record created for a submit that has not handed out its handle. Dropped armed (the submit
+/// returned an error, or its future was dropped while a command was in flight), it deletes the
+/// record in the background: nobody holds a handle to it, and, pending with no message, it would
+/// hold one of its owner's slots until its deadline. A message that did go out finds no record,
+/// and its delivery is skipped.
+struct Unissued {
+    store: Arc<dyn JobStore>,
+    record: Option<JobRecord>,
+}
+
+impl Unissued {
+    /// The handle is issued, or the record was never stored by this submit, or is rolled back
+    /// where the caller is told: nothing left to do.
+    fn disarm(&mut self) {
+        self.record = None;
+    }
+}
+
+impl Drop for Unissued {
+    fn drop(&mut self) {
+        let Some(record) = self.record.take() else { return };
+        // Without a runtime (one shutting down) there is nothing to run the delete on; the record
+        // then expires at its deadline.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let store = Arc::clone(&self.store);
+            crate::state::background::spawn(async move {
+                let _ = store.delete(&record).await;
+            });
+        }
+    }
+}
+
 /// What a submission returns: the handle to poll with, never the raw id. A tool may return it
 /// as structured output (`Json(submitted)`): its schema comes with it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -224,7 +256,7 @@ impl Jobs {
         let quota = self.limits.quota_for(principal);
         let stream = self.publisher.redis_stream();
         let mut attempts = 0;
-        let (record, message, enqueued) = loop {
+        let (record, message, enqueued, mut unissued) = loop {
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
             let message = JobMessage {
                 job_id: record.job_id.clone(),
@@ -232,6 +264,10 @@ impl Jobs {
                 steps,
                 traceparent: traceparent.clone(),
             };
+            // Armed before the create is sent: from then on, a submit that ends without a handle
+            // (its caller gone, or an error that leaves unknown whether the record landed) has
+            // the record deleted, never left pending with nothing to run it.
+            let mut unissued = Unissued { store: Arc::clone(&self.store), record: Some(record.clone()) };
             // Where the queue is a stream the store can reach, the message goes in with the record.
             let (created, enqueued) =
                 match stream.and_then(|stream| self.store.create_enqueued(&record, &quota, now, stream, &message)) {
@@ -248,8 +284,14 @@ impl Jobs {
                 },
                 created => created,
             };
-            match created.map_err(|e| self.fault("create", e.message()))? {
-                Ok(()) => break (record, message, enqueued),
+            let created = created.map_err(|e| self.fault("create", e.message()))?;
+            if created.is_err() {
+                // Refused: nothing was stored under this id by this call (under `Exists`, a
+                // record that is another job's).
+                unissued.disarm();
+            }
+            match created {
+                Ok(()) => break (record, message, enqueued, unissued),
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(
                         "job limit reached: at most {cap} active jobs per caller; wait for one to finish or cancel one"
@@ -276,6 +318,7 @@ impl Jobs {
         };
         if !enqueued {
             if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
+                unissued.disarm();
                 let rolled_back = self.store.delete(&record).await.is_ok();
                 let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
                 let (full, problem) = match problem {
@@ -287,6 +330,7 @@ impl Jobs {
                 return Err(if full { text } else { self.fault("enqueue", &text) });
             }
         }
+        unissued.disarm();
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), Detail::Steps(steps));
         Ok(Submitted { job_id: handle, state: record.state.as_str(), total_steps: record.total_steps })

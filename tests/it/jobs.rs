@@ -417,6 +417,61 @@ async fn a_create_that_landed_though_it_reported_an_error_is_the_submits() {
     }
 }
 
+/// A submit whose caller goes away while its message is being published (its future dropped
+/// mid-flight) leaves no record behind: nobody holds its handle, and a pending record with no
+/// message would hold one of the caller's slots until its deadline. Nor does a create whose
+/// outcome cannot be learnt (it errs, and so does the read that would tell whether it landed).
+#[tokio::test]
+async fn a_submit_that_ends_without_a_handle_leaves_no_record() {
+    struct Stuck(Arc<tokio::sync::Notify>);
+    impl vercel_mcp::jobs::queue::Publisher for Stuck {
+        fn publish<'a>(&'a self, _: &'a JobMessage, _: Option<&'a str>) -> vercel_mcp::jobs::queue::PublishFuture<'a> {
+            self.0.notify_one();
+            Box::pin(std::future::pending())
+        }
+    }
+    async fn settled(store: &MemoryJobStore) -> usize {
+        // The rollback runs on the runtime once the test yields to it.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        store.len()
+    }
+    let store = Arc::new(MemoryJobStore::new());
+    let (mut jobs, _) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    let publishing = Arc::new(tokio::sync::Notify::new());
+    jobs.set_publisher(Arc::new(Stuck(publishing.clone())));
+    let anonymous = Principal::anonymous();
+    tokio::select! {
+        _ = jobs.submit(&anonymous, 1, None) => panic!("the publish never ends"),
+        () = publishing.notified() => assert_eq!(store.len(), 1, "created, and being published"),
+    }
+    assert_eq!(settled(&store).await, 0, "the caller went away: the record is deleted");
+
+    struct Unknown {
+        store: MemoryJobStore,
+    }
+    impl Hooks for Unknown {
+        fn inner(&self) -> &dyn JobStore {
+            &self.store
+        }
+        fn create<'a>(&'a self, r: &'a JobRecord, q: &'a Quota, n: u64) -> StoreFuture<'a, Result<(), CreateRefused>> {
+            Box::pin(async move {
+                self.store.create(r, q, n).await?.expect("within the quota");
+                Err(StoreError::fault("job store unavailable: connection reset"))
+            })
+        }
+        fn get<'a>(&'a self, _: &'a str, _: &'a str, _: u64) -> StoreFuture<'a, Option<JobRecord>> {
+            Box::pin(async { Err(StoreError::fault("job store unavailable: connection reset")) })
+        }
+    }
+    let store = Arc::new(Hooked(Unknown { store: MemoryJobStore::new() }));
+    let (jobs, queue) = service(store.clone(), Arc::new(ManualClock::new(0)));
+    let error = jobs.submit(&anonymous, 1, None).await.unwrap_err();
+    assert!(error.starts_with("job store unavailable"), "{error}");
+    assert_eq!((settled(&store.store).await, queue.pending_len()), (0, 0), "nothing stored, nothing enqueued");
+}
+
 /// A test store around another: every operation goes to `inner()`, except where the hooks
 /// step in (a crash, a cancel, a count).
 trait Hooks: Send + Sync + 'static {
@@ -426,6 +481,9 @@ trait Hooks: Send + Sync + 'static {
     }
     fn advance<'a>(&'a self, o: &'a str, j: &'a str, e: u32, n: u64) -> StoreFuture<'a, Option<Advanced>> {
         self.inner().advance(o, j, e, n)
+    }
+    fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
+        self.inner().get(o, j, n)
     }
     fn sweep(&self, n: u64) -> StoreFuture<'_, SweepReport> {
         self.inner().sweep(n)
@@ -447,7 +505,7 @@ impl<H: Hooks> JobStore for Hooked<H> {
         self.0.create(r, q, n)
     }
     fn get<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
-        self.0.inner().get(o, j, n)
+        self.0.get(o, j, n)
     }
     fn cancel<'a>(&'a self, o: &'a str, j: &'a str, n: u64) -> StoreFuture<'a, Option<JobRecord>> {
         self.0.inner().cancel(o, j, n)

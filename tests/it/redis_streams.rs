@@ -508,6 +508,54 @@ async fn a_job_whose_message_is_given_up_is_failed() {
     assert_eq!(fault["operation"], "dead_letter");
 }
 
+/// A job is failed before its given-up message moves to the dead letters, so a move that does not
+/// happen (the process dies, or here the move fails: the dead letters' key holds a string) leaves
+/// a failed job and an entry that a later reclaim moves, never a job holding its owner's slot
+/// with no entry left to end it.
+#[tokio::test]
+async fn a_given_up_job_is_failed_before_its_message_moves() {
+    let Some((url, _guard)) = redis() else { return };
+    let world = World::new(&url, "streams-given-up-first");
+    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(100) });
+    let _: () = world.command(&["XGROUP", "CREATE", queue.stream_key(), "jobs", "0", "MKSTREAM"]).await;
+    let jobs = world.jobs(&queue);
+    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
+    let entries: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
+    let id = entries[0].0.clone();
+    let _: redis::Value = world
+        .command(&["XREADGROUP", "GROUP", "jobs", "ghost", "COUNT", "1", "STREAMS", queue.stream_key(), ">"])
+        .await;
+    let _: redis::Value = world.command(&["XCLAIM", queue.stream_key(), "jobs", "ghost", "0", &id]).await;
+    world.command::<()>(&["SET", queue.dead_letter_key(), "in the way"]).await;
+    let sink = Arc::new(MemorySink::default());
+    let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = jobs.status(&world.alice, &submitted.job_id).await.unwrap();
+        if status.state != "pending" || tokio::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.state, "failed", "failed though its entry could not move");
+    assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1, "the entry is still there");
+    // Once the move can happen, a later reclaim makes it.
+    world.command::<()>(&["DEL", queue.dead_letter_key()]).await;
+    let moved = loop {
+        let left = world.command::<u64>(&["XLEN", queue.stream_key()]).await;
+        if left == 0 || tokio::time::Instant::now() > deadline {
+            break left == 0;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    queue.shut_down();
+    worker.await.unwrap();
+    assert!(moved, "the entry moved to the dead letters");
+    let dead: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.dead_letter_key(), "-", "+"]).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(jobs.status(&world.alice, &submitted.job_id).await.unwrap().state, "failed", "and stays failed");
+}
+
 /// A consumer that read a job and died: after storing three of its steps, or after storing all
 /// of them but before acknowledging. Another instance takes it over once it has been idle for
 /// the reclaim time and resumes from what is stored: no step runs twice.

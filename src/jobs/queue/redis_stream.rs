@@ -362,12 +362,17 @@ impl RedisStreamQueue {
         let mut claimable = Vec::new();
         for (id, _, _, deliveries) in pending {
             if deliveries >= self.settings.max_deliveries {
-                // Read first (an entry never changes): once moved, it is no longer here.
-                let message = self.message_of(&id).await?;
-                if self.dead_letter(&id, idle, "delivered too often").await? == 1 {
-                    if let Some(message) = message {
+                // Taken first, if it is still idle (its consumer may have touched it since it was
+                // listed: then it is alive and running the job, which is left alone). Then the job
+                // is failed, and only then the entry moves: a process that dies in between leaves
+                // the entry pending, for a later reclaim to take, fail (a failed job stays failed)
+                // and move. Moved first, it left a job holding its owner's slot until its
+                // deadline, with no entry left to end it.
+                if self.take_idle(&id, idle).await? {
+                    if let Some(message) = self.message_of(&id).await? {
                         consumer.give_up(&message).await;
                     }
+                    self.dead_letter(&id, 0, "delivered too often").await?;
                 }
             } else {
                 claimable.push(id);
@@ -460,6 +465,21 @@ impl RedisStreamQueue {
             .arg(&self.consumer_name)
             .invoke_async(&mut self.redis.connection())
             .await
+    }
+
+    /// Takes entry `id` for this consumer if it has been idle `min_idle_ms` (its deliveries not
+    /// counted again); whether it did.
+    async fn take_idle(&self, id: &str, min_idle_ms: u64) -> redis::RedisResult<bool> {
+        let taken: Vec<String> = redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg(&self.consumer_name)
+            .arg(min_idle_ms)
+            .arg(id)
+            .arg("JUSTID")
+            .query_async(&mut self.redis.connection())
+            .await?;
+        Ok(!taken.is_empty())
     }
 
     /// The job message of stream entry `id`, if it is still there and holds one.
@@ -684,8 +704,9 @@ mod tests {
         queue.ensure_group().await.unwrap();
         let mut connection = redis.connection();
         let id = handed_to(&queue, "owner").await;
-        // Idle for well under a minute: not claimable with a minute's minimum.
+        // Idle for well under a minute: not claimable with a minute's minimum, nor taken.
         assert_eq!(queue.dead_letter(&id, 60_000, "delivered too often").await.unwrap(), 0);
+        assert!(!queue.take_idle(&id, 60_000).await.unwrap());
         let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
             .arg(&queue.stream)
             .arg(STREAM_CONSUMER_GROUP)
@@ -700,6 +721,18 @@ mod tests {
         let dead: u64 = redis::cmd("XLEN").arg(&queue.dead).query_async(&mut connection).await.unwrap();
         assert_eq!(dead, 0, "no dead letter");
 
+        // Taken with no minimum: this consumer holds it, its deliveries not counted again.
+        assert!(queue.take_idle(&id, 0).await.unwrap());
+        let held: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
+            .arg(&queue.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!((held[0].1.as_str(), held[0].3), ("reclaimer", 1), "{held:?}");
         // Claimable (no minimum): moved, acknowledged and deleted.
         assert_eq!(queue.dead_letter(&id, 0, "delivered too often").await.unwrap(), 1);
         let (length, dead): (u64, u64) = redis::pipe()
