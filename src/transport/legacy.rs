@@ -53,14 +53,7 @@ pub(super) fn is_legacy(headers: &HeaderMap, method: &str, params: &RequestParam
     if has_modern_meta {
         return false;
     }
-    if method == "initialize" {
-        return true;
-    }
-    match headers::single(headers, headers::PROTOCOL_VERSION) {
-        Ok(None) => true,
-        Ok(Some(version)) => LEGACY_VERSIONS.contains(&version),
-        Err(_) => false,
-    }
+    method == "initialize" || sent_as_legacy(headers)
 }
 
 /// The waiting end of one server-to-client request.
@@ -117,6 +110,30 @@ fn random_hex() -> String {
     crate::state::seal::hex(&bytes)
 }
 
+/// The sealed session a 2025-11-25 message names: `Ok(None)` without one, `Err` for one no
+/// instance issued or that has expired.
+fn open_session(app: &App, headers: &HeaderMap) -> Result<Option<Value>, ()> {
+    let Some(session) = headers.get("mcp-session-id") else { return Ok(None) };
+    let sealed = session.to_str().map_err(|_| ())?;
+    app.sealer.open(Purpose::LegacySession, SESSION_BINDING, sealed).map(Some).map_err(|_| ())
+}
+
+fn session_not_found(id: Option<&RequestId>) -> Response<Body> {
+    error_response(id, &McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found"))
+}
+
+/// A notification's answer when it names a session: 2025-11-25 answers every message that names a
+/// session no instance issued, or one that expired, with 404, so that its client starts a new one.
+/// (A 2026-07-28 message's `Mcp-Session-Id` is ignored, as that revision says.)
+pub(super) fn unknown_session(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
+    (sent_as_legacy(headers) && open_session(app, headers).is_err()).then(|| session_not_found(None))
+}
+
+/// Whether a message's `MCP-Protocol-Version` is a 2025 one, or absent (2025-03-26's).
+fn sent_as_legacy(headers: &HeaderMap) -> bool {
+    headers::single(headers, headers::PROTOCOL_VERSION).is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)))
+}
+
 /// A POSTed JSON-RPC response: delivered to the waiting legacy call, if there is one here.
 pub(super) fn deliver_client_response(
     app: &App,
@@ -125,9 +142,12 @@ pub(super) fn deliver_client_response(
     id: RequestId,
     outcome: Result<Value, Value>,
 ) -> Response<Body> {
-    let legacy = headers::single(headers, headers::PROTOCOL_VERSION)
-        .is_ok_and(|v| v.is_none_or(|v| LEGACY_VERSIONS.contains(&v)));
-    let waiting = legacy.then(|| id.as_value().as_str().and_then(|id| app.pending.take_for(id, principal))).flatten();
+    if let Some(refused) = unknown_session(app, headers) {
+        return refused;
+    }
+    let waiting = sent_as_legacy(headers)
+        .then(|| id.as_value().as_str().and_then(|id| app.pending.take_for(id, principal)))
+        .flatten();
     match waiting {
         Some(sender) => {
             let _ = sender.send(outcome);
@@ -163,19 +183,11 @@ pub(super) async fn handle(
     }
     // What the client declared at `initialize`, carried in its sealed session id; a request
     // without one declared nothing.
-    let mut declared = Map::new();
-    if let Some(session) = headers.get("mcp-session-id") {
-        let opened =
-            session.to_str().ok().and_then(|s| app.sealer.open(Purpose::LegacySession, SESSION_BINDING, s).ok());
-        match opened {
-            Some(data) => declared = declared_capabilities(data.get("capabilities")),
-            None if method != "initialize" => {
-                let error = McpError::new(ErrorCode::INVALID_REQUEST, StatusCode::NOT_FOUND, "Session not found");
-                return error_response(Some(&id), &error);
-            }
-            None => {}
-        }
-    }
+    let declared = match open_session(app, headers) {
+        Ok(session) => session.map(|data| declared_capabilities(data.get("capabilities"))).unwrap_or_default(),
+        Err(()) if method != "initialize" => return session_not_found(Some(&id)),
+        Err(()) => Map::new(),
+    };
     if method == "initialize" {
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let result = app.server.initialize(requested);

@@ -363,7 +363,7 @@ async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut Re
     let (parts, body) = request.into_parts();
     match Message::parse(&body) {
         Err(refused) => error_response(refused.id.as_ref(), &refused.error),
-        Ok(Message::Notification { .. }) => accepted(),
+        Ok(Message::Notification { .. }) => legacy::unknown_session(app, &parts.headers).unwrap_or_else(accepted),
         Ok(Message::Response { id, outcome }) => {
             legacy::deliver_client_response(app, &parts.headers, &principal, id, outcome)
         }

@@ -54,6 +54,27 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
         .send()
         .await;
     assert_eq!(forged.status, 404);
+    // So is every other message that names a session no instance issued: a notification, and a
+    // response to a server request. A 2026-07-28 message's session id is ignored.
+    let forged_session = format!("{session}x");
+    for message in [
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        json!({"jsonrpc":"2.0","id":"e1","result":{"action":"decline"}}),
+    ] {
+        let reply = legacy(&f, message.clone()).header("Mcp-Session-Id", &forged_session).send().await;
+        assert_eq!((reply.status, reply.code()), (404, -32600), "{message}: {}", reply.text());
+        assert_eq!(reply.json()["error"]["message"], "Session not found");
+        let unversioned = f.server.post(message.to_string()).header("Mcp-Session-Id", &forged_session).send().await;
+        assert_eq!(unversioned.status, 404, "no version header is 2025-03-26's: {message}");
+    }
+    let modern = f
+        .server
+        .post(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string())
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Session-Id", &forged_session)
+        .send()
+        .await;
+    assert_eq!(modern.status, 202, "ignored on a 2026-07-28 message");
 }
 
 #[tokio::test]
