@@ -186,7 +186,8 @@ pub struct Client {
     target: Target,
     options: ClientOptions,
     negotiated: Negotiated,
-    session: Option<String>,
+    /// A 2025-11-25 server's session id; renewed when the server no longer knows it.
+    session: Mutex<Option<String>>,
     next_id: AtomicU64,
     /// `x-mcp-header` annotations of listed tools, by tool name.
     header_params: Mutex<HashMap<String, Vec<HeaderParam>>>,
@@ -229,7 +230,7 @@ impl Client {
             target,
             options,
             negotiated: Negotiated::Modern,
-            session: None,
+            session: Mutex::new(None),
             next_id: AtomicU64::new(1),
             header_params: Mutex::new(HashMap::new()),
             listed: std::sync::atomic::AtomicBool::new(false),
@@ -256,6 +257,15 @@ impl Client {
 
     async fn initialize(&mut self) -> Result<(), ClientError> {
         self.negotiated = Negotiated::Legacy(LEGACY_VERSIONS[0]);
+        let (version, result) = self.handshake().await?;
+        self.negotiated = Negotiated::Legacy(version);
+        self.server = result;
+        Ok(())
+    }
+
+    /// `initialize` and `notifications/initialized`: the version the server chose and its
+    /// answer. The session id it issues (if any) is kept for the requests that follow.
+    async fn handshake(&self) -> Result<(&'static str, Value), ClientError> {
         let params = json!({
             "protocolVersion": LEGACY_VERSIONS[0],
             "capabilities": self.options.capabilities(),
@@ -263,21 +273,20 @@ impl Client {
         });
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": params });
-        let exchange = self.post(&body, "initialize", None).await?;
-        self.session = exchange.session.clone();
+        *self.session.lock().expect("session lock") = None;
+        let exchange = self.exchange(&body, "initialize", None, Answers::None).await?;
+        *self.session.lock().expect("session lock") = exchange.session.clone();
         let result = Self::result_of(exchange)?;
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
         let Some(version) = LEGACY_VERSIONS.iter().find(|v| **v == version) else {
             return Err(ClientError::Protocol(format!("the server chose an unsupported version {version}")));
         };
-        self.negotiated = Negotiated::Legacy(version);
-        self.server = result;
         let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let ack = self.post(&initialized, "notifications/initialized", None).await?;
+        let ack = self.exchange(&initialized, "notifications/initialized", None, Answers::None).await?;
         if !ack.status.is_success() {
             return Err(ClientError::Http(ack.status.as_u16(), "notifications/initialized was refused".into()));
         }
-        Ok(())
+        Ok((version, result))
     }
 
     /// The generation negotiated.
@@ -371,8 +380,8 @@ impl Client {
             }
             Negotiated::Legacy(version) if method != "initialize" => {
                 headers.push(("MCP-Protocol-Version".into(), version.into()));
-                if let Some(session) = &self.session {
-                    headers.push(("Mcp-Session-Id".into(), session.clone()));
+                if let Some(session) = self.session.lock().expect("session lock").clone() {
+                    headers.push(("Mcp-Session-Id".into(), session));
                 }
             }
             Negotiated::Legacy(_) => {}
@@ -409,6 +418,16 @@ impl Client {
         method: &str,
         params: Option<&Map<String, Value>>,
     ) -> Result<Exchange, ClientError> {
+        let exchange = self.exchange(body, method, params, Answers::Requests).await?;
+        // A 2025-11-25 server answers 404 to a session it no longer knows (expired, or its
+        // sealing key rotated): the client starts a new session and sends the request again, once.
+        let session_lost = exchange.status == StatusCode::NOT_FOUND
+            && matches!(self.negotiated, Negotiated::Legacy(_))
+            && self.session.lock().expect("session lock").is_some();
+        if !session_lost {
+            return Ok(exchange);
+        }
+        self.handshake().await?;
         self.exchange(body, method, params, Answers::Requests).await
     }
 
@@ -555,6 +574,7 @@ impl Client {
     }
 
     async fn answer_server_request(&self, method: &str, id: Value, params: Option<Value>) -> Result<(), ClientError> {
+        refuse_undeclared(method, params.as_ref())?;
         let reply = match self.options.handlers.get(method) {
             Some(handler) => match handler(params.unwrap_or(json!({}))).await {
                 Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
@@ -592,8 +612,20 @@ impl Client {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params });
         let response = self.send(&body, "subscriptions/listen", Some(&params)).await?;
-        if !response.status().is_success() {
+        let is_sse = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !response.status().is_success() || !is_sse {
+            // Refused, or answered at once with a JSON body (an error the server sent with a 2xx):
+            // the caller gets the error, not a stream that closes without a word.
             let status = response.status().as_u16();
+            let refused = if response.status().is_success() {
+                ClientError::Protocol("subscriptions/listen was answered without a stream".into())
+            } else {
+                ClientError::Http(status, "listen refused".into())
+            };
             let limited = http_body_util::Limited::new(response.into_body(), self.options.max_response_bytes);
             let bytes = match tokio::time::timeout(self.options.timeout, limited.collect()).await {
                 Ok(Ok(collected)) => collected.to_bytes(),
@@ -602,22 +634,27 @@ impl Client {
             return match serde_json::from_slice::<Value>(&bytes) {
                 Ok(message) => {
                     Self::result_of(Exchange { status: StatusCode::OK, message: Some(message), session: None })
-                        .and_then(|_| Err(ClientError::Http(status, "listen refused".into())))
+                        .and_then(|_| Err(refused))
                 }
-                Err(_) => Err(ClientError::Http(status, "listen refused".into())),
+                Err(_) => Err(refused),
             };
         }
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let mut body_stream = response.into_body();
         let mut reader = sse::EventReader::new(self.options.max_event_bytes);
+        let (quiet, ends) = (self.options.timeout, tokio::time::Instant::now() + self.options.max_stream_duration);
         tokio::spawn(async move {
             loop {
-                // Ends when the caller drops the receiver, even while the server sends nothing.
+                // Ends when the caller drops the receiver, even while the server sends nothing;
+                // when the server is silent for longer than the timeout (a live stream sends
+                // keep-alive comments: a silent one is dead, or half-open); and at the longest
+                // a stream is read. The receiver then sees it close.
+                let wait = quiet.min(ends.saturating_duration_since(tokio::time::Instant::now()));
                 let frame = tokio::select! {
-                    frame = body_stream.frame() => frame,
+                    frame = tokio::time::timeout(wait, body_stream.frame()) => frame,
                     () = tx.closed() => return,
                 };
-                let Some(Ok(frame)) = frame else { return };
+                let Ok(Some(Ok(frame))) = frame else { return };
                 let Some(bytes) = frame.data_ref() else { continue };
                 // An event over the bound ends the stream: the receiver sees it close.
                 let Ok(events) = reader.push(bytes) else { return };
@@ -691,8 +728,14 @@ impl Client {
         let mut retry = params.clone();
         for _ in 0..=self.options.max_rounds {
             let result = self.request(method, retry.clone()).await?;
-            if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-                return Ok(result);
+            match result.get("resultType") {
+                None => return Ok(result),
+                Some(Value::String(kind)) if kind == "complete" => return Ok(result),
+                Some(Value::String(kind)) if kind == "input_required" => {}
+                // `task` included: this client never declares the tasks extension.
+                Some(other) => {
+                    return Err(ClientError::Protocol(format!("{method} answered with an unknown resultType {other}")));
+                }
             }
             let mut responses = Map::new();
             if let Some(Value::Object(requests)) = result.get("inputRequests") {
@@ -705,14 +748,7 @@ impl Client {
                 }
                 for (key, request) in requests {
                     let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-                    // Only what this client declared: its elicitation is form mode.
-                    if method == "elicitation/create"
-                        && request.pointer("/params/mode").and_then(Value::as_str).is_some_and(|mode| mode != "form")
-                    {
-                        return Err(ClientError::InputRequired(
-                            "the server asked for an undeclared elicitation mode".into(),
-                        ));
-                    }
+                    refuse_undeclared(method, request.get("params"))?;
                     let handler = self
                         .options
                         .handlers
@@ -731,6 +767,17 @@ impl Client {
         }
         Err(ClientError::InputRequired(format!("still asking after {} rounds", self.options.max_rounds)))
     }
+}
+
+/// A server request this client never declared it would answer, refused whichever way it came
+/// (an `input_required` round, or a 2025 server's request on a call's stream): the client's
+/// elicitation is form mode only, so a URL to open is never handed to a form handler.
+fn refuse_undeclared(method: &str, params: Option<&Value>) -> Result<(), ClientError> {
+    let mode = params.and_then(|p| p.get("mode")).and_then(Value::as_str);
+    if method == "elicitation/create" && mode.is_some_and(|mode| mode != "form") {
+        return Err(ClientError::InputRequired("the server asked for an undeclared elicitation mode".into()));
+    }
+    Ok(())
 }
 
 /// Headers of the caller's (a token, usually) go over TLS, or to this machine: plain `http://` to

@@ -559,3 +559,200 @@ async fn headers_are_never_sent_in_clear_to_another_host() {
     let localhost = format!("http://localhost:{}/api/mcp", f.server.addr.port());
     assert!(Client::connect(&localhost, with_token()).await.is_ok(), "and so is localhost");
 }
+
+/// A 2025-11-25 server that no longer knows the client's session (it expired, or the server's
+/// sealing key rotated) answers 404: the client starts a new session and sends the request again,
+/// once. A server that answers 404 to the new session too gets no third handshake.
+#[tokio::test]
+async fn a_lost_legacy_session_is_started_again() {
+    use bytes::Bytes;
+    use std::sync::atomic::AtomicBool;
+    for forgets_every_session in [false, true] {
+        let (handshakes, forgot) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (counted, forgetting) = (handshakes.clone(), forgot.clone());
+        let server = common::upstream::serve_with_headers(move |request| {
+            let (counted, forgetting) = (counted.clone(), forgetting.clone());
+            async move {
+                let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let session = request.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                let current = format!("s{}", counted.load(Ordering::SeqCst));
+                let json = |result: Value| {
+                    let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                    (200, vec![("content-type", "application/json".to_owned())], Bytes::from(reply.to_string()))
+                };
+                match message["method"].as_str() {
+                    Some("server/discover") => (404, vec![], Bytes::new()),
+                    Some("initialize") => {
+                        let issued = format!("s{}", counted.fetch_add(1, Ordering::SeqCst) + 1);
+                        let (status, mut headers, body) = json(json!({"protocolVersion": "2025-11-25",
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "forgetful", "version": "1"}}));
+                        headers.push(("mcp-session-id", issued));
+                        (status, headers, body)
+                    }
+                    _ if session.as_deref() != Some(current.as_str()) || forgetting.load(Ordering::SeqCst) => {
+                        (404, vec![], Bytes::new())
+                    }
+                    Some("tools/list") => json(json!({"tools": []})),
+                    _ => (202, vec![], Bytes::new()),
+                }
+            }
+        })
+        .await;
+        let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+        assert_ne!(client.negotiated(), Negotiated::Modern);
+        assert!(client.list_tools().await.unwrap().is_empty());
+        // The server forgets the session: the next request starts a new one.
+        handshakes.fetch_add(1, Ordering::SeqCst);
+        forgot.store(forgets_every_session, Ordering::SeqCst);
+        let listed = client.list_tools().await;
+        if forgets_every_session {
+            assert!(listed.is_err(), "still 404 after a new session: an error, not a loop");
+        } else {
+            assert!(listed.unwrap().is_empty(), "answered on the new session");
+        }
+        assert_eq!(handshakes.load(Ordering::SeqCst), 3, "one new handshake (the count was moved on by one)");
+    }
+}
+
+/// What a 2025-11-25 server asks on a call's stream is held to what the client declared, as an
+/// `input_required` round is: a URL elicitation never reaches the form handler.
+#[tokio::test]
+async fn a_legacy_server_cannot_ask_for_an_undeclared_elicitation_mode() {
+    use bytes::Bytes;
+    let server = common::upstream::serve_typed(move |request| async move {
+        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let json = |result: Value| {
+            let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+            (200, Some("application/json"), Bytes::from(reply.to_string()))
+        };
+        match message["method"].as_str() {
+            Some("server/discover") => (404, None, Bytes::new()),
+            Some("initialize") => json(json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "phishing", "version": "1"}})),
+            Some("tools/list") => json(json!({"tools": []})),
+            Some("tools/call") => {
+                let ask = json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create", "params": {
+                    "mode": "url", "message": "sign in", "url": "https://login.example", "elicitationId": "x"}});
+                (200, Some("text/event-stream"), format!("event: message\ndata: {ask}\n\n").into())
+            }
+            _ => (202, None, Bytes::new()),
+        }
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let options = with_elicitation().handler("elicitation/create", move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok(json!({"action": "accept", "content": {}})) }
+    });
+    let client = Client::connect(&format!("http://{server}/api/mcp"), options).await.unwrap();
+    let error = common::bounded("the call", client.call_tool("anything", json!({}))).await.unwrap_err();
+    assert!(error.to_string().contains("undeclared elicitation mode"), "{error}");
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "the form handler never saw it");
+}
+
+/// A result whose `resultType` the client does not know (or `task`, an extension it never
+/// declared) is a protocol error, not a success; an absent one means `complete`.
+#[tokio::test]
+async fn an_unknown_result_type_is_refused() {
+    use bytes::Bytes;
+    for (result_type, accepted) in
+        [(json!("bogus"), false), (json!("task"), false), (json!(7), false), (Value::Null, true)]
+    {
+        let server = common::upstream::serve_typed(move |request| {
+            let result_type = result_type.clone();
+            async move {
+                let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let result = match message["method"].as_str() {
+                    Some("server/discover") => {
+                        json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "odd", "version": "1"}})
+                    }
+                    Some("tools/list") => json!({"tools": []}),
+                    _ if result_type.is_null() => json!({"content": [{"type": "text", "text": "done"}]}),
+                    _ => json!({"resultType": result_type, "content": [{"type": "text", "text": "done"}]}),
+                };
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, Some("application/json"), Bytes::from(reply.to_string()))
+            }
+        })
+        .await;
+        let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+        let called = client.call_tool("anything", json!({})).await;
+        match accepted {
+            true => assert_eq!(called.unwrap().joined_text(), "done"),
+            false => {
+                let error = called.unwrap_err();
+                assert!(
+                    matches!(error, ClientError::Protocol(_)) && error.to_string().contains("resultType"),
+                    "{error}"
+                );
+            }
+        }
+    }
+}
+
+/// A listen stream that goes silent (no keep-alive for longer than the timeout: the server is
+/// gone, or the connection half-open) ends, and the receiver sees it close; a listen answered
+/// with a JSON error and a 2xx status is that error, not a stream that closes without a word.
+#[tokio::test]
+async fn a_silent_or_streamless_listen_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let streams = Arc::new(AtomicUsize::new(0));
+    let counted = streams.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n @ 1..) = stream.read(&mut chunk).await else { return };
+                    seen.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&seen).into_owned();
+                    let Some(head_end) = text.find("\r\n\r\n") else { continue };
+                    let length: usize = text[..head_end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if seen.len() < head_end + 4 + length {
+                        continue;
+                    }
+                    let body: Value =
+                        serde_json::from_slice(&seen[head_end + 4..head_end + 4 + length]).unwrap_or(Value::Null);
+                    seen.drain(..head_end + 4 + length);
+                    let json = |payload: Value| {
+                        let payload = payload.to_string();
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{payload}",
+                            payload.len()
+                        )
+                    };
+                    let answer = if body["method"] == "server/discover" {
+                        json(json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "silent", "version": "1"}}}))
+                    } else if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                        // The first listen: a stream that sends its head and one comment, then nothing.
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n3\r\n:\n\n\r\n".to_owned()
+                    } else {
+                        json(
+                            json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32602, "message": "bad filter"}}),
+                        )
+                    };
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let options = ClientOptions { timeout: std::time::Duration::from_millis(300), ..ClientOptions::default() };
+    let client = Client::connect(&format!("http://{addr}/api/mcp"), options).await.unwrap();
+    let mut silent = client.listen(json!({"toolsListChanged": true})).await.unwrap();
+    assert_eq!(common::bounded("the silent stream", silent.recv()).await, None, "it closes");
+    let refused = common::bounded("the listen", client.listen(json!({"toolsListChanged": true}))).await;
+    assert!(matches!(&refused, Err(ClientError::Rpc { code: -32602, .. })), "{:?}", refused.err());
+}

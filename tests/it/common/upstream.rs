@@ -52,6 +52,23 @@ where
     F: Fn(Seen) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = (u16, Option<&'static str>, Bytes)> + Send + 'static,
 {
+    let respond = Arc::new(respond);
+    serve_with_headers(move |seen| {
+        let answer = respond(seen);
+        async move {
+            let (status, content_type, body) = answer.await;
+            (status, content_type.map(|t| vec![("content-type", t.to_owned())]).unwrap_or_default(), body)
+        }
+    })
+    .await
+}
+
+/// [`serve`], with the response headers of the closure's choosing.
+pub async fn serve_with_headers<F, Fut>(respond: F) -> SocketAddr
+where
+    F: Fn(Seen) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = (u16, Vec<(&'static str, String)>, Bytes)> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let respond = Arc::new(respond);
@@ -67,10 +84,10 @@ where
                         let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                         let target = parts.uri.path_and_query().map_or_else(String::new, |p| p.to_string());
                         let seen = Seen { method: parts.method, target, headers: parts.headers, body };
-                        let (status, content_type, body) = respond(seen).await;
+                        let (status, headers, body) = respond(seen).await;
                         let mut response = http::Response::builder().status(status);
-                        if let Some(content_type) = content_type {
-                            response = response.header(http::header::CONTENT_TYPE, content_type);
+                        for (name, value) in headers {
+                            response = response.header(name, value);
                         }
                         let response = response.body(Full::new(body)).unwrap();
                         Ok::<_, std::convert::Infallible>(response)
