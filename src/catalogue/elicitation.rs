@@ -58,9 +58,22 @@ pub struct BookMeetingArgs {
 
 /// Whether a topic is 1 to 120 characters with no control or quote characters.
 pub fn topic_is_allowed(topic: &str) -> bool {
-    let length = topic.chars().count();
-    (1..=TOPIC_MAX_LENGTH).contains(&length)
-        && !topic.chars().any(|c| matches!(c, '\u{0}'..='\u{1F}' | '\u{7F}'..='\u{9F}' | '"' | '\'' | '`'))
+    shown_safely(topic, TOPIC_MAX_LENGTH)
+}
+
+/// The longest start time the form takes: `14:30`, `2026-07-28T14:30:00+02:00`, `tomorrow at 2pm`.
+pub const TIME_MAX_LENGTH: usize = 40;
+
+/// Whether the confirmed start time may be booked and repeated to the model: the topic's rule
+/// at the time's length. What comes back from a form is the client's to say, so a control
+/// character or a megabyte of text is refused here, never truncated.
+pub fn time_is_allowed(time: &str) -> bool {
+    shown_safely(time, TIME_MAX_LENGTH)
+}
+
+fn shown_safely(text: &str, max_length: usize) -> bool {
+    (1..=max_length).contains(&text.chars().count())
+        && !text.chars().any(|c| matches!(c, '\u{0}'..='\u{1F}' | '\u{7F}'..='\u{9F}' | '"' | '\'' | '`'))
 }
 
 /// The confirmation form, pre-filled with the topic the model gave.
@@ -83,6 +96,8 @@ pub fn confirm_form(topic: &str) -> InputRequest {
                     "type": "string",
                     "title": "Start time",
                     "description": "Preferred start time, e.g. 14:30",
+                    "minLength": 1,
+                    "maxLength": TIME_MAX_LENGTH,
                     "default": DEFAULT_TIME,
                 },
             },
@@ -137,6 +152,11 @@ fn book_meeting(
                 )));
             }
             let time = field("time").and_then(Value::as_str).unwrap_or(DEFAULT_TIME);
+            if !time_is_allowed(time) {
+                return Ok(Outcome::Complete(CallToolResult::text(
+                    "Not booked: the confirmed time is empty, too long, or contains characters that are not allowed.",
+                )));
+            }
             calendar.book(confirmed, time);
             format!("Booked: meeting about '{confirmed}' at {time}.")
         }

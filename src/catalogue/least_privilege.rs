@@ -83,8 +83,13 @@ pub fn authorize(principal: &Principal, tool: &str) -> Result<(), String> {
         return Ok(());
     }
     let who = if principal.is_verified() { principal.id() } else { "an unauthenticated caller" };
-    let needs: Vec<&str> = required.iter().map(String::as_str).collect();
-    Err(format!("not authorized: {who} may not call {tool}; it requires {}", needs.join(" ")))
+    // The scopes it lacks, not all it needs: one the caller holds is not the problem. (An
+    // unauthenticated caller lacks them all, and may be refused a tool that needs none.)
+    let lacking: Vec<&str> = match missing.is_empty() {
+        true => required.iter().map(String::as_str).collect(),
+        false => missing.iter().map(|s| s.as_str()).collect(),
+    };
+    Err(format!("not authorized: {who} may not call {tool}; it lacks {}", lacking.join(" ")))
 }
 
 /// Refuses any host not on the allowlist (a boundary check; the stub opens no socket).
@@ -245,7 +250,7 @@ mod tests {
         let treasury = Principal::verified(Some("user:treasury"), None, set(&["invoices:read", "refunds:write"]));
         let nobody = Principal::verified(Some("user:nobody"), None, vec![]);
         let refused = authorize(&auditor, "issue_refund").unwrap_err();
-        assert!(refused.contains("refunds:write") && refused.contains("user:auditor"));
+        assert_eq!(refused, "not authorized: sub:user:auditor may not call issue_refund; it lacks refunds:write");
         assert!(authorize(&nobody, "read_invoice").unwrap_err().contains("user:nobody"));
         assert!(authorize(&Principal::anonymous(), "read_invoice").is_err());
         assert!(authorize(&auditor, "undeclared_tool").is_err(), "an undeclared tool needs the whole union");

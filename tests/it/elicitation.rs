@@ -109,6 +109,10 @@ async fn an_approved_accept_books_with_the_elicited_time() {
     assert_eq!(schema["properties"].as_object().unwrap().len(), 3, "flat, three primitives: {schema}");
     assert_eq!(schema["properties"]["approved"]["type"], "boolean");
     assert_eq!(schema["properties"]["time"]["default"], "09:00");
+    assert_eq!(
+        (&schema["properties"]["time"]["minLength"], &schema["properties"]["time"]["maxLength"]),
+        (&json!(1), &json!(40))
+    );
     assert!(calendar.bookings().is_empty(), "asking books nothing");
 
     let text =
@@ -159,6 +163,20 @@ async fn anything_but_an_approved_accept_of_an_allowed_topic_books_nothing() {
             json!({"action": "accept", "content": {"approved": "true"}}),
             "Not booked: user did not approve the meeting about 'Q3 roadmap'.",
         ),
+        // The time comes back from the client too, and is repeated to the model: held to the
+        // topic's rule at its own length (40), refused rather than cut.
+        (
+            json!({"action": "accept", "content": {"approved": true, "time": "\u{1b}[2J14:30"}}),
+            "Not booked: the confirmed time is empty, too long, or contains characters that are not allowed.",
+        ),
+        (
+            json!({"action": "accept", "content": {"approved": true, "time": "9".repeat(41)}}),
+            "Not booked: the confirmed time is empty, too long, or contains characters that are not allowed.",
+        ),
+        (
+            json!({"action": "accept", "content": {"approved": true, "time": ""}}),
+            "Not booked: the confirmed time is empty, too long, or contains characters that are not allowed.",
+        ),
         (json!({"action": "decline"}), "Not booked: user declined the meeting about 'Q3 roadmap'."),
         (json!({"action": "cancel"}), "Not booked: user cancelled the request to book 'Q3 roadmap'."),
         (json!({"action": "something-else"}), "Not booked: user cancelled the request to book 'Q3 roadmap'."),
@@ -167,6 +185,9 @@ async fn anything_but_an_approved_accept_of_an_allowed_topic_books_nothing() {
         assert_eq!(book(&server, "Q3 roadmap", answer.clone()).await, expected, "{answer}");
     }
     assert!(calendar.bookings().is_empty());
+    let longest = "9".repeat(40);
+    let answer = json!({"action": "accept", "content": {"approved": true, "time": longest}});
+    assert_eq!(book(&server, "Q3 roadmap", answer).await, format!("Booked: meeting about 'Q3 roadmap' at {longest}."));
 }
 
 #[tokio::test]
