@@ -209,8 +209,11 @@ impl McpServer {
     /// The scopes `principal` lacks for tool `name`, when scopes are enforced and some are
     /// missing (`None` for unknown tools: dispatch reports those).
     pub fn missing_tool_scopes(&self, principal: &Principal, name: &str) -> Option<Vec<String>> {
+        if !self.scopes_enforced {
+            return None; // before the lookup, which every call would pay for nothing
+        }
         let tool = &self.tools[*self.tool_index.get(name)?];
-        (self.scopes_enforced && !principal.has_scopes(&tool.scopes)).then(|| tool.scopes.clone())
+        (!principal.has_scopes(&tool.scopes)).then(|| tool.scopes.clone())
     }
 
     /// Whether `principal` may see and call `tool`.
@@ -235,6 +238,9 @@ impl McpServer {
     /// The scopes `principal` lacks to read `uri` (see [`McpServer::resource_target`]), when
     /// scopes are enforced and some are missing.
     pub fn missing_resource_scopes(&self, principal: &Principal, uri: &str) -> Option<Vec<String>> {
+        if !self.scopes_enforced {
+            return None; // before matching the URI against every template
+        }
         let scopes = match self.resource_target(uri)? {
             ResourceTarget::Resource(entry) => &entry.scopes,
             ResourceTarget::Template(entry) => &entry.scopes,
