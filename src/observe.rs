@@ -443,6 +443,14 @@ impl Logger {
         id
     }
 
+    /// Logs a panic that was contained where `id_field` (`requestId`, `correlationId`) names the
+    /// id its caller is told: where it happened (from the panic hook's record on this thread,
+    /// which this takes, so a later panic never reports it), never its message.
+    pub fn contained_panic(&self, id_field: &str, id: &str) {
+        let location = take_panic_location();
+        self.event("error", "panic", json!({ id_field: id, "location": location }));
+    }
+
     /// A store or queue fault as the caller sees it: `description` (already free of URLs and
     /// keys) plus a fresh correlation id, which a warn line `event` carries too with the
     /// operation, so an operator can find the one behind a user's report.

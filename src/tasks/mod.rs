@@ -208,6 +208,19 @@ impl TaskService {
         })
     }
 
+    /// The error a task whose round panicked ends with, and its `panic` line: the id in one is
+    /// the other's, as a request's is.
+    fn contained_panic(&self) -> McpError {
+        let Some(logger) = &self.logger else {
+            let _ = crate::observe::take_panic_location();
+            return McpError::internal("Internal error");
+        };
+        let id = logger.new_id();
+        logger.contained_panic("correlationId", &id);
+        McpError::internal(format!("Internal error (correlation id {id})"))
+            .with_data(serde_json::json!({ "correlationId": id }))
+    }
+
     /// Logs store faults as `task.fault` lines whose correlation id the caller's error carries.
     pub fn with_logger(mut self, logger: crate::observe::Logger) -> Self {
         self.logger = Some(logger);
@@ -352,7 +365,7 @@ impl TaskService {
         let over_time = tokio::time::sleep(self.round_limit);
         tokio::select! {
             outcome = work => {
-                let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(McpError::internal("Internal error"))));
+                let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(self.contained_panic())));
                 crate::handler::mark_tool_span(&span, &outcome);
                 span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
             }
@@ -1193,6 +1206,46 @@ mod tests {
             down.message.contains(lines[0]["correlationId"].as_str().unwrap()),
             "the caller can quote the log's id"
         );
+    }
+
+    /// A round whose work panicked fails its task with an error the caller can quote, and a
+    /// `panic` line under the same id says where; the panic's record is taken, so a later panic
+    /// elsewhere on the thread is not reported at this one's place.
+    #[tokio::test]
+    async fn a_round_that_panicked_fails_its_task_with_an_id_its_panic_line_carries() {
+        crate::observe::install_panic_hook();
+        let (sink, clock) = (Arc::new(MemorySink::default()), Arc::new(ManualClock::new(0)));
+        let random = Arc::new(SeededRandom::new(1));
+        let sealer = Sealer::new(vec![("k".into(), vec![7; 32])], clock.clone()).unwrap();
+        let service = Arc::new(
+            TaskService::new(
+                Arc::new(store::MemoryTaskStore::default()),
+                clock,
+                random.clone(),
+                Arc::new(LocalBus::default()),
+            )
+            .with_logger(Logger::new(sink.clone(), sealer, random)),
+        );
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let task = NewTask { principal: &alice, tool: "t", arguments: Map::new(), client_capabilities: Map::new() };
+        let breaks: ToolFn = Arc::new(|_, _| Box::pin(async { panic!("the tool broke") }));
+        let created = service.start(task, breaks, SpanHandle::default()).await.unwrap();
+        let task_id = created["taskId"].as_str().unwrap().to_owned();
+        let mut read = Map::new();
+        for _ in 0..1000 {
+            read = service.get(&alice, &task_id, |_| Ok(())).await.unwrap();
+            if read["status"] == "failed" {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(read["status"], "failed", "{read:?}");
+        let message = read["error"]["message"].as_str().unwrap();
+        let panic = sink.lines().into_iter().find(|l| l["event"] == "panic").expect("a panic line");
+        let id = panic["correlationId"].as_str().unwrap();
+        assert_eq!(message, format!("Internal error (correlation id {id})"));
+        assert!(panic["location"].as_str().unwrap().contains("src/tasks/mod.rs"), "{panic}");
+        assert_eq!(crate::observe::take_panic_location(), None, "taken by the line");
     }
 
     /// A start whose create panicked, on the work it was handed to, answers with an error the

@@ -472,6 +472,39 @@ async fn a_submit_that_ends_without_a_handle_leaves_no_record() {
     assert_eq!((settled(&store.store).await, queue.pending_len()), (0, 0), "nothing stored, nothing enqueued");
 }
 
+/// A delivery whose consumer panics (here, its store's client) is a failed delivery, retried, and
+/// leaves a `panic` line saying where under the message's id, as a request's panic does; before,
+/// the in-process queue contained it silently.
+#[tokio::test]
+async fn a_delivery_that_panicked_is_logged_where_it_happened() {
+    struct Breaks {
+        store: MemoryJobStore,
+    }
+    impl Hooks for Breaks {
+        fn inner(&self) -> &dyn JobStore {
+            &self.store
+        }
+        fn advance<'a>(&'a self, _: &'a str, _: &'a str, _: u32, _: u64) -> StoreFuture<'a, Option<Advanced>> {
+            Box::pin(async { panic!("the store's client broke") })
+        }
+    }
+    vercel_mcp::observe::install_panic_hook();
+    let store = Arc::new(Hooked(Breaks { store: MemoryJobStore::new() }));
+    let mut config = config(store, Arc::new(ManualClock::new(0)));
+    let sink = Arc::new(vercel_mcp::observe::MemorySink::default());
+    config.log_sink = sink.clone();
+    let queue = config.jobs.local_queue.clone().unwrap();
+    let _routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
+    config.job_service().submit(&Principal::anonymous(), 1, None).await.unwrap();
+    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::INTERNAL_SERVER_ERROR));
+    assert_eq!(queue.pending_len(), 1, "retried");
+    let lines = sink.lines();
+    let panic = lines.iter().find(|l| l["event"] == "panic").expect("a panic line");
+    assert!(panic["messageId"].as_str().is_some_and(|id| !id.is_empty()), "{panic}");
+    assert!(panic["location"].as_str().unwrap().contains("tests/it/jobs.rs"), "{panic}");
+    assert_eq!(vercel_mcp::observe::take_panic_location(), None, "taken by the line");
+}
+
 /// A test store around another: every operation goes to `inner()`, except where the hooks
 /// step in (a crash, a cancel, a count).
 trait Hooks: Send + Sync + 'static {

@@ -212,7 +212,14 @@ impl LocalQueue {
         // rather than leaving its receipt in flight and the message nowhere.
         let status = match crate::server::catch_unwind(consumer(request)).await {
             Ok(response) => response.status(),
-            Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Err(_) => {
+                // Logged where it happened, as a request's panic is (under the message's id).
+                match self.gives_up_to.get().and_then(|consumer| consumer.logger.as_ref()) {
+                    Some(logger) => logger.contained_panic("messageId", &delivery.message_id),
+                    None => drop(crate::observe::take_panic_location()),
+                }
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         };
         let acked = {
             let mut state = self.state.lock().expect("queue lock");
