@@ -575,6 +575,7 @@ where
 {
     use futures_util::FutureExt;
     let (tx, mut events) = crate::body::outbox::channel(crate::body::STREAM_CAPACITY);
+    let (beats, keep_alive) = (tx.clone(), app.listen.keep_alive);
     let (app, request_id, id) = (app.clone(), request_id.clone(), id.clone());
     // Combinators, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
@@ -594,10 +595,33 @@ where
     .await;
     match first {
         First::Response(last) => json_response(last),
-        First::Stream => sse_response(events, running.then_some(producer)),
+        First::Stream => sse_response(events, running.then(|| with_keep_alive(producer, beats, keep_alive))),
         // The work always ends by sending its response, and `events` is still here to take it.
         First::Gone => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
+}
+
+/// A streamed response's work, with a keep-alive comment every `every` until it ends: a tool
+/// that sent a notification and then works quietly would leave the stream silent, and clients
+/// and proxies give up on a silent stream (the wire contract asks for keep-alives on long
+/// streams). A response still on its way as JSON gets none: a comment would turn it into a stream.
+fn with_keep_alive(mut work: Producer, outbox: Outbox, every: std::time::Duration) -> Producer {
+    Box::pin(async move {
+        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut work => return,
+                _ = beat.tick() => {
+                    // Closed: the response has ended, or its client is gone (the body, and this
+                    // work with it, is being dropped).
+                    if outbox.send(crate::body::StreamEvent::KeepAlive).await.is_err() {
+                        return work.await;
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// Attaches `serverInfo` to a result's `_meta`, keeping any `_meta` the handler set.
@@ -662,8 +686,7 @@ pub(crate) fn catch_panic<'a, T>(
 /// Logs a contained panic (where it happened, never its message) and returns the `-32603` the
 /// client gets, which carries only the correlation id.
 fn contained_panic(app: &App, request_id: &str) -> McpError {
-    let location = crate::observe::take_panic_location();
-    app.logger.event("error", "panic", serde_json::json!({ "requestId": request_id, "location": location }));
+    app.logger.contained_panic("requestId", request_id);
     McpError::internal(format!("Internal error (correlation id {request_id})"))
         .with_data(serde_json::json!({ "correlationId": request_id }))
 }

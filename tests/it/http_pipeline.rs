@@ -472,6 +472,47 @@ async fn closing_the_stream_cancels_the_handler() {
     tokio::time::timeout(std::time::Duration::from_secs(10), cancelled).await.expect("the handler was dropped");
 }
 
+/// A call's stream carries a keep-alive comment every keep-alive period while its tool works
+/// quietly after a notification: clients and proxies give up on a silent stream. A call that
+/// sends nothing before its answer stays plain JSON (a comment would turn it into a stream).
+#[tokio::test]
+async fn a_quiet_stream_is_kept_alive() {
+    use tokio::io::AsyncReadExt;
+    let (calls, cancelled) = (Default::default(), Arc::new(tokio::sync::Notify::new()));
+    let mut config = Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    config.settings.keep_alive = std::time::Duration::from_millis(100);
+    let server =
+        common::TestServer::start(Arc::new(App::new(common::fixture_server(&calls, &cancelled), config.endpoint())))
+            .await;
+    let mut params = call("wait", json!({}));
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "t1"});
+    let (status, _, mut stream) = server.modern(json!(1), "tools/call", params).open().await;
+    assert_eq!(status, 200);
+    let mut text = String::new();
+    let mut chunk = [0u8; 4096];
+    while text.matches(": keep-alive").count() < 2 {
+        let read = common::bounded("two keep-alives", stream.read(&mut chunk)).await.unwrap();
+        assert!(read > 0, "the stream ended: {text}");
+        text.push_str(&String::from_utf8_lossy(&chunk[..read]));
+    }
+    let progress = text.find("notifications/progress").expect("the notification first");
+    assert!(progress < text.find(": keep-alive").unwrap(), "{text}");
+    drop(stream);
+    // A tool that works quietly past several periods and sends nothing first: plain JSON.
+    let mut quiet = vercel_mcp::McpServer::new("quiet", "1");
+    quiet.tool(
+        vercel_mcp::server::ToolDef::new("slow").description("Answers after a while"),
+        |_, _: vercel_mcp::server::NoArguments| async {
+            tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+            "done"
+        },
+    );
+    let quiet = common::TestServer::start(Arc::new(App::new(quiet, config.endpoint()))).await;
+    let reply = quiet.modern(json!(2), "tools/call", call("slow", json!({}))).send().await;
+    assert_eq!((reply.status, reply.header("content-type")), (200, Some("application/json")), "{}", reply.text());
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "done");
+}
+
 /// A `requestState` is bound to the endpoint that minted it: another endpoint of the same
 /// deployment (same key, same tool, same caller, same arguments) refuses it as invalid, while
 /// the minting endpoint accepts it.
