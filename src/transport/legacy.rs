@@ -219,7 +219,7 @@ pub(super) async fn handle(
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
     let id = ctx.id.clone();
-    respond_streaming(app, &request_id, &id, move |outbox, app, request_id| async move {
+    respond_streaming(app, &request_id, &id, super::KeepAlive::Here, move |outbox, app, request_id| async move {
         ctx.outbox = Some(outbox);
         run(&app, &request_id, ctx, &method, &params).await
     })
@@ -280,27 +280,12 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
     }
 }
 
-/// Waits for the client's answer until `by`, with a keep-alive comment on the call's stream every
-/// `keep_alive` meanwhile: a person may take a while to answer, and proxies cut a stream that
-/// says nothing. `None`: no answer by then, or nobody left to answer.
-async fn answered<T>(
-    answer: oneshot::Receiver<T>,
-    outbox: &crate::body::Outbox,
-    by: tokio::time::Instant,
-    keep_alive: Duration,
-) -> Option<T> {
-    let waited = tokio::time::timeout_at(by, answer);
-    tokio::pin!(waited);
-    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
-    loop {
-        tokio::select! {
-            answered = &mut waited => return answered.ok()?.ok(),
-            _ = beat.tick() => {
-                // A stream that is gone has no answer coming: the wait ends with the call.
-                outbox.send(StreamEvent::KeepAlive).await.ok()?;
-            }
-        }
-    }
+/// Waits for the client's answer until `by`. `None`: no answer by then, or nobody left to answer.
+/// (The call's stream carries keep-alives meanwhile, as every call's stream does: a person may
+/// take a while to answer, and proxies cut a stream that says nothing. A stream that is gone takes
+/// this wait with it.)
+async fn answered<T>(answer: oneshot::Receiver<T>, by: tokio::time::Instant) -> Option<T> {
+    tokio::time::timeout_at(by, answer).await.ok()?.ok()
 }
 
 /// Executes the request, answering `input_required` rounds by asking the client over the open
@@ -375,7 +360,7 @@ async fn fulfil(
             if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
                 return Err(McpError::internal("Internal error: the client closed the stream"));
             }
-            match answered(answer, &outbox, answers_by, app.listen.keep_alive).await {
+            match answered(answer, answers_by).await {
                 Some(Ok(result)) => {
                     responses.insert(key.clone(), result);
                 }

@@ -568,6 +568,7 @@ pub(crate) async fn respond_streaming<F>(
     app: &Arc<App>,
     request_id: &Arc<str>,
     id: &RequestId,
+    keep_alive: KeepAlive,
     work: impl FnOnce(Outbox, Arc<App>, Arc<str>) -> F,
 ) -> Response<Body>
 where
@@ -575,7 +576,7 @@ where
 {
     use futures_util::FutureExt;
     let (tx, mut events) = crate::body::outbox::channel(crate::body::STREAM_CAPACITY);
-    let (beats, keep_alive) = (tx.clone(), app.listen.keep_alive);
+    let (beats, every) = (tx.clone(), app.listen.keep_alive);
     let (app, request_id, id) = (app.clone(), request_id.clone(), id.clone());
     // Combinators, not an `async` block awaiting `work`'s future: that would hold the future
     // twice (captured, and being awaited).
@@ -595,10 +596,25 @@ where
     .await;
     match first {
         First::Response(last) => json_response(last),
-        First::Stream => sse_response(events, running.then(|| with_keep_alive(producer, beats, keep_alive))),
+        First::Stream => sse_response(
+            events,
+            running.then(|| match keep_alive {
+                KeepAlive::Here => with_keep_alive(producer, beats, every),
+                KeepAlive::ByTheWork => producer,
+            }),
+        ),
         // The work always ends by sending its response, and `events` is still here to take it.
         First::Gone => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
+}
+
+/// Who keeps a streamed response alive.
+#[derive(Clone, Copy)]
+pub(crate) enum KeepAlive {
+    /// [`respond_streaming`]: a comment every keep-alive period once the stream is open.
+    Here,
+    /// The work itself (a listen stream, which beats inside its own loop).
+    ByTheWork,
 }
 
 /// A streamed response's work, with a keep-alive comment every `every` until it ends: a tool
@@ -608,6 +624,8 @@ where
 fn with_keep_alive(mut work: Producer, outbox: Outbox, every: std::time::Duration) -> Producer {
     Box::pin(async move {
         let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // A reader that stalled gets one comment when it reads again, not every one it missed.
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;

@@ -239,6 +239,7 @@ async fn a_legacy_wait_for_the_client_keeps_its_stream_alive_and_ends() {
         "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
     let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
     let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+    let started = std::time::Instant::now();
     let (status, _, mut stream) = server
         .post(call.to_string())
         .header("MCP-Protocol-Version", "2025-11-25")
@@ -256,6 +257,9 @@ async fn a_legacy_wait_for_the_client_keeps_its_stream_alive_and_ends() {
     let asked = text.find("elicitation/create").expect("the question");
     let beats = text[asked..].matches(": keep-alive").count();
     assert!(beats >= 2, "kept alive while waiting: {text}");
+    // One comment a period, not one from each of two timers.
+    let periods = started.elapsed().as_millis() / 200;
+    assert!(beats as u128 <= periods + 1, "{beats} comments in {periods} periods");
     let answer: Value = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
