@@ -101,6 +101,11 @@ pub struct ClientOptions {
     /// The longest one SSE response is read, however often it sends: a server that drips
     /// comments forever cannot hold a call for longer.
     pub max_stream_duration: Duration,
+    /// How long a listen stream may go without a byte before the client takes it for dead (a
+    /// server gone, a connection half-open) and closes it. Keep it above the server's keep-alive
+    /// period: this kit's servers send one every 15 s by default (`MCP_KEEPALIVE_SECONDS`, up to
+    /// 300).
+    pub listen_silence: Duration,
     /// Most input requests one `input_required` round may carry, and most server requests one
     /// response stream of a 2025-11-25 server may carry (each runs a handler: a prompt to the
     /// user, a model call).
@@ -127,6 +132,7 @@ impl Default for ClientOptions {
             max_rounds: 8,
             timeout: Duration::from_secs(30),
             max_stream_duration: Duration::from_secs(15 * 60),
+            listen_silence: Duration::from_secs(60),
             max_input_requests: 16,
             modern: true,
             on_notification: None,
@@ -257,15 +263,17 @@ impl Client {
 
     async fn initialize(&mut self) -> Result<(), ClientError> {
         self.negotiated = Negotiated::Legacy(LEGACY_VERSIONS[0]);
-        let (version, result) = self.handshake().await?;
+        let (version, result) = self.open_session().await?;
+        // Before the notification: it carries the version the server chose.
         self.negotiated = Negotiated::Legacy(version);
         self.server = result;
-        Ok(())
+        self.acknowledge_session().await
     }
 
-    /// `initialize` and `notifications/initialized`: the version the server chose and its
-    /// answer. The session id it issues (if any) is kept for the requests that follow.
-    async fn handshake(&self) -> Result<(&'static str, Value), ClientError> {
+    /// `initialize`: the version the server chose and its answer. The session id it issues
+    /// replaces the one held (which is kept if the handshake fails: a renewal owed is tried again
+    /// at the next 404).
+    async fn open_session(&self) -> Result<(&'static str, Value), ClientError> {
         let params = json!({
             "protocolVersion": LEGACY_VERSIONS[0],
             "capabilities": self.options.capabilities(),
@@ -273,20 +281,25 @@ impl Client {
         });
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": params });
-        *self.session.lock().expect("session lock") = None;
         let exchange = self.exchange(&body, "initialize", None, Answers::None).await?;
-        *self.session.lock().expect("session lock") = exchange.session.clone();
+        let session = exchange.session.clone();
         let result = Self::result_of(exchange)?;
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
         let Some(version) = LEGACY_VERSIONS.iter().find(|v| **v == version) else {
             return Err(ClientError::Protocol(format!("the server chose an unsupported version {version}")));
         };
+        *self.session.lock().expect("session lock") = session;
+        Ok((version, result))
+    }
+
+    /// `notifications/initialized`, on the session just opened.
+    async fn acknowledge_session(&self) -> Result<(), ClientError> {
         let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
         let ack = self.exchange(&initialized, "notifications/initialized", None, Answers::None).await?;
         if !ack.status.is_success() {
             return Err(ClientError::Http(ack.status.as_u16(), "notifications/initialized was refused".into()));
         }
-        Ok((version, result))
+        Ok(())
     }
 
     /// The generation negotiated.
@@ -427,7 +440,11 @@ impl Client {
         if !session_lost {
             return Ok(exchange);
         }
-        self.handshake().await?;
+        let (version, _) = self.open_session().await?;
+        if self.negotiated != Negotiated::Legacy(version) {
+            return Err(ClientError::Protocol(format!("the new session chose another version, {version}")));
+        }
+        self.acknowledge_session().await?;
         self.exchange(body, method, params, Answers::Requests).await
     }
 
@@ -642,11 +659,12 @@ impl Client {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let mut body_stream = response.into_body();
         let mut reader = sse::EventReader::new(self.options.max_event_bytes);
-        let (quiet, ends) = (self.options.timeout, tokio::time::Instant::now() + self.options.max_stream_duration);
+        let (quiet, ends) =
+            (self.options.listen_silence, tokio::time::Instant::now() + self.options.max_stream_duration);
         tokio::spawn(async move {
             loop {
                 // Ends when the caller drops the receiver, even while the server sends nothing;
-                // when the server is silent for longer than the timeout (a live stream sends
+                // when the server is silent for longer than `listen_silence` (a live stream sends
                 // keep-alive comments: a silent one is dead, or half-open); and at the longest
                 // a stream is read. The receiver then sees it close.
                 let wait = quiet.min(ends.saturating_duration_since(tokio::time::Instant::now()));
@@ -685,7 +703,7 @@ impl Client {
             for tool in page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default() {
                 let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                 let schema = tool.get("inputSchema");
-                let Ok(annotations) = schema.map_or(Ok(Vec::new()), crate::server::header_annotations) else {
+                let Ok(annotations) = schema.map_or(Ok(Vec::new()), crate::server::input_schema_header_params) else {
                     continue;
                 };
                 let typed = serde_json::from_value::<Tool>(tool.clone())

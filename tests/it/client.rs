@@ -582,6 +582,8 @@ async fn a_lost_legacy_session_is_started_again() {
                 };
                 match message["method"].as_str() {
                     Some("server/discover") => (404, vec![], Bytes::new()),
+                    // Any session may acknowledge: the 404s below are the requests' alone.
+                    Some("notifications/initialized") => (202, vec![], Bytes::new()),
                     Some("initialize") => {
                         let issued = format!("s{}", counted.fetch_add(1, Ordering::SeqCst) + 1);
                         let (status, mut headers, body) = json(json!({"protocolVersion": "2025-11-25",
@@ -692,7 +694,7 @@ async fn an_unknown_result_type_is_refused() {
     }
 }
 
-/// A listen stream that goes silent (no keep-alive for longer than the timeout: the server is
+/// A listen stream that goes silent (no keep-alive for longer than `listen_silence`: the server is
 /// gone, or the connection half-open) ends, and the receiver sees it close; a listen answered
 /// with a JSON error and a 2xx status is that error, not a stream that closes without a word.
 #[tokio::test]
@@ -749,10 +751,82 @@ async fn a_silent_or_streamless_listen_ends() {
             });
         }
     });
-    let options = ClientOptions { timeout: std::time::Duration::from_millis(300), ..ClientOptions::default() };
+    let options = ClientOptions { listen_silence: std::time::Duration::from_millis(300), ..ClientOptions::default() };
     let client = Client::connect(&format!("http://{addr}/api/mcp"), options).await.unwrap();
     let mut silent = client.listen(json!({"toolsListChanged": true})).await.unwrap();
     assert_eq!(common::bounded("the silent stream", silent.recv()).await, None, "it closes");
     let refused = common::bounded("the listen", client.listen(json!({"toolsListChanged": true}))).await;
     assert!(matches!(&refused, Err(ClientError::Rpc { code: -32602, .. })), "{:?}", refused.err());
+}
+
+/// Every message after `initialize`, its acknowledgement included, carries the version the
+/// server chose: a server that chose 2025-06-18 refuses a `notifications/initialized` sent as
+/// 2025-11-25, and the client could not connect to it.
+#[tokio::test]
+async fn the_handshake_is_acknowledged_in_the_version_the_server_chose() {
+    use bytes::Bytes;
+    let server = common::upstream::serve_typed(move |request| async move {
+        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let version = request.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let json = |result: Value| {
+            let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+            (200, Some("application/json"), Bytes::from(reply.to_string()))
+        };
+        match message["method"].as_str() {
+            Some("server/discover") => (404, None, Bytes::new()),
+            Some("initialize") => json(json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "older", "version": "1"}})),
+            _ if version.as_deref() != Some("2025-06-18") => (400, None, Bytes::new()),
+            Some("notifications/initialized") => (202, None, Bytes::new()),
+            Some("tools/list") => json(json!({"tools": []})),
+            _ => (400, None, Bytes::new()),
+        }
+    })
+    .await;
+    let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+    assert_eq!(client.negotiated(), Negotiated::Legacy("2025-06-18"));
+    assert!(client.list_tools().await.unwrap().is_empty());
+}
+
+/// A renewal that fails (the server errs on the new `initialize`) keeps the session the client
+/// held, so the next 404 tries the renewal again; before, the client went on with no session and
+/// never renewed it.
+#[tokio::test]
+async fn a_failed_session_renewal_is_tried_again() {
+    use bytes::Bytes;
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = handshakes.clone();
+    let server = common::upstream::serve_with_headers(move |request| {
+        let counted = counted.clone();
+        async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let session = request.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let json = |result: Value| {
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, vec![("content-type", "application/json".to_owned())], Bytes::from(reply.to_string()))
+            };
+            match message["method"].as_str() {
+                Some("server/discover") => (404, vec![], Bytes::new()),
+                Some("notifications/initialized") => (202, vec![], Bytes::new()),
+                Some("initialize") => match counted.fetch_add(1, Ordering::SeqCst) {
+                    // The first renewal fails.
+                    1 => (500, vec![], Bytes::new()),
+                    n => {
+                        let (status, mut headers, body) = json(json!({"protocolVersion": "2025-11-25",
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "flaky", "version": "1"}}));
+                        headers.push(("mcp-session-id", format!("s{n}")));
+                        (status, headers, body)
+                    }
+                },
+                // Only the latest session is known (s0 is forgotten once a renewal is due).
+                Some("tools/list") if session.as_deref() == Some("s2") => json(json!({"tools": []})),
+                _ => (404, vec![], Bytes::new()),
+            }
+        }
+    })
+    .await;
+    let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+    assert!(client.list_tools().await.is_err(), "s0 is forgotten and the renewal fails");
+    assert!(client.list_tools().await.unwrap().is_empty(), "the renewal owed is made at the next 404");
+    assert_eq!(handshakes.load(Ordering::SeqCst), 3);
 }
