@@ -318,8 +318,9 @@ impl Jobs {
         };
         if !enqueued {
             if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
-                unissued.disarm();
                 let rolled_back = self.store.delete(&record).await.is_ok();
+                // After the rollback: a submit dropped during it still has its record deleted.
+                unissued.disarm();
                 let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
                 let (full, problem) = match problem {
                     PublishError::Full(refusal) => (true, refusal),

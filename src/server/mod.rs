@@ -32,7 +32,7 @@ pub use template::UriTemplate;
 pub use tool::ToolDef;
 pub(crate) use tool::ToolEntry;
 use tool::valid_tool_name;
-pub use tool::{HeaderParam, header_annotations};
+pub use tool::{HeaderParam, input_schema_header_params};
 pub use with_state::WithState;
 
 use schemars::JsonSchema;
@@ -403,7 +403,7 @@ impl McpServer {
             "tool {name:?}: inputSchema root must be an object"
         );
         let header_params =
-            header_annotations(&input_schema).unwrap_or_else(|broken| panic!("tool {name:?}: {broken}"));
+            input_schema_header_params(&input_schema).unwrap_or_else(|broken| panic!("tool {name:?}: {broken}"));
         let listing_json = def.listing_json(&input_schema);
         let output_schema = def.output_schema.take();
         if let Some(output) = &output_schema {

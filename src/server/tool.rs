@@ -195,7 +195,7 @@ fn is_tchar(b: u8) -> bool {
 /// alone; its name is an HTTP token, unique case-insensitively. An annotation anywhere else (the
 /// root, under `items`, `oneOf`, `$defs`, `additionalProperties`...) breaks the rules, and so
 /// does a bad name: the server refuses such a tool at registration, and a client drops it.
-pub fn header_annotations(schema: &Value) -> Result<Vec<HeaderParam>, String> {
+pub fn input_schema_header_params(schema: &Value) -> Result<Vec<HeaderParam>, String> {
     let mut out = Vec::new();
     scan_for_headers(schema, Some(&mut Vec::new()), &mut out)?;
     Ok(out)
@@ -286,7 +286,7 @@ mod tests {
     use serde_json::json;
 
     fn headers_of(schema: Value) -> Result<Vec<(String, String)>, String> {
-        Ok(header_annotations(&schema)?.into_iter().map(|p| (p.header.clone(), p.property())).collect())
+        Ok(input_schema_header_params(&schema)?.into_iter().map(|p| (p.header.clone(), p.property())).collect())
     }
 
     #[test]
@@ -310,7 +310,7 @@ mod tests {
             ]
         );
         let arguments = json!({"target": {"zone": 3, "deep": null}});
-        let params = header_annotations(&json!({"properties": {"target": {"properties": {
+        let params = input_schema_header_params(&json!({"properties": {"target": {"properties": {
             "zone": {"type": "integer", "x-mcp-header": "Zone"},
             "deep": {"properties": {"on": {"type": "boolean", "x-mcp-header": "On"}}},
         }}}}))
