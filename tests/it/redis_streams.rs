@@ -471,6 +471,22 @@ async fn what_can_never_run_or_keeps_failing_goes_to_the_dead_letters() {
     let _ = submitted;
 }
 
+/// A queue that gives a message up after two deliveries, and a job whose message has had both:
+/// read, then claimed again, by a consumer that ran nothing.
+async fn delivered_to_a_ghost_twice(world: &World) -> (Arc<RedisStreamQueue>, Jobs, Submitted) {
+    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(100) });
+    let _: () = world.command(&["XGROUP", "CREATE", queue.stream_key(), "jobs", "0", "MKSTREAM"]).await;
+    let jobs = world.jobs(&queue);
+    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
+    let entries: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
+    let id = entries[0].0.clone();
+    let _: redis::Value = world
+        .command(&["XREADGROUP", "GROUP", "jobs", "ghost", "COUNT", "1", "STREAMS", queue.stream_key(), ">"])
+        .await;
+    let _: redis::Value = world.command(&["XCLAIM", queue.stream_key(), "jobs", "ghost", "0", &id]).await;
+    (queue, jobs, submitted)
+}
+
 /// A job whose message is given up (delivered too often: here, taken twice by a consumer that
 /// never ran it) is failed, not left active: nothing would run it again, and it held one of its
 /// owner's active slots until its deadline.
@@ -478,17 +494,7 @@ async fn what_can_never_run_or_keeps_failing_goes_to_the_dead_letters() {
 async fn a_job_whose_message_is_given_up_is_failed() {
     let Some((url, _guard)) = redis() else { return };
     let world = World::new(&url, "streams-given-up");
-    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(100) });
-    let _: () = world.command(&["XGROUP", "CREATE", queue.stream_key(), "jobs", "0", "MKSTREAM"]).await;
-    let jobs = world.jobs(&queue);
-    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
-    let entries: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
-    let id = entries[0].0.clone();
-    // Two deliveries to a consumer that ran nothing: read, then claimed again.
-    let _: redis::Value = world
-        .command(&["XREADGROUP", "GROUP", "jobs", "ghost", "COUNT", "1", "STREAMS", queue.stream_key(), ">"])
-        .await;
-    let _: redis::Value = world.command(&["XCLAIM", queue.stream_key(), "jobs", "ghost", "0", &id]).await;
+    let (queue, jobs, submitted) = delivered_to_a_ghost_twice(&world).await;
     let sink = Arc::new(MemorySink::default());
     let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -516,16 +522,7 @@ async fn a_job_whose_message_is_given_up_is_failed() {
 async fn a_given_up_job_is_failed_before_its_message_moves() {
     let Some((url, _guard)) = redis() else { return };
     let world = World::new(&url, "streams-given-up-first");
-    let queue = world.queue("a", StreamSettings { max_deliveries: 2, ..settings(100) });
-    let _: () = world.command(&["XGROUP", "CREATE", queue.stream_key(), "jobs", "0", "MKSTREAM"]).await;
-    let jobs = world.jobs(&queue);
-    let submitted = jobs.submit(&world.alice, 2, None).await.unwrap();
-    let entries: Vec<(String, Vec<String>)> = world.command(&["XRANGE", queue.stream_key(), "-", "+"]).await;
-    let id = entries[0].0.clone();
-    let _: redis::Value = world
-        .command(&["XREADGROUP", "GROUP", "jobs", "ghost", "COUNT", "1", "STREAMS", queue.stream_key(), ">"])
-        .await;
-    let _: redis::Value = world.command(&["XCLAIM", queue.stream_key(), "jobs", "ghost", "0", &id]).await;
+    let (queue, jobs, submitted) = delivered_to_a_ghost_twice(&world).await;
     world.command::<()>(&["SET", queue.dead_letter_key(), "in the way"]).await;
     let sink = Arc::new(MemorySink::default());
     let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));

@@ -577,6 +577,19 @@ mod tests {
     }
 
     /// Adds an entry to `queue`'s stream and reads it as `consumer`, which then holds it: its id.
+    /// The group's pending entries: id, consumer, idle ms, deliveries.
+    async fn pending_entries(queue: &RedisStreamQueue) -> Vec<(String, String, u64, u32)> {
+        redis::cmd("XPENDING")
+            .arg(&queue.stream)
+            .arg(STREAM_CONSUMER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .query_async(&mut queue.redis.connection())
+            .await
+            .unwrap()
+    }
+
     async fn handed_to(queue: &RedisStreamQueue, consumer: &str) -> String {
         let mut connection = queue.redis.connection();
         let id: String = redis::cmd("XADD")
@@ -707,15 +720,7 @@ mod tests {
         // Idle for well under a minute: not claimable with a minute's minimum, nor taken.
         assert_eq!(queue.dead_letter(&id, 60_000, "delivered too often").await.unwrap(), 0);
         assert!(!queue.take_idle(&id, 60_000).await.unwrap());
-        let pending: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
-            .arg(&queue.stream)
-            .arg(STREAM_CONSUMER_GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(10)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        let pending = pending_entries(&queue).await;
         assert_eq!(pending.len(), 1, "still pending");
         assert_eq!(pending[0].1, "owner", "with its consumer");
         let dead: u64 = redis::cmd("XLEN").arg(&queue.dead).query_async(&mut connection).await.unwrap();
@@ -723,15 +728,7 @@ mod tests {
 
         // Taken with no minimum: this consumer holds it, its deliveries not counted again.
         assert!(queue.take_idle(&id, 0).await.unwrap());
-        let held: Vec<(String, String, u64, u32)> = redis::cmd("XPENDING")
-            .arg(&queue.stream)
-            .arg(STREAM_CONSUMER_GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(10)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
+        let held = pending_entries(&queue).await;
         assert_eq!((held[0].1.as_str(), held[0].3), ("reclaimer", 1), "{held:?}");
         // Claimable (no minimum): moved, acknowledged and deleted.
         assert_eq!(queue.dead_letter(&id, 0, "delivered too often").await.unwrap(), 1);
