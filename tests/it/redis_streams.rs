@@ -487,6 +487,22 @@ async fn delivered_to_a_ghost_twice(world: &World) -> (Arc<RedisStreamQueue>, Jo
     (queue, jobs, submitted)
 }
 
+/// The job's progress once it is no longer pending, or after 10 s (the worker runs on its own).
+async fn no_longer_pending<'a>(
+    jobs: &Jobs,
+    world: &World,
+    submitted: &'a Submitted,
+) -> vercel_mcp::jobs::JobProgress<'a> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = jobs.status(&world.alice, &submitted.job_id).await.unwrap();
+        if status.state != "pending" || tokio::time::Instant::now() > deadline {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A job whose message is given up (delivered too often: here, taken twice by a consumer that
 /// never ran it) is failed, not left active: nothing would run it again, and it held one of its
 /// owner's active slots until its deadline.
@@ -497,14 +513,7 @@ async fn a_job_whose_message_is_given_up_is_failed() {
     let (queue, jobs, submitted) = delivered_to_a_ghost_twice(&world).await;
     let sink = Arc::new(MemorySink::default());
     let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        let status = jobs.status(&world.alice, &submitted.job_id).await.unwrap();
-        if status.state != "pending" || tokio::time::Instant::now() > deadline {
-            break status;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = no_longer_pending(&jobs, &world, &submitted).await;
     queue.shut_down();
     worker.await.unwrap();
     assert_eq!((status.state, status.completed_steps), ("failed", 0), "given up, not left pending");
@@ -526,18 +535,12 @@ async fn a_given_up_job_is_failed_before_its_message_moves() {
     world.command::<()>(&["SET", queue.dead_letter_key(), "in the way"]).await;
     let sink = Arc::new(MemorySink::default());
     let worker = tokio::spawn(queue.clone().work(world.consumer(&queue, Duration::ZERO, &sink)));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        let status = jobs.status(&world.alice, &submitted.job_id).await.unwrap();
-        if status.state != "pending" || tokio::time::Instant::now() > deadline {
-            break status;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = no_longer_pending(&jobs, &world, &submitted).await;
     assert_eq!(status.state, "failed", "failed though its entry could not move");
     assert_eq!(world.command::<u64>(&["XLEN", queue.stream_key()]).await, 1, "the entry is still there");
     // Once the move can happen, a later reclaim makes it.
     world.command::<()>(&["DEL", queue.dead_letter_key()]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let moved = loop {
         let left = world.command::<u64>(&["XLEN", queue.stream_key()]).await;
         if left == 0 || tokio::time::Instant::now() > deadline {
