@@ -22,7 +22,8 @@ use std::sync::Arc;
 pub struct ListenLimits {
     /// When to close gracefully.
     pub max_duration: Duration,
-    /// How often to send a keep-alive comment.
+    /// How often an open stream sends a keep-alive comment (the transport's timer beside the
+    /// stream's work, so it beats while a delivery or a catch-up waits on the store too).
     pub keep_alive: Duration,
 }
 
@@ -168,7 +169,8 @@ impl McpServer {
         })
     }
 
-    /// Runs the stream: acknowledgement, matching notifications and keep-alives, then the
+    /// Runs the stream: acknowledgement and matching notifications (the transport adds the
+    /// keep-alives), then the
     /// graceful result once `limits.max_duration` has passed. Returns early (with no result to
     /// send) when the client closes the stream.
     pub(crate) async fn listen(
@@ -204,13 +206,10 @@ impl McpServer {
         let unread = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(unread);
         let mut unread_armed = false;
-        let mut keep_alive =
-            tokio::time::interval_at(tokio::time::Instant::now() + limits.keep_alive, limits.keep_alive);
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = outbox.closed() => return None,
-                _ = keep_alive.tick() => outbox.send(StreamEvent::KeepAlive).await.ok()?,
                 change = changes.recv() => match change {
                     Ok(event) if filter.wants(&event) => {
                         let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox)).await else { break };

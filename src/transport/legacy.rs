@@ -219,7 +219,7 @@ pub(super) async fn handle(
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
     let id = ctx.id.clone();
-    respond_streaming(app, &request_id, &id, super::KeepAlive::Here, move |outbox, app, request_id| async move {
+    respond_streaming(app, &request_id, &id, move |outbox, app, request_id| async move {
         ctx.outbox = Some(outbox);
         run(&app, &request_id, ctx, &method, &params).await
     })

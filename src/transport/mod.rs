@@ -568,7 +568,6 @@ pub(crate) async fn respond_streaming<F>(
     app: &Arc<App>,
     request_id: &Arc<str>,
     id: &RequestId,
-    keep_alive: KeepAlive,
     work: impl FnOnce(Outbox, Arc<App>, Arc<str>) -> F,
 ) -> Response<Body>
 where
@@ -596,25 +595,10 @@ where
     .await;
     match first {
         First::Response(last) => json_response(last),
-        First::Stream => sse_response(
-            events,
-            running.then(|| match keep_alive {
-                KeepAlive::Here => with_keep_alive(producer, beats, every),
-                KeepAlive::ByTheWork => producer,
-            }),
-        ),
+        First::Stream => sse_response(events, running.then(|| with_keep_alive(producer, beats, every))),
         // The work always ends by sending its response, and `events` is still here to take it.
         First::Gone => error_response(None, &McpError::internal("Internal error: the handler failed")),
     }
-}
-
-/// Who keeps a streamed response alive.
-#[derive(Clone, Copy)]
-pub(crate) enum KeepAlive {
-    /// [`respond_streaming`]: a comment every keep-alive period once the stream is open.
-    Here,
-    /// The work itself (a listen stream, which beats inside its own loop).
-    ByTheWork,
 }
 
 /// A streamed response's work, with a keep-alive comment every `every` until it ends: a tool

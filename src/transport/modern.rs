@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 use super::headers::{self, HeaderProblem};
-use super::{App, Body, KeepAlive, attach_server_info, error_response, respond_streaming};
+use super::{App, Body, attach_server_info, error_response, respond_streaming};
 use crate::body::{FinalResponse, ResponseOutcome};
 use crate::protocol::params::RequestParams;
 use crate::protocol::types::CallToolResult;
@@ -88,7 +88,7 @@ pub(super) async fn handle(
             Ok(slot) => slot,
             Err(error) => return error_response(Some(&id), &error),
         };
-        return respond_streaming(app, &request_id, &id, KeepAlive::ByTheWork, move |outbox, app, _| async move {
+        return respond_streaming(app, &request_id, &id, move |outbox, app, _| async move {
             // Held for as long as the stream's work lives: its end, or the response being
             // dropped, frees the slot.
             let _slot = slot;
@@ -107,7 +107,7 @@ pub(super) async fn handle(
     if !streams {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);
     }
-    respond_streaming(app, &request_id, &id, KeepAlive::Here, move |outbox, app, request_id| async move {
+    respond_streaming(app, &request_id, &id, move |outbox, app, request_id| async move {
         ctx.outbox = Some(outbox);
         run(&app, &request_id, ctx, &method, &params).await
     })
@@ -493,33 +493,21 @@ mod tests {
         let app = Arc::new(app());
         let request_id: Arc<str> = Arc::from("r-9");
         let id = RequestId::from_value(json!(9)).unwrap();
-        let before_head = super::super::respond_streaming(
-            &app,
-            &request_id,
-            &id,
-            super::super::KeepAlive::Here,
-            |_outbox, _, _| async move {
-                panic!("around the handler");
-            },
-        )
+        let before_head = super::super::respond_streaming(&app, &request_id, &id, |_outbox, _, _| async move {
+            panic!("around the handler");
+        })
         .await;
         assert_eq!(before_head.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let reply: Value = serde_json::from_slice(&before_head.into_body().collect().await).unwrap();
         assert_eq!((reply["id"].clone(), reply["error"]["code"].clone()), (json!(9), json!(-32603)));
         assert_eq!(reply["error"]["data"]["correlationId"], "r-9");
 
-        let after_head = super::super::respond_streaming(
-            &app,
-            &request_id,
-            &id,
-            super::super::KeepAlive::Here,
-            |outbox, _, _| async move {
-                let first = crate::protocol::jsonrpc::notification("notifications/progress", &json!({"progress": 1}));
-                outbox.send(crate::body::StreamEvent::Notification(first)).await.unwrap();
-                tokio::task::yield_now().await;
-                panic!("around the handler, later");
-            },
-        )
+        let after_head = super::super::respond_streaming(&app, &request_id, &id, |outbox, _, _| async move {
+            let first = crate::protocol::jsonrpc::notification("notifications/progress", &json!({"progress": 1}));
+            outbox.send(crate::body::StreamEvent::Notification(first)).await.unwrap();
+            tokio::task::yield_now().await;
+            panic!("around the handler, later");
+        })
         .await;
         assert!(after_head.body().is_stream());
         let streamed = String::from_utf8(after_head.into_body().collect().await.to_vec()).unwrap();

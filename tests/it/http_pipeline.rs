@@ -498,6 +498,20 @@ async fn a_quiet_stream_is_kept_alive() {
     let progress = text.find("notifications/progress").expect("the notification first");
     assert!(progress < text.find(": keep-alive").unwrap(), "{text}");
     drop(stream);
+    // A listen stream too, from the same timer (its loop has none of its own).
+    let (status, _, mut listening) = server
+        .modern(json!(3), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}))
+        .open()
+        .await;
+    assert_eq!(status, 200);
+    let mut text = String::new();
+    while text.matches(": keep-alive").count() < 2 {
+        let read = common::bounded("two keep-alives on a listen stream", listening.read(&mut chunk)).await.unwrap();
+        assert!(read > 0, "the listen stream ended: {text}");
+        text.push_str(&String::from_utf8_lossy(&chunk[..read]));
+    }
+    assert!(text.contains("notifications/subscriptions/acknowledged"), "{text}");
+    drop(listening);
     // A tool that works quietly past several periods and sends nothing first: plain JSON.
     let mut quiet = vercel_mcp::McpServer::new("quiet", "1");
     quiet.tool(
