@@ -95,8 +95,8 @@ pub struct ClientOptions {
     /// Most `input_required` rounds fulfilled for one call.
     pub max_rounds: usize,
     /// How long the server may keep the client waiting: for a response's head, for all of a
-    /// JSON body, for each frame of an SSE response (a long tool may stream progress), and for
-    /// a call made in process.
+    /// JSON body, for each frame of a call's SSE response (a long tool may stream progress), and
+    /// for a call made in process. A listen stream's frames wait `listen_silence` instead.
     pub timeout: Duration,
     /// The longest one SSE response is read, however often it sends: a server that drips
     /// comments forever cannot hold a call for longer.
@@ -263,17 +263,18 @@ impl Client {
 
     async fn initialize(&mut self) -> Result<(), ClientError> {
         self.negotiated = Negotiated::Legacy(LEGACY_VERSIONS[0]);
-        let (version, result) = self.open_session().await?;
+        let (version, result, session) = self.open_session().await?;
+        *self.session.lock().expect("session lock") = session;
         // Before the notification: it carries the version the server chose.
         self.negotiated = Negotiated::Legacy(version);
         self.server = result;
         self.acknowledge_session().await
     }
 
-    /// `initialize`: the version the server chose and its answer. The session id it issues
-    /// replaces the one held (which is kept if the handshake fails: a renewal owed is tried again
-    /// at the next 404).
-    async fn open_session(&self) -> Result<(&'static str, Value), ClientError> {
+    /// `initialize`: the version the server chose, its answer and the session id it issued. The
+    /// caller decides whether the session replaces the one held (kept while a renewal fails, so
+    /// the renewal owed is tried again at the next 404).
+    async fn open_session(&self) -> Result<(&'static str, Value, Option<String>), ClientError> {
         let params = json!({
             "protocolVersion": LEGACY_VERSIONS[0],
             "capabilities": self.options.capabilities(),
@@ -288,8 +289,7 @@ impl Client {
         let Some(version) = LEGACY_VERSIONS.iter().find(|v| **v == version) else {
             return Err(ClientError::Protocol(format!("the server chose an unsupported version {version}")));
         };
-        *self.session.lock().expect("session lock") = session;
-        Ok((version, result))
+        Ok((version, result, session))
     }
 
     /// `notifications/initialized`, on the session just opened.
@@ -440,10 +440,12 @@ impl Client {
         if !session_lost {
             return Ok(exchange);
         }
-        let (version, _) = self.open_session().await?;
+        let (version, _, session) = self.open_session().await?;
         if self.negotiated != Negotiated::Legacy(version) {
+            // The session held is kept: the one just opened speaks another version.
             return Err(ClientError::Protocol(format!("the new session chose another version, {version}")));
         }
+        *self.session.lock().expect("session lock") = session;
         self.acknowledge_session().await?;
         self.exchange(body, method, params, Answers::Requests).await
     }

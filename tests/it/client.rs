@@ -566,8 +566,10 @@ async fn a_lost_legacy_session_is_started_again() {
                 };
                 match message["method"].as_str() {
                     Some("server/discover") => (404, vec![], Bytes::new()),
-                    // Any session may acknowledge: the 404s below are the requests' alone.
-                    Some("notifications/initialized") => (202, vec![], Bytes::new()),
+                    // The newest session acknowledges (the forgetting below is the requests' alone).
+                    Some("notifications/initialized") if session.as_deref() == Some(current.as_str()) => {
+                        (202, vec![], Bytes::new())
+                    }
                     Some("initialize") => {
                         let issued = format!("s{}", counted.fetch_add(1, Ordering::SeqCst) + 1);
                         let (status, mut headers, body) = json(json!({"protocolVersion": "2025-11-25",
@@ -822,4 +824,47 @@ async fn next_request_body(stream: &mut tokio::net::TcpStream, seen: &mut Vec<u8
         let Ok(n @ 1..) = stream.read(&mut chunk).await else { return None };
         seen.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// A new session that speaks another version than the client negotiated is not taken: the call
+/// fails saying so, and the client keeps the session it held (no half-opened session whose
+/// acknowledgement was never sent).
+#[tokio::test]
+async fn a_renewal_in_another_version_is_not_taken() {
+    use bytes::Bytes;
+    let sent_sessions = Arc::new(Mutex::new(Vec::new()));
+    let (handshakes, seen) = (Arc::new(AtomicUsize::new(0)), sent_sessions.clone());
+    let counted = handshakes.clone();
+    let server = common::upstream::serve_with_headers(move |request| {
+        let (counted, seen) = (counted.clone(), seen.clone());
+        async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let session = request.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            match message["method"].as_str() {
+                Some("server/discover") => (404, vec![], Bytes::new()),
+                Some("notifications/initialized") => (202, vec![], Bytes::new()),
+                Some("initialize") => {
+                    let n = counted.fetch_add(1, Ordering::SeqCst);
+                    let version = if n == 0 { "2025-11-25" } else { "2025-06-18" };
+                    let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": version,
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": "switching", "version": "1"}}});
+                    let headers =
+                        vec![("content-type", "application/json".to_owned()), ("mcp-session-id", format!("s{n}"))];
+                    (200, headers, Bytes::from(reply.to_string()))
+                }
+                _ => {
+                    seen.lock().unwrap().push(session);
+                    (404, vec![], Bytes::new())
+                }
+            }
+        }
+    })
+    .await;
+    let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+    for _ in 0..2 {
+        let error = client.list_tools().await.unwrap_err();
+        assert!(error.to_string().contains("another version"), "{error}");
+    }
+    assert_eq!(*sent_sessions.lock().unwrap(), [Some("s0".to_owned()), Some("s0".to_owned())], "s0 kept");
+    assert_eq!(client.negotiated(), Negotiated::Legacy("2025-11-25"));
 }
