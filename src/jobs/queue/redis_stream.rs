@@ -576,7 +576,6 @@ mod tests {
         redis.ok()
     }
 
-    /// Adds an entry to `queue`'s stream and reads it as `consumer`, which then holds it: its id.
     /// The group's pending entries: id, consumer, idle ms, deliveries.
     async fn pending_entries(queue: &RedisStreamQueue) -> Vec<(String, String, u64, u32)> {
         redis::cmd("XPENDING")
@@ -590,6 +589,7 @@ mod tests {
             .unwrap()
     }
 
+    /// Adds an entry to `queue`'s stream and reads it as `consumer`, which then holds it: its id.
     async fn handed_to(queue: &RedisStreamQueue, consumer: &str) -> String {
         let mut connection = queue.redis.connection();
         let id: String = redis::cmd("XADD")
