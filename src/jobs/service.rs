@@ -37,10 +37,21 @@ struct Unissued {
 }
 
 impl Unissued {
-    /// The handle is issued, or the record was never stored by this submit, or is rolled back
-    /// where the caller is told: nothing left to do.
+    /// The record, while the guard holds it (the submit works on it through the guard, so it is
+    /// never copied).
+    fn record(&self) -> &JobRecord {
+        self.record.as_ref().expect("an armed guard holds its record")
+    }
+
+    /// The record was never stored by this submit, or is rolled back where the caller is told:
+    /// nothing left to do.
     fn disarm(&mut self) {
         self.record = None;
+    }
+
+    /// The handle is being issued: the record is the submit's to answer with.
+    fn issue(mut self) -> JobRecord {
+        self.record.take().expect("an armed guard holds its record")
     }
 }
 
@@ -256,23 +267,24 @@ impl Jobs {
         let quota = self.limits.quota_for(principal);
         let stream = self.publisher.redis_stream();
         let mut attempts = 0;
-        let (record, message, enqueued, mut unissued) = loop {
+        let (message, enqueued, mut unissued) = loop {
+            // Armed before the create is sent: from then on, a submit that ends without a handle
+            // (its caller gone, or an error that leaves unknown whether the record landed) has
+            // the record deleted, never left pending with nothing to run it.
             let record = JobRecord::new(handle::new_job_id(self.random.as_ref()), owner.to_owned(), steps, now);
+            let mut unissued = Unissued { store: Arc::clone(&self.store), record: Some(record) };
+            let record = unissued.record();
             let message = JobMessage {
                 job_id: record.job_id.clone(),
                 owner_id: record.owner_id.clone(),
                 steps,
                 traceparent: traceparent.clone(),
             };
-            // Armed before the create is sent: from then on, a submit that ends without a handle
-            // (its caller gone, or an error that leaves unknown whether the record landed) has
-            // the record deleted, never left pending with nothing to run it.
-            let mut unissued = Unissued { store: Arc::clone(&self.store), record: Some(record.clone()) };
             // Where the queue is a stream the store can reach, the message goes in with the record.
             let (created, enqueued) =
-                match stream.and_then(|stream| self.store.create_enqueued(&record, &quota, now, stream, &message)) {
+                match stream.and_then(|stream| self.store.create_enqueued(record, &quota, now, stream, &message)) {
                     Some(create) => (create.await, true),
-                    None => (self.store.create(&record, &quota, now).await, false),
+                    None => (self.store.create(record, &quota, now).await, false),
                 };
             // A create that reports an error may have landed (the reply lost, not the command):
             // a record under this fresh id is this call's. Taken as created, it is enqueued and
@@ -291,7 +303,7 @@ impl Jobs {
                 unissued.disarm();
             }
             match created {
-                Ok(()) => break (record, message, enqueued, unissued),
+                Ok(()) => break (message, enqueued, unissued),
                 Err(CreateRefused::AtCap(cap)) => {
                     return Err(format!(
                         "job limit reached: at most {cap} active jobs per caller; wait for one to finish or cancel one"
@@ -318,7 +330,7 @@ impl Jobs {
         };
         if !enqueued {
             if let Err(problem) = self.publisher.publish(&message, oidc_token).await {
-                let rolled_back = self.store.delete(&record).await.is_ok();
+                let rolled_back = self.store.delete(unissued.record()).await.is_ok();
                 // After the rollback: a submit dropped during it still has its record deleted.
                 unissued.disarm();
                 let note = if rolled_back { "" } else { " (the pending record expires on its own)" };
@@ -331,7 +343,7 @@ impl Jobs {
                 return Err(if full { text } else { self.fault("enqueue", &text) });
             }
         }
-        unissued.disarm();
+        let record = unissued.issue();
         let handle = handle::mint(&self.sealer, owner, &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), Detail::Steps(steps));
         Ok(Submitted { job_id: handle, state: record.state.as_str(), total_steps: record.total_steps })
