@@ -624,9 +624,9 @@ impl RequestRecord {
         if succeeded && logger.request_lines == RequestLines::Failures {
             return;
         }
-        // A 5xx is an error whatever the outcome. A contained panic is always an error in its own `panic` event (which
-        // carries this request's id and where it happened); its request line says 500 where the
-        // answer does, and 200 in the 2025-11-25 era or after a stream's head.
+        // `ResponseOutcome::level` decides. A contained panic is always an error in its own `panic`
+        // event (which carries this request's id and where it happened); its request line says
+        // 500 where the answer does, and 200 in the 2025-11-25 era or after a stream's head.
         let level = outcome.level(status);
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
         // Written field by field: this line is on every request's path. Ids, digests and fixed
