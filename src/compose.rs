@@ -221,7 +221,7 @@ pub fn configure_server(server: &mut McpServer, parts: &Parts) {
     let services = parts.services();
     server.enable_tasks(services.tasks.clone());
 
-    // Your tools, e.g. `crate::tools::register(server, &services);` (docs/guide.md)
+    // Your tools, e.g. `crate::tools::register(server);` (docs/guide.md shows the module)
 
     // Reference examples, opt-in on /api/mcp:
     catalogue::minimal::register(server);

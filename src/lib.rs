@@ -5,10 +5,10 @@
 //! `ARCHITECTURE.md`, enforced by `tests/it/layers.rs`):
 //!
 //! - [`protocol`]: the wire vocabulary (JSON-RPC, MCP types, errors, `_meta`).
+//! - [`outbound`], [`telemetry`]: outbound HTTPS; OpenTelemetry traces over OTLP.
 //! - [`body`], [`state`], [`store`]: response bodies and stream events; sealed envelopes, the
 //!   clock, randomness, nonces and the change bus; the storage vocabulary and the shared Redis.
-//! - [`observe`], [`outbound`], [`telemetry`]: structured logs; outbound HTTPS; OpenTelemetry
-//!   traces over OTLP.
+//! - [`observe`]: structured logs, keyed digests, the panic hook.
 //! - [`security`]: Origin, bearer tokens, the principal, the platform's identity.
 //! - [`handler`]: the handler contract (`RequestContext`, `Outcome`, `ToolError`).
 //! - [`tasks`]: the tasks extension.

@@ -536,6 +536,12 @@ impl<const N: usize> HexText<N> {
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
+
+    /// The digits' bytes, without the UTF-8 check of [`HexText::as_str`] (for text being built as
+    /// bytes).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl<const N: usize> std::ops::Deref for HexText<N> {
@@ -629,37 +635,36 @@ impl RequestRecord {
         // 500 where the answer does, and 200 in the 2025-11-25 era or after a stream's head.
         let level = outcome.level(status);
         let latency_ms = (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-        // Written field by field: this line is on every request's path. Ids, digests and fixed
-        // words are known-safe text; only the method and the name (client-supplied) go through
-        // JSON escaping.
+        // Written member by member, each name with its punctuation in one constant: this line is on
+        // every request's path. Ids, digests and fixed words are known-safe text; only the method
+        // and the name (client-supplied) may need JSON escaping.
         let mut line: Vec<u8> = Vec::with_capacity(384);
         line.extend_from_slice(b"{\"ts\":\"");
         write_iso8601(&mut line, logger.clock.now_ms());
         line.extend_from_slice(b"\",\"level\":\"");
         line.extend_from_slice(level.as_bytes());
         line.extend_from_slice(b"\",\"event\":\"request\"");
-        let field = |line: &mut Vec<u8>, name: &str, value: Option<&str>, escape: bool| {
-            line.extend_from_slice(b",\"");
-            line.extend_from_slice(name.as_bytes());
-            line.extend_from_slice(b"\":");
+        let member = |line: &mut Vec<u8>, name_and_colon: &[u8], value: Option<&[u8]>| {
+            line.extend_from_slice(name_and_colon);
             match value {
-                Some(value) if escape => serde_json::to_writer(&mut *line, value).expect("strings serialise"),
                 Some(value) => {
                     line.push(b'"');
-                    line.extend_from_slice(value.as_bytes());
+                    line.extend_from_slice(value);
                     line.push(b'"');
                 }
                 None => line.extend_from_slice(b"null"),
             }
         };
-        field(&mut line, "requestId", Some(&self.request_id), false);
-        field(&mut line, "traceId", Some(&self.trace_id), false);
-        field(&mut line, "era", self.era, false);
-        field(&mut line, "method", self.method.as_deref(), true);
-        field(&mut line, "name", self.name.as_deref(), true);
-        field(&mut line, "principal", self.principal.as_deref(), false);
-        field(&mut line, "arguments", self.arguments.as_deref(), false);
-        field(&mut line, "outcome", Some(outcome.label()), false);
+        member(&mut line, b",\"requestId\":", Some(self.request_id.as_bytes()));
+        member(&mut line, b",\"traceId\":", Some(self.trace_id.as_bytes()));
+        member(&mut line, b",\"era\":", self.era.map(str::as_bytes));
+        line.extend_from_slice(b",\"method\":");
+        push_json_text(&mut line, self.method.as_deref());
+        line.extend_from_slice(b",\"name\":");
+        push_json_text(&mut line, self.name.as_deref());
+        member(&mut line, b",\"principal\":", self.principal.as_ref().map(HexText::as_bytes));
+        member(&mut line, b",\"arguments\":", self.arguments.as_ref().map(HexText::as_bytes));
+        member(&mut line, b",\"outcome\":", Some(outcome.label().as_bytes()));
         // Numbers go through serde_json's integer and float writers, not the formatting machinery.
         line.extend_from_slice(b",\"status\":");
         serde_json::to_writer(&mut line, &status).expect("numbers serialise");
@@ -671,6 +676,21 @@ impl RequestRecord {
         line.push(b'}');
         let line = String::from_utf8(line).expect("the line is UTF-8");
         logger.emit(line);
+    }
+}
+
+/// Appends `text` as a JSON string, or `null`. Text with nothing to escape (no control character,
+/// quote or backslash: what serde_json escapes) is copied as it is, which is what serde_json would
+/// write; anything else goes through serde_json.
+fn push_json_text(line: &mut Vec<u8>, text: Option<&str>) {
+    match text {
+        Some(text) if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') => {
+            line.push(b'"');
+            line.extend_from_slice(text.as_bytes());
+            line.push(b'"');
+        }
+        Some(text) => serde_json::to_writer(&mut *line, text).expect("strings serialise"),
+        None => line.extend_from_slice(b"null"),
     }
 }
 
@@ -1122,6 +1142,30 @@ mod tests {
         RequestRecord::start(&logger).finish(&logger, 200, crate::body::ResponseOutcome::Ok, false);
         let times: Vec<Value> = sink.lines().iter().map(|line| line["ts"].clone()).collect();
         assert_eq!(times, [json!("2026-12-01T00:00:00.000Z"), json!("2026-12-01T00:00:01.500Z")]);
+    }
+
+    /// The method and the name are the client's: whatever they hold, the line is one JSON object
+    /// with them as serde_json writes them, and text with nothing to escape is written as it is.
+    #[test]
+    fn a_request_line_writes_the_clients_text_as_serde_json_does() {
+        let (sink, logger) = logger_to_memory(Arc::new(ManualClock::new(1_796_083_200_000)));
+        // Each kind of character serde_json escapes, alone in its text, and text it leaves alone.
+        let texts = ["tools/call", "a \"quote\"", "back\\slash", "tab\t", "new\nline", "nul\u{0}", "unit\u{1f}"];
+        for method in texts.into_iter().chain(["del\u{7f} é ☃ 𝄞", "", " "]) {
+            for name in [None, Some("echo"), Some("a\"b"), Some("c\u{1}")] {
+                let mut record = RequestRecord::start(&logger);
+                record.method = Some(std::borrow::Cow::Owned(method.to_owned()));
+                record.name = name.map(str::to_owned);
+                record.principal = Some(logger.principal_digest("sub:a"));
+                record.finish(&logger, 200, crate::body::ResponseOutcome::Ok, false);
+                let raw = sink.raw().pop().unwrap();
+                let written = |value: Option<&str>| serde_json::to_string(&value).unwrap();
+                let expected = format!(r#","method":{},"name":{},"principal":"#, written(Some(method)), written(name));
+                assert!(raw.contains(&expected), "{raw}\nshould contain {expected}");
+                let line: Value = serde_json::from_str(&raw).unwrap();
+                assert_eq!((line["method"].as_str(), line["name"].as_str()), (Some(method), name), "{raw}");
+            }
+        }
     }
 
     #[test]

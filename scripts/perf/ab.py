@@ -4,14 +4,16 @@ builds take turns, ROUNDS rounds of PERF_SECONDS s of one workload at CONNECTION
 build's ratio to the first and every build's ratio to the floor.
     python3 scripts/perf/ab.py BEFORE AFTER [MORE...] [echo|list50|progress10|submit+poll]
 Each build is a `target/release/examples/perf_server` copied aside, optionally named `label=path`
-(unnamed, two builds are `before` and `after`, more are `build1`, `build2`, ...); for echo and
-list50 a build's `target/release/local` will do: progress10 is a perf_server tool. The floor is
+(unnamed, two builds are `before` and `after`, more are `build1`, `build2`, ...); for echo a build's
+`target/release/local` will do (always the local run), but list50's filler tools and progress10
+are perf_server's. The floor is
 `target/release/examples/floor` (scripts/perf.sh builds it). submit+poll needs Redis at
 REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
 its own, deleted at the end. Environment: CONNECTIONS
 (64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves every build through the
-`vercel_runtime` edge, as api/mcp.rs does), PERF_BATCH (1: wrk under SCHED_BATCH, as the harness's
-`echo-batch` row; needs chrt from util-linux). Needs wrk."""
+`vercel_runtime` edge, as api/mcp.rs does), PERF_BATCH (unset; 1 runs wrk under SCHED_BATCH, as the
+harness's `echo-batch` row; needs chrt from util-linux). The order in which they take their turns
+moves by one each round, so that none always follows the same one. Needs wrk."""
 import json, os, statistics, sys, tempfile, importlib.util
 here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("run", os.path.join(here, "run.py")); run = importlib.util.module_from_spec(spec); spec.loader.exec_module(run)
@@ -64,8 +66,10 @@ def files(port):
 floor_files = files(None) if not jobs else [run.request_file(work, "floor", *requests["echo"][:2], name="echo")]
 servers = {"floor": floor_bin, **builds}
 results = {k: [] for k in servers}
-for _ in range(rounds):
-    for label, binary in servers.items():
+order = list(servers.items())
+for round_number in range(rounds):
+    shift = round_number % len(order)
+    for label, binary in order[shift:] + order[:shift]:
         port = run.free_port(); process = run.spawn(binary, port, {} if label == "floor" else env); run.wait_ready(port, probe)
         sent = floor_files if label == "floor" else files(port)
         results[label].append(run.measure(process, port, sent, connections, os.environ.get("PERF_BATCH") == "1")); process.kill(); process.wait()

@@ -1,7 +1,7 @@
 """What tracing costs, measured so that the machine's drift cannot decide it: the floor, the
 server with tracing off and the same binary with tracing on (every request sampled, every span
 exported over OTLP/HTTP to a second floor process, which accepts every POST) take turns, five
-rounds of 5 s of echo on two connections. Prints CPU per request of each and on/off per round.
+rounds of 5 s of echo on two connections, the order moving by one each round. Prints CPU per request of each and on/off per round.
     python3 scripts/perf/tracing.py            (the local run; EDGE=vercel for api/mcp.rs's path)
 Needs wrk and the release examples (scripts/perf.sh builds them)."""
 import os, statistics, tempfile, importlib.util
@@ -17,8 +17,9 @@ base = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "PERF_EDGE"
 servers = {"floor": (floor_bin, {}), "off": (perf, base), "on": (perf, dict(base, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink_port}"))}
 probe = lambda port: run.post(port, "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": run.META}, name="echo")
 res = {k: [] for k in servers}
+order = list(servers.items())
 for r in range(5):
-    for name, (b, env) in servers.items():
+    for name, (b, env) in order[r % 3:] + order[:r % 3]:
         port = run.free_port(); p = run.spawn(b, port, env); run.wait_ready(port, probe)
         res[name].append(run.measure(p, port, [echo])); p.kill(); p.wait()
 sink.kill()

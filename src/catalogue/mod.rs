@@ -1,7 +1,8 @@
 //! The tool catalogue: one module per reference example, each registering into a server.
 //!
-//! `/api/mcp` serves the combined catalogue; every module exposes `register` so a route that
-//! serves one example alone (`/api/examples/<name>`, see [`EXAMPLES`]) composes the same code.
+//! Every module exposes `register`: `/api/mcp` serves the ones `compose::configure_server` lists
+//! (a small default, the rest one uncommented line each), and each example is also served alone
+//! at `/api/examples/<name>` (see [`EXAMPLES`]) from the same code.
 
 pub mod async_jobs;
 pub mod auth_server;
@@ -88,8 +89,7 @@ pub struct Example {
     pub register: fn(&mut McpServer, &Services),
 }
 
-/// Every example built so far, in the order `/api/mcp` lists their tools; each is also served
-/// alone at `/api/examples/<name>`.
+/// Every example built so far; each is served alone at `/api/examples/<name>`.
 pub const EXAMPLES: &[Example] = &[
     Example { name: "minimal", server_name: "minimal-server", register: |server, _| minimal::register(server) },
     Example { name: "resources", server_name: "resources-server", register: |server, _| resources::register(server) },
@@ -148,7 +148,8 @@ pub fn example(name: &str) -> Option<&'static Example> {
     EXAMPLES.iter().find(|e| e.name == name)
 }
 
-/// Registers the combined catalogue of `/api/mcp`: every example, plus the tasks extension.
+/// Registers every example on one server, plus the tasks extension: what the tests that cover
+/// the whole catalogue at once serve (`/api/mcp` serves what `compose::configure_server` lists).
 pub fn register_all(server: &mut McpServer, services: &Services) {
     server.enable_tasks(services.tasks.clone());
     for example in EXAMPLES {
