@@ -1,4 +1,4 @@
-//! The performance fixture: the combined catalogue plus tools for each benchmark workload
+//! The performance fixture: what `configure_server` serves plus tools for each benchmark workload
 //! (filler tools up to a 50-tool list, a tool streaming 10 progress notifications, an MRTR
 //! tool), served through the local run's router or, with `PERF_EDGE=vercel`, through the
 //! `vercel_runtime` edge exactly as `api/mcp.rs` serves it. Configuration comes from the

@@ -8,7 +8,7 @@ Each build is a `target/release/examples/perf_server` copied aside, optionally n
 `target/release/local` will do (always the local run), but list50's filler tools and progress10
 are perf_server's. The floor is
 `target/release/examples/floor` (scripts/perf.sh builds it). submit+poll needs Redis at
-REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
+PERF_REDIS_URL (redis://127.0.0.1:6379), and runs with the harness's job settings and a key prefix of
 its own, deleted at the end. Environment: CONNECTIONS
 (64), ROUNDS (3), PERF_SECONDS (4), PERF_EDGE (local; `vercel` serves every build through the
 `vercel_runtime` edge, as api/mcp.rs does), PERF_BATCH (unset; 1 runs wrk under SCHED_BATCH, as the

@@ -19,7 +19,7 @@ probe = lambda port: run.post(port, "tools/call", {"name": "echo", "arguments": 
 res = {k: [] for k in servers}
 order = list(servers.items())
 for r in range(5):
-    for name, (b, env) in order[r % 3:] + order[:r % 3]:
+    for name, (b, env) in order[r % len(order):] + order[:r % len(order)]:
         port = run.free_port(); p = run.spawn(b, port, env); run.wait_ready(port, probe)
         res[name].append(run.measure(p, port, [echo])); p.kill(); p.wait()
 sink.kill()
