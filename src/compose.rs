@@ -11,7 +11,7 @@ use crate::observe::{LogSink, Logger, StderrSink};
 use crate::server::McpServer;
 use crate::server::listen::ListenLimits;
 use crate::settings::{ConfigError, QueueChoice, Settings, listen_limit_for};
-use crate::state::{ChangeBus, Clock, LocalBus, NonceStore, Random, RedisBus, SystemRandom};
+use crate::state::{ChangeBus, Clock, InstanceOnlyBus, LocalBus, NonceStore, Random, RedisBus, SystemRandom};
 use crate::store::{Redis, Shared};
 use crate::tasks::{TaskService, TaskStore};
 use crate::telemetry::Telemetry;
@@ -105,7 +105,11 @@ impl Parts {
         };
         let bus: Arc<dyn ChangeBus> = match &shared {
             Shared::Redis(redis) => RedisBus::new(redis),
-            Shared::Memory | Shared::Unconfigured => Arc::new(LocalBus::default()),
+            Shared::Memory => Arc::new(LocalBus::default()),
+            // A listen stream would hear only this instance's changes: refused, naming the variable.
+            Shared::Unconfigured => Arc::new(InstanceOnlyBus::new(
+                crate::store::redis_url_unset("listen streams (changes made on any instance)").message(),
+            )),
         };
         Ok(Self {
             random: Arc::new(SystemRandom::default()),

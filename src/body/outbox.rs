@@ -7,8 +7,9 @@
 //! buffer has room. The contract is a bounded channel's:
 //!
 //! - **order**: frames go out in the order they were sent, the final response last;
-//! - **back-pressure**: at most [`STREAM_CAPACITY`] events wait unread; a sender past that waits
-//!   until the body takes them (the final response never waits: it has a slot of its own);
+//! - **back-pressure**: at most [`STREAM_CAPACITY`] events, and [`STREAM_MAX_UNREAD_BYTES`] of
+//!   them (a larger frame only alone), wait unread; a sender past that waits until the body takes
+//!   them (the final response never waits: it has a slot of its own);
 //! - **closing**: once the body is dropped (the client went away) every send fails with
 //!   [`Closed`], waiting senders included, and [`Outbox::closed`] resolves; once every sender is
 //!   gone without a final response, the body ends after what was sent.
@@ -24,6 +25,11 @@ use super::{FinalResponse, StreamEvent};
 
 /// Events a stream holds unread before its senders wait.
 pub const STREAM_CAPACITY: usize = 64;
+
+/// Bytes of framed events a stream holds unread before its senders wait: events are not all
+/// small (a task's notification carries its record, up to 256 KiB), and sixty-four of the
+/// largest would hold 16 MiB per stream. One event larger than this is taken when nothing waits.
+pub const STREAM_MAX_UNREAD_BYTES: usize = 1 << 20;
 
 /// The first allocation of a chunk that has something to carry: a burst (ten notifications and
 /// a result are ≈ 2 KB) fits without the buffer growing and copying itself.
@@ -99,6 +105,14 @@ pub fn channel(capacity: usize) -> (Outbox, Events) {
     (Outbox { shared: shared.clone() }, Events { shared })
 }
 
+impl State {
+    /// Whether a sender must wait for the body to read: as many events, or as many bytes, as the
+    /// stream holds unread.
+    fn full(&self) -> bool {
+        self.queued >= self.capacity || self.chunk.len() >= STREAM_MAX_UNREAD_BYTES
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| {
@@ -170,7 +184,7 @@ impl Outbox {
         if state.closed || state.ended {
             return Some(Err(Closed));
         }
-        if state.queued >= state.capacity {
+        if state.full() {
             return None;
         }
         if state.chunk.capacity() == 0 {
@@ -197,7 +211,7 @@ impl Outbox {
         state.last = Some(last);
         state.ended = true;
         // Only a full stream can have senders waiting for room; they will find it ended.
-        let senders_wait = state.queued >= state.capacity;
+        let senders_wait = state.full();
         let reader = state.reader.take();
         drop(state);
         if senders_wait {
@@ -289,7 +303,7 @@ impl Events {
             register(&mut state.reader, cx);
             return Poll::Pending;
         }
-        let was_full = state.queued >= state.capacity;
+        let was_full = state.full();
         let mut chunk = std::mem::take(&mut state.chunk);
         state.whole = 0;
         state.queued = 0;
@@ -401,6 +415,30 @@ mod tests {
         let expected = "event: message\ndata: {\"n\":1}\n\n: keep-alive\n\nevent: message\ndata: {\"id\":\"s1\"}\n\n\
                         event: message\ndata: {\"id\":1}\n\n";
         assert_eq!(chunk(&mut events, &waker), Poll::Ready(Some((expected.to_owned(), true))));
+    }
+
+    /// Large events fill a stream by their bytes before their count: a sender waits once a
+    /// mebibyte is unread, however few events that is, and goes on when the body reads; an event
+    /// larger than the whole bound is taken when nothing waits.
+    #[test]
+    fn a_stream_holds_a_bounded_number_of_unread_bytes() {
+        let (tx, mut events) = channel(STREAM_CAPACITY);
+        let (_, waker) = counted();
+        let large = |bytes: usize| StreamEvent::Notification(format!("\"{}\"", "x".repeat(bytes)).into_bytes());
+        sent(&tx, large(STREAM_MAX_UNREAD_BYTES / 2)).unwrap();
+        sent(&tx, large(STREAM_MAX_UNREAD_BYTES / 2)).unwrap();
+        let mut third = Box::pin(tx.send(note(3)));
+        let (sender_counter, sender_waker) = counted();
+        assert!(third.as_mut().poll(&mut Context::from_waker(&sender_waker)).is_pending(), "two events, a mebibyte");
+        let Poll::Ready(Some((read, false))) = chunk(&mut events, &waker) else { panic!("two events to read") };
+        assert!(read.len() > STREAM_MAX_UNREAD_BYTES);
+        assert_eq!(wakes(&sender_counter), 1, "the read makes room");
+        assert_eq!(third.as_mut().poll(&mut Context::from_waker(&sender_waker)), Poll::Ready(Ok(())));
+        assert_eq!(
+            chunk(&mut events, &waker),
+            Poll::Ready(Some(("event: message\ndata: {\"n\":3}\n\n".to_owned(), false)))
+        );
+        sent(&tx, large(2 * STREAM_MAX_UNREAD_BYTES)).expect("alone, an event larger than the bound is taken");
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub trait ChangeBus: Send + Sync + 'static {
     fn losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+    /// Why a listener may not be served from this bus: set on a deployment whose bus cannot reach
+    /// the other instances (no shared store configured), where a listen stream would hear only the
+    /// changes made by the instance holding it. `None` for a bus that can serve listeners.
+    fn unavailable(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The in-process bus of the local run and of tests.
@@ -69,6 +75,35 @@ impl ChangeBus for LocalBus {
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
         self.0.subscribe()
+    }
+}
+
+/// The bus of a deployment with no shared store: changes reach only the instance that made them
+/// (a tool's handler that publishes one still works), and listeners are refused with the reason.
+#[derive(Debug)]
+pub struct InstanceOnlyBus {
+    local: LocalBus,
+    reason: String,
+}
+
+impl InstanceOnlyBus {
+    /// A bus that refuses listeners with `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self { local: LocalBus::default(), reason: reason.into() }
+    }
+}
+
+impl ChangeBus for InstanceOnlyBus {
+    fn publish(&self, event: ChangeEvent) {
+        self.local.publish(event);
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.local.subscribe()
+    }
+
+    fn unavailable(&self) -> Option<&str> {
+        Some(&self.reason)
     }
 }
 

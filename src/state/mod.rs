@@ -10,7 +10,7 @@ pub mod nonce;
 pub mod random;
 pub mod seal;
 
-pub use bus::{ChangeBus, ChangeEvent, LocalBus, RedisBus};
+pub use bus::{ChangeBus, ChangeEvent, InstanceOnlyBus, LocalBus, RedisBus};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use nonce::{MemoryNonces, NonceStore, RedisNonces, UnconfiguredNonces, nonce_store};
 pub use random::{Random, SeededRandom, SystemRandom};

@@ -31,10 +31,18 @@ use crate::telemetry::SpanHandle;
 pub const TASK_TTL_MS: u64 = 60 * 60 * 1000;
 /// Suggested polling interval.
 pub const POLL_INTERVAL_MS: u64 = 1000;
-/// How often running work checks its record for a cancel.
-const CANCEL_POLL: Duration = Duration::from_millis(100);
+/// How often running work reads its record for a cancel when the bus announced none: a cancel
+/// is announced on the change bus, which wakes the work at once, so this read only finds one the
+/// bus lost (its publisher's link to the other instances failed). Each read is the whole record,
+/// up to `MAX_TASK_RECORD_BYTES`.
+const CANCEL_POLL: Duration = Duration::from_secs(5);
+/// How long after its round's limit a task that still reads as working is taken as lost and
+/// failed (by the next `tasks/get` or notification of it): its round would have failed it at
+/// the limit, so by then its instance stopped or its outcome could not be stored. The margin
+/// covers that outcome's own retries and the clocks of two instances disagreeing.
+const LOST_ROUND_MARGIN: Duration = Duration::from_secs(60);
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
-/// handler here and checks its record for a cancel every 100 ms until it ends.
+/// handler here and watches for a cancel until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
 /// The most one task record may hold, serialised: its arguments, the capabilities of the
 /// request that created it, the answers it was given, its result. With the records one caller
@@ -383,9 +391,29 @@ impl TaskService {
         span.end();
     }
 
+    /// Resolves once the task is cancelled (or gone, or ended by another writer): its record is
+    /// read when the bus announces a change to it, when the bus says it lost changes, and every
+    /// `CANCEL_POLL` otherwise.
     async fn watch_for_cancel(&self, owner: &str, task_id: &str) {
+        let mut changes = self.bus.subscribe();
+        let mut losses = self.bus.losses();
         loop {
-            tokio::time::sleep(CANCEL_POLL).await;
+            let lost = async {
+                let counting = match losses.as_mut() {
+                    Some(count) => count.changed().await.is_ok(),
+                    None => false,
+                };
+                if !counting {
+                    // A bus that counts no losses, or no longer can: the periodic read remains.
+                    losses = None;
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = task_changed(&mut changes, owner, task_id) => {}
+                () = lost => {}
+                () = tokio::time::sleep(CANCEL_POLL) => {}
+            }
             match self.store.get(owner, task_id).await {
                 Ok(Some(record)) if !record.cancel_requested && !record.status.is_terminal() => {}
                 Ok(_) => return,
@@ -395,7 +423,8 @@ impl TaskService {
     }
 
     /// Settles a round, trying again while the store fails; a round that still cannot be
-    /// stored is logged as a `task.fault` (the task reads as working until its TTL).
+    /// stored is logged as a `task.fault` (the task reads as working until `LOST_ROUND_MARGIN`
+    /// after its round's limit, and then as failed).
     async fn settle_or_log(&self, record: &TaskRecord, outcome: &ToolResult, capabilities: &Map<String, Value>) {
         let mut pause = SETTLE_FIRST_PAUSE;
         for attempt in 1..=SETTLE_ATTEMPTS {
@@ -520,7 +549,35 @@ impl TaskService {
         let record =
             self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         may_see(&record.tool)?;
+        let record = self.unless_lost(record).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         Ok(self.detailed(&record))
+    }
+
+    /// `record`, unless it has read as working for longer than its round may run plus
+    /// `LOST_ROUND_MARGIN`: then nothing is running it any more (the instance that ran it stopped,
+    /// or the round's outcome could not be stored), and it is failed saying so, by a
+    /// compare-and-set, so an outcome stored meanwhile is kept. `None` when it is gone.
+    async fn unless_lost(&self, record: TaskRecord) -> Result<Option<TaskRecord>, StoreError> {
+        let allowed = self.round_limit.saturating_add(LOST_ROUND_MARGIN).as_millis();
+        let deadline = record.updated_at.saturating_add(u64::try_from(allowed).unwrap_or(u64::MAX));
+        if record.status != TaskStatus::Working || self.clock.now_ms() <= deadline {
+            return Ok(Some(record));
+        }
+        let error = McpError::internal(format!(
+            "The task's work was lost: it was still working {} s after its round began, past the {} s a \
+             round may run (the instance running it may have stopped). Start it again.",
+            allowed / 1000,
+            self.round_limit.as_secs()
+        ));
+        let version = record.version;
+        self.modify(&record.owner, &record.task_id, |stored| {
+            if stored.version != version || stored.status != TaskStatus::Working {
+                return false;
+            }
+            fail(stored, &error);
+            true
+        })
+        .await
     }
 
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
@@ -536,6 +593,7 @@ impl TaskService {
         if !may_see(&record.tool) {
             return Ok(None);
         }
+        let Some(record) = self.unless_lost(record).await? else { return Ok(None) };
         let mut task = self.detailed(&record);
         task.remove("resultType");
         Ok(Some(task))
@@ -745,6 +803,25 @@ fn record_bytes(record: &TaskRecord) -> usize {
 }
 
 /// Ends `record` failed with `error`, as `tasks/get` reports it.
+/// Resolves at the next change the bus announces for `owner`'s task `task_id`, or as soon as the
+/// bus says it lost changes (any of them may have been this task's).
+async fn task_changed(changes: &mut tokio::sync::broadcast::Receiver<ChangeEvent>, owner: &str, task_id: &str) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(ChangeEvent::TaskChanged { owner: changed_owner, task_id: changed })
+                if changed == task_id && changed_owner == owner =>
+            {
+                return;
+            }
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            // A bus that is gone announces nothing more: the reads every `CANCEL_POLL` remain.
+            Err(RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
 fn fail(record: &mut TaskRecord, error: &McpError) {
     record.status = TaskStatus::Failed;
     record.status_message = Some(error.message.to_string());
@@ -1047,6 +1124,74 @@ mod tests {
         assert_eq!(failed.error.unwrap()["code"], -32603);
         assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the work is stopped");
         service.start(task(), forever, SpanHandle::default()).await.expect("its slot is free again");
+    }
+
+    /// A running round hears of its cancel on the bus at once, without reading its record on a
+    /// timer; a cancel the bus never announced (lost on the way from another instance) is found
+    /// by the read every `CANCEL_POLL`, and not before.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_stops_its_round_when_announced_and_at_the_next_read_when_not() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let service = Arc::new(service_over(store.clone()).with_caps(SlotCaps { per_principal: 1, total: 4 }));
+        let forever: ToolFn = Arc::new(|_, _| Box::pin(std::future::pending()));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let start = || {
+            let task =
+                NewTask { principal: &alice, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
+            service.start(task, forever.clone(), SpanHandle::default())
+        };
+        let first = start().await.unwrap()["taskId"].as_str().unwrap().to_owned();
+        service.cancel(&alice, &first, |_| Ok(())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let second = start().await.expect("the cancelled round ended at once, freeing its slot");
+
+        // Cancelled in the store with no announcement, as a cancel whose publish was lost.
+        let second = second["taskId"].as_str().unwrap().to_owned();
+        let mut record = store.get(alice.id(), &second).await.unwrap().unwrap();
+        (record.cancel_requested, record.status, record.version) = (true, TaskStatus::Cancelled, record.version + 1);
+        assert!(store.replace(&record).await.unwrap());
+        tokio::time::sleep(CANCEL_POLL - Duration::from_millis(100)).await;
+        assert!(start().await.is_err(), "nothing told the round yet");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        start().await.expect("the periodic read found the cancel");
+    }
+
+    /// A task that still reads as working past its round's limit and the margin has nothing
+    /// running it any more: `tasks/get` and its notification fail it, saying so, and the store
+    /// keeps that. Before the deadline, and in any other status, a task is shown as it is.
+    #[tokio::test]
+    async fn a_task_whose_round_was_lost_is_failed_once_its_round_could_not_still_run() {
+        let store = Arc::new(store::MemoryTaskStore::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let service = TaskService::new(
+            store.clone(),
+            clock.clone(),
+            Arc::new(SeededRandom::new(1)),
+            Arc::new(LocalBus::default()),
+        )
+        .with_round_limit(Duration::from_secs(30));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
+        store
+            .create(&task_record(alice.id(), "asking", 1, "input_required", &["a"]), TaskQuota::default())
+            .await
+            .unwrap()
+            .unwrap();
+        let status = |task: &Map<String, Value>| task["status"].as_str().unwrap().to_owned();
+
+        clock.advance_ms(90_000); // the round's 30 s and the 60 s margin
+        assert_eq!(status(&service.get(&alice, "lost", |_| Ok(())).await.unwrap()), "working");
+        clock.advance_ms(1);
+        let notified = service.notification(&alice, "lost", |_| true).await.unwrap().unwrap();
+        assert_eq!(status(&notified), "failed");
+        let stored = store.get(alice.id(), "lost").await.unwrap().unwrap();
+        assert_eq!((stored.status, stored.version), (TaskStatus::Failed, 2));
+        let message = stored.status_message.unwrap();
+        assert!(message.starts_with("The task's work was lost") && message.contains("30 s"), "{message}");
+        assert_eq!(stored.error.unwrap()["code"], -32603);
+        assert_eq!(status(&service.get(&alice, "lost", |_| Ok(())).await.unwrap()), "failed");
+        assert_eq!(status(&service.get(&alice, "asking", |_| Ok(())).await.unwrap()), "input_required");
+        assert_eq!(store.get(alice.id(), "asking").await.unwrap().unwrap().version, 1, "left as it was");
     }
 
     /// A task's create and its round run under the keeper of the request that started it (on

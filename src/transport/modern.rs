@@ -80,6 +80,9 @@ pub(super) async fn handle(
     }
 
     if method == "subscriptions/listen" {
+        if let Some(reason) = app.bus.unavailable() {
+            return error_response(Some(&id), &McpError::internal(reason.to_owned()));
+        }
         let filter = match app.server.listen_filter(&ctx, &params) {
             Ok(filter) => filter,
             Err(error) => return error_response(Some(&id), &error),

@@ -419,6 +419,9 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
     let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
     let task_id = parked_task(&a).await;
     let mut stream = listening_to(&b, &task_id).await;
+    // A listens too, so that its subscription is made now, not whenever one of its task rounds
+    // first waits on the bus for a cancel (which might be after the links are cut below).
+    let _a_listens = listening_to(&a, &task_id).await;
 
     let redis = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let subscribers = || {
@@ -430,10 +433,10 @@ async fn a_listener_is_caught_up_after_the_bus_reconnects() {
             counts[0].1
         }
     };
-    assert_eq!(subscribers().await, 1, "instance B listens");
+    assert_eq!(subscribers().await, 2, "both instances listen");
     let _: i64 =
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut redis.clone()).await.unwrap();
-    assert_eq!(subscribers().await, 0, "B's link is down");
+    assert_eq!(subscribers().await, 0, "the links are down, B's among them");
     let answers = json!({"a": {"action": "accept", "content": {"name": "Ada"}}, "b": {"action": "accept", "content": {"name": "Grace"}}});
     task_call(&a, "tasks/update", json!({"taskId": task_id, "inputResponses": answers})).await;
     wait_for(&a, &task_id, "completed").await;

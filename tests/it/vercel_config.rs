@@ -251,6 +251,31 @@ async fn a_deployment_never_falls_back_to_instance_memory() {
     }
     let nonces = config.request_state_nonces.as_ref().expect("single use is on by default");
     assert!(nonces.consume("n", 0, 1000).await.unwrap_err().contains("REDIS_URL"));
+    // A listen stream would hear only the changes of the instance holding it: refused, naming
+    // the variable, before any stream opens.
+    let listen = serde_json::json!({
+        "jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"toolsListChanged": true},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    });
+    let request = http::Request::post("/api/mcp")
+        .header("content-type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "subscriptions/listen")
+        .body(bytes::Bytes::from(listen.to_string()))
+        .unwrap();
+    let response = vercel_mcp::transport::handle(&vercel_mcp::mcp_app(&config), request).await;
+    let is_stream = response.body().is_stream();
+    let text = String::from_utf8(response.into_body().collect().await.to_vec()).unwrap();
+    assert!(!is_stream, "refused before a stream opens: {text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("REDIS_URL is not set"), "{answer}");
 
     let with_redis = deployed(true);
     assert!(with_redis.describe().contains("Redis store"), "{}", with_redis.describe());
