@@ -7,8 +7,9 @@
 //! buffer has room. The contract is a bounded channel's:
 //!
 //! - **order**: frames go out in the order they were sent, the final response last;
-//! - **back-pressure**: at most [`STREAM_CAPACITY`] events, and [`STREAM_MAX_UNREAD_BYTES`] of
-//!   them (a larger frame only alone), wait unread; a sender past that waits until the body takes
+//! - **back-pressure**: at most [`STREAM_CAPACITY`] events wait unread, and senders also wait once
+//!   [`STREAM_MAX_UNREAD_BYTES`] are unread (the frame that crosses that bound is taken whole, so
+//!   what waits is under the bound plus one frame); a sender past that waits until the body takes
 //!   them (the final response never waits: it has a slot of its own);
 //! - **closing**: once the body is dropped (the client went away) every send fails with
 //!   [`Closed`], waiting senders included, and [`Outbox::closed`] resolves; once every sender is
@@ -28,7 +29,8 @@ pub const STREAM_CAPACITY: usize = 64;
 
 /// Bytes of framed events a stream holds unread before its senders wait: events are not all
 /// small (a task's notification carries its record, up to 256 KiB), and sixty-four of the
-/// largest would hold 16 MiB per stream. One event larger than this is taken when nothing waits.
+/// largest would hold 16 MiB per stream. A frame is taken whole while less than this is unread,
+/// so a stream holds at most this plus one frame.
 pub const STREAM_MAX_UNREAD_BYTES: usize = 1 << 20;
 
 /// The first allocation of a chunk that has something to carry: a burst (ten notifications and

@@ -5,8 +5,10 @@
 //! Task records live in a [`TaskStore`] (Redis when deployed), so any instance can answer
 //! `tasks/get`, take an update or a cancel. The work itself runs on the instance that created
 //! the task, and a resumption (after `tasks/update` answers every outstanding input) runs on the
-//! instance that received the update; a running task polls its record and stops as soon as a
-//! cancel lands anywhere. Work that must outlive an invocation belongs in the jobs queue.
+//! instance that received the update; a running task waits for its change on the change bus (and
+//! reads its record every few seconds, for a change the bus lost) and stops as soon as a cancel
+//! lands anywhere. A task left working by a round that was lost (its instance stopped) is failed
+//! by the next read of it past that round's limit. Work that must outlive an invocation belongs in the jobs queue.
 
 pub mod store;
 
@@ -282,7 +284,13 @@ impl TaskService {
             result: None,
             error: None,
             cancel_requested: false,
+            round_limit_ms: Some(self.round_limit_ms()),
         }
+    }
+
+    /// The round limit as a record keeps it.
+    fn round_limit_ms(&self) -> u64 {
+        u64::try_from(self.round_limit.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Durably creates a working task, starts `handler` on it, and returns the
@@ -424,7 +432,7 @@ impl TaskService {
 
     /// Settles a round, trying again while the store fails; a round that still cannot be
     /// stored is logged as a `task.fault` (the task reads as working until `LOST_ROUND_MARGIN`
-    /// after its round's limit, and then as failed).
+    /// after its round's limit; the next `tasks/get` or notification of it after that fails it).
     async fn settle_or_log(&self, record: &TaskRecord, outcome: &ToolResult, capabilities: &Map<String, Value>) {
         let mut pause = SETTLE_FIRST_PAUSE;
         for attempt in 1..=SETTLE_ATTEMPTS {
@@ -553,21 +561,23 @@ impl TaskService {
         Ok(self.detailed(&record))
     }
 
-    /// `record`, unless it has read as working for longer than its round may run plus
-    /// `LOST_ROUND_MARGIN`: then nothing is running it any more (the instance that ran it stopped,
-    /// or the round's outcome could not be stored), and it is failed saying so, by a
-    /// compare-and-set, so an outcome stored meanwhile is kept. `None` when it is gone.
+    /// `record`, unless it has read as working for longer than its round may run (the limit of
+    /// the instance that started the round, kept in the record) plus `LOST_ROUND_MARGIN`: then
+    /// nothing is running it any more (the instance that ran it stopped, or the round's outcome
+    /// could not be stored), and it is failed saying so, by a compare-and-set, so an outcome
+    /// stored meanwhile is kept. `None` when it is gone.
     async fn unless_lost(&self, record: TaskRecord) -> Result<Option<TaskRecord>, StoreError> {
-        let allowed = self.round_limit.saturating_add(LOST_ROUND_MARGIN).as_millis();
-        let deadline = record.updated_at.saturating_add(u64::try_from(allowed).unwrap_or(u64::MAX));
-        if record.status != TaskStatus::Working || self.clock.now_ms() <= deadline {
+        let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
+        let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
+        let allowed_ms = limit_ms.saturating_add(margin_ms);
+        if record.status != TaskStatus::Working || self.clock.now_ms() <= record.updated_at.saturating_add(allowed_ms) {
             return Ok(Some(record));
         }
         let error = McpError::internal(format!(
             "The task's work was lost: it was still working {} s after its round began, past the {} s a \
              round may run (the instance running it may have stopped). Start it again.",
-            allowed / 1000,
-            self.round_limit.as_secs()
+            allowed_ms / 1000,
+            limit_ms / 1000
         ));
         let version = record.version;
         self.modify(&record.owner, &record.task_id, |stored| {
@@ -666,6 +676,7 @@ impl TaskService {
                         }
                     }
                     record.status = TaskStatus::Working;
+                    record.round_limit_ms = Some(self.round_limit_ms());
                     resumes.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 changed
@@ -802,7 +813,6 @@ fn record_bytes(record: &TaskRecord) -> usize {
     serde_json::to_writer(&mut count, record).map_or(usize::MAX, |()| count.0)
 }
 
-/// Ends `record` failed with `error`, as `tasks/get` reports it.
 /// Resolves at the next change the bus announces for `owner`'s task `task_id`, or as soon as the
 /// bus says it lost changes (any of them may have been this task's).
 async fn task_changed(changes: &mut tokio::sync::broadcast::Receiver<ChangeEvent>, owner: &str, task_id: &str) {
@@ -822,6 +832,7 @@ async fn task_changed(changes: &mut tokio::sync::broadcast::Receiver<ChangeEvent
     }
 }
 
+/// Ends `record` failed with `error`, as `tasks/get` reports it.
 fn fail(record: &mut TaskRecord, error: &McpError) {
     record.status = TaskStatus::Failed;
     record.status_message = Some(error.message.to_string());
@@ -888,6 +899,7 @@ mod tests {
         assert!(service.update(&alice, "t1", &answer("a")).await.unwrap().is_none(), "one request still open");
         let resumed = service.update(&alice, "t1", &answer("b")).await.unwrap().expect("the last answer resumes");
         assert_eq!((resumed.record.status, resumed.record.input_responses.len()), (TaskStatus::Working, 2));
+        assert_eq!(resumed.record.round_limit_ms, Some(280_000), "the resumed round's limit is kept with it");
         for again in [answer("b"), answer("a"), Map::new()] {
             assert!(service.update(&alice, "t1", &again).await.unwrap().is_none(), "resumed once only: {again:?}");
         }
@@ -1114,7 +1126,8 @@ mod tests {
         let created = service.start(task(), forever.clone(), SpanHandle::default()).await.unwrap();
         let task_id = created["taskId"].as_str().unwrap().to_owned();
         tokio::time::sleep(limit - Duration::from_secs(1)).await;
-        assert_eq!(store.get(alice.id(), &task_id).await.unwrap().unwrap().status, TaskStatus::Working);
+        let working = store.get(alice.id(), &task_id).await.unwrap().unwrap();
+        assert_eq!((working.status, working.round_limit_ms), (TaskStatus::Working, Some(30_000)));
         assert!(service.start(task(), forever.clone(), SpanHandle::default()).await.is_err(), "the slot is held");
         tokio::time::sleep(Duration::from_secs(2)).await;
         let failed = store.get(alice.id(), &task_id).await.unwrap().unwrap();
@@ -1158,7 +1171,8 @@ mod tests {
 
     /// A task that still reads as working past its round's limit and the margin has nothing
     /// running it any more: `tasks/get` and its notification fail it, saying so, and the store
-    /// keeps that. Before the deadline, and in any other status, a task is shown as it is.
+    /// keeps that. Before the deadline, and in any other status, a task is shown as it is. The
+    /// limit is the one the record keeps (its round's instance's), else the reader's.
     #[tokio::test]
     async fn a_task_whose_round_was_lost_is_failed_once_its_round_could_not_still_run() {
         let store = Arc::new(store::MemoryTaskStore::default());
@@ -1177,6 +1191,9 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+        let mut long = task_record(alice.id(), "long", 1, "working", &[]);
+        long.round_limit_ms = Some(300_000);
+        store.create(&long, TaskQuota::default()).await.unwrap().unwrap();
         let status = |task: &Map<String, Value>| task["status"].as_str().unwrap().to_owned();
 
         clock.advance_ms(90_000); // the round's 30 s and the 60 s margin
@@ -1192,6 +1209,15 @@ mod tests {
         assert_eq!(status(&service.get(&alice, "lost", |_| Ok(())).await.unwrap()), "failed");
         assert_eq!(status(&service.get(&alice, "asking", |_| Ok(())).await.unwrap()), "input_required");
         assert_eq!(store.get(alice.id(), "asking").await.unwrap().unwrap().version, 1, "left as it was");
+
+        // Started by an instance whose rounds may run 300 s: the reader's 30 s do not apply.
+        assert_eq!(status(&service.get(&alice, "long", |_| Ok(())).await.unwrap()), "working");
+        clock.advance_ms(269_999); // at 360 s: its 300 s and the margin
+        assert_eq!(status(&service.get(&alice, "long", |_| Ok(())).await.unwrap()), "working");
+        clock.advance_ms(1);
+        let failed = service.get(&alice, "long", |_| Ok(())).await.unwrap();
+        assert_eq!(status(&failed), "failed");
+        assert!(failed["statusMessage"].as_str().unwrap().contains("the 300 s a round may run"), "{failed:?}");
     }
 
     /// A task's create and its round run under the keeper of the request that started it (on

@@ -92,6 +92,11 @@ pub struct TaskRecord {
     /// Set by `tasks/cancel`.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// The longest the round that made the record working may run (ms), by the settings of the
+    /// instance that started it: a record still working this long (and a margin) after
+    /// `updated_at` was lost. Absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_limit_ms: Option<u64>,
 }
 
 /// What one principal may store: tasks held (in any status, until they expire) and tasks
