@@ -253,23 +253,7 @@ async fn a_deployment_never_falls_back_to_instance_memory() {
     assert!(nonces.consume("n", 0, 1000).await.unwrap_err().contains("REDIS_URL"));
     // A listen stream would hear only the changes of the instance holding it: refused, naming
     // the variable, before any stream opens.
-    let listen = serde_json::json!({
-        "jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
-        "params": {
-            "notifications": {"toolsListChanged": true},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    });
-    let request = http::Request::post("/api/mcp")
-        .header("content-type", "application/json")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "subscriptions/listen")
-        .body(bytes::Bytes::from(listen.to_string()))
-        .unwrap();
-    let response = vercel_mcp::transport::handle(&vercel_mcp::mcp_app(&config), request).await;
+    let response = vercel_mcp::transport::handle(&vercel_mcp::mcp_app(&config), listen_request("/api/mcp")).await;
     let is_stream = response.body().is_stream();
     let text = String::from_utf8(response.into_body().collect().await.to_vec()).unwrap();
     assert!(!is_stream, "refused before a stream opens: {text}");
@@ -283,6 +267,26 @@ async fn a_deployment_never_falls_back_to_instance_memory() {
     // Redis (here unreachable): the error is an outage, not a missing variable.
     let outage = with_redis.jobs.store.create(&record, &quota, 0).await.unwrap_err();
     assert!(!outage.message().contains("REDIS_URL is not set"), "{}", outage.message());
+}
+
+/// A `subscriptions/listen` (id `L`) for tool list changes, posted to `path`.
+fn listen_request(path: &str) -> http::Request<bytes::Bytes> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"toolsListChanged": true},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    });
+    http::Request::post(path)
+        .header("content-type", "application/json")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "subscriptions/listen")
+        .body(bytes::Bytes::from(body.to_string()))
+        .unwrap()
 }
 
 /// A listen stream ends with its graceful result before the platform would cut its function
@@ -301,24 +305,8 @@ async fn listen_streams_close_before_their_function_is_cut_off() {
         ("/api/examples/minimal", vercel_mcp::example_app("minimal", &config).unwrap(), example_limit),
     ];
     for (path, app, limit) in routes {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
-            "params": {
-                "notifications": {"toolsListChanged": true},
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        });
-        let request = http::Request::post(path)
-            .header("content-type", "application/json")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "subscriptions/listen")
-            .body(bytes::Bytes::from(body.to_string()))
-            .unwrap();
         let started = tokio::time::Instant::now();
-        let response = vercel_mcp::transport::handle(&app, request).await;
+        let response = vercel_mcp::transport::handle(&app, listen_request(path)).await;
         assert_eq!(response.status(), 200, "{path}");
         let text = String::from_utf8(response.into_body().collect().await.to_vec()).unwrap();
         let elapsed = started.elapsed();
