@@ -85,9 +85,10 @@ pub fn authorize(principal: &Principal, tool: &str) -> Result<(), String> {
     let who = if principal.is_verified() { principal.id() } else { "an unauthenticated caller" };
     // The scopes it lacks, not all it needs: one the caller holds is not the problem. (An
     // unauthenticated caller lacks them all, and may be refused a tool that needs none.)
-    let lacking: Vec<&str> = match missing.is_empty() {
-        true => required.iter().map(String::as_str).collect(),
-        false => missing.iter().map(|s| s.as_str()).collect(),
+    let lacking: Vec<&str> = if missing.is_empty() {
+        required.iter().map(String::as_str).collect()
+    } else {
+        missing.iter().map(|scope| scope.as_str()).collect()
     };
     Err(format!("not authorized: {who} may not call {tool}; it lacks {}", lacking.join(" ")))
 }

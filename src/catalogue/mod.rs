@@ -1,8 +1,8 @@
 //! The tool catalogue: one module per reference example, each registering into a server.
 //!
 //! Every module exposes `register`: `/api/mcp` serves the ones `compose::configure_server` lists
-//! (a small default; each other one is a line there to uncomment), and each example is also served alone
-//! at `/api/examples/<name>` (see [`EXAMPLES`]) from the same code.
+//! (a small default; each other one is a line there to uncomment), and each example is also
+//! served alone at `/api/examples/<name>` (see [`EXAMPLES`]) from the same code.
 
 pub mod async_jobs;
 pub mod auth_server;

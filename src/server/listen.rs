@@ -170,8 +170,7 @@ impl McpServer {
     }
 
     /// Runs the stream: acknowledgement and matching notifications (the transport adds the
-    /// keep-alives), then the
-    /// graceful result once `limits.max_duration` has passed. Returns early (with no result to
+    /// keep-alives), then the graceful result once `limits.max_duration` has passed. Returns early (with no result to
     /// send) when the client closes the stream.
     pub(crate) async fn listen(
         &self,

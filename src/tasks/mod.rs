@@ -881,6 +881,16 @@ mod tests {
         serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone()
     }
 
+    /// A task's work that never finishes (until it is cancelled or stopped).
+    fn never_finishing() -> ToolFn {
+        Arc::new(|_, _| Box::pin(std::future::pending()))
+    }
+
+    /// `who`'s new task of the `forever` tool.
+    fn forever_task(who: &Principal) -> NewTask<'_> {
+        NewTask { principal: who, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() }
+    }
+
     /// A task's work that finishes at once.
     fn finishing() -> ToolFn {
         Arc::new(|_, _| Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) }))
@@ -956,14 +966,9 @@ mod tests {
     async fn running_tasks_are_capped_per_caller_and_in_all() {
         let store = Arc::new(store::MemoryTaskStore::default());
         let service = Arc::new(service_over(store.clone()).with_caps(SlotCaps { per_principal: 2, total: 4 }));
-        let forever: ToolFn = Arc::new(|_, _| Box::pin(std::future::pending()));
         let alice = Principal::verified(Some("alice"), None, vec![]);
         let bob = Principal::verified(Some("bob"), None, vec![]);
-        let start = |who| {
-            let task =
-                NewTask { principal: who, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
-            service.start(task, forever.clone(), SpanHandle::default())
-        };
+        let start = |who| service.start(forever_task(who), never_finishing(), SpanHandle::default());
         let stored = || store.tasks.lock().unwrap().len();
 
         let first = start(&alice).await.unwrap()["taskId"].as_str().unwrap().to_owned();
@@ -1146,13 +1151,8 @@ mod tests {
     async fn a_cancel_stops_its_round_when_announced_and_at_the_next_read_when_not() {
         let store = Arc::new(store::MemoryTaskStore::default());
         let service = Arc::new(service_over(store.clone()).with_caps(SlotCaps { per_principal: 1, total: 4 }));
-        let forever: ToolFn = Arc::new(|_, _| Box::pin(std::future::pending()));
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        let start = || {
-            let task =
-                NewTask { principal: &alice, tool: "forever", arguments: Map::new(), client_capabilities: Map::new() };
-            service.start(task, forever.clone(), SpanHandle::default())
-        };
+        let start = || service.start(forever_task(&alice), never_finishing(), SpanHandle::default());
         let first = start().await.unwrap()["taskId"].as_str().unwrap().to_owned();
         service.cancel(&alice, &first, |_| Ok(())).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -1287,6 +1287,34 @@ mod tests {
             }
             reset()
         }
+    }
+
+    /// A lost task whose failing write does not land is answered with the store's fault and left
+    /// as it was, and the next read fails it.
+    #[tokio::test]
+    async fn a_lost_task_the_store_cannot_fail_stays_as_it_was() {
+        let store = Arc::new(Blipping {
+            inner: store::MemoryTaskStore::default(),
+            failures: std::sync::atomic::AtomicU32::new(1),
+            lands: false,
+        });
+        let clock = Arc::new(ManualClock::new(0));
+        let service = TaskService::new(
+            store.clone(),
+            clock.clone(),
+            Arc::new(SeededRandom::new(1)),
+            Arc::new(LocalBus::default()),
+        )
+        .with_round_limit(Duration::from_secs(30));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
+        clock.advance_ms(90_001);
+        let refused = service.get(&alice, "lost", |_| Ok(())).await.unwrap_err();
+        assert_eq!(refused.code.0, -32603, "{}", refused.message);
+        let unchanged = store.get(alice.id(), "lost").await.unwrap().unwrap();
+        assert_eq!((unchanged.status, unchanged.version), (TaskStatus::Working, 1));
+        let failed = service.get(&alice, "lost", |_| Ok(())).await.unwrap();
+        assert_eq!(failed["status"], "failed");
     }
 
     /// A write that reported an error but landed: the update that resumed the task goes on to run
