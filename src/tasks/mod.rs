@@ -881,6 +881,15 @@ mod tests {
         serde_json::json!({ key: {"action": "accept"} }).as_object().unwrap().clone()
     }
 
+    /// A service over `store` whose rounds may run 30 s, on a clock the test moves.
+    fn thirty_second_rounds(store: Arc<dyn TaskStore>) -> (Arc<ManualClock>, TaskService) {
+        let clock = Arc::new(ManualClock::new(0));
+        let service =
+            TaskService::new(store, clock.clone(), Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()))
+                .with_round_limit(Duration::from_secs(30));
+        (clock, service)
+    }
+
     /// A task's work that never finishes (until it is cancelled or stopped).
     fn never_finishing() -> ToolFn {
         Arc::new(|_, _| Box::pin(std::future::pending()))
@@ -1176,14 +1185,7 @@ mod tests {
     #[tokio::test]
     async fn a_task_whose_round_was_lost_is_failed_once_its_round_could_not_still_run() {
         let store = Arc::new(store::MemoryTaskStore::default());
-        let clock = Arc::new(ManualClock::new(0));
-        let service = TaskService::new(
-            store.clone(),
-            clock.clone(),
-            Arc::new(SeededRandom::new(1)),
-            Arc::new(LocalBus::default()),
-        )
-        .with_round_limit(Duration::from_secs(30));
+        let (clock, service) = thirty_second_rounds(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
         store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
         store
@@ -1298,14 +1300,7 @@ mod tests {
             failures: std::sync::atomic::AtomicU32::new(1),
             lands: false,
         });
-        let clock = Arc::new(ManualClock::new(0));
-        let service = TaskService::new(
-            store.clone(),
-            clock.clone(),
-            Arc::new(SeededRandom::new(1)),
-            Arc::new(LocalBus::default()),
-        )
-        .with_round_limit(Duration::from_secs(30));
+        let (clock, service) = thirty_second_rounds(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
         store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
         clock.advance_ms(90_001);
