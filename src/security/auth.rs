@@ -16,6 +16,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Principal;
 use super::jwks::JwksCache;
@@ -267,6 +268,13 @@ impl Authenticator {
         Ok(principal)
     }
 
+    /// How long `principal`'s credential stays valid by this authenticator's clock: `None` for a
+    /// caller without one (the anonymous caller, or authentication off), zero once it expired.
+    pub fn credential_remaining(&self, principal: &Principal) -> Option<Duration> {
+        let exp_ms = principal.expires_at()?.saturating_mul(1000);
+        Some(Duration::from_millis(exp_ms.saturating_sub(self.clock.now_ms())))
+    }
+
     /// [`Authenticator::verify`], remembering a success for the token's next use.
     async fn verify_and_remember(&self, token: &str) -> Result<Principal, &'static str> {
         let (principal, exp) = self.verify_with_expiry(token).await?;
@@ -365,7 +373,7 @@ impl Authenticator {
             _ => Vec::new(),
         };
         let client = text("client_id").or_else(|| text("azp"));
-        let principal = Principal::verified(subject.as_deref(), client, scopes);
+        let principal = Principal::verified(subject.as_deref(), client, scopes).expiring_at(exp);
         principal.is_verified().then_some((principal, exp))
     }
 
@@ -435,6 +443,20 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, value.parse().unwrap());
         headers
+    }
+
+    #[test]
+    fn a_credentials_remaining_time_is_read_on_the_authenticators_clock() {
+        let auth = authenticator(); // its clock reads 1 000 000 ms
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        assert_eq!(auth.credential_remaining(&alice), None, "no expiry known");
+        assert_eq!(auth.credential_remaining(&Principal::anonymous()), None);
+        assert_eq!(auth.credential_remaining(&alice.clone().expiring_at(1_003)), Some(Duration::from_secs(3)));
+        assert_eq!(auth.credential_remaining(&alice.clone().expiring_at(999)), Some(Duration::ZERO), "expired");
+        assert_eq!(
+            auth.credential_remaining(&alice.expiring_at(u64::MAX)),
+            Some(Duration::from_millis(u64::MAX - 1_000_000))
+        );
     }
 
     /// A remembered token is taken from the header's bytes as the text path would take it: any

@@ -27,16 +27,18 @@ enum Caller {
     Known(Arc<Known>),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Known {
     id: Box<str>,
     scopes: Box<[String]>,
     verified: bool,
     client_id: Option<Box<str>>,
+    /// When the credential that established it expires (seconds since the epoch).
+    expires_at: Option<u64>,
 }
 
-/// Equal when every part is: a principal restored as `anonymous` with no scopes is the
-/// anonymous one.
+/// Equal when the identity and its grants are (a principal restored as `anonymous` with no
+/// scopes is the anonymous one). When its credential expires is not part of who the caller is.
 impl PartialEq for Principal {
     fn eq(&self, other: &Self) -> bool {
         (self.id(), self.scopes(), self.is_verified(), self.client_id())
@@ -64,12 +66,42 @@ impl Principal {
             scopes: scopes.into(),
             verified: true,
             client_id: client_id.filter(|c| !c.is_empty()).map(Box::from),
+            expires_at: None,
         })))
+    }
+
+    /// This principal, established by a credential that expires at `exp` (seconds since the
+    /// epoch): what it opens that lasts (a listen stream) ends by then. The anonymous caller has
+    /// no credential and stays as it is.
+    pub fn expiring_at(self, exp: u64) -> Self {
+        match self.0 {
+            Caller::Anonymous => self,
+            Caller::Known(known) => {
+                let mut known = Arc::unwrap_or_clone(known);
+                known.expires_at = Some(exp);
+                Self(Caller::Known(Arc::new(known)))
+            }
+        }
+    }
+
+    /// When the credential that established this principal expires (seconds since the epoch),
+    /// if it said.
+    pub fn expires_at(&self) -> Option<u64> {
+        match &self.0 {
+            Caller::Anonymous => None,
+            Caller::Known(known) => known.expires_at,
+        }
     }
 
     /// A principal rebuilt from a stored id (background work acting for its owner).
     pub fn restore(id: &str, verified: bool, scopes: Vec<String>) -> Self {
-        Self(Caller::Known(Arc::new(Known { id: id.into(), scopes: scopes.into(), verified, client_id: None })))
+        Self(Caller::Known(Arc::new(Known {
+            id: id.into(),
+            scopes: scopes.into(),
+            verified,
+            client_id: None,
+            expires_at: None,
+        })))
     }
 
     /// The OAuth client the token was issued to, if the token said.
@@ -134,5 +166,20 @@ mod tests {
         assert_ne!(Principal::restore("anonymous", true, vec![]), Principal::anonymous());
         let p = Principal::verified(Some("u"), None, vec!["a".into(), "b".into()]);
         assert!(p.has_scopes(&["a", "b"]) && !p.has_scopes(&["c"]));
+    }
+
+    #[test]
+    fn a_credential_expiry_travels_with_the_principal_but_is_not_its_identity() {
+        let p = Principal::verified(Some("u"), Some("c"), vec!["a".into()]);
+        assert_eq!(p.expires_at(), None);
+        let expiring = p.clone().expiring_at(1_800_000_000);
+        assert_eq!(expiring.expires_at(), Some(1_800_000_000));
+        assert_eq!(
+            (expiring.id(), expiring.client_id(), expiring.scopes()),
+            ("sub:u", Some("c"), &["a".to_owned()][..])
+        );
+        assert_eq!(expiring, p, "the same caller");
+        assert_eq!(p.expires_at(), None, "the original is left as it was");
+        assert_eq!(Principal::anonymous().expiring_at(1).expires_at(), None, "no credential, no expiry");
     }
 }

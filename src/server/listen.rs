@@ -27,6 +27,18 @@ pub struct ListenLimits {
     pub keep_alive: Duration,
 }
 
+impl ListenLimits {
+    /// These limits for a stream whose caller's credential stays valid `credential` longer
+    /// ([`crate::security::Authenticator::credential_remaining`]): the stream closes gracefully
+    /// by then, and its client comes back with a fresh token, as for any other request. An
+    /// expired token is refused before a stream opens; one that expires while it is open no
+    /// longer keeps notifications coming.
+    pub fn within(self, credential: Option<Duration>) -> Self {
+        let max_duration = credential.map_or(self.max_duration, |left| left.min(self.max_duration));
+        Self { max_duration, ..self }
+    }
+}
+
 /// How long a stream waits to read again a task it could not read (the store failed).
 const UNREAD_RETRY: Duration = Duration::from_secs(1);
 
@@ -434,6 +446,16 @@ mod tests {
         };
         assert_eq!(watched(vec![]), json!(["a://open"]));
         assert_eq!(watched(vec!["secret:read".into()]), json!(["a://open", "a://secret"]));
+    }
+
+    #[test]
+    fn a_stream_ends_by_its_credentials_expiry_and_never_later_than_its_limit() {
+        let limits = ListenLimits { max_duration: Duration::from_secs(280), keep_alive: Duration::from_secs(15) };
+        assert_eq!(limits.within(None).max_duration, Duration::from_secs(280), "no credential: the limit");
+        assert_eq!(limits.within(Some(Duration::from_secs(3))).max_duration, Duration::from_secs(3));
+        assert_eq!(limits.within(Some(Duration::from_secs(3600))).max_duration, Duration::from_secs(280));
+        assert_eq!(limits.within(Some(Duration::ZERO)).max_duration, Duration::ZERO);
+        assert_eq!(limits.within(Some(Duration::from_secs(3))).keep_alive, Duration::from_secs(15));
     }
 
     #[test]

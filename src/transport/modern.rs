@@ -96,7 +96,8 @@ pub(super) async fn handle(
             // dropped, frees the slot.
             let _slot = slot;
             ctx.outbox = Some(outbox);
-            let body = match app.server.listen(&ctx, filter, app.listen).await {
+            let limits = app.listen.within(app.auth.credential_remaining(&ctx.principal));
+            let body = match app.server.listen(&ctx, filter, limits).await {
                 Some(mut result) => finish(&app.server, &ctx.id, &mut result),
                 // The outlet closed: nothing to send.
                 None => Vec::new(),

@@ -1017,3 +1017,24 @@ async fn token_claims_algorithms_and_size_beyond_the_matrix() {
         "a little clock skew passes"
     );
 }
+
+/// A listen stream lasts no longer than the token that opened it: one whose token expires in a
+/// second closes with its result then, minutes before the listen limit, so notifications stop
+/// with the credential and the client comes back with a fresh token, as for any other request.
+#[tokio::test]
+async fn a_listen_stream_closes_when_its_token_expires() {
+    let env = env("required", "").await;
+    let expiring = token(json!({"exp": NOW + 1}));
+    let (status, _, mut stream) = env
+        .server
+        .modern(json!(7), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}))
+        .header("Authorization", &format!("Bearer {expiring}"))
+        .open()
+        .await;
+    assert_eq!(status, 200);
+    let events = common::bounded("the stream's close", common::read_until_answer(&mut stream)).await;
+    assert_eq!(events[0]["method"], "notifications/subscriptions/acknowledged", "{events:?}");
+    let answer = events.last().unwrap();
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7, "the graceful result: {answer}");
+}
