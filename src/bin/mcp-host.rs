@@ -8,14 +8,14 @@
 //! ```
 //! Headers belong to one server (`--header ID:Name: value`): a token given for one server is
 //! never sent to another. Without `--yes`, consent is asked on the terminal; no answer (or no
-//! terminal) means no.
+//! terminal) means no. What a server chose to say is printed with its control characters escaped.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use vercel_mcp::client::ClientOptions;
-use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec};
+use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec, for_terminal};
 
 fn usage() -> ! {
     eprintln!(
@@ -70,7 +70,7 @@ async fn main() {
     let host = match Host::connect(&servers).await {
         Ok(host) => host,
         Err(error) => {
-            eprintln!("mcp-host: {error}");
+            eprintln!("mcp-host: {}", for_terminal(&error.to_string()));
             std::process::exit(1);
         }
     };
@@ -93,7 +93,7 @@ async fn main() {
                 None => json!({}),
             };
             let consent: ConsentFn = Arc::new(move |name, arguments| {
-                let prompt = format!("Allow {name} with {arguments}? [y/N] ");
+                let prompt = for_terminal(&format!("Allow {name} with {arguments}? [y/N] ")).into_owned();
                 Box::pin(async move {
                     if yes {
                         return Ok(true);
@@ -111,7 +111,7 @@ async fn main() {
             match host.call(name, arguments, &consent).await {
                 Ok(result) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
                 Err(error) => {
-                    eprintln!("mcp-host: {error}");
+                    eprintln!("mcp-host: {}", for_terminal(&error.to_string()));
                     std::process::exit(1);
                 }
             }

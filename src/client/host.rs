@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{Client, ClientError, ClientOptions};
-use crate::protocol::types::{CallToolResult, Tool};
+use crate::protocol::types::{CallToolResult, Content, Tool};
 
 /// A tool as the host presents it.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,10 +182,47 @@ impl Host {
             Err(other) => return Err(HostError::Client(other)),
         };
         if result.is_error {
-            let text = result.joined_text();
-            let text = if text.is_empty() { "tool call failed (no error text returned)".to_owned() } else { text };
+            // The first text block that says something is the tool's reason.
+            let reason = result.content.iter().find_map(|block| match block {
+                Content::Text { text, .. } if !text.is_empty() => Some(text.clone()),
+                _ => None,
+            });
+            let text = reason.unwrap_or_else(|| "tool call failed (no error text returned)".to_owned());
             return Err(failure(text, None));
         }
         Ok(result)
+    }
+}
+
+/// Text a server chose (an error's message, a tool's name), made safe to print on a terminal:
+/// every control character but newline and tab is written as an escape (`\u{1b}`), so an escape
+/// sequence cannot retitle the window or recolour what follows, and a carriage return cannot
+/// print over what the host wrote. Unchanged (borrowed) when it has none.
+pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_sees_no_control_character_a_server_sent_but_newlines_and_tabs() {
+        assert!(matches!(for_terminal("plain\ttext\nline two"), std::borrow::Cow::Borrowed(_)));
+        let shown = for_terminal("a\u{1b}]0;pwned\u{7}b\rc\u{9b}31md\u{0}");
+        assert_eq!(shown, "a\\u{1b}]0;pwned\\u{7}b\\rc\\u{9b}31md\\u{0}");
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
     }
 }

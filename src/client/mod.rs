@@ -463,11 +463,7 @@ impl Client {
         let response = self.send(body, method, params).await?;
         let status = response.status();
         let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let is_sse = response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.contains("text/event-stream"));
+        let is_sse = is_event_stream(response.headers());
         let id = body.get("id").cloned();
         let mut body_stream = response.into_body();
         let limit = self.options.max_response_bytes;
@@ -544,6 +540,11 @@ impl Client {
                         ));
                     }
                     (None, response_id) if response_id == id.as_ref() => {
+                        return Ok(Exchange { status, message: Some(message), session });
+                    }
+                    // An error that could not read the request's id names none: on this
+                    // response it can only be this request's.
+                    (None, None | Some(Value::Null)) if message.get("error").is_some() => {
                         return Ok(Exchange { status, message: Some(message), session });
                     }
                     (None, _) => {}
@@ -631,11 +632,7 @@ impl Client {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params });
         let response = self.send(&body, "subscriptions/listen", Some(&params)).await?;
-        let is_sse = response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let is_sse = is_event_stream(response.headers());
         if !response.status().is_success() || !is_sse {
             // Refused, or answered at once with a JSON body (an error the server sent with a 2xx):
             // the caller gets the error, not a stream that closes without a word.
@@ -691,7 +688,8 @@ impl Client {
     }
 
     /// Every tool (following `nextCursor`), remembering `x-mcp-header` annotations. A tool whose
-    /// annotations break the rules is dropped, as the spec asks of clients.
+    /// annotations break the rules is dropped, as the spec asks of clients, and so is an entry
+    /// that is not a tool: one bad entry does not cost the caller the server's other tools.
     pub async fn list_tools(&self) -> Result<Vec<Tool>, ClientError> {
         self.listed.store(true, Ordering::SeqCst);
         let mut tools = Vec::new();
@@ -708,8 +706,7 @@ impl Client {
                 let Ok(annotations) = schema.map_or(Ok(Vec::new()), crate::server::input_schema_header_params) else {
                     continue;
                 };
-                let typed = serde_json::from_value::<Tool>(tool.clone())
-                    .map_err(|e| ClientError::Protocol(format!("tools/list entry {name}: {e}")))?;
+                let Ok(typed) = serde_json::from_value::<Tool>(tool.clone()) else { continue };
                 self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
                 tools.push(typed);
             }
@@ -726,7 +723,9 @@ impl Client {
 
     /// Calls a tool, fulfilling `input_required` rounds through the registered handlers. A
     /// tool that failed is an `Ok` result with `is_error` set (its text says why); a refused
-    /// call is a [`ClientError`].
+    /// call is a [`ClientError`]. The call asks for progress (`_meta.progressToken`), so a server
+    /// that streams answers a long call as it goes: its progress reaches `on_notification`, and
+    /// `timeout` bounds each wait between two messages rather than the whole call.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<CallToolResult, ClientError> {
         // Its `x-mcp-header` annotations are learnt from the tool list: read once, before the
         // first call of a tool the client has not seen listed (a strict server refuses a call
@@ -738,6 +737,10 @@ impl Client {
         let mut params = Map::new();
         params.insert("name".into(), json!(name));
         params.insert("arguments".into(), arguments);
+        // Unique among this client's calls, and the same for each round of this one (one round
+        // is in flight at a time).
+        let token = format!("call-{}", self.next_id.fetch_add(1, Ordering::SeqCst));
+        params.insert("_meta".into(), json!({ "progressToken": token }));
         let result = self.call_with_input("tools/call", params).await?;
         serde_json::from_value(result).map_err(|e| ClientError::Protocol(format!("tools/call result: {e}")))
     }
@@ -746,7 +749,7 @@ impl Client {
     /// fulfils any `input_required` rounds.
     pub async fn call_with_input(&self, method: &str, params: Map<String, Value>) -> Result<Value, ClientError> {
         let mut retry = params.clone();
-        for _ in 0..=self.options.max_rounds {
+        for round in 0..=self.options.max_rounds {
             let result = self.request(method, retry.clone()).await?;
             match result.get("resultType") {
                 None => return Ok(result),
@@ -756,6 +759,10 @@ impl Client {
                 Some(other) => {
                     return Err(ClientError::Protocol(format!("{method} answered with an unknown resultType {other}")));
                 }
+            }
+            if round == self.options.max_rounds {
+                // No round left to send answers in: nobody is asked for one that would be dropped.
+                break;
             }
             let mut responses = Map::new();
             if let Some(Value::Object(requests)) = result.get("inputRequests") {
@@ -787,6 +794,13 @@ impl Client {
         }
         Err(ClientError::InputRequired(format!("still asking after {} rounds", self.options.max_rounds)))
     }
+}
+
+/// Whether a response is an SSE stream (media types are case-insensitive, RFC 9110 §8.3.1).
+fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("text/event-stream")
 }
 
 /// A server request this client never declared it would answer, refused whichever way it came

@@ -868,3 +868,120 @@ async fn a_renewal_in_another_version_is_not_taken() {
     assert_eq!(*sent_sessions.lock().unwrap(), [Some("s0".to_owned()), Some("s0".to_owned())], "s0 kept");
     assert_eq!(client.negotiated(), Negotiated::Legacy("2025-11-25"));
 }
+
+/// Where the spec leaves a server room, the client reads what it may send: a media type in any
+/// case, an error on a stream that could not name its request, and a listing with an entry that
+/// is not a tool (dropped; the others kept, so the host still connects). On the last round it
+/// allows, the client asks its handlers nothing: there is no round left to send their answers
+/// in. A failed tool's reason, for the host, is its first text block that says something.
+#[tokio::test]
+async fn the_client_reads_what_a_server_may_send_and_asks_only_what_it_can_answer() {
+    use bytes::Bytes;
+    let server = common::upstream::serve_typed(|request| async move {
+        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let reply =
+            |result: Value| Bytes::from(json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string());
+        let json = Some("application/json");
+        match (message["method"].as_str(), message["params"]["name"].as_str()) {
+            (Some("server/discover"), _) => (
+                200,
+                json,
+                reply(json!({"supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "lenient", "version": "1"}})),
+            ),
+            (Some("tools/list"), _) => (
+                200,
+                json,
+                reply(json!({"tools": [
+                {"name": "streamed", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+                {"name": "bad", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes"}},
+                {"name": "refusing", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+            ),
+            (_, Some("streamed")) => {
+                let event = reply(json!({"content": [{"type": "text", "text": "streamed"}]}));
+                let event = format!("data: {}\n\n", String::from_utf8_lossy(&event));
+                (200, Some("Text/Event-Stream; charset=UTF-8"), Bytes::from(event))
+            }
+            (_, Some("unreadable")) => {
+                let event = r#"data: {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"unreadable"}}"#;
+                (200, Some("text/event-stream"), Bytes::from(format!("{event}\n\n")))
+            }
+            (_, Some("refusing")) => (
+                200,
+                json,
+                reply(json!({"isError": true, "content": [
+                {"type": "text", "text": ""}, {"type": "text", "text": "why"}, {"type": "text", "text": "and more"}]})),
+            ),
+            _ => (
+                200,
+                json,
+                reply(json!({"resultType": "input_required", "requestState": "s", "inputRequests": {
+                "q": {"method": "elicitation/create", "params": {"mode": "form", "message": "Go?",
+                    "requestedSchema": {"type": "object", "properties": {}}}}}})),
+            ),
+        }
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let options =
+        ClientOptions { max_rounds: 1, ..ClientOptions::default() }.handler("elicitation/create", move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"action": "decline"})) }
+        });
+    let url = format!("http://{server}/api/mcp");
+    let client = Client::connect(&url, options.clone()).await.unwrap();
+    let names: Vec<String> = client.list_tools().await.unwrap().into_iter().map(|tool| tool.name).collect();
+    assert_eq!(names, ["streamed", "refusing"], "the entry that is not a tool is dropped");
+    assert_eq!(client.call_tool("streamed", json!({})).await.unwrap().joined_text(), "streamed");
+    match client.call_tool("unreadable", json!({})).await {
+        Err(ClientError::Rpc { code: -32600, .. }) => {}
+        other => panic!("the stream's error, whose id is null: {other:?}"),
+    }
+    match client.call_tool("asking", json!({})).await {
+        Err(ClientError::InputRequired(why)) => assert!(why.contains("still asking after 1 rounds"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "the one round answered; none asked for the round after it");
+
+    let host = Host::connect(&[ServerSpec::new("lenient", url, options)]).await.unwrap();
+    let approve = consent(Ok(true), Arc::new(AtomicUsize::new(0)));
+    match host.call("lenient.refusing", json!({}), &approve).await {
+        Err(HostError::ToolCall { message, cause: None, .. }) => assert_eq!(message, "why"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A tool that runs longer than `timeout` but reports its progress is not cut off: the client
+/// asks for progress, so the answer streams, each progress notification reaches
+/// `on_notification`, and `timeout` bounds each wait between two messages, not the call.
+#[tokio::test]
+async fn a_long_call_that_reports_progress_outlasts_the_timeout() {
+    let mut server = vercel_mcp::McpServer::new("long", "1");
+    server.tool(
+        vercel_mcp::server::ToolDef::new("long").description("Reports progress twelve times, 50 ms apart"),
+        |ctx, _: vercel_mcp::server::NoArguments| async move {
+            for step in 1..=12 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                ctx.progress(f64::from(step), Some(12.0), None).await;
+            }
+            "finished"
+        },
+    );
+    let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let app = Arc::new(vercel_mcp::App::new(server, parts.endpoint()));
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let seen = progress.clone();
+    let options = ClientOptions {
+        timeout: std::time::Duration::from_millis(400),
+        on_notification: Some(Arc::new(move |message: &Value| seen.lock().unwrap().push(message.clone()))),
+        ..ClientOptions::default()
+    };
+    let client = Client::in_process(app, options).await.unwrap();
+    let result = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap();
+    assert_eq!(result.joined_text(), "finished");
+    let progress = progress.lock().unwrap();
+    assert_eq!(progress.len(), 12, "{progress:?}");
+    assert!(progress.iter().all(|m| m["method"] == "notifications/progress"), "{progress:?}");
+    assert_eq!(progress[11]["params"]["progress"], 12.0);
+}
