@@ -118,12 +118,18 @@ impl RequestContext {
         self.client_capabilities.get("extensions").and_then(|e| e.get(id)).is_some_and(Value::is_object)
     }
 
-    /// The client's answer to the input request named `key`, if this is a retry carrying it.
+    /// The client's answer to the input request named `key`, if the request carries one.
+    ///
+    /// An answer is not proof that the question was asked: a first call may carry
+    /// `inputResponses` too, and they reach the handler as they came. A handler whose answer
+    /// grants something (a confirmation, an approval) asks with a sealed state that names the
+    /// question (`{"asked": key}`) and takes the answer only when [`RequestContext::request_state`]
+    /// names it; the catalogue's `solicited_answer` does exactly that.
     pub fn input_response(&self, key: &str) -> Option<&Value> {
         self.input_responses.get(key)
     }
 
-    /// All answers carried by this retry.
+    /// All answers the request carries (see [`RequestContext::input_response`]).
     pub fn input_responses(&self) -> &Map<String, Value> {
         &self.input_responses
     }

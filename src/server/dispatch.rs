@@ -78,7 +78,7 @@ impl McpServer {
                 if end < visible.len() {
                     result["nextCursor"] = json!(encode_cursor(end));
                 }
-                let filtered = self.tools.iter().any(|t| !t.scopes.is_empty());
+                let filtered = self.scopes_enforced && self.tools.iter().any(|t| !t.scopes.is_empty());
                 self.attach_cache_hint(&mut result, CacheableMethod::ToolsList, None, filtered);
                 Ok(Reply::Listing { result: into_map(result), key: "tools", items })
             }
@@ -179,18 +179,18 @@ impl McpServer {
         result
     }
 
-    /// Sets `method`'s cache hint (or `overriding`) on `result`. An answer `filtered` by the
-    /// caller's scopes (a listing of scoped entries, a scoped read) is that caller's: never
-    /// cacheable for others, whatever hint the server set, so its scope is written private.
+    /// Sets `method`'s cache hint (or `overriding`) on `result`. An answer that is `callers_own`
+    /// (filtered by the caller's scopes, or shaped by the caller's answers to an input round) is
+    /// never cacheable for others, whatever hint the server set: its scope is written private.
     fn attach_cache_hint(
         &self,
         result: &mut Value,
         method: CacheableMethod,
         overriding: Option<super::CacheHint>,
-        filtered: bool,
+        callers_own: bool,
     ) {
         let hint = overriding.unwrap_or_else(|| self.cache_hint(method));
-        let scope = if self.scopes_enforced && filtered { super::CacheScope::Private } else { hint.scope };
+        let scope = if callers_own { super::CacheScope::Private } else { hint.scope };
         result["ttlMs"] = json!(hint.ttl_ms);
         result["cacheScope"] = json!(scope.as_str());
     }
@@ -210,7 +210,7 @@ impl McpServer {
         if end < total {
             result["nextCursor"] = json!(encode_cursor(end));
         }
-        self.attach_cache_hint(&mut result, method, None, filtered);
+        self.attach_cache_hint(&mut result, method, None, self.scopes_enforced && filtered);
         Ok(result)
     }
 
@@ -416,6 +416,9 @@ impl McpServer {
                 // Defence in depth: the transport refuses with 403 before dispatch.
                 return Err(insufficient_scope("reading this resource", &required));
             }
+            // A read completed with the caller's answers (a retry, or answers sent up front) is
+            // theirs, like a read filtered by their scopes.
+            let answered = ctx.request_state.is_some() || !ctx.input_responses.is_empty();
             let (outcome, cache, scoped) = if let Some(&i) = self.resource_index.get(uri) {
                 let entry = &self.resources[i];
                 let scoped = !entry.scopes.is_empty();
@@ -433,7 +436,8 @@ impl McpServer {
                     let contents: Vec<_> = contents.into_iter().map(ResourceContents::with_escaped_uri).collect();
                     let mut result = json!({ "contents": contents });
                     // What only some callers may read is never cacheable for others.
-                    self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache, scoped);
+                    let callers_own = (self.scopes_enforced && scoped) || answered;
+                    self.attach_cache_hint(&mut result, CacheableMethod::ResourcesRead, cache, callers_own);
                     Ok(Reply::Complete(into_map(result)))
                 }
                 Outcome::InputRequired(input) => Ok(Reply::InputRequired(input)),
@@ -980,9 +984,9 @@ mod tests {
         }
     }
 
-    /// A read of what only some callers may read is never publicly cacheable, whatever hint the
-    /// resource carries; an unscoped resource keeps its own. The static resource and the
-    /// template alike.
+    /// A read of what only some callers may read, or one shaped by the caller's answers, is never
+    /// publicly cacheable, whatever hint the resource carries; an unscoped resource keeps its own.
+    /// The static resource and the template alike.
     #[tokio::test]
     async fn a_scoped_read_is_private_whatever_the_hint() {
         let mut server = McpServer::new("t", "1");
@@ -1009,6 +1013,21 @@ mod tests {
             let params: RequestParams = json!({ "uri": uri }).as_object().unwrap().clone().into();
             let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/read", &params).await else { panic!() };
             assert_eq!(result["cacheScope"], scope, "{uri}");
+        }
+        // A read completed with the caller's answers is theirs too, on a retry or with answers
+        // sent up front: the unscoped resource's public hint gives way.
+        let answers = json!({"confirm": {"action": "accept"}}).as_object().unwrap().clone();
+        for (state, responses) in [(Some(json!({"step": 1})), answers.clone()), (None, answers)] {
+            let mut ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                reader.clone(),
+                bus.clone(),
+            );
+            (ctx.request_state, ctx.input_responses) = (state, responses);
+            let params: RequestParams = json!({ "uri": "a://open" }).as_object().unwrap().clone().into();
+            let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/read", &params).await else { panic!() };
+            assert_eq!(result["cacheScope"], "private");
         }
     }
 

@@ -229,6 +229,20 @@ async fn long_output_is_capped_inside_the_frame() {
     assert!(marker < text.find(UNTRUSTED_OUTPUT_END).unwrap() && marker > text.find(UNTRUSTED_OUTPUT_BEGIN).unwrap());
 }
 
+/// The line the cap cuts may be one that imitates the frame: it is removed, and the marker,
+/// which is the server's, stays.
+#[tokio::test]
+async fn a_cut_line_that_imitates_the_frame_keeps_the_marker() {
+    let stdout = format!("first\nuntrusted sandbox output {}", "y".repeat(5000));
+    let stub = RecordingSandbox::answering(ok(&stdout, "", 0));
+    let (server, _) = env(stub).await;
+    let (result, _) = run(&server, json!({"command": "yes | head"})).await;
+    let text = text_of(&result);
+    let expected =
+        format!("stdout:\nfirst\n[a line imitating this frame was removed][truncated {} chars]\nstderr:", 5031 - 2000);
+    assert!(text.contains(&expected), "{text}");
+}
+
 #[tokio::test]
 async fn a_nonzero_exit_is_a_tool_error_with_the_framed_output() {
     let stub = RecordingSandbox::answering(ok("", "boom", 7));

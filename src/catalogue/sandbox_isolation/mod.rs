@@ -154,13 +154,21 @@ pub trait SandboxClient: Send + Sync + 'static {
 /// `text` without C0 controls (tab and newline kept) and DEL; when longer than `cap`
 /// characters, its first `cap` characters followed directly by `[truncated N chars]`.
 pub fn truncate_output(text: &str, cap: usize) -> String {
-    let clean: String = text.chars().filter(|&c| !((c < ' ' && c != '\t' && c != '\n') || c == '\u{7f}')).collect();
+    let (kept, marker) = cut_output(text, cap);
+    kept + &marker
+}
+
+/// [`truncate_output`] in its two parts: the cleaned text's first `cap` characters, and the
+/// marker (empty when nothing was cut).
+fn cut_output(text: &str, cap: usize) -> (String, String) {
+    let mut clean: String = text.chars().filter(|&c| !((c < ' ' && c != '\t' && c != '\n') || c == '\u{7f}')).collect();
     let length = clean.chars().count();
     if length <= cap {
-        return clean;
+        return (clean, String::new());
     }
     let (end, _) = clean.char_indices().nth(cap).expect("longer than cap");
-    format!("{}[truncated {} chars]", &clean[..end], length - cap)
+    clean.truncate(end);
+    (clean, format!("[truncated {} chars]", length - cap))
 }
 
 /// The tool's text: the exit line, then the capped output inside the untrusted frame.
@@ -169,12 +177,19 @@ pub fn format_result(result: &SandboxRunResult) -> String {
         format!("exit {}", result.exit_code),
         UNTRUSTED_OUTPUT_BEGIN.to_owned(),
         "stdout:".to_owned(),
-        inside_the_frame(&truncate_output(&result.stdout, MAX_OUTPUT_CHARS)),
+        framed_output(&result.stdout),
         "stderr:".to_owned(),
-        inside_the_frame(&truncate_output(&result.stderr, MAX_OUTPUT_CHARS)),
+        framed_output(&result.stderr),
         UNTRUSTED_OUTPUT_END.to_owned(),
     ]
     .join("\n")
+}
+
+/// Output capped ([`truncate_output`]) as it may stand inside the frame. The marker is the
+/// server's and comes after the check, so a cut line that imitated the frame does not take it along.
+fn framed_output(output: &str) -> String {
+    let (kept, marker) = cut_output(output, MAX_OUTPUT_CHARS);
+    inside_the_frame(&kept) + &marker
 }
 
 /// Output as it may stand inside the frame: a line that imitates the frame (its markers, in any
