@@ -42,6 +42,12 @@ pub fn with_request_sink<F: std::future::Future>(
     REQUEST_SINK.scope(sink, future)
 }
 
+/// Runs `f` (a step of one request's work done outside its future: a frame of its streamed
+/// body) with its log lines going to `sink`, as [`with_request_sink`] does for the future.
+pub fn in_request_sink<R>(sink: Arc<dyn LogSink>, f: impl FnOnce() -> R) -> R {
+    REQUEST_SINK.sync_scope(sink, f)
+}
+
 /// Lines to standard error, each in one `write` and without std's lock on stderr: every worker
 /// logs a line per request, and two lines meeting on that lock cost a futex sleep and wake-up
 /// (0.63 futex calls a request at 64 connections, measured with `strace -c -f`). One `write` of at

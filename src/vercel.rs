@@ -57,15 +57,16 @@ where
             });
             // Work the request leaves running (a task's round, a change's publish) holds the
             // invocation open until it ends, so the instance is not frozen in the middle of it.
-            // A stream's work runs as its body is read, after the head: kept the same way.
+            // A stream's work runs as its body is read, after the head: kept the same way, and
+            // the body itself keeps the invocation open until it ends (`InvocationBody`).
             let keeper_state = state.clone();
             let (keeper, all_ended) = request_keeper(move |work| keeper_state.wait_until(work), telemetry.is_on());
             let served = crate::state::background::keeping(keeper.clone(), served);
-            let response = if bridged {
-                let sink: Arc<dyn LogSink> = Arc::new(RequestLog(state.log_context.clone()));
-                crate::observe::with_request_sink(sink, served).await
-            } else {
-                served.await
+            let sink: Option<Arc<dyn LogSink>> =
+                bridged.then(|| Arc::new(RequestLog(state.log_context.clone())) as Arc<dyn LogSink>);
+            let response = match &sink {
+                Some(sink) => crate::observe::with_request_sink(sink.clone(), served).await,
+                None => served.await,
             };
             // Spans are exported once everything the request started has ended (its stream's body
             // too, and a task round it left running), so none waits for another request's flush.
@@ -82,7 +83,14 @@ where
             Ok::<Response<ResponseBody>, Error>(response.map(|body| {
                 let body = body.map_err(|never| match never {});
                 if body.get_ref().is_stream() {
-                    ResponseBody(BoxBody::new(KeptBody::new(body, keeper)))
+                    // The runtime ends the invocation once the head is out and the work kept
+                    // under it has settled; a body still being streamed is neither, so it is
+                    // kept as work of its own until it is dropped (its end, or its client gone).
+                    let (open, closed) = tokio::sync::oneshot::channel::<()>();
+                    state.wait_until(async move {
+                        let _ = closed.await;
+                    });
+                    ResponseBody(BoxBody::new(InvocationBody { body: KeptBody::new(body, keeper), sink, _open: open }))
                 } else {
                     ResponseBody(BoxBody::new(body))
                 }
@@ -90,6 +98,41 @@ where
         }
     }))
     .await
+}
+
+/// A streamed response's body as the edge hands it to the runtime: each frame is produced under
+/// the request's keeper and, on the platform, with its log lines tagged with its invocation (the
+/// request's own line is written as its stream ends); and it holds its invocation open for as long
+/// as it lives (`_open`, whose drop releases the work registered for it).
+struct InvocationBody<B> {
+    body: KeptBody<B>,
+    sink: Option<Arc<dyn LogSink>>,
+    _open: tokio::sync::oneshot::Sender<()>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for InvocationBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let body = std::pin::Pin::new(&mut this.body);
+        match &this.sink {
+            Some(sink) => crate::observe::in_request_sink(sink.clone(), || body.poll_frame(cx)),
+            None => body.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// One request's keeper, handing what the request leaves running to `wait_until`; and, when
@@ -279,5 +322,39 @@ mod tests {
         work.await;
         assert!(all_ended.await.is_err(), "fired: the sender is gone with the last keeper");
         assert!(request_keeper(|_| {}, false).1.is_none());
+    }
+
+    /// A streamed body's frames log to the request's sink (on the platform, its invocation's
+    /// channel), not to the logger's own; and the body holds its invocation until it is dropped.
+    #[tokio::test]
+    async fn a_streamed_body_logs_to_its_request_and_holds_its_invocation() {
+        use crate::observe::MemorySink;
+        /// A body whose one frame logs a line.
+        struct Logging(Logger);
+        impl http_body::Body for Logging {
+            type Data = Bytes;
+            type Error = std::convert::Infallible;
+            fn poll_frame(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+                self.0.fault("store.fault", "get", "a line while the stream is read");
+                std::task::Poll::Ready(None)
+            }
+        }
+        let (own, requests) = (Arc::new(MemorySink::default()), Arc::new(MemorySink::default()));
+        let sealer = crate::state::Sealer::new(vec![("k".into(), vec![1; 32])], Arc::new(crate::state::SystemClock));
+        let logger = Logger::new(own.clone(), sealer.unwrap(), Arc::new(crate::state::SeededRandom::new(1)));
+        let (open, mut closed) = tokio::sync::oneshot::channel::<()>();
+        let mut body = InvocationBody {
+            body: KeptBody::new(Logging(logger), Arc::new(|_| {})),
+            sink: Some(requests.clone() as Arc<dyn LogSink>),
+            _open: open,
+        };
+        assert!(body.frame().await.is_none());
+        assert_eq!((requests.lines().len(), own.lines().len()), (1, 0), "the line went to the request's sink");
+        assert!(closed.try_recv().is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty));
+        drop(body);
+        assert!(closed.await.is_err(), "released with the body");
     }
 }

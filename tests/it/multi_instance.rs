@@ -17,6 +17,8 @@ const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
 const OIDC: &str = "test-oidc-token";
 /// `VERCEL_PROJECT_ID` of the processes.
 const PROJECT: &str = "prj_ours";
+/// The deployment the instances say they are (`VERCEL_DEPLOYMENT_ID`).
+const DEPLOYMENT: &str = "dpl_ours";
 
 /// What the stand-in for Vercel Queues saw. As the documented API does, it confirms (PATCH) and
 /// deletes (DELETE) only leases it handed out, of its one consumer group.
@@ -33,6 +35,8 @@ struct FakeQueue {
     requests: usize,
     /// The `authorization` of every request, in order.
     bearers: Vec<String>,
+    /// Requests that came without a `user-agent`.
+    anonymous_agents: usize,
 }
 
 const GROUP: &str = "api_Squeues_Sprocess-job_Drs";
@@ -47,6 +51,11 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
             let mut state = state.lock().unwrap();
             state.requests += 1;
             state.bearers.push(auth.clone().unwrap_or_default());
+            state.anonymous_agents += usize::from(request.header("user-agent").is_none());
+            // A receipt belongs to the deployment that received its message, as the platform's
+            // own client treats it: a lease call that does not name that deployment finds nothing.
+            let lease_call = matches!(request.method, http::Method::PATCH | http::Method::DELETE);
+            let deployment_named = request.header("vqs-deployment-id").as_deref() == Some(DEPLOYMENT);
             let lease = request
                 .path()
                 .strip_prefix(&format!("/api/v3/topic/jobs/consumer/{GROUP}/lease/"))
@@ -55,6 +64,8 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
             let receipt_of = |path: &str| path.rsplit('/').next().map(str::to_owned).unwrap_or_default();
             let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
                 401
+            } else if lease_call && !deployment_named {
+                404
             } else if request.method == http::Method::PATCH && state.processed.contains(&receipt_of(request.path())) {
                 410
             } else if request.method == http::Method::PATCH && state.locked.contains(&receipt_of(request.path())) {
@@ -105,6 +116,7 @@ fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAd
             ("MCP_QUEUE_BASE_URL", &queue),
             ("VERCEL_OIDC_TOKEN", OIDC),
             ("VERCEL_PROJECT_ID", PROJECT),
+            ("VERCEL_DEPLOYMENT_ID", DEPLOYMENT),
             ("MCP_JOB_STEP_MS", "0"),
         ],
     )
@@ -333,4 +345,7 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     }
     assert_eq!(queue.lock().unwrap().acked, ["receipt-1", "receipt-2"]);
     assert_eq!(call(port_a, "get_job_result", json!({"jobId": handle})).await, result);
+    // Every call to the queue said who made it; the lease calls above named this deployment
+    // (the stand-in finds no lease otherwise).
+    assert_eq!(queue.lock().unwrap().anonymous_agents, 0, "a User-Agent on every queue request");
 }

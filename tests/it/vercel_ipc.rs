@@ -59,6 +59,11 @@ impl Drop for Function {
 }
 
 fn launch(executable: &str, name: &str) -> Function {
+    launch_with(executable, name, &[])
+}
+
+/// [`launch`], with `settings` in the function's environment.
+fn launch_with(executable: &str, name: &str, settings: &[(&str, &str)]) -> Function {
     let dir = std::env::temp_dir().join(format!("vercel-ipc-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("ipc.sock");
@@ -70,6 +75,7 @@ fn launch(executable: &str, name: &str) -> Function {
     for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE"] {
         command.env_remove(inherited);
     }
+    command.envs(settings.iter().copied());
     let child = command
         .env("VERCEL_IPC_PATH", &socket)
         .env("VERCEL_DEV_PORT", port.to_string())
@@ -162,6 +168,50 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     let mut stderr = String::new();
     function.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(!stderr.contains("\"event\":\"request\""), "the request line is not also on standard error: {stderr}");
+}
+
+/// A streamed answer holds its invocation open for as long as it streams: the runtime ends an
+/// invocation once the head is out and the work kept under it has settled, and on the platform an
+/// instance whose invocations have all ended may be frozen, its open streams with it. So no `end`
+/// comes while a listen stream is open, and one comes once its client has gone.
+#[tokio::test]
+async fn a_streamed_answer_keeps_its_invocation_open_until_it_ends() {
+    let Some((redis_url, _guard)) = crate::common::redis::redis() else { return };
+    let prefix = crate::common::redis::unique_prefix("ipc-stream");
+    let settings = [
+        ("REDIS_URL", redis_url.as_str()),
+        ("MCP_REDIS_PREFIX", &prefix),
+        // Open far longer than the test looks; a keep-alive each second finds the client gone.
+        ("MCP_LISTEN_MAX_SECONDS", "120"),
+        ("MCP_KEEPALIVE_SECONDS", "1"),
+    ];
+    let function = launch_with(env!("CARGO_BIN_EXE_mcp"), "mcp-stream", &settings);
+    let (messages, server) = (&function.messages, &function.server);
+    let (status, _, mut stream) = server
+        .modern(json!("L"), "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}))
+        .header("x-vercel-internal-invocation-id", "inv-44")
+        .header("x-vercel-internal-request-id", "10")
+        .open()
+        .await;
+    assert_eq!(status, 200);
+    let acknowledged = crate::common::read_events(&mut stream, 1).await;
+    assert_eq!(acknowledged[0]["method"], "notifications/subscriptions/acknowledged");
+    let context = json!({"invocationId": "inv-44", "requestId": 10});
+    let ended = |message: &Value| message["type"] == "end" && message["payload"]["context"] == context;
+    // The stream is open (for two minutes yet): its invocation has not ended.
+    let open_until = std::time::Instant::now() + Duration::from_millis(1500);
+    while let Some(left) = open_until.checked_duration_since(std::time::Instant::now()) {
+        if let Ok(message) = messages.recv_timeout(left) {
+            assert!(!ended(&message), "the invocation ended while its stream was open");
+        }
+    }
+    drop(stream);
+    loop {
+        let message = messages.recv_timeout(Duration::from_secs(20)).expect("the end, once the client has gone");
+        if ended(&message) {
+            break;
+        }
+    }
 }
 
 /// A function that routes by example serves one it knows (`ask` builds the request for an

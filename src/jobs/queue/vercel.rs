@@ -1,7 +1,7 @@
 //! [`VercelQueue`]: publishing and lease handling over the Vercel Queues REST API.
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use std::time::Duration;
 
@@ -59,13 +59,10 @@ impl Publisher for VercelQueue {
 impl VercelQueue {
     async fn send_message(&self, message: &JobMessage, oidc_token: Option<&str>) -> Result<(), String> {
         let token = self.token(oidc_token)?;
-        let mut request = Request::post(format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)))
-            .header("authorization", format!("Bearer {token}"))
+        let request = self
+            .request(Method::POST, format!("{}/api/v3/topic/{JOBS_TOPIC}", self.base(None)), token)
             .header("content-type", "application/json")
             .header("vqs-idempotency-key", &message.job_id);
-        if let Some(deployment) = &self.deployment_id {
-            request = request.header("vqs-deployment-id", deployment);
-        }
         let body = message.body();
         let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
         let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
@@ -78,6 +75,22 @@ impl VercelQueue {
 }
 
 impl VercelQueue {
+    /// A request to the queue API with what every one carries: the token, a `User-Agent`, and
+    /// this deployment's id, which pins a message to the deployment that sent it and which a
+    /// lease's calls repeat, as the platform's own client does (a receipt belongs to the
+    /// deployment that received it).
+    fn request(&self, method: Method, url: String, token: &str) -> http::request::Builder {
+        let request = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("authorization", format!("Bearer {token}"))
+            .header("user-agent", concat!("vercel-mcp/", env!("CARGO_PKG_VERSION")));
+        match &self.deployment_id {
+            Some(deployment) => request.header("vqs-deployment-id", deployment),
+            None => request,
+        }
+    }
+
     fn lease_url(&self, lease: &Lease) -> String {
         format!(
             "{}/api/v3/topic/{}/consumer/{}/lease/{}",
@@ -99,8 +112,8 @@ impl QueueApi for VercelQueue {
             let token = self.token(lease.oidc_token.as_deref())?;
             let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
                 .expect("json");
-            let request = Request::patch(self.lease_url(lease))
-                .header("authorization", format!("Bearer {token}"))
+            let request = self
+                .request(Method::PATCH, self.lease_url(lease), token)
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(body)))
                 .map_err(|_| "invalid lease".to_owned())?;
@@ -123,8 +136,8 @@ impl QueueApi for VercelQueue {
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
         Box::pin(async move {
             let token = self.token(lease.oidc_token.as_deref())?;
-            let request = Request::delete(self.lease_url(lease))
-                .header("authorization", format!("Bearer {token}"))
+            let request = self
+                .request(Method::DELETE, self.lease_url(lease), token)
                 .body(Full::new(Bytes::new()))
                 .map_err(|_| "invalid lease".to_owned())?;
             let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
