@@ -208,9 +208,10 @@ pub const LISTEN_CLOSE_MARGIN_SECONDS: u64 = 10;
 /// Seconds a task round needs, after `MCP_TASK_ROUND_SECONDS`, to record that it ran out of time
 /// before the MCP function's `maxDuration` cuts it.
 pub const TASK_FAILURE_MARGIN_SECONDS: u64 = 10;
-/// Seconds a queue delivery needs, after `MCP_CONSUMER_BUDGET_SECONDS`, to save its progress and
-/// defer before the consumer's `maxDuration` cuts it.
-pub const CONSUMER_DEFER_MARGIN_SECONDS: u64 = 5;
+/// Seconds a queue delivery needs, after `MCP_CONSUMER_BUDGET_SECONDS` (counted from its arrival,
+/// the lease's confirmation included), to store the step it is in, acknowledge its lease (a call
+/// of up to `QUEUE_CALL_TIMEOUT`, 5 s) and answer, before the consumer's `maxDuration` cuts it.
+pub const CONSUMER_DEFER_MARGIN_SECONDS: u64 = 10;
 
 /// `vercel.json`, compiled in. The executables and the file deploy from one checkout, so a
 /// duration setting that would outlast its function is refused at start-up instead of being cut

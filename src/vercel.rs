@@ -207,14 +207,7 @@ pub async fn serve_examples(parts: &Parts) -> Result<(), Error> {
     serve(max_body, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
         let (apps, logger, origins) = (apps.clone(), logger.clone(), origins.clone());
         async move {
-            let name = request
-                .uri()
-                .query()
-                .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")))
-                .or_else(|| request.uri().path().strip_prefix("/api/examples/"))
-                .unwrap_or("")
-                .trim_end_matches('/')
-                .to_owned();
+            let name = example_named(request.uri(), "/api/examples/").unwrap_or("").to_owned();
             match apps.get(name.as_str()) {
                 Some(app) => transport::handle(app, request).await,
                 None => transport::no_route(&logger, &origins, request.headers()),
@@ -254,9 +247,10 @@ where
     serve(max_body, parts.settings.allowed_origins.clone(), parts.telemetry.clone(), parts.logger(), handler).await
 }
 
-/// `api/oauth-protected-resource.rs`: the RFC 9728 metadata document (both well-known paths are
-/// rewritten to it in `vercel.json`). It describes `/api/mcp`, scopes of its tools included, so
-/// the endpoint is composed once at start-up to read them.
+/// `api/oauth-protected-resource.rs`: the RFC 9728 metadata documents (every well-known path is
+/// rewritten to it in `vercel.json`): `/api/mcp`'s, scopes of its tools included (so the endpoint
+/// is composed once at start-up to read them), and each example route's, named as
+/// [`example_named`] reads it. An example it does not know is 404.
 pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
     let mcp = Arc::new(crate::mcp_app(parts).auth().clone());
     // Each example route is its own protected resource, with its own document.
@@ -271,7 +265,7 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
     serve(max_body, (*origins).clone(), parts.telemetry.clone(), (*logger).clone(), move |request| {
         let (mcp, examples, logger, origins) = (mcp.clone(), examples.clone(), logger.clone(), origins.clone());
         async move {
-            let example = request.uri().query().and_then(|q| q.split('&').find_map(|p| p.strip_prefix("example=")));
+            let example = example_named(request.uri(), "/.well-known/oauth-protected-resource/api/examples/");
             match example {
                 None => transport::auth::metadata_response(&mcp, request.method()),
                 Some(name) => match examples.get(name) {
@@ -282,6 +276,14 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
         }
     })
     .await
+}
+
+/// The example a request to a function that serves several names: `vercel.json`'s rewrite puts it
+/// in the query (`?example=<name>`), and the platform may hand the function the original path
+/// instead (`<under><name>`), so either names it.
+fn example_named<'a>(uri: &'a http::Uri, under: &str) -> Option<&'a str> {
+    let from_query = uri.query().and_then(|query| query.split('&').find_map(|pair| pair.strip_prefix("example=")));
+    from_query.or_else(|| uri.path().strip_prefix(under)).map(|name| name.trim_end_matches('/'))
 }
 
 /// Without Vercel Queues (the local posture), a function process runs the jobs it submits: its

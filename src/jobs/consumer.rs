@@ -37,7 +37,8 @@ pub struct Consumer {
     /// Simulated work per step (the demo job does nothing else).
     pub step_delay: Duration,
     /// Stop (without acknowledging, so the message is redelivered) after this long, well
-    /// before the function's `maxDuration`.
+    /// before the function's `maxDuration`. A push's budget counts from its arrival: confirming
+    /// its lease is part of it.
     pub budget: Duration,
     /// Lifecycle events (run, finish).
     pub logger: Option<crate::observe::Logger>,
@@ -146,6 +147,8 @@ fn lease_from(headers: &HeaderMap, platform: &crate::security::PlatformIdentity)
 impl Consumer {
     /// Serves one delivery.
     pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {
+        // The budget counts from here: the lease's confirmation is time the function has spent.
+        let arrived = Instant::now();
         if request.method() != Method::POST {
             return reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": "POST only" }));
         }
@@ -179,7 +182,8 @@ impl Consumer {
                 return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error }));
             }
         }
-        match self.run(&message).await {
+        let budget = self.budget.saturating_sub(arrived.elapsed());
+        match self.run_within(&message, None, budget).await.map(|(processed, _)| processed) {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),
             Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
             Ok(outcome) => {
@@ -212,12 +216,22 @@ impl Consumer {
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
     ) -> Result<(Processed, bool), StoreError> {
+        self.run_within(message, entry, self.budget).await
+    }
+
+    /// [`Consumer::run_settling`] with `budget` left of the delivery's time.
+    async fn run_within(
+        &self,
+        message: &JobMessage,
+        entry: Option<StreamEntry<'_>>,
+        budget: Duration,
+    ) -> Result<(Processed, bool), StoreError> {
         let span = self.telemetry.delivery_span(message.traceparent.as_deref());
         span.set([
             opentelemetry::KeyValue::new("messaging.operation.type", "process"),
             opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
         ]);
-        let outcome = span.in_context(self.process_settling(message, entry)).await;
+        let outcome = span.in_context(self.process_settling(message, entry, budget)).await;
         let settled = matches!(outcome, Ok((_, true)));
         let outcome = outcome.map(|(processed, _)| processed);
         let ended = match &outcome {
@@ -271,15 +285,16 @@ impl Consumer {
 
     /// Runs the job's remaining steps, honouring cancellation between steps.
     pub async fn process(&self, message: &JobMessage) -> Result<Processed, StoreError> {
-        self.process_settling(message, None).await.map(|(processed, _)| processed)
+        self.process_settling(message, None, self.budget).await.map(|(processed, _)| processed)
     }
 
-    /// [`Consumer::process`], settling `entry` with the job's last write when the store can;
-    /// the flag says whether it did.
+    /// [`Consumer::process`] within `budget`, settling `entry` with the job's last write when
+    /// the store can; the flag says whether it did.
     async fn process_settling(
         &self,
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
+        budget: Duration,
     ) -> Result<(Processed, bool), StoreError> {
         let (owner, id) = (message.owner_id.as_str(), message.job_id.as_str());
         let Some(mut job) = self.store.get(owner, id, self.clock.now_ms()).await? else {
@@ -300,7 +315,7 @@ impl Consumer {
         loop {
             // A step begins only if it ends within the budget, its pause included: one that
             // would not is left for the next delivery rather than cut off by the platform.
-            if started.elapsed() + self.step_delay >= self.budget {
+            if started.elapsed() + self.step_delay >= budget {
                 return Ok((Processed::Deferred, false));
             }
             if !self.step_delay.is_zero() {

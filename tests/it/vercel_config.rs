@@ -186,6 +186,10 @@ fn the_queue_trigger_is_on_the_consumer_only() {
             <= consumer_max,
         "the consumer defers before it is cut off"
     );
+    assert!(
+        vercel_mcp::settings::CONSUMER_DEFER_MARGIN_SECONDS > vercel_mcp::jobs::queue::QUEUE_CALL_TIMEOUT.as_secs(),
+        "the margin after the budget holds the acknowledgement's call, whole"
+    );
 }
 
 #[test]

@@ -265,6 +265,28 @@ async fn unknown_example_metadata_is_404_with_a_tagged_line() {
     .await;
 }
 
+/// The metadata function names the example from the rewrite's query or, when the platform hands
+/// it the original path, from the path: either way the document is that route's, and an unknown
+/// example is 404 rather than `/api/mcp`'s document under the wrong name.
+#[tokio::test]
+async fn example_metadata_is_found_by_its_path_as_by_its_query() {
+    let function = launch(env!("CARGO_BIN_EXE_oauth-protected-resource"), "metadata-path");
+    let server = &function.server;
+    for path in [
+        "/.well-known/oauth-protected-resource/api/examples/minimal",
+        "/.well-known/oauth-protected-resource?example=minimal",
+    ] {
+        let reply = server.request("GET", path).send().await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        let resource = reply.json()["resource"].as_str().unwrap_or_default().to_owned();
+        assert!(resource.ends_with("/api/examples/minimal"), "{path}: {resource}");
+    }
+    let unknown = server.request("GET", "/.well-known/oauth-protected-resource/api/examples/nope").send().await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let mcp = server.request("GET", "/.well-known/oauth-protected-resource/api/mcp").send().await;
+    assert!(mcp.json()["resource"].as_str().is_some_and(|r| r.ends_with("/api/mcp")), "{}", mcp.text());
+}
+
 /// Under the platform's runtime (its IPC socket set) a function takes the deployed posture even
 /// when the project does not expose `VERCEL`: without `MCP_STATE_SECRET` it refuses to start,
 /// naming the variable, instead of serving with a key of its own and no authentication.

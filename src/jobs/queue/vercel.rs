@@ -8,6 +8,11 @@ use std::time::Duration;
 use super::{Confirmation, JobMessage, Lease, PublishError, PublishFuture, Publisher, QueueApi, QueueFuture};
 use crate::jobs::model::JOBS_TOPIC;
 
+/// How long one call to the queue API may take (a send, a lease's confirmation, its
+/// acknowledgement). The consumer's margin after its budget leaves room for the acknowledgement
+/// (`settings::CONSUMER_DEFER_MARGIN_SECONDS`).
+pub const QUEUE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The consumer group Vercel derives from `api/queues/process-job.rs`, the one function whose
 /// trigger consumes the jobs topic (`/` is `_S`, `.` is `_D`; see `vercel build`'s output).
 pub const VERCEL_CONSUMER_GROUP: &str = "api_Squeues_Sprocess-job_Drs";
@@ -65,7 +70,7 @@ impl VercelQueue {
             .header("vqs-idempotency-key", &message.job_id);
         let body = message.body();
         let request = request.body(Full::new(Bytes::from(body))).map_err(|_| "invalid queue request".to_owned())?;
-        let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+        let response = crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?;
         if response.status.is_success() {
             Ok(())
         } else {
@@ -117,7 +122,7 @@ impl QueueApi for VercelQueue {
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(body)))
                 .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            let response = crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?;
             match response.status {
                 s if s.is_success() => Ok(Confirmation::Live),
                 StatusCode::GONE => Ok(Confirmation::Redundant("already_processed")),
@@ -140,7 +145,7 @@ impl QueueApi for VercelQueue {
                 .request(Method::DELETE, self.lease_url(lease), token)
                 .body(Full::new(Bytes::new()))
                 .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, Duration::from_secs(5)).await?;
+            let response = crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?;
             // 404/409: the lease is already gone or was re-leased; the work is idempotent either way.
             match response.status {
                 s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => Ok(()),
