@@ -452,12 +452,16 @@ impl Settings {
             None if has_redis => QueueChoice::RedisStreams(streams),
             None => QueueChoice::Local,
         };
-        let telemetry = crate::telemetry::settings_from(&non_empty).unwrap_or_else(|mut more| {
+        let mut telemetry = crate::telemetry::settings_from(&non_empty).unwrap_or_else(|mut more| {
             problems.append(&mut more);
             None
         });
         if !problems.is_empty() {
             return Err(ConfigError(problems));
+        }
+        let sealer = sealer.expect("sealer is set when there are no problems");
+        if let Some(telemetry) = &mut telemetry {
+            telemetry.sampling_key = sealer.derive_key("trace-sampling");
         }
         Ok(Self {
             deployed,
@@ -465,7 +469,7 @@ impl Settings {
                 lookup(crate::security::origin::ALLOWED_ORIGINS_ENV).as_deref(),
                 deployed,
             ),
-            sealer: sealer.expect("sealer is set when there are no problems"),
+            sealer,
             ephemeral_secret,
             max_body_bytes,
             listen_max_duration: Duration::from_secs(listen),

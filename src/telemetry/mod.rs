@@ -22,6 +22,7 @@
 
 mod metrics;
 mod otlp;
+mod sampling;
 
 pub use metrics::{JOB_DELIVERIES, JOBS_SUBMITTED, OPERATION_DURATION, QUEUE_LAG, Series, TOOL_DURATION};
 /// The kind a handler gives its own span ([`SpanHandle::child`]).
@@ -33,7 +34,7 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanProcessor};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +68,10 @@ pub struct TelemetrySettings {
     /// followed by `/v1/metrics`; `None` with `OTEL_METRICS_EXPORTER=none` or only a traces
     /// endpoint.
     pub metrics_endpoint: Option<String>,
+    /// The key a sampling ratio hashes trace ids under (a caller chooses its trace id, and must
+    /// not be able to choose one the ratio always takes): derived from the state secret by the
+    /// configuration, so every instance decides alike. Zero until then.
+    pub sampling_key: [u8; 32],
 }
 
 impl std::fmt::Debug for TelemetrySettings {
@@ -99,19 +104,6 @@ pub enum SamplerChoice {
     ParentBasedAlwaysOff,
     /// `parentbased_traceidratio` with its ratio.
     ParentBasedRatio(f64),
-}
-
-impl SamplerChoice {
-    fn sampler(self) -> Sampler {
-        match self {
-            Self::AlwaysOn => Sampler::AlwaysOn,
-            Self::AlwaysOff => Sampler::AlwaysOff,
-            Self::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
-            Self::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
-            Self::ParentBasedAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
-            Self::ParentBasedRatio(ratio) => Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio))),
-        }
-    }
 }
 
 /// Reads the `OTEL_*` variables through `var`: `Ok(None)` when tracing is off.
@@ -213,6 +205,7 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         resource_attributes,
         sampler,
         metrics_endpoint,
+        sampling_key: [0; 32],
     }))
 }
 
@@ -369,7 +362,7 @@ impl Telemetry {
         let queue = Arc::new(SpanQueue::default());
         let provider = SdkTracerProvider::builder()
             .with_span_processor(QueueProcessor(queue.clone()))
-            .with_sampler(settings.sampler.sampler())
+            .with_sampler(sampling::Gate::new(settings.sampler, &settings.sampling_key))
             .with_resource(resource.clone())
             .build();
         let tracer = provider.tracer("vercel-mcp");

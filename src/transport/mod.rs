@@ -459,15 +459,24 @@ fn start_span(
         .and_then(|v| v.to_str().ok())
         .filter(|t| trace_id_from(t).is_some())
         .or_else(|| params.meta().traceparent.as_ref().and_then(Value::as_str));
-    let name = match &record.name {
+    // Trace backends index spans by name and attribute, so only names this server knows go there:
+    // a method that does not exist, or a tool or prompt that is not registered, would give each
+    // caller a series of its own choosing. (The request's line keeps what the client sent.)
+    let method = if KNOWN_METHODS.contains(&method) { method } else { "other" };
+    let target = record.name.as_deref().filter(|target| match method {
+        "tools/call" => app.server.tool_index.contains_key(*target),
+        "prompts/get" => app.server.prompt_index.contains_key(*target),
+        // A resource is named only when it is registered (`describe`).
+        _ => true,
+    });
+    let name = match target {
         Some(target) => format!("{method} {target}"),
         None => method.to_owned(),
     };
     // Room for what the request adds later: the version, the status, the outcome, an error.
     let mut attributes = Vec::with_capacity(10);
-    attributes
-        .push(KeyValue::new("mcp.method.name", crate::protocol::error::truncate_for_message(method).into_owned()));
-    if let Some(target) = &record.name {
+    attributes.push(KeyValue::new("mcp.method.name", method.to_owned()));
+    if let Some(target) = target {
         let key = match method {
             "tools/call" => Some("gen_ai.tool.name"),
             "prompts/get" => Some("gen_ai.prompt.name"),
@@ -475,7 +484,7 @@ fn start_span(
             _ => (params.get("uri").and_then(Value::as_str) == Some(target)).then_some("mcp.resource.uri"),
         };
         if let Some(key) = key {
-            attributes.push(KeyValue::new(key, target.clone()));
+            attributes.push(KeyValue::new(key, target.to_owned()));
         }
     }
     let id = match id.as_value() {

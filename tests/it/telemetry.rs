@@ -177,6 +177,32 @@ struct Echo {
     message: String,
 }
 
+/// A caller cannot have its requests exported past the operator's sampling ratio: neither by
+/// flagging its trace sampled (`parentbased_traceidratio` followed that flag) nor by choosing a
+/// trace id whose low bits the plain ratio always took. With a ratio of 1 in 10 000, ten such
+/// requests under each sampler export nothing; at a ratio of 1 the same requests are exported.
+#[tokio::test]
+async fn a_caller_cannot_force_its_requests_past_the_sampling_ratio() {
+    for (sampler, ratio, exported) in
+        [("parentbased_traceidratio", "0.0001", false), ("traceidratio", "0.0001", false), ("traceidratio", "1", true)]
+    {
+        let (endpoint, received) = receiver().await;
+        let settings = [("OTEL_TRACES_SAMPLER", sampler), ("OTEL_TRACES_SAMPLER_ARG", ratio)];
+        let parts = traced_parts_with(&endpoint, "sampled", &settings);
+        let bearer = token(&parts, "");
+        let options = ClientOptions::default()
+            .header("Authorization", &format!("Bearer {bearer}"))
+            .header("traceparent", "00-4bf92f3577b34da60000000000000000-00f067aa0ba902b7-01");
+        let client = vercel_mcp::testing::client_with(server(), &parts, options).await;
+        for _ in 0..10 {
+            client.call_tool("echo", json!({"message": "m"})).await.unwrap();
+        }
+        parts.telemetry.flush().await;
+        let spans = received.lock().unwrap().spans.len();
+        assert_eq!(spans > 0, exported, "{sampler} {ratio}: {spans} spans");
+    }
+}
+
 #[tokio::test]
 async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens() {
     let (endpoint, received) = receiver().await;
@@ -196,6 +222,7 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     assert!(matches!(client.call_tool("boom", json!({})).await, Err(ClientError::Rpc { code: -32603, .. })));
     assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
     assert!(matches!(client.call_tool("nope", json!({})).await, Err(ClientError::Rpc { code: -32602, .. })));
+    assert!(client.request("nope/nothing", serde_json::Map::new()).await.is_err());
     for uri in ["notes://welcome".to_owned(), format!("notes://{CANARY_ARGUMENT}")] {
         let read = client.request("resources/read", json!({ "uri": uri }).as_object().unwrap().clone()).await;
         assert_eq!(read.unwrap()["contents"][0]["uri"], uri);
@@ -248,9 +275,25 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
         1
     );
 
-    let unknown = named("tools/call nope");
+    // What the client made up (a tool that is not registered, a method that does not exist)
+    // names no span and no attribute: trace backends index them, and each caller would get a
+    // series of its own choosing. The request's line keeps what was sent.
+    let unknown = named("tools/call");
+    assert_eq!(unknown.len(), 1, "only the unregistered tool's request span is unnamed");
     assert_eq!(attributes(unknown[0])["rpc.jsonrpc.error_code"], "-32602");
     assert_eq!(attributes(unknown[0])["error.type"], "protocol_error");
+    assert!(!attributes(unknown[0]).contains_key("gen_ai.tool.name"));
+    let other = named("other");
+    assert_eq!(attributes(other[0])["mcp.method.name"], "other");
+    for span in spans {
+        assert!(!span.name.contains("nope"), "{}", span.name);
+        assert!(
+            attributes(span).values().all(|value| !value.contains("nope")),
+            "{}: {:?}",
+            span.name,
+            attributes(span)
+        );
+    }
 
     // A resource is named by its URI; one read through a template by the template, since the
     // URI carries the argument.
