@@ -49,20 +49,23 @@ pub struct Consumer {
     pub platform: crate::security::PlatformIdentity,
 }
 
-/// A delivery's log line: which job, how the delivery ended, the job's state.
+/// A delivery's log line: which job, whose, how the delivery ended, the job's state.
 #[derive(serde::Serialize)]
 struct RunFields {
     job: crate::observe::Digest,
+    principal: crate::observe::Digest,
     result: &'static str,
     state: &'static str,
 }
 
-/// A stored step's log line (`job.progress`, `job.finish`), members in name order.
+/// A stored step's log line (`job.progress`, `job.finish`), members in name order. The job and
+/// its owner are keyed digests, as on the submitting request's lines, so the two join.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct StepFields {
     completed_steps: u32,
     job: crate::observe::Digest,
+    principal: crate::observe::Digest,
     state: &'static str,
     total_steps: u32,
 }
@@ -261,7 +264,12 @@ impl Consumer {
                 Ok(Processed::Deferred) => ("deferred", ""),
                 Err(_) => ("store_error", ""),
             };
-            let fields = RunFields { job: logger.digest("job", message.job_id.as_bytes()), result, state };
+            let fields = RunFields {
+                job: logger.digest("job", message.job_id.as_bytes()),
+                principal: logger.principal_digest(&message.owner_id),
+                result,
+                state,
+            };
             logger.event_of(if outcome.is_err() { "warn" } else { "info" }, "job.run", &fields);
         }
         outcome.map(|processed| (processed, settled))
@@ -340,6 +348,7 @@ impl Consumer {
                 let fields = StepFields {
                     completed_steps: job.completed_steps,
                     job: logger.digest("job", id.as_bytes()),
+                    principal: logger.principal_digest(owner),
                     state: job.state.as_str(),
                     total_steps: job.total_steps,
                 };
