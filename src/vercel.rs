@@ -101,9 +101,9 @@ where
 }
 
 /// A streamed response's body as the edge hands it to the runtime: each frame is produced under
-/// the request's keeper and, on the platform, with its log lines tagged with its invocation (the
-/// request's own line is written as its stream ends); and it holds its invocation open for as long
-/// as it lives (`_open`, whose drop releases the work registered for it).
+/// the request's keeper and, on the platform, with its log lines (a fault, an event the stream's
+/// work writes) tagged with its invocation, as the head's are; and it holds its invocation open
+/// for as long as it lives (`_open`, whose drop releases the work registered for it).
 struct InvocationBody<B> {
     body: KeptBody<B>,
     sink: Option<Arc<dyn LogSink>>,

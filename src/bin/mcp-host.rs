@@ -15,7 +15,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use vercel_mcp::client::ClientOptions;
-use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec, for_terminal};
+use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec, for_terminal, json_for_terminal};
 
 fn usage() -> ! {
     eprintln!(
@@ -81,7 +81,7 @@ async fn main() {
                 .iter()
                 .map(|t| json!({ "name": t.name, "readOnly": t.read_only, "description": t.definition.description }))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&tools).expect("json"));
+            println!("{}", json_for_terminal(&tools));
         }
         "call" => {
             let name = positional.get(1).unwrap_or_else(|| usage());
@@ -109,7 +109,7 @@ async fn main() {
                 })
             });
             match host.call(name, arguments, &consent).await {
-                Ok(result) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
+                Ok(result) => println!("{}", json_for_terminal(&result)),
                 Err(error) => {
                     eprintln!("mcp-host: {}", for_terminal(&error.to_string()));
                     std::process::exit(1);

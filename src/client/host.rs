@@ -184,7 +184,7 @@ impl Host {
         if result.is_error {
             // The first text block that says something is the tool's reason.
             let reason = result.content.iter().find_map(|block| match block {
-                Content::Text { text, .. } if !text.is_empty() => Some(text.clone()),
+                Content::Text { text, .. } if !text.trim().is_empty() => Some(text.clone()),
                 _ => None,
             });
             let text = reason.unwrap_or_else(|| "tool call failed (no error text returned)".to_owned());
@@ -194,24 +194,36 @@ impl Host {
     }
 }
 
-/// Text a server chose (an error's message, a tool's name), made safe to print on a terminal:
-/// every control character but newline and tab is written as an escape (`\u{1b}`), so an escape
-/// sequence cannot retitle the window or recolour what follows, and a carriage return cannot
-/// print over what the host wrote. Unchanged (borrowed) when it has none.
+/// Text a server chose (an error's message, a tool's name or result), made safe to print on a
+/// terminal: every control character but newline and tab (C0, DEL and C1, whose U+009B starts an
+/// escape sequence too) and every bidirectional override is written as an escape (`\u{1b}`), so
+/// an escape sequence cannot retitle the window or recolour what follows, a carriage return
+/// cannot print over what the host wrote, and an override cannot reorder how a line reads.
+/// Unchanged (borrowed) when it has none.
 pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut shown = String::with_capacity(text.len() + 8);
+    crate::protocol::error::escape_where(text, unsafe_on_terminal)
+}
+
+/// `value` as pretty JSON, safe to print on a terminal: what [`for_terminal`] escapes and JSON
+/// leaves as it is (DEL, C1, the overrides) is written as a JSON escape (`\u009b`), so the text
+/// stays JSON and parses to the same value.
+pub fn json_for_terminal(value: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string_pretty(value).expect("values serialise");
+    let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
-        if unsafe_char(c) {
-            shown.extend(c.escape_default());
+        if unsafe_on_terminal(c) {
+            shown.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             shown.push(c);
         }
     }
-    std::borrow::Cow::Owned(shown)
+    shown
+}
+
+/// A character a terminal may act on rather than show: a control character other than newline
+/// and tab, or a bidirectional override.
+fn unsafe_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -221,8 +233,12 @@ mod tests {
     #[test]
     fn a_terminal_sees_no_control_character_a_server_sent_but_newlines_and_tabs() {
         assert!(matches!(for_terminal("plain\ttext\nline two"), std::borrow::Cow::Borrowed(_)));
-        let shown = for_terminal("a\u{1b}]0;pwned\u{7}b\rc\u{9b}31md\u{0}");
-        assert_eq!(shown, "a\\u{1b}]0;pwned\\u{7}b\\rc\\u{9b}31md\\u{0}");
+        let shown = for_terminal("a\u{1b}]0;pwned\u{7}b\rc\u{9b}31md\u{0}e\u{7f}\u{202e}f");
+        assert_eq!(shown, "a\\u{1b}]0;pwned\\u{7}b\\rc\\u{9b}31md\\u{0}e\\u{7f}\\u{202e}f");
         assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
+        let value = serde_json::json!({"text": "a\u{7f}\u{9b}31m\u{202e}b\u{1b}c", "n": 1});
+        let json = json_for_terminal(&value);
+        assert!(!json.chars().any(unsafe_on_terminal), "{json:?}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap(), value, "still JSON, the same value");
     }
 }

@@ -185,8 +185,7 @@ impl Consumer {
                 return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error }));
             }
         }
-        let budget = self.budget.saturating_sub(arrived.elapsed());
-        match self.run_within(&message, None, budget).await.map(|(processed, _)| processed) {
+        match self.run_within(&message, None, arrived + self.budget).await.map(|(processed, _)| processed) {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),
             Ok(Processed::Deferred) => reply(StatusCode::ACCEPTED, json!({ "status": "deferred" })),
             Ok(outcome) => {
@@ -219,22 +218,22 @@ impl Consumer {
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
     ) -> Result<(Processed, bool), StoreError> {
-        self.run_within(message, entry, self.budget).await
+        self.run_within(message, entry, Instant::now() + self.budget).await
     }
 
-    /// [`Consumer::run_settling`] with `budget` left of the delivery's time.
+    /// [`Consumer::run_settling`], deferring what would not end by `deadline`.
     async fn run_within(
         &self,
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Processed, bool), StoreError> {
         let span = self.telemetry.delivery_span(message.traceparent.as_deref());
         span.set([
             opentelemetry::KeyValue::new("messaging.operation.type", "process"),
             opentelemetry::KeyValue::new("mcp.job.steps", i64::from(message.steps)),
         ]);
-        let outcome = span.in_context(self.process_settling(message, entry, budget)).await;
+        let outcome = span.in_context(self.process_settling(message, entry, deadline)).await;
         let settled = matches!(outcome, Ok((_, true)));
         let outcome = outcome.map(|(processed, _)| processed);
         let ended = match &outcome {
@@ -293,16 +292,16 @@ impl Consumer {
 
     /// Runs the job's remaining steps, honouring cancellation between steps.
     pub async fn process(&self, message: &JobMessage) -> Result<Processed, StoreError> {
-        self.process_settling(message, None, self.budget).await.map(|(processed, _)| processed)
+        self.process_settling(message, None, Instant::now() + self.budget).await.map(|(processed, _)| processed)
     }
 
-    /// [`Consumer::process`] within `budget`, settling `entry` with the job's last write when
-    /// the store can; the flag says whether it did.
+    /// [`Consumer::process`] by `deadline`, settling `entry` with the job's last write when the
+    /// store can; the flag says whether it did.
     async fn process_settling(
         &self,
         message: &JobMessage,
         entry: Option<StreamEntry<'_>>,
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Processed, bool), StoreError> {
         let (owner, id) = (message.owner_id.as_str(), message.job_id.as_str());
         let Some(mut job) = self.store.get(owner, id, self.clock.now_ms()).await? else {
@@ -319,11 +318,10 @@ impl Consumer {
             let waited = self.clock.now_ms().saturating_sub(job.created_at);
             self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
         }
-        let started = Instant::now();
         loop {
             // A step begins only if it ends within the budget, its pause included: one that
             // would not is left for the next delivery rather than cut off by the platform.
-            if started.elapsed() + self.step_delay >= budget {
+            if Instant::now() + self.step_delay >= deadline {
                 return Ok((Processed::Deferred, false));
             }
             if !self.step_delay.is_zero() {

@@ -139,21 +139,28 @@ pub fn truncate_for_message(s: &str) -> Cow<'_, str> {
         end -= 1;
     }
     let (kept, cut) = (&s[..end], end < s.len());
-    if !cut && !kept.chars().any(char::is_control) {
-        return Cow::Borrowed(s);
+    let mut quoted = escape_where(kept, char::is_control);
+    if cut {
+        quoted.to_mut().push('…');
     }
-    let mut quoted = String::with_capacity(kept.len() + 4);
-    for c in kept.chars() {
-        if c.is_control() {
-            quoted.extend(c.escape_default());
+    quoted
+}
+
+/// `text` with each character `escaped` says written as its Rust escape (`\u{1b}`, `\n`),
+/// unchanged (borrowed) when there is none.
+pub fn escape_where(text: &str, escaped: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            shown.extend(c.escape_default());
         } else {
-            quoted.push(c);
+            shown.push(c);
         }
     }
-    if cut {
-        quoted.push('…');
-    }
-    Cow::Owned(quoted)
+    Cow::Owned(shown)
 }
 
 #[cfg(test)]

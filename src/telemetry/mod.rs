@@ -69,8 +69,9 @@ pub struct TelemetrySettings {
     /// endpoint.
     pub metrics_endpoint: Option<String>,
     /// The key a sampling ratio hashes trace ids under (a caller chooses its trace id, and must
-    /// not be able to choose one the ratio always takes): derived from the state secret by the
-    /// configuration, so every instance decides alike. Zero until then.
+    /// not be able to choose one the ratio always takes). [`settings_from`] draws a random one;
+    /// the configuration replaces it with one derived from the state secret, so every instance
+    /// of a deployment decides alike for one trace.
     pub sampling_key: [u8; 32],
 }
 
@@ -205,8 +206,15 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         resource_attributes,
         sampler,
         metrics_endpoint,
-        sampling_key: [0; 32],
+        sampling_key: random_key(),
     }))
+}
+
+/// A key of this process's own, for settings read without a state secret to derive one from.
+fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).expect("the system's randomness");
+    key
 }
 
 /// What every export of this process says produced it, spans and metrics alike: the SDK's own

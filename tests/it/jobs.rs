@@ -984,7 +984,7 @@ async fn a_step_begins_only_if_it_ends_within_the_budget() {
 }
 
 /// A push's budget counts from its arrival, not from its lease's confirmation: confirming is
-/// time the function has spent. With a 1.5 s budget, a confirmation that takes 1 s and 300 ms
+/// time the function has spent. With a 3 s budget, a confirmation that takes 2 s and 600 ms
 /// steps, a delivery takes one step and defers the rest; counted from the confirmation it took
 /// all three, and then acknowledged past the time the budget was sized to leave.
 #[tokio::test]
@@ -998,7 +998,7 @@ async fn a_deliverys_budget_counts_from_its_arrival() {
         }
         fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation> {
             Box::pin(async move {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
                 self.0.confirm(lease, visibility).await
             })
         }
@@ -1009,8 +1009,8 @@ async fn a_deliverys_budget_counts_from_its_arrival() {
     let store = Arc::new(MemoryJobStore::new());
     let now = 1_700_000_000_000;
     let mut config = config(store.clone(), Arc::new(ManualClock::new(now)));
-    config.settings.consumer_budget = Duration::from_millis(1500);
-    config.settings.job_step_delay = Duration::from_millis(300);
+    config.settings.consumer_budget = Duration::from_secs(3);
+    config.settings.job_step_delay = Duration::from_millis(600);
     let record = JobRecord::new("B".repeat(22), "anonymous".into(), 3, now);
     store.create(&record, &Quota::new(8, 256), now).await.unwrap().unwrap();
     let queue = LocalQueue::new();
@@ -1022,7 +1022,7 @@ async fn a_deliverys_budget_counts_from_its_arrival() {
     vercel_mcp::jobs::queue::Publisher::publish(&queue, &message, None).await.unwrap();
     assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred after what was left");
     let stored = store.get("anonymous", &record.job_id, now).await.unwrap().unwrap();
-    assert_eq!(stored.completed_steps, 1, "half a second left after the confirmation: one step");
+    assert_eq!(stored.completed_steps, 1, "a second left after the confirmation: one step");
 }
 
 /// A submit whose publish failed never happened, for the caller's per-minute rate too: with two

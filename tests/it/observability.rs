@@ -500,7 +500,8 @@ async fn no_secret_reaches_any_log_line() {
     let submit = lines.iter().find(|l| l["event"] == "job.submit").unwrap();
     let retrieve = lines.iter().find(|l| l["event"] == "job.retrieve").unwrap();
     assert_eq!(submit["job"], retrieve["job"], "job events correlate through a digest of the job id");
-    // Every job event names the job and its owner (platform.md F.1), the delivery's included.
+    // Every job event names the job and its owner, the delivery's included: start, progress,
+    // completion and retrieval each join to the request that submitted the job.
     for line in lines.iter().filter(|l| l["event"].as_str().is_some_and(|e| e.starts_with("job.") && e != "job.fault"))
     {
         assert_eq!((&line["job"], &line["principal"]), (&submit["job"], &submit["principal"]), "{line}");

@@ -201,6 +201,15 @@ async fn a_caller_cannot_force_its_requests_past_the_sampling_ratio() {
         let spans = received.lock().unwrap().spans.len();
         assert_eq!(spans > 0, exported, "{sampler} {ratio}: {spans} spans");
     }
+    // The ratio's key comes from the state secret: instances of one deployment decide alike for
+    // a trace, and another deployment's decisions say nothing about this one's.
+    let key = |secret: &str| {
+        let parts = traced_parts_with("http://127.0.0.1:9", "keyed", &[("MCP_STATE_SECRET", secret)]);
+        parts.settings.telemetry.expect("tracing on").sampling_key
+    };
+    let ours = "telemetry=0123456789abcdef0123456789abcdef";
+    assert_eq!(key(ours), key(ours));
+    assert_ne!(key(ours), key("other=fedcba9876543210fedcba9876543210"));
 }
 
 #[tokio::test]
