@@ -77,11 +77,11 @@ pub async fn send(mut request: Request<Full<Bytes>>, timeout: Duration) -> Resul
 }
 
 /// The request's CLIENT span (when a traced request or job is making it), its `traceparent`
-/// sent onward.
+/// sent onward to a host `MCP_TRACE_PROPAGATE_HOSTS` names, and to no other.
 fn traced(request: &mut Request<Full<Bytes>>) -> crate::telemetry::SpanHandle {
     let host = request.uri().host().unwrap_or_default().to_owned();
     let span = crate::telemetry::outbound_span(request.method().as_str(), &host);
-    if let Some(value) = span.traceparent().and_then(|t| http::HeaderValue::from_str(&t).ok()) {
+    if let Some(value) = span.traceparent_for(&host).and_then(|t| http::HeaderValue::from_str(&t).ok()) {
         request.headers_mut().insert("traceparent", value);
     }
     span

@@ -73,6 +73,11 @@ pub struct TelemetrySettings {
     /// the configuration replaces it with one derived from the state secret, so every instance
     /// of a deployment decides alike for one trace.
     pub sampling_key: [u8; 32],
+    /// `MCP_TRACE_PROPAGATE_HOSTS` (host names, comma-separated, compared without case): the
+    /// only hosts an outbound call sends its `traceparent` to. None by default: a trace id is the
+    /// caller's, and a third party (an identity provider fetched for keys, the platform's APIs)
+    /// has no business joining it.
+    pub propagate_to: Vec<String>,
 }
 
 impl std::fmt::Debug for TelemetrySettings {
@@ -86,6 +91,7 @@ impl std::fmt::Debug for TelemetrySettings {
             .field("resource_attributes", &self.resource_attributes)
             .field("sampler", &self.sampler)
             .field("metrics_endpoint", &self.metrics_endpoint)
+            .field("propagate_to", &self.propagate_to)
             .finish()
     }
 }
@@ -207,6 +213,12 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         sampler,
         metrics_endpoint,
         sampling_key: random_key(),
+        propagate_to: var("MCP_TRACE_PROPAGATE_HOSTS")
+            .unwrap_or_default()
+            .split(',')
+            .map(|host| host.trim().to_ascii_lowercase())
+            .filter(|host| !host.is_empty())
+            .collect(),
     }))
 }
 
@@ -273,6 +285,8 @@ struct Inner {
     exporting: tokio::sync::Mutex<()>,
     /// Exports the collector refused or that did not reach it, and the last one's status.
     failures: ExportFailureCount,
+    /// The hosts outbound calls send their `traceparent` to.
+    propagate_to: Vec<String>,
     tracer: SdkTracer,
     // Kept so the tracer stays connected to its processor.
     _provider: SdkTracerProvider,
@@ -385,6 +399,7 @@ impl Telemetry {
             flush_pending: std::sync::atomic::AtomicBool::new(false),
             exporting: tokio::sync::Mutex::new(()),
             failures: ExportFailureCount::default(),
+            propagate_to: settings.propagate_to.clone(),
             tracer,
             _provider: provider,
             queue,
@@ -633,7 +648,16 @@ impl SpanHandle {
         self.0.as_ref().map(|traced| &traced.telemetry)
     }
 
-    /// This span as a W3C `traceparent`, for whatever continues its work elsewhere.
+    /// [`SpanHandle::traceparent`] for a call to `host`: only a host `MCP_TRACE_PROPAGATE_HOSTS`
+    /// names receives it.
+    pub fn traceparent_for(&self, host: &str) -> Option<String> {
+        let traced = self.0.as_ref()?;
+        let inner = traced.telemetry.0.as_ref()?;
+        inner.propagate_to.iter().any(|allowed| allowed.eq_ignore_ascii_case(host)).then(|| self.traceparent())?
+    }
+
+    /// This span as a W3C `traceparent` value, to carry the trace where this process continues
+    /// it (a job's message); `None` when nothing is recorded.
     pub fn traceparent(&self) -> Option<String> {
         let traced = self.0.as_ref()?;
         let span = traced.cx.span();

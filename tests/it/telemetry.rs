@@ -447,7 +447,9 @@ async fn outbound_calls_are_client_spans_and_carry_the_trace_onward() {
         }
     })
     .await;
-    let parts = traced_parts(&endpoint, "outbound");
+    // The trace goes onward only to a host the deployment names (its own backends).
+    let parts =
+        traced_parts_with(&endpoint, "outbound", &[("MCP_TRACE_PROPAGATE_HOSTS", "backend.example, 127.0.0.1")]);
     let mut server = McpServer::new("calls-out", "1");
     server.tool(ToolDef::new("fetch").description("Calls upstream."), move |_, _: NoArguments| async move {
         let request = http::Request::get(format!("http://{upstream}/private/path?token=canary-in-query"))
@@ -462,15 +464,38 @@ async fn outbound_calls_are_client_spans_and_carry_the_trace_onward() {
     assert_eq!(client.call_tool("fetch", json!({})).await.unwrap().joined_text(), "200");
     parts.telemetry.flush().await;
 
-    let received = received.lock().unwrap();
-    let tool = received.spans.iter().find(|s| s.name == "execute_tool fetch").unwrap();
-    let call = received.spans.iter().find(|s| s.kind == 3).expect("a CLIENT span");
-    assert_eq!((&call.trace_id, &call.parent_span_id), (&tool.trace_id, &tool.span_id));
-    let attrs = attributes(call);
-    assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
-    assert!(attrs.values().all(|v| !v.contains("canary-in-query") && !v.contains("/private")));
-    let sent = seen.lock().unwrap()[0].clone().expect("the upstream got a traceparent");
-    assert_eq!(sent, format!("00-{}-{}-01", hex(&call.trace_id), hex(&call.span_id)));
+    {
+        let received = received.lock().unwrap();
+        let tool = received.spans.iter().find(|s| s.name == "execute_tool fetch").unwrap();
+        let call = received.spans.iter().find(|s| s.kind == 3).expect("a CLIENT span");
+        assert_eq!((&call.trace_id, &call.parent_span_id), (&tool.trace_id, &tool.span_id));
+        let attrs = attributes(call);
+        assert_eq!((attrs["http.request.method"].as_str(), attrs["server.address"].as_str()), ("GET", "127.0.0.1"));
+        assert!(attrs.values().all(|v| !v.contains("canary-in-query") && !v.contains("/private")));
+        let sent = seen.lock().unwrap()[0].clone().expect("the upstream got a traceparent");
+        assert_eq!(sent, format!("00-{}-{}-01", hex(&call.trace_id), hex(&call.span_id)));
+    }
+
+    // A host it does not name (an identity provider, the platform's APIs, anyone's) gets the
+    // call and its CLIENT span, but not the trace.
+    let parts = traced_parts(&endpoint, "outbound-unnamed");
+    let mut server = McpServer::new("calls-out", "1");
+    server.tool(ToolDef::new("fetch").description("Calls upstream."), move |_, _: NoArguments| async move {
+        let request =
+            http::Request::get(format!("http://{upstream}/")).body(http_body_util::Full::new(Bytes::new())).unwrap();
+        vercel_mcp::outbound::send(request, std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .status
+            .as_u16()
+            .to_string()
+    });
+    let bearer = token(&parts, "");
+    let options = ClientOptions::default().header("Authorization", &format!("Bearer {bearer}"));
+    let client = vercel_mcp::testing::client_with(server, &parts, options).await;
+    assert_eq!(client.call_tool("fetch", json!({})).await.unwrap().joined_text(), "200");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(seen.lock().unwrap()[1], None, "no traceparent to a host the deployment did not name");
 }
 
 /// Metrics go out with the spans, cumulative: request duration by method and outcome (its count
