@@ -710,7 +710,7 @@ pub fn report_export_failures(logger: &Logger, telemetry: &crate::telemetry::Tel
         logger.event(
             "warn",
             "telemetry.export_failed",
-            json!({ "failures": failed.count, "lastStatus": failed.last_status }),
+            json!({ "droppedSpans": failed.dropped_spans, "failures": failed.count, "lastStatus": failed.last_status }),
         );
     }
 }

@@ -334,8 +334,10 @@ struct ExportFailureCount {
     count: std::sync::atomic::AtomicU64,
     /// The last failure's status code; 0 when it had none (no connection, a timeout).
     last_status: std::sync::atomic::AtomicU16,
-    /// How many of them were reported, and when the last report was (ms since the epoch).
+    /// How many of them were reported, how many dropped spans, and when the last report was
+    /// (ms since the epoch).
     reported: std::sync::atomic::AtomicU64,
+    reported_dropped: std::sync::atomic::AtomicU64,
     reported_at_ms: std::sync::atomic::AtomicU64,
 }
 
@@ -360,6 +362,8 @@ pub struct ExportFailures {
     /// The last failed export's status code, if it had one (`None`: no connection, a timeout,
     /// or no failure yet).
     pub last_status: Option<u16>,
+    /// Finished spans dropped because the queue was full: exports failing, or not keeping up.
+    pub dropped_spans: u64,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -500,24 +504,33 @@ impl Telemetry {
         self.0.as_ref().map_or_else(ExportFailures::default, |inner| ExportFailures {
             count: inner.failures.count.load(Ordering::Relaxed),
             last_status: inner.failures.last_status(),
+            dropped_spans: self.dropped_spans(),
         })
     }
 
-    /// The failures since the last report, when there are some and the last report is at least
-    /// `interval_ms` old (by `now_ms`): one caller in any number gets them, and they count as
-    /// reported. What an edge logs, so a refusing collector makes one line a minute, not one a
-    /// request.
+    /// The failures and the dropped spans since the last report, when there are some and the
+    /// last report is at least `interval_ms` old (by `now_ms`): one caller in any number gets
+    /// them, and they count as reported. What an edge logs, so a refusing collector makes one line
+    /// a minute, not one a request, and spans lost to a full queue are not lost silently.
     pub fn unreported_export_failures(&self, now_ms: u64, interval_ms: u64) -> Option<ExportFailures> {
         use std::sync::atomic::Ordering;
         let failures = &self.0.as_ref()?.failures;
         let (count, reported) = (failures.count.load(Ordering::Relaxed), failures.reported.load(Ordering::Relaxed));
+        let (dropped, reported_dropped) = (self.dropped_spans(), failures.reported_dropped.load(Ordering::Relaxed));
         let last = failures.reported_at_ms.load(Ordering::Relaxed);
-        if count <= reported || (last != 0 && now_ms < last.saturating_add(interval_ms)) {
+        if (count <= reported && dropped <= reported_dropped)
+            || (last != 0 && now_ms < last.saturating_add(interval_ms))
+        {
             return None;
         }
         failures.reported_at_ms.compare_exchange(last, now_ms.max(1), Ordering::AcqRel, Ordering::Relaxed).ok()?;
         failures.reported.store(count, Ordering::Relaxed);
-        Some(ExportFailures { count: count - reported, last_status: failures.last_status() })
+        failures.reported_dropped.store(dropped, Ordering::Relaxed);
+        Some(ExportFailures {
+            count: count.saturating_sub(reported),
+            last_status: failures.last_status(),
+            dropped_spans: dropped.saturating_sub(reported_dropped),
+        })
     }
 
     /// Records `value` in the histogram `name` (seconds) for `series`.

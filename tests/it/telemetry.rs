@@ -920,13 +920,18 @@ async fn one_export_at_a_time_to_a_collector_that_never_answers() {
     assert!(connections.try_recv().is_err(), "one export connection at a time");
     spans(1024);
     assert_eq!(telemetry.dropped_spans(), 1024, "4096 spans queued behind the stalled export, the rest dropped");
-    assert_eq!(telemetry.export_failures(), ExportFailures::default(), "nothing has failed yet");
+    let dropped = ExportFailures { dropped_spans: 1024, ..ExportFailures::default() };
+    assert_eq!(telemetry.export_failures(), dropped, "nothing has failed yet; spans were dropped");
+    // The loss is reported (an edge logs it), once for the interval.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    assert_eq!(telemetry.unreported_export_failures(now_ms, 60_000), Some(dropped));
+    assert_eq!(telemetry.unreported_export_failures(now_ms + 1, 60_000), None, "reported already");
 
     // The collector drops the first export's connection: that export fails, and the next flush
     // sends what waited.
     drop(stalled);
     tokio::time::timeout(bound, first).await.expect("the first export ends").unwrap();
-    assert_eq!(telemetry.export_failures(), ExportFailures { count: 1, last_status: None });
+    assert_eq!(telemetry.export_failures(), ExportFailures { count: 1, last_status: None, dropped_spans: 1024 });
     let next = tokio::spawn({
         let telemetry = telemetry.clone();
         async move { telemetry.flush().await }
@@ -964,10 +969,16 @@ async fn refused_exports_are_counted_with_their_status() {
     assert_eq!(parts.telemetry.export_failures(), ExportFailures::default(), "accepted");
     status.store(401, Ordering::SeqCst);
     export_one().await;
-    assert_eq!(parts.telemetry.export_failures(), ExportFailures { count: 1, last_status: Some(401) });
+    assert_eq!(
+        parts.telemetry.export_failures(),
+        ExportFailures { count: 1, last_status: Some(401), dropped_spans: 0 }
+    );
     status.store(503, Ordering::SeqCst);
     export_one().await;
-    assert_eq!(parts.telemetry.export_failures(), ExportFailures { count: 2, last_status: Some(503) });
+    assert_eq!(
+        parts.telemetry.export_failures(),
+        ExportFailures { count: 2, last_status: Some(503), dropped_spans: 0 }
+    );
 }
 
 /// Failed exports are logged, at most a line a minute whatever the traffic, with how many and
@@ -994,8 +1005,8 @@ async fn failed_exports_are_logged_a_line_a_minute_at_most() {
     let lines = reported();
     assert_eq!(lines.len(), 1);
     assert_eq!(
-        (&lines[0]["level"], &lines[0]["failures"], &lines[0]["lastStatus"]),
-        (&json!("warn"), &json!(2), &json!(401))
+        (&lines[0]["level"], &lines[0]["failures"], &lines[0]["lastStatus"], &lines[0]["droppedSpans"]),
+        (&json!("warn"), &json!(2), &json!(401), &json!(0))
     );
     assert!(!logs.raw().concat().contains(&addr.to_string()), "no endpoint in the line");
     export_one().await;
