@@ -425,11 +425,15 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Reques
         }
         _ => {}
     }
-    if record.trace_id.is_empty() {
-        let from_meta = params.meta().traceparent.as_ref().and_then(Value::as_str).and_then(trace_id_from);
-        if let Some(trace) = from_meta {
-            record.trace_id = trace.to_owned();
+    let from_meta = params.meta().traceparent.as_ref().and_then(Value::as_str).and_then(trace_id_from);
+    match from_meta {
+        Some(trace) if record.trace_id.is_empty() => record.trace_id = trace.to_owned(),
+        // Both came and disagree: the header is trusted (the span's parent and the line's trace
+        // are the header's), and an operator is told, since a client or a proxy is confused.
+        Some(trace) if trace != record.trace_id => {
+            app.logger.event("warn", "trace.mismatch", serde_json::json!({ "requestId": &*record.request_id }));
         }
+        _ => {}
     }
 }
 

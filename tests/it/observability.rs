@@ -146,6 +146,22 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
     let fresh = env.server.modern(json!(3), "tools/list", json!({})).send().await;
     let lines = env.logs.lines();
     assert_eq!(request_line(&lines, fresh.header("x-mcp-request-id").unwrap())["traceId"].as_str().unwrap().len(), 32);
+
+    // Both, disagreeing: the header is trusted and an operator is told; agreeing, nothing is said.
+    let mismatches = || env.logs.lines().into_iter().filter(|l| l["event"] == "trace.mismatch").collect::<Vec<_>>();
+    assert!(mismatches().is_empty(), "{:?}", mismatches());
+    let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (id, meta_trace) in [(4, "0af7651916cd43dd8448eb211c80319c"), (5, "4bf92f3577b34da6a3ce929d0e0e4736")] {
+        let params = json!({"name": "echo", "arguments": {"message": "x"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "traceparent": format!("00-{meta_trace}-b7ad6b7169203331-01")}});
+        let reply = env.server.modern(json!(id), "tools/call", params).header("traceparent", header).send().await;
+        let request_id = reply.header("x-mcp-request-id").unwrap().to_owned();
+        assert_eq!(request_line(&env.logs.lines(), &request_id)["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        let told: Vec<Value> = mismatches().into_iter().filter(|l| l["requestId"] == request_id.as_str()).collect();
+        assert_eq!((told.len(), id), (usize::from(id == 4), id), "{told:?}");
+    }
+    assert_eq!(mismatches()[0]["level"], "warn");
 }
 
 /// `MCP_REQUEST_LOG=failures`: a request that succeeded leaves no line; every kind of failure the
