@@ -51,6 +51,8 @@ pub struct Parts {
     /// The tasks running in this process, per caller: one count for every task service these
     /// parts make, so the task caps hold per instance too.
     pub task_slots: Arc<crate::security::Slots>,
+    /// The process is stopping: shared by every endpoint and task service these parts make.
+    pub stopping: crate::state::Stopping,
 }
 
 impl std::fmt::Debug for Parts {
@@ -75,10 +77,10 @@ impl Parts {
     pub fn new(settings: Settings) -> Result<Self, ConfigError> {
         let mut problems = Vec::new();
         let shared = match &settings.redis {
-            Some(redis) => match Redis::connect(&redis.url, &redis.prefix) {
+            Some(redis) => match Redis::connect_trusting(&redis.url, &redis.prefix, redis.ca_pem.as_deref()) {
                 Ok(redis) => Shared::Redis(redis),
                 Err(problem) => {
-                    problems.push(format!("REDIS_URL: {problem}"));
+                    problems.push(problem);
                     Shared::Memory
                 }
             },
@@ -122,6 +124,7 @@ impl Parts {
             telemetry,
             listen_slots: Arc::default(),
             task_slots: Arc::default(),
+            stopping: crate::state::Stopping::default(),
             shared,
             settings,
         })
@@ -164,6 +167,7 @@ impl Parts {
             request_state_nonces: self.request_state_nonces.clone(),
             telemetry: self.telemetry.clone(),
             listen_slots: self.listen_slots.clone(),
+            stopping: self.stopping.clone(),
         }
     }
 
@@ -196,7 +200,8 @@ impl Parts {
             .with_caps(self.settings.task_caps)
             .with_running_slots(self.task_slots.clone())
             .with_quota(self.settings.task_quota)
-            .with_round_limit(self.settings.task_round_limit),
+            .with_round_limit(self.settings.task_round_limit)
+            .with_stopping(self.stopping.clone()),
         )
     }
 
@@ -290,6 +295,7 @@ pub fn sweep(parts: &Parts) -> jobs::Sweep {
         store: parts.jobs.store.clone(),
         clock: parts.settings.clock.clone(),
         secret: parts.settings.cron_secret.clone(),
+        logger: Some(parts.logger()),
     }
 }
 

@@ -34,7 +34,15 @@ pub struct Routes {
     /// The stream worker, once started: shutting down waits for it.
     workers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     limits: ConnectionLimits,
+    /// Connections being served: a drain waits for none.
+    open: Arc<tokio::sync::watch::Sender<usize>>,
 }
+
+/// How long, once asked to stop, the local run waits for what is in flight before it goes:
+/// requests being answered, listen streams sending their result, task rounds finishing (or being
+/// recorded as failed, `tasks::ROUND_STOP_GRACE`). Under the 10 s a container runtime gives a
+/// stopped container before it kills it.
+pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(8);
 
 impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
@@ -73,6 +81,7 @@ impl Routes {
             stream_queue: None,
             workers: Arc::default(),
             limits: ConnectionLimits::default(),
+            open: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -112,6 +121,32 @@ impl Routes {
                 }
             });
         }
+    }
+
+    /// Every endpoint served.
+    fn apps(&self) -> impl Iterator<Item = &Arc<App>> {
+        std::iter::once(&self.mcp).chain(self.examples.values())
+    }
+
+    /// Begins stopping and waits, at most [`DRAIN_GRACE`], for what is in flight: each
+    /// connection ends once its request is answered (an idle one at once), listen streams end
+    /// with their result, and task rounds finish or are recorded as failed. The listener must be
+    /// closed first, so that nothing new arrives. Returns whether everything ended in time.
+    pub async fn drain(&self) -> bool {
+        for app in self.apps() {
+            app.stopping().begin();
+        }
+        let connections = async {
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open == 0).await;
+        };
+        // Every task service of the process counts its rounds in the same slots.
+        let rounds = async {
+            while self.apps().filter_map(|app| app.server().tasks.as_ref()).any(|tasks| tasks.running() > 0) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(DRAIN_GRACE, async { tokio::join!(connections, rounds) }).await.is_ok()
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance
@@ -226,8 +261,9 @@ fn port_from(raw: Option<&str>) -> std::io::Result<u16> {
     }
 }
 
-/// Binds 127.0.0.1:`port` (0 picks a free port) and serves until SIGTERM or Ctrl-C, then shuts
-/// the job worker down ([`Routes::shut_down`]) and returns.
+/// Binds 127.0.0.1:`port` (0 picks a free port) and serves until SIGTERM or Ctrl-C. Then it
+/// stops accepting, drains what is in flight ([`Routes::drain`]), shuts the job worker down
+/// ([`Routes::shut_down`]) and returns.
 pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
     let addr = listener.local_addr()?;
@@ -235,6 +271,11 @@ pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
     tokio::select! {
         served = serve_listener(routes.clone(), listener) => served,
         () = termination() => {
+            // The accept loop, and the listener with it, went when this arm was chosen.
+            eprintln!("shutting down: finishing requests, streams and task rounds in flight");
+            if !routes.drain().await {
+                eprintln!("shutting down: {} s passed; cutting what is left", DRAIN_GRACE.as_secs());
+            }
             eprintln!("shutting down: handing back queued work");
             routes.shut_down().await;
             Ok(())
@@ -297,6 +338,7 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
         let routes = routes.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _open = OpenConnection::new(&routes.open);
             let activity = Arc::new(Activity::new());
             // Each request borrows the connection's routes: cloning them (an `Arc` count each)
             // per request would move counters shared by every connection between the cores.
@@ -317,15 +359,43 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                     TokioIo::new(Socket { stream, activity: Arc::clone(&activity), full: false }),
                     service,
                 );
+            tokio::pin!(connection);
+            let idle = activity.idle_for(routes.limits.header_timeout);
+            tokio::pin!(idle);
             tokio::select! {
                 // The connection first: a head that has just arrived is read, and marks the
                 // connection busy, before the deadline is looked at.
                 biased;
-                _ = connection => {}
+                _ = connection.as_mut() => return,
                 // Dropping the connection closes it, as hyper's own header timeout would.
-                () = activity.idle_for(routes.limits.header_timeout) => {}
+                () = idle.as_mut() => return,
+                () = routes.mcp.stopping().begun() => {}
+            }
+            // Stopping: the request being answered is finished (a listen stream ends with its
+            // result), then the connection closes; an idle one closes at once.
+            connection.as_mut().graceful_shutdown();
+            tokio::select! {
+                biased;
+                _ = connection.as_mut() => {}
+                () = idle.as_mut() => {}
             }
         });
+    }
+}
+
+/// A connection counted in [`Routes`]'s open connections for as long as it is served.
+struct OpenConnection(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl OpenConnection {
+    fn new(open: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        open.send_modify(|open| *open += 1);
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.send_modify(|open| *open -= 1);
     }
 }
 

@@ -92,6 +92,9 @@ pub struct RedisSettings {
     pub url: String,
     /// `MCP_REDIS_PREFIX` (`mcp` by default): every key starts with it.
     pub prefix: String,
+    /// `MCP_REDIS_CA_PEM`: the certificate authority a `rediss://` server's certificate must chain
+    /// to, instead of the public roots (a self-hosted Redis with a private authority).
+    pub ca_pem: Option<String>,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -484,6 +487,7 @@ impl Settings {
             redis: non_empty("REDIS_URL").map(|url| RedisSettings {
                 url,
                 prefix: non_empty("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into()),
+                ca_pem: non_empty("MCP_REDIS_CA_PEM"),
             }),
             queue,
             // Trimmed, as the issuer is: a value pasted with a line end would refuse every sweep.

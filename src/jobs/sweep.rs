@@ -1,7 +1,9 @@
 //! The cron sweep: `/api/cron/sweep-jobs`, run by Vercel Cron.
 //!
 //! Cron paths are public, so the sweep does nothing unless `Authorization: Bearer $CRON_SECRET`
-//! matches, compared in constant time. Without a configured secret every call is refused.
+//! matches, compared in constant time. Without a configured secret every call is refused, and
+//! each refusal leaves a `job.fault` line: Vercel Cron does not report a 401, so without the line
+//! a deployment missing `CRON_SECRET` would never sweep and nobody would know.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -25,6 +27,8 @@ pub struct Sweep {
     pub clock: Arc<dyn Clock>,
     /// `CRON_SECRET`.
     pub secret: Option<String>,
+    /// Where a sweep refused for want of a secret is reported.
+    pub logger: Option<crate::observe::Logger>,
 }
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
@@ -44,7 +48,14 @@ impl Sweep {
             .and_then(|v| v.strip_prefix("Bearer "));
         let authorized = match (&self.secret, presented) {
             (Some(secret), Some(presented)) => constant_time_eq(secret.as_bytes(), presented.as_bytes()),
-            _ => false,
+            (Some(_), None) => false,
+            (None, _) => {
+                // The caller is told nothing it could use: the answer is the same 401.
+                if let Some(logger) = &self.logger {
+                    logger.fault("job.fault", "sweep", "CRON_SECRET is not set, so every sweep is refused");
+                }
+                false
+            }
         };
         if !authorized {
             let mut response = reply(StatusCode::UNAUTHORIZED, json!({ "error": "unauthorized" }));

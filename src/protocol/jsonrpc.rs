@@ -176,8 +176,10 @@ impl Message {
             ),
         };
         // A response's id names one of the server's own requests, not the client's: not echoed.
-        // (The id moves into a refusal only when there is one: nothing is copied on the way.)
-        let is_request = method.is_some();
+        // A body with neither a method nor a result or error is a request missing its method,
+        // and its id is. (The id moves into a refusal only when there is one: nothing is copied
+        // on the way.)
+        let is_request = method.is_some() || (result.is_none() && error.is_none());
         let refused = |id: Option<RequestId>, message: &'static str| {
             Err(NotAMessage { id: id.filter(|_| is_request), error: McpError::invalid_request(message) })
         };
@@ -187,6 +189,7 @@ impl Message {
         let method = match method {
             Some(Value::String(method)) => method,
             Some(_) => return refused(id, "Invalid Request: method must be a string"),
+            None if is_request => return refused(id, "Invalid Request: method is required"),
             None => return Ok(Self::response(id, result, error)?),
         };
         let params = match params {
@@ -204,7 +207,11 @@ impl Message {
         let outcome = match (result, error) {
             (Some(result), None) => Ok(result),
             (None, Some(error)) => Err(error),
-            _ => return Err(McpError::invalid_request("Invalid Request: method is required")),
+            _ => {
+                return Err(McpError::invalid_request(
+                    "Invalid Request: a response has a result or an error, not both",
+                ));
+            }
         };
         let id = id.ok_or_else(|| McpError::invalid_request("Invalid Request: response without id"))?;
         Ok(Message::Response { id, outcome })

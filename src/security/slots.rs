@@ -37,6 +37,11 @@ pub struct Slot {
 }
 
 impl Slots {
+    /// How many slots are held, by every principal together.
+    pub fn held(&self) -> usize {
+        self.held.lock().expect("slots").0
+    }
+
     /// Takes a slot for `principal`, or says which cap is reached.
     pub fn acquire(self: &Arc<Self>, principal: &str, caps: SlotCaps) -> Result<Slot, SlotsFull> {
         let mut held = self.held.lock().expect("slots");

@@ -8,7 +8,9 @@
 //! whichever is sooner, re-checked on every use. Expired entries are dropped when the cache is
 //! next used [`PRUNE_EVERY_SECS`] or more after its last pruning. The cache is bounded in entries
 //! and in bytes: when full it drops its expired entries, and is cleared only if that is not
-//! enough. Each endpoint's authenticator has its own (a token verified at one endpoint is never
+//! enough. One principal holds at most [`VERIFIED_PER_PRINCIPAL`] entries, its oldest making room
+//! for its newest, so one caller presenting token after token (each refresh mints one) cannot
+//! fill the cache, and so empty it, for everyone. Each endpoint's authenticator has its own (a token verified at one endpoint is never
 //! taken from another's).
 
 use std::collections::HashMap;
@@ -21,6 +23,8 @@ use super::constant_time_eq;
 pub(super) const VERIFIED_TTL_SECS: u64 = 300;
 /// The most tokens remembered.
 const VERIFIED_MAX: usize = 4096;
+/// The most tokens remembered for one principal.
+const VERIFIED_PER_PRINCIPAL: usize = 8;
 /// The most token bytes remembered (tokens may be up to 16 KiB; typical ones are 0.7–2 KiB).
 const VERIFIED_MAX_BYTES: usize = 2 * 1024 * 1024;
 /// How often expired entries are looked for (they are never trusted after they expire; this
@@ -54,6 +58,26 @@ impl Entries {
         self.next_prune = now + PRUNE_EVERY_SECS;
         self.by_tail.retain(|_, entry| now < entry.valid_until);
         self.bytes = self.by_tail.values().map(|entry| entry.token.len()).sum();
+    }
+
+    /// Drops `principal`'s entry that expires first if it holds its share. A scan of the whole
+    /// cache, run only after a full verification, which costs far more.
+    fn make_room_for(&mut self, principal: &Principal) {
+        let mut held = 0;
+        let mut first_to_expire: Option<(&[u8; TAIL], u64)> = None;
+        for (key, entry) in self.by_tail.iter().filter(|(_, entry)| entry.principal.id() == principal.id()) {
+            held += 1;
+            if first_to_expire.is_none_or(|(_, until)| entry.valid_until < until) {
+                first_to_expire = Some((key, entry.valid_until));
+            }
+        }
+        if held < VERIFIED_PER_PRINCIPAL {
+            return;
+        }
+        let Some((&key, _)) = first_to_expire else { return };
+        if let Some(dropped) = self.by_tail.remove(&key) {
+            self.bytes -= dropped.token.len();
+        }
     }
 
     fn full_for(&self, token: &[u8]) -> bool {
@@ -93,6 +117,10 @@ impl VerifiedTokens {
         }
         let mut entries = self.entries.lock().expect("verified tokens");
         entries.prune(now, false);
+        let key = tail(token);
+        if !entries.by_tail.contains_key(&key) {
+            entries.make_room_for(&principal);
+        }
         if entries.full_for(token) {
             entries.prune(now, true);
         }
@@ -102,7 +130,7 @@ impl VerifiedTokens {
         }
         let entry = Remembered { token: token.into(), principal, valid_until };
         entries.bytes += token.len();
-        if let Some(replaced) = entries.by_tail.insert(tail(token), entry) {
+        if let Some(replaced) = entries.by_tail.insert(key, entry) {
             entries.bytes -= replaced.token.len();
         }
     }
@@ -183,7 +211,7 @@ mod tests {
     fn the_cache_is_bounded_in_entries_and_in_bytes() {
         let cache = VerifiedTokens::default();
         for i in 0..VERIFIED_MAX {
-            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), 1_000, 0);
+            cache.remember(format!("token-{i:040}").as_bytes(), principal(&format!("p{i}")), 1_000, 0);
         }
         assert_eq!(cache.held().0, VERIFIED_MAX);
         cache.remember(b"one more", principal("p"), 1_000, 0);
@@ -195,9 +223,9 @@ mod tests {
         other.push(b'c');
         cache.remember(&big, principal("p"), 1_000, 0);
         assert_eq!(cache.held(), (2, 8 + big.len()));
-        cache.remember(&other, principal("p"), 1_000, 0);
+        cache.remember(&other, principal("q"), 1_000, 0);
         assert_eq!(cache.held(), (1, other.len()), "over the byte budget: cleared first");
-        assert_eq!(cache.lookup(&other, 0), Some(principal("p")));
+        assert_eq!(cache.lookup(&other, 0), Some(principal("q")));
 
         cache.remember(&vec![b'z'; VERIFIED_MAX_BYTES + 1], principal("p"), 1_000, 0);
         assert_eq!(cache.held(), (1, other.len()), "a token bigger than the budget is not held");
@@ -209,12 +237,12 @@ mod tests {
         // Half the cache expires at second 5, half lives on.
         for i in 0..VERIFIED_MAX {
             let valid_until = if i % 2 == 0 { 5 } else { 1_000 };
-            cache.remember(format!("token-{i:040}").as_bytes(), principal("p"), valid_until, 0);
+            cache.remember(format!("token-{i:040}").as_bytes(), principal(&format!("p{i}")), valid_until, 0);
         }
         // Full before the minute's pruning is due: the expired half goes, the live half stays.
         cache.remember(b"one more", principal("p"), 1_000, 10);
         assert_eq!(cache.held().0, VERIFIED_MAX / 2 + 1);
-        assert_eq!(cache.lookup(format!("token-{:040}", 1).as_bytes(), 10), Some(principal("p")));
+        assert_eq!(cache.lookup(format!("token-{:040}", 1).as_bytes(), 10), Some(principal("p1")));
 
         // A minute on, any use drops what has expired since, bytes and all.
         let cache = VerifiedTokens::default();
@@ -225,5 +253,30 @@ mod tests {
         assert_eq!(cache.lookup(b"unknown", PRUNE_EVERY_SECS), None);
         assert_eq!(cache.held(), (1, 10));
         assert_eq!(cache.lookup(b"long-lived", PRUNE_EVERY_SECS), Some(principal("p")));
+    }
+
+    #[test]
+    fn one_principal_holds_only_its_share_and_cannot_empty_the_cache() {
+        let cache = VerifiedTokens::default();
+        // Tokens are found by their end: the others' end in letters, the caller's in digits.
+        let others: Vec<Vec<u8>> = (0..100).map(|i| format!("{i:040}-other").into_bytes()).collect();
+        for (i, other) in others.iter().enumerate() {
+            cache.remember(other, principal(&format!("o{i}")), 1_000, 0);
+        }
+        // One caller presents far more tokens than the cache holds, each expiring a little later.
+        for i in 0..VERIFIED_MAX as u64 + 10 {
+            cache.remember(format!("mallory-{i:040}").as_bytes(), principal("mallory"), 500 + i, 0);
+        }
+        assert_eq!(cache.held().0, 100 + VERIFIED_PER_PRINCIPAL, "its share, and everyone else's entries");
+        for (i, other) in others.iter().enumerate() {
+            assert_eq!(cache.lookup(other, 0), Some(principal(&format!("o{i}"))), "never cleared");
+        }
+        // Its newest tokens are the ones kept; the ones expiring first made room.
+        let newest = VERIFIED_MAX as u64 + 9;
+        assert_eq!(cache.lookup(format!("mallory-{newest:040}").as_bytes(), 0), Some(principal("mallory")));
+        assert_eq!(cache.lookup(format!("mallory-{:040}", 0).as_bytes(), 0), None);
+        // A token it presents again replaces its own entry and drops nothing else.
+        cache.remember(format!("mallory-{newest:040}").as_bytes(), principal("mallory"), 5_000, 0);
+        assert_eq!(cache.held().0, 100 + VERIFIED_PER_PRINCIPAL);
     }
 }

@@ -182,13 +182,15 @@ impl McpServer {
     }
 
     /// Runs the stream: acknowledgement and matching notifications (the transport adds the
-    /// keep-alives), then the graceful result once `limits.max_duration` has passed. Returns early (with no result to
-    /// send) when the client closes the stream.
+    /// keep-alives), then the graceful result once `limits.max_duration` has passed, or at once
+    /// when the process begins `stopping`. Returns early (with no result to send) when the
+    /// client closes the stream.
     pub(crate) async fn listen(
         &self,
         ctx: &RequestContext,
         filter: Filter,
         limits: ListenLimits,
+        stopping: &crate::state::Stopping,
     ) -> Option<Map<String, Value>> {
         let outbox = ctx.outbox.as_ref()?;
         let tag = json!({ meta::SUBSCRIPTION_ID: ctx.id.as_value() });
@@ -217,9 +219,14 @@ impl McpServer {
         let unread = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(unread);
         let mut unread_armed = false;
+        // A stopping process ends the stream as its deadline would: the client gets the result,
+        // and opens its next stream on another instance.
+        let stopped = stopping.begun();
+        tokio::pin!(stopped);
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
+                () = &mut stopped => break,
                 _ = outbox.closed() => return None,
                 change = changes.recv() => match change {
                     Ok(event) if filter.wants(&event) => {
@@ -417,7 +424,8 @@ mod tests {
             }
         };
         let started = tokio::time::Instant::now();
-        let (result, ()) = tokio::join!(server.listen(&ctx, filter, limits), lagging);
+        let stopping = crate::state::Stopping::default();
+        let (result, ()) = tokio::join!(server.listen(&ctx, filter, limits, &stopping), lagging);
         assert!(result.is_some(), "the stream ends with its result");
         assert!(started.elapsed() <= Duration::from_secs(31), "ended at {:?}", started.elapsed());
         let reads = store.0.load(Ordering::SeqCst);

@@ -10,7 +10,8 @@ use super::{STORE_FULL_CODE, StoreError};
 /// Cloning shares the connection.
 #[derive(Clone)]
 pub struct Redis {
-    client: redis::Client,
+    /// Boxed: with its TLS settings a client is large, and every store holds a `Redis`.
+    client: Arc<redis::Client>,
     connection: ConnectionManager,
     prefix: String,
     /// Shared by every clone: which handles reach the same server through the same connection.
@@ -27,9 +28,34 @@ impl std::fmt::Debug for Redis {
 impl Redis {
     /// A connection to `url` (`redis://` or `rediss://`). Nothing is sent until first use, and
     /// connecting and each response are bounded, so an outage becomes an error, not a hang.
+    /// `rediss://` verifies the server's certificate against the public roots (as every managed
+    /// Redis presents).
     pub fn connect(url: &str, prefix: &str) -> Result<Self, String> {
-        let client =
-            redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?;
+        Self::connect_trusting(url, prefix, None)
+    }
+
+    /// [`Redis::connect`], trusting only the certificates of `ca_pem` (`MCP_REDIS_CA_PEM`: a
+    /// Redis whose certificate a private authority signed) instead of the public roots. Only
+    /// for `rediss://`; a certificate is never skipped, whatever the URL says.
+    pub fn connect_trusting(url: &str, prefix: &str, ca_pem: Option<&str>) -> Result<Self, String> {
+        let client = match ca_pem {
+            None => {
+                redis::Client::open(url).map_err(|_| "REDIS_URL is not a valid redis:// or rediss:// URL".to_owned())?
+            }
+            Some(_) if !url.starts_with("rediss://") => {
+                return Err("MCP_REDIS_CA_PEM is set, so REDIS_URL must be a rediss:// (TLS) URL".to_owned());
+            }
+            Some(pem) if !pem.contains("-----BEGIN CERTIFICATE-----") => {
+                return Err("MCP_REDIS_CA_PEM holds no PEM certificate".to_owned());
+            }
+            Some(pem) => {
+                let trusted = redis::TlsCertificates { client_tls: None, root_cert: Some(pem.as_bytes().to_vec()) };
+                redis::Client::build_with_tls(url, trusted).map_err(|error| match error.kind() {
+                    redis::ErrorKind::InvalidClientConfig => "REDIS_URL is not a valid rediss:// URL".to_owned(),
+                    _ => "MCP_REDIS_CA_PEM is not a readable PEM certificate".to_owned(),
+                })?
+            }
+        };
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))
@@ -37,7 +63,7 @@ impl Redis {
             .set_max_delay(Duration::from_millis(500));
         let connection = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("redis client: {}", kind_label(&e)))?;
-        Ok(Self { client, connection, prefix: prefix.to_owned(), identity: Arc::new(()) })
+        Ok(Self { client: Arc::new(client), connection, prefix: prefix.to_owned(), identity: Arc::new(()) })
     }
 
     /// The key prefix (`MCP_REDIS_PREFIX`, `mcp` by default).
@@ -69,7 +95,7 @@ impl Redis {
             .set_response_timeout(Some(response_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+        ConnectionManager::new_lazy_with_config(redis::Client::clone(&self.client), config)
             .map_err(|e| format!("redis client: {}", kind_label(&e)))
     }
 }

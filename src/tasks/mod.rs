@@ -102,7 +102,13 @@ pub struct TaskService {
     caps: SlotCaps,
     quota: TaskQuota,
     round_limit: Duration,
+    /// The process is stopping: a running round gets [`ROUND_STOP_GRACE`] to finish.
+    stopping: crate::state::Stopping,
 }
+
+/// How long a round may go on once its process begins stopping, before the task is recorded
+/// as failed for that reason (rather than read as working until its round limit has passed).
+pub const ROUND_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// How long one round of a task's work may run by default: on Vercel a round runs inside the
 /// invocation that started it, which `/api/mcp`'s `maxDuration` (300 s) ends, and the round must
@@ -147,7 +153,20 @@ impl TaskService {
             caps: DEFAULT_TASK_CAPS,
             quota: TaskQuota::default(),
             round_limit: DEFAULT_ROUND_LIMIT,
+            stopping: crate::state::Stopping::default(),
         }
+    }
+
+    /// Ends rounds when `stopping` begins: each gets [`ROUND_STOP_GRACE`] to finish, and then
+    /// its task fails, saying why.
+    pub fn with_stopping(mut self, stopping: crate::state::Stopping) -> Self {
+        self.stopping = stopping;
+        self
+    }
+
+    /// How many rounds run in this process now (across every service sharing its slots).
+    pub fn running(&self) -> usize {
+        self.running.held()
     }
 
     /// Sets how long one round of a task's work may run before the task fails
@@ -379,6 +398,10 @@ impl TaskService {
         // A round that outlives its limit is stopped and the task failed, saying why: cut off by
         // the platform instead, it would read as working until its TTL.
         let over_time = tokio::time::sleep(self.round_limit);
+        let stopped = async {
+            self.stopping.begun().await;
+            tokio::time::sleep(ROUND_STOP_GRACE).await;
+        };
         tokio::select! {
             outcome = work => {
                 let outcome = outcome.unwrap_or_else(|_| Err(ToolError::Protocol(self.contained_panic())));
@@ -392,6 +415,14 @@ impl TaskService {
                      work that takes longer belongs in a job",
                     self.round_limit.as_secs()
                 ))));
+                crate::handler::mark_tool_span(&span, &outcome);
+                span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
+            }
+            () = stopped => {
+                let outcome = Err(ToolError::Protocol(McpError::internal(
+                    "The server instance running the task's work stopped before the work finished; \
+                     create the task again",
+                )));
                 crate::handler::mark_tool_span(&span, &outcome);
                 span.in_context(self.settle_or_log(&record, &outcome, &capabilities)).await;
             }

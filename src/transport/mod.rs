@@ -40,6 +40,7 @@ pub struct App {
     pub(crate) listen: ListenLimits,
     pub(crate) listen_caps: crate::server::listen::ListenCaps,
     pub(crate) listen_slots: Arc<crate::security::Slots>,
+    pub(crate) stopping: crate::state::Stopping,
     pub(crate) pending: Arc<legacy::PendingClientRequests>,
     pub(crate) auth: crate::security::Authenticator,
     pub(crate) logger: crate::observe::Logger,
@@ -68,6 +69,9 @@ pub struct Endpoint {
     /// Where those streams are counted: shared by every endpoint of the process, so that the
     /// caps are the instance's, not each endpoint's.
     pub listen_slots: Arc<crate::security::Slots>,
+    /// The process is stopping: open listen streams end with their result. Shared by every
+    /// endpoint of the process.
+    pub stopping: crate::state::Stopping,
     /// Who may call, as this endpoint's own protected resource.
     pub auth: crate::security::Authenticator,
     /// Where the request lines go.
@@ -98,6 +102,7 @@ impl App {
             listen: endpoint.listen,
             listen_caps: endpoint.listen_caps,
             listen_slots: endpoint.listen_slots,
+            stopping: endpoint.stopping,
             pending: Default::default(),
             platform: endpoint.platform,
             request_state_nonces: endpoint.request_state_nonces,
@@ -128,6 +133,11 @@ impl App {
     /// Where this endpoint's spans go (the edges flush it).
     pub fn telemetry(&self) -> &crate::telemetry::Telemetry {
         &self.telemetry
+    }
+
+    /// The signal that the process is stopping (the local run begins it on SIGTERM).
+    pub fn stopping(&self) -> &crate::state::Stopping {
+        &self.stopping
     }
 }
 

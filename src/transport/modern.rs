@@ -97,7 +97,7 @@ pub(super) async fn handle(
             let _slot = slot;
             ctx.outbox = Some(outbox);
             let limits = app.listen.within(app.auth.credential_remaining(&ctx.principal));
-            let body = match app.server.listen(&ctx, filter, limits).await {
+            let body = match app.server.listen(&ctx, filter, limits, &app.stopping).await {
                 Some(mut result) => finish(&app.server, &ctx.id, &mut result),
                 // The outlet closed: nothing to send.
                 None => Vec::new(),

@@ -299,6 +299,33 @@ async fn the_sweep_requires_the_cron_secret() {
     assert_eq!(swept.json(), json!({"evicted": 0, "failedStuck": 1}));
 }
 
+/// A deployment without `CRON_SECRET` refuses every sweep, and says so in its log each time (the
+/// platform's cron does not report a 401): the caller gets the same 401 as for a wrong secret,
+/// and learns nothing of why. With a secret, a wrong one leaves no such line.
+#[tokio::test]
+async fn a_sweep_refused_for_want_of_a_secret_is_reported() {
+    let path = "/api/cron/sweep-jobs";
+    for secret in [None, Some("cron-secret-for-tests-0123456789")] {
+        let mut config = config(Arc::new(MemoryJobStore::new()), Arc::new(ManualClock::new(0)));
+        config.settings.cron_secret = secret.map(str::to_owned);
+        let sink = Arc::new(vercel_mcp::observe::MemorySink::default());
+        config.log_sink = sink.clone();
+        let server = TestServer::start_routes(Routes::with_mcp(mcp_app(&config)).with_jobs(&config)).await;
+        let refused = server.request("GET", path).header("Authorization", "Bearer guessed").send().await;
+        assert_eq!((refused.status, refused.json()), (401, json!({"error": "unauthorized"})), "{secret:?}");
+        let faults: Vec<Value> = sink.lines().into_iter().filter(|l| l["event"] == "job.fault").collect();
+        match secret {
+            None => {
+                assert_eq!(faults.len(), 1, "{:?}", sink.raw());
+                assert_eq!(faults[0]["operation"], "sweep");
+                assert!(faults[0]["detail"].as_str().unwrap().contains("CRON_SECRET is not set"), "{}", faults[0]);
+            }
+            Some(_) => assert!(faults.is_empty(), "a wrong secret is the caller's problem: {:?}", sink.raw()),
+        }
+        assert!(!sink.raw().iter().any(|line| line.contains("guessed")), "what the caller sent is not logged");
+    }
+}
+
 /// The service with two verified principals (authentication is the auth issue's; the service
 /// takes the principal explicitly).
 fn service(store: Arc<dyn JobStore>, clock: Arc<ManualClock>) -> (Jobs, LocalQueue) {
@@ -1023,6 +1050,72 @@ async fn a_deliverys_budget_counts_from_its_arrival() {
     assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred after what was left");
     let stored = store.get("anonymous", &record.job_id, now).await.unwrap().unwrap();
     assert_eq!(stored.completed_steps, 1, "a second left after the confirmation: one step");
+}
+
+/// A delivery that defers asks the queue for the next one at once; when the queue cannot be
+/// asked, the delivery still answers 202 unacknowledged (the message comes back when its
+/// visibility runs out, as before) and a `job.fault` line says what failed. A delivery that
+/// finishes asks nothing of the kind.
+#[tokio::test]
+async fn a_deferral_whose_reschedule_fails_is_still_a_deferral() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use vercel_mcp::jobs::queue::{Confirmation, Lease, QueueApi, QueueFuture};
+    struct Rescheduling {
+        queue: LocalQueue,
+        asked: Mutex<Vec<Duration>>,
+    }
+    impl QueueApi for Rescheduling {
+        fn consumer_group(&self) -> &str {
+            self.queue.consumer_group()
+        }
+        fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation> {
+            self.queue.confirm(lease, visibility)
+        }
+        fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
+            self.queue.ack(lease)
+        }
+        fn resume_after<'a>(&'a self, _: &'a Lease, after: Duration) -> QueueFuture<'a, ()> {
+            self.asked.lock().unwrap().push(after);
+            Box::pin(async { Err("the queue API is unreachable".to_owned()) })
+        }
+    }
+    let store = Arc::new(MemoryJobStore::new());
+    let now = 1_700_000_000_000;
+    let mut config = config(store.clone(), Arc::new(ManualClock::new(now)));
+    let sink = Arc::new(vercel_mcp::observe::MemorySink::default());
+    config.log_sink = sink.clone();
+    config.settings.consumer_budget = Duration::ZERO;
+    let record = JobRecord::new("C".repeat(22), "anonymous".into(), 2, now);
+    store.create(&record, &Quota::new(8, 256), now).await.unwrap().unwrap();
+    let queue = LocalQueue::new();
+    let rescheduling = Arc::new(Rescheduling { queue: queue.clone(), asked: Mutex::default() });
+    let mut consumer = vercel_mcp::consumer(&config);
+    consumer.queue = rescheduling.clone();
+    queue.connect_consumer(Arc::new(consumer));
+    let message =
+        JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps: 2, traceparent: None };
+    vercel_mcp::jobs::queue::Publisher::publish(&queue, &message, None).await.unwrap();
+    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred all the same");
+    assert_eq!(queue.pending_len(), 1, "not acknowledged");
+    assert_eq!(*rescheduling.asked.lock().unwrap(), [vercel_mcp::jobs::consumer::RESUME_AFTER_DEFERRAL]);
+    let fault = sink.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
+    assert_eq!(
+        (fault["operation"].as_str(), fault["detail"].as_str()),
+        (Some("resume"), Some("the queue API is unreachable"))
+    );
+
+    // With a budget, the redelivery finishes the job and reschedules nothing.
+    let finishing = LocalQueue::new();
+    let quiet = Arc::new(Rescheduling { queue: finishing.clone(), asked: Mutex::default() });
+    let mut consumer = vercel_mcp::consumer(&config);
+    consumer.budget = Duration::from_secs(50);
+    consumer.queue = quiet.clone();
+    finishing.connect_consumer(Arc::new(consumer));
+    vercel_mcp::jobs::queue::Publisher::publish(&finishing, &message, None).await.unwrap();
+    assert_eq!(finishing.deliver_next().await, Some(http::StatusCode::OK));
+    assert!(quiet.asked.lock().unwrap().is_empty(), "a delivery that finishes is not rescheduled");
+    assert_eq!(store.get("anonymous", &record.job_id, now).await.unwrap().unwrap().completed_steps, 2);
 }
 
 /// A submit whose publish failed never happened, for the caller's per-minute rate too: with two

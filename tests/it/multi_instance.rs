@@ -31,7 +31,11 @@ struct FakeQueue {
     processed: Vec<String>,
     locked: Vec<String>,
     confirmed: Vec<String>,
+    /// The `visibilityTimeoutSeconds` of every lease PATCH that found its lease, in order.
+    visibilities: Vec<u64>,
     acked: Vec<String>,
+    /// Receipts whose next DELETE is answered 429, with this `Retry-After` if any.
+    throttled: Vec<(String, Option<&'static str>)>,
     requests: usize,
     /// The `authorization` of every request, in order.
     bearers: Vec<String>,
@@ -44,7 +48,7 @@ const GROUP: &str = "api_Squeues_Sprocess-job_Drs";
 async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
     let state = Arc::new(Mutex::new(FakeQueue::default()));
     let shared = state.clone();
-    let addr = common::upstream::serve(move |request| {
+    let addr = common::upstream::serve_with_headers(move |request| {
         let state = shared.clone();
         async move {
             let auth = request.header("authorization");
@@ -62,6 +66,12 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
                 .filter(|receipt| state.leased.iter().any(|r| r == receipt))
                 .map(str::to_owned);
             let receipt_of = |path: &str| path.rsplit('/').next().map(str::to_owned).unwrap_or_default();
+            let throttled = state.throttled.iter().position(|(r, _)| *r == receipt_of(request.path()));
+            if let (true, Some(at)) = (request.method == http::Method::DELETE, throttled) {
+                let (_, retry_after) = state.throttled.remove(at);
+                let headers = retry_after.map(|after| vec![("retry-after", after.to_owned())]).unwrap_or_default();
+                return (429, headers, Bytes::from_static(b"{}"));
+            }
             let status = if auth.as_deref() != Some(&format!("Bearer {OIDC}")) {
                 401
             } else if lease_call && !deployment_named {
@@ -74,8 +84,15 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
                 state.published.push((auth, request.header("vqs-idempotency-key"), request.body));
                 201
             } else if let (true, Some(receipt)) = (request.method == http::Method::PATCH, &lease) {
-                state.confirmed.push(receipt.clone());
-                204
+                let asked: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+                match asked["visibilityTimeoutSeconds"].as_u64() {
+                    Some(seconds) => {
+                        state.confirmed.push(receipt.clone());
+                        state.visibilities.push(seconds);
+                        204
+                    }
+                    None => 400,
+                }
             } else if let (true, Some(receipt)) = (request.method == http::Method::DELETE, lease) {
                 state.leased.retain(|r| *r != receipt);
                 state.acked.push(receipt);
@@ -83,7 +100,7 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
             } else {
                 404
             };
-            (status, Bytes::from_static(b"{}"))
+            (status, Vec::new(), Bytes::from_static(b"{}"))
         }
     })
     .await;
@@ -323,6 +340,7 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;
     assert_eq!((status, outcome["status"].clone()), (200, json!("success")));
     assert_eq!(queue.lock().unwrap().confirmed, ["receipt-1"], "the lease was confirmed before any step");
+    assert_eq!(queue.lock().unwrap().visibilities, [80], "invisible for the 50 s budget and a 30 s margin");
     assert_eq!(queue.lock().unwrap().acked, ["receipt-1"], "the lease is acknowledged after success");
     let done = call(port_b, "get_job_status", json!({"jobId": handle})).await;
     assert_eq!((done["state"].clone(), done["completedSteps"].clone()), (json!("done"), json!(5)));
@@ -348,4 +366,93 @@ async fn a_job_crosses_instances_and_finishes_exactly_once() {
     // Every call to the queue said who made it; the lease calls above named this deployment
     // (the stand-in finds no lease otherwise).
     assert_eq!(queue.lock().unwrap().anonymous_agents, 0, "a User-Agent on every queue request");
+}
+
+/// A delivery that runs out of its budget leaves the rest of the job for the next delivery and
+/// asks the queue for it at once (its lease made visible again in a second), unacknowledged.
+/// Without that, the next delivery waited for the visibility confirmed at the start, the budget
+/// and its margin, to run out. The next delivery then finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_defers_asks_for_the_next_one_at_once() {
+    let Some((redis_url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("multi-defer");
+    let (queue_addr, queue) = start_fake_queue().await;
+    let (port, port_consumer) = (free_port(), free_port());
+    let _mcp = spawn(env!("CARGO_BIN_EXE_local"), port, &redis_url, &prefix, queue_addr);
+    let queue_url = format!("http://{queue_addr}");
+    let _consumer = spawn_with(
+        env!("CARGO_BIN_EXE_process-job"),
+        port_consumer,
+        &[
+            ("REDIS_URL", &redis_url),
+            ("MCP_REDIS_PREFIX", &prefix),
+            ("MCP_STATE_SECRET", SECRET),
+            ("MCP_QUEUE_BASE_URL", &queue_url),
+            ("VERCEL_OIDC_TOKEN", OIDC),
+            ("VERCEL_PROJECT_ID", PROJECT),
+            ("VERCEL_DEPLOYMENT_ID", DEPLOYMENT),
+            ("MCP_CONSUMER_BUDGET_SECONDS", "2"),
+            ("MCP_JOB_STEP_MS", "400"),
+        ],
+    );
+    let handle = call(port, "submit_job", json!({"steps": 6})).await["jobId"].as_str().unwrap().to_owned();
+    let message = queue.lock().unwrap().published[0].2.clone();
+    queue.lock().unwrap().leased.extend(["receipt-1".to_owned(), "receipt-2".to_owned()]);
+
+    let (status, outcome) = deliver(port_consumer, &message, "receipt-1").await;
+    assert_eq!((status, outcome["status"].clone()), (202, json!("deferred")), "{outcome}");
+    // Four 400 ms steps fit the 2 s budget; three if the confirmation was slow.
+    let status = call(port, "get_job_status", json!({"jobId": handle})).await;
+    assert_eq!(status["state"], "running", "{status}");
+    assert!(matches!(status["completedSteps"].as_u64(), Some(3..=4)), "{status}");
+    {
+        let queue = queue.lock().unwrap();
+        assert_eq!(queue.confirmed, ["receipt-1", "receipt-1"], "confirmed, then rescheduled");
+        assert_eq!(queue.visibilities, [32, 1], "the budget and its margin, then back in a second");
+        assert!(queue.acked.is_empty(), "a deferred delivery is not acknowledged");
+    }
+
+    let (status, outcome) = deliver(port_consumer, &message, "receipt-2").await;
+    assert_eq!((status, outcome["status"].clone()), (200, json!("success")), "{outcome}");
+    assert_eq!(queue.lock().unwrap().acked, ["receipt-2"]);
+    assert_eq!(queue.lock().unwrap().visibilities, [32, 1, 32], "a delivery that finishes is not rescheduled");
+    assert_eq!(call(port, "get_job_status", json!({"jobId": handle})).await["state"], "done");
+}
+
+/// An acknowledgement the queue throttles (429) is retried after the `Retry-After` it names, as
+/// the platform's own client does, when that leaves time within one call's allowance: the
+/// delivery then succeeds. A 429 with no `Retry-After`, or one naming a wait past that allowance,
+/// is not waited for: the delivery answers 500, unacknowledged, and its redelivery finds the job
+/// done and is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_acknowledgement_is_retried_when_the_queue_says_when() {
+    let Some((redis_url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("multi-throttle");
+    let (queue_addr, queue) = start_fake_queue().await;
+    let (port, port_consumer) = (free_port(), free_port());
+    let _mcp = spawn(env!("CARGO_BIN_EXE_local"), port, &redis_url, &prefix, queue_addr);
+    let _consumer = spawn(env!("CARGO_BIN_EXE_process-job"), port_consumer, &redis_url, &prefix, queue_addr);
+    for (receipt, retry_after, expected) in
+        [("receipt-1", Some("1"), 200), ("receipt-2", None, 500), ("receipt-3", Some("30"), 500)]
+    {
+        call(port, "submit_job", json!({"steps": 1})).await;
+        let message = queue.lock().unwrap().published.last().unwrap().2.clone();
+        {
+            let mut queue = queue.lock().unwrap();
+            queue.leased.push(receipt.to_owned());
+            queue.throttled.push((receipt.to_owned(), retry_after));
+        }
+        let (status, outcome) = deliver(port_consumer, &message, receipt).await;
+        assert_eq!(status, expected, "{receipt}: {outcome}");
+        let acked = queue.lock().unwrap().acked.contains(&receipt.to_owned());
+        assert_eq!(acked, expected == 200, "{receipt}: acknowledged only when the retry was made");
+        if expected == 500 {
+            assert!(outcome["error"].as_str().unwrap().contains("429"), "{outcome}");
+            let again = format!("{receipt}-again");
+            queue.lock().unwrap().leased.push(again.clone());
+            let (status, outcome) = deliver(port_consumer, &message, &again).await;
+            assert_eq!((status, outcome["state"].clone()), (200, json!("done")), "{outcome}");
+            assert!(queue.lock().unwrap().acked.contains(&again));
+        }
+    }
 }

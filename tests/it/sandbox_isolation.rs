@@ -243,6 +243,57 @@ async fn a_cut_line_that_imitates_the_frame_keeps_the_marker() {
     assert!(text.contains(&expected), "{text}");
 }
 
+/// Each sandbox is a billed microVM: one caller runs at most two at once, and a third is refused
+/// as a tool error that says to wait (before the Sandbox API is asked anything); once a run ends,
+/// its slot is free again.
+#[tokio::test]
+async fn a_caller_runs_at_most_two_sandboxes_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Held {
+        started: AtomicUsize,
+        finish: tokio::sync::Semaphore,
+    }
+    impl SandboxClient for Held {
+        fn run<'a>(&'a self, _: &'a SandboxRunRequest, _: Option<&'a str>) -> SandboxFuture<'a> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                self.finish.acquire().await.unwrap().forget();
+                Ok(SandboxRunResult { exit_code: 0, stdout: "done".into(), stderr: String::new() })
+            })
+        }
+    }
+    let held = Arc::new(Held { started: AtomicUsize::new(0), finish: tokio::sync::Semaphore::new(0) });
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, held.clone(), config.logger());
+    let server = Arc::new(TestServer::start(Arc::new(App::new(server, config.endpoint()))).await);
+    let running: Vec<_> = (0..sandbox_isolation::SANDBOX_RUNS.per_principal)
+        .map(|_| {
+            let server = server.clone();
+            tokio::spawn(async move { run(&server, json!({"command": "sleep 20"})).await.0 })
+        })
+        .collect();
+    common::bounded("two runs started", async {
+        while held.started.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (refused, _) = run(&server, json!({"command": "echo third"})).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(text_of(&refused).contains("already have 2 sandbox commands running"), "{refused}");
+    assert_eq!(held.started.load(Ordering::SeqCst), 2, "the refused run never reached the Sandbox API");
+
+    held.finish.add_permits(2);
+    for run in running {
+        let result = run.await.unwrap();
+        assert_ne!(result["isError"], true, "{result}");
+    }
+    held.finish.add_permits(1);
+    let (again, _) = run(&server, json!({"command": "echo again"})).await;
+    assert_ne!(again["isError"], true, "the slots came back: {again}");
+}
+
 #[tokio::test]
 async fn a_nonzero_exit_is_a_tool_error_with_the_framed_output() {
     let stub = RecordingSandbox::answering(ok("", "boom", 7));

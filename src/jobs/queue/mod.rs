@@ -179,6 +179,13 @@ pub trait QueueApi: Send + Sync + 'static {
     fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation>;
     /// Deletes the lease.
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()>;
+    /// Offers `lease`'s message again after `after`, for a delivery that left work for the next
+    /// one: without it, the next delivery waits for the visibility confirmed at the start to run
+    /// out. By default the queue redelivers on its own schedule.
+    fn resume_after<'a>(&'a self, lease: &'a Lease, after: Duration) -> QueueFuture<'a, ()> {
+        let _ = (lease, after);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A publisher that always fails (fault tests, and deployments missing configuration).

@@ -96,6 +96,20 @@ impl VercelQueue {
         }
     }
 
+    /// Sets how long `lease`'s message stays invisible from now: extending it while the work
+    /// runs, or shortening it when the work is left for the next delivery.
+    async fn set_visibility(&self, lease: &Lease, visibility: Duration) -> Result<StatusCode, String> {
+        let token = self.token(lease.oidc_token.as_deref())?;
+        let body =
+            serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() })).expect("json");
+        let request = self
+            .request(Method::PATCH, self.lease_url(lease), token)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|_| "invalid lease".to_owned())?;
+        Ok(crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?.status)
+    }
+
     fn lease_url(&self, lease: &Lease) -> String {
         format!(
             "{}/api/v3/topic/{}/consumer/{}/lease/{}",
@@ -114,16 +128,7 @@ impl QueueApi for VercelQueue {
 
     fn confirm<'a>(&'a self, lease: &'a Lease, visibility: Duration) -> QueueFuture<'a, Confirmation> {
         Box::pin(async move {
-            let token = self.token(lease.oidc_token.as_deref())?;
-            let body = serde_json::to_vec(&serde_json::json!({ "visibilityTimeoutSeconds": visibility.as_secs() }))
-                .expect("json");
-            let request = self
-                .request(Method::PATCH, self.lease_url(lease), token)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?;
-            match response.status {
+            match self.set_visibility(lease, visibility).await? {
                 s if s.is_success() => Ok(Confirmation::Live),
                 StatusCode::GONE => Ok(Confirmation::Redundant("already_processed")),
                 StatusCode::CONFLICT => Ok(Confirmation::Redundant("not_available")),
@@ -138,19 +143,75 @@ impl QueueApi for VercelQueue {
         })
     }
 
+    fn resume_after<'a>(&'a self, lease: &'a Lease, after: Duration) -> QueueFuture<'a, ()> {
+        Box::pin(async move {
+            match self.set_visibility(lease, after).await? {
+                s if s.is_success() => Ok(()),
+                s => Err(format!("the queue did not reschedule the lease (HTTP {})", s.as_u16())),
+            }
+        })
+    }
+
     fn ack<'a>(&'a self, lease: &'a Lease) -> QueueFuture<'a, ()> {
         Box::pin(async move {
             let token = self.token(lease.oidc_token.as_deref())?;
-            let request = self
-                .request(Method::DELETE, self.lease_url(lease), token)
-                .body(Full::new(Bytes::new()))
-                .map_err(|_| "invalid lease".to_owned())?;
-            let response = crate::outbound::send(request, QUEUE_CALL_TIMEOUT).await?;
-            // 404/409: the lease is already gone or was re-leased; the work is idempotent either way.
-            match response.status {
-                s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => Ok(()),
-                s => Err(format!("the queue refused the acknowledgement (HTTP {})", s.as_u16())),
+            // Retries included, an acknowledgement takes at most one call's time: the consumer's
+            // margin after its budget holds one.
+            let deadline = tokio::time::Instant::now() + QUEUE_CALL_TIMEOUT;
+            loop {
+                let request = self
+                    .request(Method::DELETE, self.lease_url(lease), token)
+                    .body(Full::new(Bytes::new()))
+                    .map_err(|_| "invalid lease".to_owned())?;
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let response = crate::outbound::send(request, left).await?;
+                match response.status {
+                    // 404/409: the lease is already gone or was re-leased; the work is idempotent
+                    // either way.
+                    s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => return Ok(()),
+                    // Throttled: come back when the queue says, if that leaves time for the call.
+                    StatusCode::TOO_MANY_REQUESTS => match retry_after(&response.headers) {
+                        Some(wait) if tokio::time::Instant::now() + wait + MIN_ACK_CALL < deadline => {
+                            tokio::time::sleep(wait).await;
+                        }
+                        _ => return Err("the queue throttled the acknowledgement (HTTP 429)".to_owned()),
+                    },
+                    s => return Err(format!("the queue refused the acknowledgement (HTTP {})", s.as_u16())),
+                }
             }
         })
+    }
+}
+
+/// The least time worth giving an acknowledgement retried after a 429.
+const MIN_ACK_CALL: Duration = Duration::from_millis(500);
+
+/// A `Retry-After` in seconds (RFC 9110 §10.2.3). The HTTP-date form is not taken: the queue's
+/// clock and ours need not agree, and a wait that cannot be read is not waited for.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    if value.is_empty() || value.len() > 4 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok().map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_whole_seconds_only() {
+        let after = |value: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from_str(value).unwrap());
+            retry_after(&headers)
+        };
+        assert_eq!(after("0"), Some(Duration::ZERO));
+        assert_eq!(after("2"), Some(Duration::from_secs(2)));
+        for unreadable in ["", "-1", "1.5", " 2", "+2", "99999", "Wed, 21 Oct 2026 07:28:00 GMT"] {
+            assert_eq!(after(unreadable), None, "{unreadable:?}");
+        }
+        assert_eq!(retry_after(&http::HeaderMap::new()), None);
     }
 }

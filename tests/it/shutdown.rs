@@ -1,0 +1,152 @@
+//! Stopping the local run (SIGTERM, Ctrl-C): it stops accepting, finishes the requests in flight,
+//! ends listen streams with their result, lets task rounds finish or records them as failed,
+//! saying why, and only then goes. Before, the runtime was dropped with all of it still running:
+//! clients saw connections cut, and a task read as working for minutes after its instance died.
+
+use crate::common;
+
+use common::TestServer;
+use serde_json::{Value, json};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::sync::Notify;
+
+use vercel_mcp::protocol::types::CallToolResult;
+use vercel_mcp::security::Principal;
+use vercel_mcp::server::{McpServer, NoArguments, ToolDef};
+use vercel_mcp::state::SystemClock;
+use vercel_mcp::tasks::{TaskStatus, TaskSupport};
+use vercel_mcp::{App, Parts, local};
+
+/// A slow call (it says when it has begun), a task round that ends soon, one that never does.
+fn registry(config: &Parts, begun: Arc<Notify>) -> McpServer {
+    let mut server = McpServer::new("shutdown-test", "1");
+    server.enable_tasks(config.task_service());
+    server.tool(ToolDef::new("slow").description("Takes a moment"), move |_, _: NoArguments| {
+        let begun = begun.clone();
+        async move {
+            begun.notify_one();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            CallToolResult::text("finished")
+        }
+    });
+    server.tool(
+        ToolDef::new("short_round").description("A round that ends soon").task_support(TaskSupport::Required),
+        |_, _: NoArguments| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            CallToolResult::text("round done")
+        },
+    );
+    server.tool(
+        ToolDef::new("endless_round").description("A round that never ends").task_support(TaskSupport::Required),
+        |_, _: NoArguments| async {
+            std::future::pending::<()>().await;
+            CallToolResult::text("never")
+        },
+    );
+    server
+}
+
+async fn create_task(server: &TestServer, tool: &str) -> String {
+    let mut params = json!({"name": tool, "arguments": {}});
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let created = server.modern(json!(1), "tools/call", params).send().await.json();
+    created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_finishes_what_is_in_flight_and_ends_what_would_not() {
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let begun = Arc::new(Notify::new());
+    let app = Arc::new(App::new(registry(&config, begun.clone()), config.endpoint()));
+    let routes = local::Routes::with_mcp(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepting = tokio::spawn(local::serve_listener(routes.clone(), listener));
+    let server = TestServer { addr };
+
+    let short = create_task(&server, "short_round").await;
+    let endless = create_task(&server, "endless_round").await;
+    let listen = json!({"notifications": {"toolsListChanged": true}});
+    let (status, _, mut stream) = server.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    assert_eq!(status, 200);
+    common::read_events(&mut stream, 1).await;
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let slow = tokio::spawn(async move { TestServer { addr }.call_tool("slow", json!({})).await });
+    common::bounded("the slow call begins", begun.notified()).await;
+
+    // What `local::serve` does on SIGTERM: the accept loop (and the listener) goes, then the drain.
+    accepting.abort();
+    let _ = accepting.await;
+    let drained = common::bounded("the drain", routes.drain()).await;
+    assert!(drained, "everything ended within the grace period");
+
+    let slow = slow.await.unwrap();
+    assert_eq!(slow["content"][0]["text"], "finished", "the call in flight was answered: {slow}");
+    let events = common::read_until_answer(&mut stream).await;
+    let result = events.last().unwrap();
+    assert_eq!(
+        (result["id"].clone(), result["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone()),
+        (json!("L"), json!("L"))
+    );
+    let mut rest = Vec::new();
+    common::bounded("the stream's connection closes", stream.read_to_end(&mut rest)).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = common::bounded("the idle connection closes", idle.read(&mut byte)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "an idle connection is closed, not kept: {read:?}");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "nothing new is accepted");
+
+    let owner = Principal::anonymous();
+    let record = |id: String| {
+        let store = config.task_store.clone();
+        let owner = owner.id().to_owned();
+        async move { store.get(&owner, &id).await.unwrap().expect("the task's record") }
+    };
+    let short = record(short).await;
+    assert_eq!(short.status, TaskStatus::Completed, "a round that ends within the grace finishes: {short:?}");
+    let endless = record(endless).await;
+    assert_eq!(endless.status, TaskStatus::Failed, "{endless:?}");
+    let said = serde_json::to_string(&endless).unwrap();
+    assert!(said.contains("stopped before the work finished"), "the task says why: {said}");
+}
+
+/// The local run's binary, stopped with a real SIGTERM: an open listen stream gets its result
+/// (not a cut connection), and the process exits by itself, successfully, within the grace.
+#[tokio::test]
+async fn sigterm_ends_a_listen_stream_with_its_result_and_the_process_exits() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_local"))
+        .env_remove("VERCEL")
+        .env_remove("REDIS_URL")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::await_listening(child.stdout.take().unwrap(), "local");
+    let server = TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let listen = json!({"notifications": {"toolsListChanged": true}});
+    let (status, _, mut stream) = server.modern(json!(9), "subscriptions/listen", listen).open().await;
+    assert_eq!(status, 200);
+    common::read_events(&mut stream, 1).await;
+
+    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let events: Vec<Value> = common::read_until_answer(&mut stream).await;
+    assert_eq!(events.last().unwrap()["id"], 9, "the stream ended with its result: {events:?}");
+    let exited = common::bounded("the process exits", async {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(exited.success(), "{exited:?}");
+}
