@@ -291,12 +291,8 @@ pub fn consumer(parts: &Parts) -> jobs::Consumer {
 
 /// The cron sweep of `/api/cron/sweep-jobs`.
 pub fn sweep(parts: &Parts) -> jobs::Sweep {
-    jobs::Sweep {
-        store: parts.jobs.store.clone(),
-        clock: parts.settings.clock.clone(),
-        secret: parts.settings.cron_secret.clone(),
-        logger: Some(parts.logger()),
-    }
+    jobs::Sweep::new(parts.jobs.store.clone(), parts.settings.clock.clone(), parts.settings.cron_secret.clone())
+        .with_logger(parts.logger())
 }
 
 /// Reads the environment and builds the parts, or exits with a message naming every problem.

@@ -34,15 +34,20 @@ pub struct Routes {
     /// The stream worker, once started: shutting down waits for it.
     workers: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     limits: ConnectionLimits,
-    /// Connections being served: a drain waits for none.
-    open: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Connections being served, each told when to close: a drain closes them all and waits
+    /// for none to be left.
+    connections: Arc<Connections>,
 }
 
 /// How long, once asked to stop, the local run waits for what is in flight before it goes:
 /// requests being answered, listen streams sending their result, task rounds finishing (or being
-/// recorded as failed, `tasks::ROUND_STOP_GRACE`). Under the 10 s a container runtime gives a
+/// recorded as failed, `tasks::ROUND_STOP_GRACE`), the job worker handing back what it holds.
+/// With the final export of spans ([`FINAL_FLUSH`]), under the 10 s a container runtime gives a
 /// stopped container before it kills it.
-pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(8);
+pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(7);
+
+/// The longest the last export of spans may take once the drain is over.
+const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
@@ -81,7 +86,7 @@ impl Routes {
             stream_queue: None,
             workers: Arc::default(),
             limits: ConnectionLimits::default(),
-            open: Arc::new(tokio::sync::watch::channel(0).0),
+            connections: Arc::default(),
         }
     }
 
@@ -130,27 +135,34 @@ impl Routes {
 
     /// Begins stopping and waits, at most [`DRAIN_GRACE`], for what is in flight: each
     /// connection ends once its request is answered (an idle one at once), listen streams end
-    /// with their result, and task rounds finish or are recorded as failed. The listener must be
-    /// closed first, so that nothing new arrives. Returns whether everything ended in time.
+    /// with their result, task rounds finish or are recorded as failed, and the job worker hands
+    /// back what it holds. The listener must be closed first, so that nothing new arrives.
+    /// Returns whether everything ended in time.
     pub async fn drain(&self) -> bool {
         for app in self.apps() {
             app.stopping().begin();
         }
-        let connections = async {
-            let mut open = self.open.subscribe();
-            let _ = open.wait_for(|open| *open == 0).await;
-        };
-        // Every task service of the process counts its rounds in the same slots.
-        let rounds = async {
-            while self.apps().filter_map(|app| app.server().tasks.as_ref()).any(|tasks| tasks.running() > 0) {
+        self.connections.close_all();
+        if let Some(stream) = &self.stream_queue {
+            stream.shut_down();
+        }
+        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        // Polled: this runs once, at the end, and each of these ends by itself.
+        let settled = async {
+            let rounds = || self.apps().filter_map(|app| app.server().tasks.as_ref()).any(|tasks| tasks.running() > 0);
+            while self.connections.open() > 0 || rounds() {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
+            for worker in workers {
+                let _ = worker.await;
+            }
         };
-        tokio::time::timeout(DRAIN_GRACE, async { tokio::join!(connections, rounds) }).await.is_ok()
+        tokio::time::timeout(DRAIN_GRACE, settled).await.is_ok()
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance
-    /// resumes it at once) and this resolves when it has.
+    /// resumes it at once) and this resolves when it has; then the last spans are exported
+    /// ([`FINAL_FLUSH`] at most).
     pub async fn shut_down(&self) {
         if let Some(stream) = &self.stream_queue {
             stream.shut_down();
@@ -159,7 +171,7 @@ impl Routes {
         for worker in workers {
             let _ = worker.await;
         }
-        self.mcp.telemetry().flush().await;
+        let _ = tokio::time::timeout(FINAL_FLUSH, self.mcp.telemetry().flush()).await;
     }
 
     /// Serves one buffered request.
@@ -272,11 +284,10 @@ pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
         served = serve_listener(routes.clone(), listener) => served,
         () = termination() => {
             // The accept loop, and the listener with it, went when this arm was chosen.
-            eprintln!("shutting down: finishing requests, streams and task rounds in flight");
+            eprintln!("shutting down: finishing requests, streams, task rounds and job deliveries in flight");
             if !routes.drain().await {
                 eprintln!("shutting down: {} s passed; cutting what is left", DRAIN_GRACE.as_secs());
             }
-            eprintln!("shutting down: handing back queued work");
             routes.shut_down().await;
             Ok(())
         }
@@ -336,9 +347,11 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
         };
         let _ = stream.set_nodelay(true);
         let routes = routes.clone();
+        // Counted before its task runs: a drain that begins meanwhile waits for it, and closes it.
+        let open = routes.connections.open_one();
         tokio::spawn(async move {
             let _permit = permit;
-            let _open = OpenConnection::new(&routes.open);
+            let mut open = open;
             let activity = Arc::new(Activity::new());
             // Each request borrows the connection's routes: cloning them (an `Arc` count each)
             // per request would move counters shared by every connection between the cores.
@@ -369,7 +382,8 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 _ = connection.as_mut() => return,
                 // Dropping the connection closes it, as hyper's own header timeout would.
                 () = idle.as_mut() => return,
-                () = routes.mcp.stopping().begun() => {}
+                // Its own channel: polled with atomics alone, as every wake of the connection polls it.
+                _ = &mut open.closing => {}
             }
             // Stopping: the request being answered is finished (a listen stream ends with its
             // result), then the connection closes; an idle one closes at once.
@@ -383,19 +397,58 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
     }
 }
 
-/// A connection counted in [`Routes`]'s open connections for as long as it is served.
-struct OpenConnection(Arc<tokio::sync::watch::Sender<usize>>);
+/// The connections being served, each with the sending half of the channel that tells it to
+/// close. A lock per connection opened and closed, none per request.
+#[derive(Default)]
+struct Connections(std::sync::Mutex<ConnectionsState>);
 
-impl OpenConnection {
-    fn new(open: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
-        open.send_modify(|open| *open += 1);
-        Self(open.clone())
+#[derive(Default)]
+struct ConnectionsState {
+    next: u64,
+    /// Open connections; the sender is gone once the connection was told to close.
+    open: std::collections::HashMap<u64, Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set by [`Connections::close_all`]: a connection opened after it is told at once.
+    closing: bool,
+}
+
+impl Connections {
+    /// Counts a new connection until the returned guard is dropped.
+    fn open_one(self: &Arc<Self>) -> OpenConnection {
+        let (tell, closing) = tokio::sync::oneshot::channel();
+        let mut state = self.0.lock().expect("connections lock");
+        let id = state.next;
+        state.next += 1;
+        // Closing already: the sender is dropped here, which the connection hears as "close".
+        let tell = (!state.closing).then_some(tell);
+        state.open.insert(id, tell);
+        OpenConnection { connections: self.clone(), id, closing }
     }
+
+    /// Tells every open connection, and every one opened from now on, to close.
+    fn close_all(&self) {
+        let mut state = self.0.lock().expect("connections lock");
+        state.closing = true;
+        for tell in state.open.values_mut().filter_map(Option::take) {
+            let _ = tell.send(());
+        }
+    }
+
+    fn open(&self) -> usize {
+        self.0.lock().expect("connections lock").open.len()
+    }
+}
+
+/// A connection counted in [`Connections`] for as long as it is served; `closing` resolves when
+/// it should close.
+struct OpenConnection {
+    connections: Arc<Connections>,
+    id: u64,
+    closing: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.send_modify(|open| *open -= 1);
+        self.connections.0.lock().expect("connections lock").open.remove(&self.id);
     }
 }
 

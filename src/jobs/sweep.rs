@@ -2,13 +2,15 @@
 //!
 //! Cron paths are public, so the sweep does nothing unless `Authorization: Bearer $CRON_SECRET`
 //! matches, compared in constant time. Without a configured secret every call is refused, and
-//! each refusal leaves a `job.fault` line: Vercel Cron does not report a 401, so without the line
-//! a deployment missing `CRON_SECRET` would never sweep and nobody would know.
+//! such refusals leave a `job.fault` line, one a minute at most (the path is public, so callers
+//! other than the cron can make them): Vercel Cron does not report a 401, so without the line a
+//! deployment missing `CRON_SECRET` would never sweep and nobody would know.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use serde_json::json;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::store::JobStore;
 use crate::body::Body;
@@ -29,7 +31,12 @@ pub struct Sweep {
     pub secret: Option<String>,
     /// Where a sweep refused for want of a secret is reported.
     pub logger: Option<crate::observe::Logger>,
+    /// When (clock ms, plus one; 0 for never) a refusal for want of a secret was last reported.
+    reported_at: Arc<AtomicU64>,
 }
+
+/// At most one `job.fault` line this often for sweeps refused for want of `CRON_SECRET`.
+const REPORT_EVERY_MS: u64 = 60_000;
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(Body::full(serde_json::to_vec(&body).expect("json")));
@@ -39,6 +46,26 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
 }
 
 impl Sweep {
+    /// The sweep of `store`, refusing every call not bearing `secret` (all of them without one).
+    pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, secret: Option<String>) -> Self {
+        Self { store, clock, secret, logger: None, reported_at: Arc::default() }
+    }
+
+    /// Reports sweeps refused for want of a secret through `logger`.
+    pub fn with_logger(mut self, logger: crate::observe::Logger) -> Self {
+        self.logger = Some(logger);
+        self
+    }
+
+    /// Whether a refusal for want of a secret is to be reported now: the first, then one a
+    /// minute at most, however many callers race.
+    fn report_due(&self) -> bool {
+        let now = self.clock.now_ms().saturating_add(1);
+        let last = self.reported_at.load(Ordering::Relaxed);
+        (last == 0 || now.saturating_sub(last) >= REPORT_EVERY_MS)
+            && self.reported_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
     /// Serves one cron invocation.
     pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {
         let presented = request
@@ -51,7 +78,7 @@ impl Sweep {
             (Some(_), None) => false,
             (None, _) => {
                 // The caller is told nothing it could use: the answer is the same 401.
-                if let Some(logger) = &self.logger {
+                if let (Some(logger), true) = (&self.logger, self.report_due()) {
                     logger.fault("job.fault", "sweep", "CRON_SECRET is not set, so every sweep is refused");
                 }
                 false

@@ -23,8 +23,9 @@ use super::constant_time_eq;
 pub(super) const VERIFIED_TTL_SECS: u64 = 300;
 /// The most tokens remembered.
 const VERIFIED_MAX: usize = 4096;
-/// The most tokens remembered for one principal.
-const VERIFIED_PER_PRINCIPAL: usize = 8;
+/// The most tokens remembered for one principal (several clients or devices of one subject each
+/// hold one).
+const VERIFIED_PER_PRINCIPAL: usize = 16;
 /// The most token bytes remembered (tokens may be up to 16 KiB; typical ones are 0.7–2 KiB).
 const VERIFIED_MAX_BYTES: usize = 2 * 1024 * 1024;
 /// How often expired entries are looked for (they are never trusted after they expire; this
@@ -43,6 +44,9 @@ pub(super) struct VerifiedTokens {
 #[derive(Default)]
 struct Entries {
     by_tail: HashMap<[u8; TAIL], Remembered>,
+    /// The entries of each principal, by their keys in `by_tail`: kept with it by `insert`,
+    /// `remove`, `prune` and `clear`, the only writers.
+    by_principal: HashMap<Box<str>, Vec<[u8; TAIL]>>,
     bytes: usize,
     /// Unix seconds: when expired entries are next looked for.
     next_prune: u64,
@@ -58,25 +62,45 @@ impl Entries {
         self.next_prune = now + PRUNE_EVERY_SECS;
         self.by_tail.retain(|_, entry| now < entry.valid_until);
         self.bytes = self.by_tail.values().map(|entry| entry.token.len()).sum();
+        self.by_principal.clear();
+        for (key, entry) in &self.by_tail {
+            self.by_principal.entry(entry.principal.id().into()).or_default().push(*key);
+        }
     }
 
-    /// Drops `principal`'s entry that expires first if it holds its share. A scan of the whole
-    /// cache, run only after a full verification, which costs far more.
-    fn make_room_for(&mut self, principal: &Principal) {
-        let mut held = 0;
-        let mut first_to_expire: Option<(&[u8; TAIL], u64)> = None;
-        for (key, entry) in self.by_tail.iter().filter(|(_, entry)| entry.principal.id() == principal.id()) {
-            held += 1;
-            if first_to_expire.is_none_or(|(_, until)| entry.valid_until < until) {
-                first_to_expire = Some((key, entry.valid_until));
+    fn insert(&mut self, key: [u8; TAIL], entry: Remembered) {
+        self.remove(&key);
+        self.bytes += entry.token.len();
+        self.by_principal.entry(entry.principal.id().into()).or_default().push(key);
+        self.by_tail.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: &[u8; TAIL]) {
+        let Some(dropped) = self.by_tail.remove(key) else { return };
+        self.bytes -= dropped.token.len();
+        if let Some(keys) = self.by_principal.get_mut(dropped.principal.id()) {
+            keys.retain(|held| held != key);
+            if keys.is_empty() {
+                self.by_principal.remove(dropped.principal.id());
             }
         }
-        if held < VERIFIED_PER_PRINCIPAL {
+    }
+
+    fn clear(&mut self) {
+        self.by_tail.clear();
+        self.by_principal.clear();
+        self.bytes = 0;
+    }
+
+    /// Drops `principal`'s entry that expires first if it holds its share.
+    fn make_room_for(&mut self, principal: &Principal) {
+        let Some(keys) = self.by_principal.get(principal.id()).filter(|keys| keys.len() >= VERIFIED_PER_PRINCIPAL)
+        else {
             return;
-        }
-        let Some((&key, _)) = first_to_expire else { return };
-        if let Some(dropped) = self.by_tail.remove(&key) {
-            self.bytes -= dropped.token.len();
+        };
+        let first_to_expire = keys.iter().min_by_key(|key| self.by_tail.get(*key).map_or(0, |entry| entry.valid_until));
+        if let Some(key) = first_to_expire.copied() {
+            self.remove(&key);
         }
     }
 
@@ -118,26 +142,32 @@ impl VerifiedTokens {
         let mut entries = self.entries.lock().expect("verified tokens");
         entries.prune(now, false);
         let key = tail(token);
-        if !entries.by_tail.contains_key(&key) {
-            entries.make_room_for(&principal);
-        }
+        entries.remove(&key);
+        entries.make_room_for(&principal);
         if entries.full_for(token) {
             entries.prune(now, true);
         }
         if entries.full_for(token) {
-            entries.by_tail.clear();
-            entries.bytes = 0;
+            entries.clear();
         }
-        let entry = Remembered { token: token.into(), principal, valid_until };
-        entries.bytes += token.len();
-        if let Some(replaced) = entries.by_tail.insert(key, entry) {
-            entries.bytes -= replaced.token.len();
-        }
+        entries.insert(key, Remembered { token: token.into(), principal, valid_until });
     }
 
+    /// Entries and bytes held; checks on the way that the index by principal names exactly
+    /// the entries there are, each under its own principal.
     #[cfg(test)]
     fn held(&self) -> (usize, usize) {
         let entries = self.entries.lock().expect("verified tokens");
+        let indexed: usize = entries.by_principal.values().map(Vec::len).sum();
+        assert_eq!(indexed, entries.by_tail.len(), "every entry indexed once");
+        for (principal, keys) in &entries.by_principal {
+            assert!(!keys.is_empty(), "no empty index entry");
+            for key in keys {
+                assert_eq!(entries.by_tail[key].principal.id(), &**principal, "indexed under its principal");
+            }
+        }
+        let bytes: usize = entries.by_tail.values().map(|entry| entry.token.len()).sum();
+        assert_eq!(bytes, entries.bytes, "the byte count is the entries' own");
         (entries.by_tail.len(), entries.bytes)
     }
 }
@@ -278,5 +308,8 @@ mod tests {
         // A token it presents again replaces its own entry and drops nothing else.
         cache.remember(format!("mallory-{newest:040}").as_bytes(), principal("mallory"), 5_000, 0);
         assert_eq!(cache.held().0, 100 + VERIFIED_PER_PRINCIPAL);
+        // Its tokens expire and are pruned: the index forgets them with the entries.
+        cache.lookup(b"nothing", 6_000);
+        assert_eq!(cache.held(), (0, 0), "everything expired by then");
     }
 }

@@ -56,6 +56,13 @@ impl Redis {
                 })?
             }
         };
+        // `rediss://…#insecure` asks the client to skip the certificate check. That mode is not
+        // built in, and such a URL would only fail at every call; it is refused here instead.
+        if matches!(client.get_connection_info().addr(), redis::ConnectionAddr::TcpTls { insecure: true, .. }) {
+            return Err("REDIS_URL asks to skip the server's certificate check (#insecure), which is never done; \
+                 remove it, and set MCP_REDIS_CA_PEM if a private authority signed the certificate"
+                .to_owned());
+        }
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))

@@ -280,12 +280,20 @@ async fn run(app: &App, request_id: &str, ctx: RequestContext, method: &str, par
     }
 }
 
-/// Waits for the client's answer until `by`. `None`: no answer by then, or nobody left to answer.
-/// (The call's stream carries keep-alives meanwhile, as every call's stream does: a person may
-/// take a while to answer, and proxies cut a stream that says nothing. A stream that is gone takes
-/// this wait with it.)
-async fn answered<T>(answer: oneshot::Receiver<T>, by: tokio::time::Instant) -> Option<T> {
-    tokio::time::timeout_at(by, answer).await.ok()?.ok()
+/// Waits for the client's answer until `by`, or until the process begins stopping (the answer
+/// would come as a new request, which a stopping process no longer takes). `None`: no answer by
+/// then, or nobody left to answer. (The call's stream carries keep-alives meanwhile, as every
+/// call's stream does: a person may take a while to answer, and proxies cut a stream that says
+/// nothing. A stream that is gone takes this wait with it.)
+async fn answered<T>(
+    answer: oneshot::Receiver<T>,
+    by: tokio::time::Instant,
+    stopping: &crate::state::Stopping,
+) -> Option<T> {
+    tokio::select! {
+        answer = tokio::time::timeout_at(by, answer) => answer.ok()?.ok(),
+        () = stopping.begun() => None,
+    }
 }
 
 /// Executes the request, answering `input_required` rounds by asking the client over the open
@@ -360,7 +368,7 @@ async fn fulfil(
             if outbox.send(StreamEvent::ClientRequest { message }).await.is_err() {
                 return Err(McpError::internal("Internal error: the client closed the stream"));
             }
-            match answered(answer, answers_by).await {
+            match answered(answer, answers_by, &app.stopping).await {
                 Some(Ok(result)) => {
                     responses.insert(key.clone(), result);
                 }
@@ -370,6 +378,12 @@ async fn fulfil(
                         "The client could not complete {}: {}",
                         request.method(),
                         crate::protocol::error::truncate_for_message(detail)
+                    )));
+                }
+                None if app.stopping.has_begun() => {
+                    return Err(McpError::internal(format!(
+                        "The server instance is stopping and can no longer take the answer to {}; call the tool again",
+                        request.method()
                     )));
                 }
                 None => {

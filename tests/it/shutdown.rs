@@ -150,3 +150,40 @@ async fn sigterm_ends_a_listen_stream_with_its_result_and_the_process_exits() {
     .await;
     assert!(exited.success(), "{exited:?}");
 }
+
+/// A 2025-11-25 call waiting for its client's answer cannot get it once the process stops taking
+/// requests (the answer is a request of its own): it ends at once with an error that says why,
+/// rather than holding the drain until the grace runs out and being cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_call_waiting_for_its_client_ends_with_an_error_when_stopping() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = common::fixture_server(&calls, &Arc::new(Notify::new()));
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let routes = local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepting = tokio::spawn(local::serve_listener(routes.clone(), listener));
+    let server = TestServer { addr };
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
+    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}});
+    let (status, _, mut stream) = server
+        .post(call.to_string())
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Mcp-Session-Id", &session)
+        .open()
+        .await;
+    assert_eq!(status, 200);
+    let asked = common::read_events(&mut stream, 1).await;
+    assert_eq!(asked[0]["method"], "elicitation/create");
+
+    accepting.abort();
+    let _ = accepting.await;
+    assert!(common::bounded("the drain", routes.drain()).await, "the waiting call did not hold the drain");
+    let events = common::read_until_answer(&mut stream).await;
+    let answer = events.last().unwrap();
+    assert_eq!(answer["id"], 9);
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("is stopping"), "{answer}");
+}
