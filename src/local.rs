@@ -382,8 +382,9 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
                 _ = connection.as_mut() => return,
                 // Dropping the connection closes it, as hyper's own header timeout would.
                 () = idle.as_mut() => return,
-                // Its own channel: polled with atomics alone, as every wake of the connection polls it.
-                _ = &mut open.closing => {}
+                // Its own channel, polled at every wake of the connection: outside tokio's
+                // cooperative budget, which the connection's own reads and writes spend.
+                _ = tokio::task::unconstrained(&mut open.closing) => {}
             }
             // Stopping: the request being answered is finished (a listen stream ends with its
             // result), then the connection closes; an idle one closes at once.
