@@ -135,26 +135,24 @@ impl Routes {
 
     /// Begins stopping and waits, at most [`DRAIN_GRACE`], for what is in flight: each
     /// connection ends once its request is answered (an idle one at once), listen streams end
-    /// with their result, task rounds finish or are recorded as failed, and the job worker hands
-    /// back what it holds. The listener must be closed first, so that nothing new arrives.
-    /// Returns whether everything ended in time.
+    /// with their result, and task rounds finish or are recorded as failed. The job worker is
+    /// told to hand back what it holds ([`Routes::shut_down`] waits for it). The listener must be
+    /// closed first, so that nothing new arrives. Returns whether everything ended in time.
     pub async fn drain(&self) -> bool {
         for app in self.apps() {
             app.stopping().begin();
         }
         self.connections.close_all();
+        // The job worker starts handing back what it holds now (another instance resumes it at
+        // once); `shut_down` waits for it.
         if let Some(stream) = &self.stream_queue {
             stream.shut_down();
         }
-        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
         // Polled: this runs once, at the end, and each of these ends by itself.
         let settled = async {
             let rounds = || self.apps().filter_map(|app| app.server().tasks.as_ref()).any(|tasks| tasks.running() > 0);
             while self.connections.open() > 0 || rounds() {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            for worker in workers {
-                let _ = worker.await;
             }
         };
         tokio::time::timeout(DRAIN_GRACE, settled).await.is_ok()
@@ -284,7 +282,7 @@ pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
         served = serve_listener(routes.clone(), listener) => served,
         () = termination() => {
             // The accept loop, and the listener with it, went when this arm was chosen.
-            eprintln!("shutting down: finishing requests, streams, task rounds and job deliveries in flight");
+            eprintln!("shutting down: finishing requests, streams and task rounds in flight; handing back job deliveries");
             if !routes.drain().await {
                 eprintln!("shutting down: {} s passed; cutting what is left", DRAIN_GRACE.as_secs());
             }

@@ -291,6 +291,8 @@ async fn answered<T>(
     stopping: &crate::state::Stopping,
 ) -> Option<T> {
     tokio::select! {
+        // An answer already here is taken, even if the process began stopping meanwhile.
+        biased;
         answer = tokio::time::timeout_at(by, answer) => answer.ok()?.ok(),
         () = stopping.begun() => None,
     }
