@@ -142,28 +142,13 @@ async fn header_injection_and_truncated_bodies() {
 /// instead of exiting.
 #[tokio::test]
 async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
-    use std::process::{Command, Stdio};
-
-    /// The server process, killed however the test ends.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut shell = std::process::Command::new("sh");
+    shell.arg("-c").arg(r#"ulimit -n 64 && exec "$0""#).arg(env!("CARGO_BIN_EXE_local"));
+    let launch = common::process::Launch::command(shell, "the local run");
+    let port = launch.port();
     let log = std::env::temp_dir().join(format!("fd-limit-{}-{port}.log", std::process::id()));
-    let mut command = Command::new("sh");
-    command.arg("-c").arg(r#"ulimit -n 64 && exec "$0""#).arg(env!("CARGO_BIN_EXE_local"));
-    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE", "DATABASE_URL"] {
-        command.env_remove(inherited);
-    }
-    command.env("PORT", port.to_string()).env("MCP_STATE_SECRET", "fd=0123456789abcdef0123456789abcdef");
-    let stderr = std::fs::File::create(&log).unwrap();
-    let mut server = Server(command.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap());
-    common::await_listening(server.0.stdout.take().unwrap(), "the local run");
+    let (mut server, address) =
+        launch.env("MCP_STATE_SECRET", "fd=0123456789abcdef0123456789abcdef").log_to(&log).start();
 
     let mut held = Vec::new();
     for _ in 0..100 {
@@ -171,7 +156,7 @@ async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        assert!(server.0.try_wait().unwrap().is_none(), "the local run exited when accept failed");
+        assert!(server.exited().is_none(), "the local run exited when accept failed");
         let logged = std::fs::read_to_string(&log).unwrap();
         let failed = logged
             .lines()
@@ -186,11 +171,9 @@ async fn running_out_of_file_descriptors_does_not_end_the_local_run() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     drop(held);
-    let server_address = common::TestServer { addr: ([127, 0, 0, 1], port).into() };
     let reply =
-        common::bounded("a request after the flood", server_address.modern(json!(1), "tools/list", json!({})).send())
-            .await;
+        common::bounded("a request after the flood", address.modern(json!(1), "tools/list", json!({})).send()).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    assert!(server.0.try_wait().unwrap().is_none(), "still serving");
+    assert!(server.exited().is_none(), "still serving");
     let _ = std::fs::remove_file(&log);
 }

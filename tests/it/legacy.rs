@@ -5,10 +5,6 @@ use crate::common;
 use common::{fixture, read_events};
 use serde_json::{Value, json};
 
-fn legacy(f: &common::Fixture, body: serde_json::Value) -> common::Call {
-    f.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
-}
-
 #[tokio::test]
 async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
     let f = fixture().await;
@@ -34,13 +30,17 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
     let unknown = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01"}});
     assert_eq!(f.server.post(unknown.to_string()).send().await.json()["result"]["protocolVersion"], "2025-11-25");
 
-    let initialized = legacy(&f, json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+    let initialized = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
         .header("Mcp-Session-Id", &session)
         .send()
         .await;
     assert_eq!(initialized.status, 202);
     // Any instance accepts the session id; none needs to remember it.
-    let list = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+    let list = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
         .header("Mcp-Session-Id", &session)
         .send()
         .await;
@@ -49,7 +49,9 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
     for key in ["resultType", "ttlMs", "cacheScope", "_meta"] {
         assert!(result.get(key).is_none(), "{key} is not a 2025 field");
     }
-    let forged = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
+    let forged = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}))
         .header("Mcp-Session-Id", &format!("{session}x"))
         .send()
         .await;
@@ -61,7 +63,7 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
         json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
         json!({"jsonrpc":"2.0","id":"e1","result":{"action":"decline"}}),
     ] {
-        let reply = legacy(&f, message.clone()).header("Mcp-Session-Id", &forged_session).send().await;
+        let reply = f.server.legacy(message.clone()).header("Mcp-Session-Id", &forged_session).send().await;
         assert_eq!((reply.status, reply.code()), (404, -32600), "{message}: {}", reply.text());
         assert_eq!(reply.json()["error"]["message"], "Session not found");
         let unversioned = f.server.post(message.to_string()).header("Mcp-Session-Id", &forged_session).send().await;
@@ -80,45 +82,41 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
 #[tokio::test]
 async fn legacy_shapes_and_codes() {
     let f = fixture().await;
-    let ping = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"ping","params":{}})).send().await;
+    let ping = f.server.legacy(json!({"jsonrpc":"2.0","id":1,"method":"ping","params":{}})).send().await;
     assert_eq!(ping.json()["result"], json!({}));
-    let level =
-        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info"}})).send().await;
+    let level = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info"}}))
+        .send()
+        .await;
     assert_eq!(level.json()["result"], json!({}));
-    let missing =
-        legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://missing"}}))
-            .send()
-            .await;
+    let missing = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://missing"}}))
+        .send()
+        .await;
     assert_eq!(missing.code(), -32002, "2025 clients get the 2025 code");
-    let call = legacy(
-        &f,
+    let call = f.server.legacy(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"old"}}}),
     )
     .send()
     .await;
     assert_eq!(call.json()["result"], json!({"content":[{"type":"text","text":"old"}]}));
-    let discover = legacy(&f, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})).send().await;
+    let discover = f.server.legacy(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}})).send().await;
     assert_eq!(discover.code(), -32601);
     // Not 404, which to a client holding a session id says the session is gone (it would start
     // over, and again at the next unknown method): the error is in the body, the status 200.
-    let session = session_declaring(&f, json!({})).await;
+    let session = f.server.legacy_session(json!({})).await;
     for (method, params, code) in
         [("server/discover", json!({}), -32601), ("resources/read", json!({"uri": "test://missing"}), -32002)]
     {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let reply = legacy(&f, body).header("Mcp-Session-Id", &session).send().await;
+        let reply = f.server.legacy(body).header("Mcp-Session-Id", &session).send().await;
         assert_eq!((reply.status, reply.code()), (200, code), "{method}");
     }
-    let unknown_response = legacy(&f, json!({"jsonrpc":"2.0","id":"srv-unknown","result":{}})).send().await;
+    let unknown_response = f.server.legacy(json!({"jsonrpc":"2.0","id":"srv-unknown","result":{}})).send().await;
     assert_eq!(unknown_response.status, 400);
     assert_eq!(f.server.request("GET", "/api/mcp").header("Accept", "text/event-stream").send().await.status, 405);
-}
-
-/// `initialize` with `capabilities`, returning the sealed session id that carries them.
-async fn session_declaring(f: &common::Fixture, capabilities: Value) -> String {
-    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-        "params":{"protocolVersion":"2025-11-25","capabilities":capabilities,"clientInfo":{"name":"c","version":"1"}}});
-    legacy(f, body).send().await.header("mcp-session-id").expect("a session id").to_owned()
 }
 
 /// A legacy request need not carry `Mcp-Method` or `Mcp-Name`, but when it does (SDKs that speak
@@ -144,7 +142,7 @@ async fn a_legacy_request_whose_headers_disagree_with_its_body_is_refused() {
     }
     let agreeing = f.server.post(call.to_string()).header("Mcp-Method", "tools/call").header("Mcp-Name", "echo");
     assert_eq!(agreeing.send().await.status, 200, "headers that agree are a legacy call");
-    assert_eq!(legacy(&f, call).send().await.status, 200, "and so is one without them");
+    assert_eq!(f.server.legacy(call).send().await.status, 200, "and so is one without them");
 }
 
 /// A URL elicitation sent to a 2025-11-25 client carries the `elicitationId` that revision
@@ -163,12 +161,9 @@ async fn a_url_elicitation_to_a_legacy_client_names_itself() {
     });
     let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
     let s = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
-    let post = |body: Value| s.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25");
-    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"url":{}}},"clientInfo":{"name":"c","version":"1"}}});
-    let session = post(init).send().await.header("mcp-session-id").expect("a session id").to_owned();
+    let session = s.legacy_session(json!({"elicitation": {"url": {}}})).await;
     let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"sign_in","arguments":{}}});
-    let (status, _, mut stream) = post(call).header("Mcp-Session-Id", &session).open().await;
+    let (status, _, mut stream) = s.legacy(call).header("Mcp-Session-Id", &session).open().await;
     assert_eq!(status, 200);
     let request = read_events(&mut stream, 1).await.remove(0);
     assert_eq!(
@@ -183,10 +178,10 @@ async fn a_url_elicitation_to_a_legacy_client_names_itself() {
 #[tokio::test]
 async fn a_legacy_client_is_asked_only_for_what_it_declared() {
     let f = fixture().await;
-    let without = session_declaring(&f, json!({"sampling": {}, "elicitation": {"unknown-mode": {}}})).await;
+    let without = f.server.legacy_session(json!({"sampling": {}, "elicitation": {"unknown-mode": {}}})).await;
     let ask = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask","arguments":{}}});
     for session in [Some(without.as_str()), None] {
-        let mut call = legacy(&f, ask.clone());
+        let mut call = f.server.legacy(ask.clone());
         if let Some(session) = session {
             call = call.header("Mcp-Session-Id", session);
         }
@@ -201,8 +196,10 @@ async fn a_legacy_client_is_asked_only_for_what_it_declared() {
 #[tokio::test]
 async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
     let f = fixture().await;
-    let session = session_declaring(&f, json!({"elicitation": {}})).await;
-    let call = legacy(&f, json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}))
+    let session = f.server.legacy_session(json!({"elicitation": {}})).await;
+    let call = f
+        .server
+        .legacy(json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}}))
         .header("Mcp-Session-Id", &session);
     let (status, head, mut stream) = call.open().await;
     assert_eq!(status, 200);
@@ -213,12 +210,12 @@ async fn input_required_is_fulfilled_over_the_stream_for_legacy_clients() {
     let id = request["id"].as_str().unwrap().to_owned();
     assert!(id.len() >= 32, "server request ids are unguessable");
     let answer = json!({"jsonrpc":"2.0","id":id,"result":{"action":"accept","content":{"name":"Grace"}}});
-    assert_eq!(legacy(&f, answer.clone()).send().await.status, 202);
+    assert_eq!(f.server.legacy(answer.clone()).send().await.status, 202);
     let result = read_events(&mut stream, 1).await.remove(0);
     assert_eq!(result["id"], 9);
     assert_eq!(result["result"]["content"][0]["text"], "hi Grace");
     // The same answer again has nobody waiting for it.
-    assert_eq!(legacy(&f, answer).send().await.status, 400);
+    assert_eq!(f.server.legacy(answer).send().await.status, 400);
 }
 
 /// While a 2025 call waits for its client's answer, its stream carries a keep-alive comment
@@ -235,17 +232,10 @@ async fn a_legacy_wait_for_the_client_keeps_its_stream_alive_and_ends() {
     config.settings.keep_alive = std::time::Duration::from_millis(200);
     config.settings.listen_max_duration = std::time::Duration::from_millis(300);
     let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
-    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
-    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let session = server.legacy_session(json!({"elicitation": {}})).await;
     let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}});
     let started = std::time::Instant::now();
-    let (status, _, mut stream) = server
-        .post(call.to_string())
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Mcp-Session-Id", &session)
-        .open()
-        .await;
+    let (status, _, mut stream) = server.legacy(call).header("Mcp-Session-Id", &session).open().await;
     assert_eq!(status, 200);
     let mut text = String::new();
     let mut chunk = [0u8; 4096];
@@ -285,12 +275,10 @@ async fn a_caller_can_leave_only_its_share_of_questions_unanswered() {
     let mut config = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
     config.settings.listen_caps = vercel_mcp::server::listen::ListenCaps { per_principal: 1, total: 10 };
     let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, config.endpoint()))).await;
-    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
-    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let session = server.legacy_session(json!({"elicitation": {}})).await;
     let ask = |id: u32| {
         let call = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ask","arguments":{}}});
-        server.post(call.to_string()).header("MCP-Protocol-Version", "2025-11-25").header("Mcp-Session-Id", &session)
+        server.legacy(call).header("Mcp-Session-Id", &session)
     };
     let (status, _, mut first) = ask(1).open().await;
     assert_eq!(status, 200);
@@ -307,7 +295,7 @@ async fn a_caller_can_leave_only_its_share_of_questions_unanswered() {
     assert_eq!(status, 429, "a listen stream shares the cap");
 
     let answer = json!({"jsonrpc":"2.0","id":question["id"],"result":{"action":"accept","content":{"name":"Ada"}}});
-    let answered = server.post(answer.to_string()).header("MCP-Protocol-Version", "2025-11-25").send().await;
+    let answered = server.legacy(answer).send().await;
     assert_eq!(answered.status, 202);
     assert_eq!(read_events(&mut first, 1).await.remove(0)["result"]["content"][0]["text"], "hi Ada");
     let (status, _, mut again) = ask(4).open().await;
@@ -340,7 +328,7 @@ async fn a_round_that_asks_nothing_needs_no_listen_slot() {
     assert_eq!(status, 200);
     read_events(&mut held, 1).await;
     let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"two_steps","arguments":{}}});
-    let reply = server.post(call.to_string()).header("MCP-Protocol-Version", "2025-11-25").send().await;
+    let reply = server.legacy(call).send().await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["result"]["content"][0]["text"], "second step", "{}", reply.text());
 }
@@ -356,9 +344,7 @@ async fn legacy_calls_with_authentication_are_scoped_and_answered_only_by_their_
     let server = common::TestServer::start(common::everything_app(&config)).await;
     let (reader, alice, bob) =
         (bearer("reader", "mcp:read"), bearer("alice", "mcp:read mcp:write"), bearer("bob", "mcp:read mcp:write"));
-    let post = |who: &str, body: Value| {
-        server.post(body.to_string()).header("Authorization", who).header("MCP-Protocol-Version", "2025-11-25")
-    };
+    let post = |who: &str, body: Value| server.legacy(body).header("Authorization", who);
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
         "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
     let session = post(&alice, init).send().await.header("mcp-session-id").unwrap().to_owned();
@@ -389,7 +375,7 @@ async fn closing_a_legacy_stream_cancels_the_handler() {
     let f = fixture().await;
     let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/call",
         "params":{"name":"wait","arguments":{},"_meta":{"progressToken":"p1"}}});
-    let (status, head, mut stream) = legacy(&f, body).open().await;
+    let (status, head, mut stream) = f.server.legacy(body).open().await;
     assert_eq!(status, 200);
     assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
     assert_eq!(read_events(&mut stream, 1).await[0]["params"]["progressToken"], "p1");

@@ -7,10 +7,10 @@
 use crate::common;
 
 use bytes::Bytes;
+use common::process::{Launch, Process, free_port};
 use common::redis::{redis, unique_prefix};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 const SECRET: &str = "multi=0123456789abcdef0123456789abcdef";
@@ -107,20 +107,6 @@ async fn start_fake_queue() -> (SocketAddr, Arc<Mutex<FakeQueue>>) {
     (addr, state)
 }
 
-/// A child process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAddr) -> Process {
     let queue = format!("http://{queue}");
     spawn_with(
@@ -139,30 +125,10 @@ fn spawn(binary: &str, port: u16, redis_url: &str, prefix: &str, queue: SocketAd
     )
 }
 
+/// `binary` on `port` with only `vars` (both binaries announce readiness on stdout once their
+/// socket is bound).
 fn spawn_with(binary: &str, port: u16, vars: &[(&str, &str)]) -> Process {
-    let mut command = Command::new(binary);
-    // Only what the test passes: nothing inherited decides the store, the queue or whose
-    // platform tokens are accepted.
-    for inherited in [
-        "VERCEL",
-        "REDIS_URL",
-        "MCP_QUEUE_BASE_URL",
-        "DATABASE_URL",
-        "VERCEL_OIDC_TOKEN",
-        "VERCEL_PROJECT_ID",
-        "VERCEL_ENV",
-        "VERCEL_TARGET_ENV",
-    ] {
-        command.env_remove(inherited);
-    }
-    command.env("PORT", port.to_string()).env("VERCEL_DEV_PORT", port.to_string());
-    for (name, value) in vars {
-        command.env(name, value);
-    }
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("the binary starts");
-    // Both binaries announce readiness on stdout once their socket is bound.
-    common::await_listening(child.stdout.take().unwrap(), binary);
-    Process(child)
+    Launch::binary(binary).on_port(port).envs(vars).start().0
 }
 
 async fn call(port: u16, tool: &str, arguments: Value) -> Value {

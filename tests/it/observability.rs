@@ -298,7 +298,7 @@ async fn refusals_before_the_endpoint_have_a_line() {
 /// A 2025-11-25 request (no session: the tools need none).
 fn legacy(env: &Env, method: &str, params: Value) -> common::Call {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    env.server.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
+    env.server.legacy(body)
 }
 
 #[tokio::test]

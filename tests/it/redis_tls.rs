@@ -5,10 +5,11 @@
 
 use crate::common;
 
+use common::process::{Launch, Process};
 use common::redis::{skip_or_fail, unique_prefix};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vercel_mcp::store::Redis;
 
@@ -16,14 +17,12 @@ use vercel_mcp::store::Redis;
 struct TlsRedis {
     port: u16,
     ca_pem: String,
-    child: Child,
+    _server: Process,
     dir: PathBuf,
 }
 
 impl Drop for TlsRedis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -81,17 +80,19 @@ fn start_tls_redis() -> Option<TlsRedis> {
         return None;
     }
     let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let child = Command::new("redis-server")
-        .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-        .args(["--appendonly", "no", "--tls-auth-clients", "no"])
-        .args(["--tls-cert-file", &path("server.pem"), "--tls-key-file", &path("server.key")])
-        .args(["--tls-ca-cert-file", &path("ca.pem")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let child = Process(
+        Command::new("redis-server")
+            .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--tls-auth-clients", "no"])
+            .args(["--tls-cert-file", &path("server.pem"), "--tls-key-file", &path("server.key")])
+            .args(["--tls-ca-cert-file", &path("ca.pem")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?,
+    );
     let ca_pem = std::fs::read_to_string(dir.join("ca.pem")).ok()?;
-    let server = TlsRedis { port, ca_pem, child, dir };
+    let server = TlsRedis { port, ca_pem, _server: child, dir };
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
@@ -168,22 +169,14 @@ async fn the_server_keeps_its_jobs_in_redis_over_tls() {
     let url = format!("rediss://localhost:{}", server.port);
     let prefix = unique_prefix("tls-run");
     let spawn = || {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_local"))
-            .env_remove("VERCEL")
-            .env("PORT", port.to_string())
+        Launch::local()
             .env("REDIS_URL", &url)
             .env("MCP_REDIS_CA_PEM", &server.ca_pem)
             .env("MCP_REDIS_PREFIX", &prefix)
             .env("MCP_QUEUE", "redis")
             .env("MCP_STATE_SECRET", "tls=0123456789abcdef0123456789abcdef")
             .env("MCP_JOB_STEP_MS", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        common::await_listening(child.stdout.take().unwrap(), "local");
-        (Process(child), common::TestServer { addr: ([127, 0, 0, 1], port).into() })
+            .start()
     };
     let (_first, first) = spawn();
     let submitted = common::payload(&first.call_tool("submit_job", json!({"steps": 2})).await);
@@ -201,14 +194,4 @@ async fn the_server_keeps_its_jobs_in_redis_over_tls() {
         }
     })
     .await;
-}
-
-/// A child process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

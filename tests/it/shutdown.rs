@@ -7,7 +7,6 @@ use crate::common;
 
 use common::TestServer;
 use serde_json::{Value, json};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -119,29 +118,18 @@ async fn a_drain_finishes_what_is_in_flight_and_ends_what_would_not() {
 /// (not a cut connection), and the process exits by itself, successfully, within the grace.
 #[tokio::test]
 async fn sigterm_ends_a_listen_stream_with_its_result_and_the_process_exits() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_local"))
-        .env_remove("VERCEL")
-        .env_remove("REDIS_URL")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    common::await_listening(child.stdout.take().unwrap(), "local");
-    let server = TestServer { addr: ([127, 0, 0, 1], port).into() };
+    let (mut process, server) = common::process::Launch::local().start();
     let listen = json!({"notifications": {"toolsListChanged": true}});
     let (status, _, mut stream) = server.modern(json!(9), "subscriptions/listen", listen).open().await;
     assert_eq!(status, 200);
     common::read_events(&mut stream, 1).await;
 
-    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(sent.success());
+    process.signal("TERM");
     let events: Vec<Value> = common::read_until_answer(&mut stream).await;
     assert_eq!(events.last().unwrap()["id"], 9, "the stream ended with its result: {events:?}");
     let exited = common::bounded("the process exits", async {
         loop {
-            if let Some(status) = child.try_wait().unwrap() {
+            if let Some(status) = process.exited() {
                 break status;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -164,16 +152,9 @@ async fn a_legacy_call_waiting_for_its_client_ends_with_an_error_when_stopping()
     let addr = listener.local_addr().unwrap();
     let accepting = tokio::spawn(local::serve_listener(routes.clone(), listener));
     let server = TestServer { addr };
-    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
-        "params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}});
-    let session = server.post(init.to_string()).send().await.header("mcp-session-id").unwrap().to_owned();
+    let session = server.legacy_session(json!({"elicitation": {}})).await;
     let call = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"ask","arguments":{}}});
-    let (status, _, mut stream) = server
-        .post(call.to_string())
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Mcp-Session-Id", &session)
-        .open()
-        .await;
+    let (status, _, mut stream) = server.legacy(call).header("Mcp-Session-Id", &session).open().await;
     assert_eq!(status, 200);
     let asked = common::read_events(&mut stream, 1).await;
     assert_eq!(asked[0]["method"], "elicitation/create");

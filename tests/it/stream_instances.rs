@@ -5,55 +5,45 @@
 
 use crate::common;
 
+use common::process::{Launch, Process};
 use common::redis::PrivateRedis;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "streams=0123456789abcdef0123456789abcdef";
 
 /// One instance of the local run, its log going to a file the test reads.
 struct Instance {
-    child: Child,
-    port: u16,
+    process: Process,
+    server: common::TestServer,
     log: PathBuf,
 }
 
 impl Instance {
     fn start(redis: &str, prefix: &str, vars: &[(&str, &str)]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::env::temp_dir().join(format!("stream-instance-{}-{port}.log", std::process::id()));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_local"));
-        for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE", "DATABASE_URL"] {
-            command.env_remove(inherited);
-        }
-        command
-            .env("PORT", port.to_string())
+        let launch = Launch::local();
+        let log = std::env::temp_dir().join(format!("stream-instance-{}-{}.log", std::process::id(), launch.port()));
+        let (process, server) = launch
             .env("REDIS_URL", redis)
             .env("MCP_REDIS_PREFIX", prefix)
             .env("MCP_STATE_SECRET", SECRET)
             .env("MCP_JOB_CAP_ANONYMOUS", "50")
             .env("MCP_JOB_STEP_MS", "300")
-            .env("MCP_QUEUE_RECLAIM_IDLE_MS", "1000");
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        let stderr = std::fs::File::create(&log).unwrap();
-        let mut child = command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("the local run starts");
-        common::await_listening(child.stdout.take().unwrap(), "the instance");
-        Self { child, port, log }
+            .env("MCP_QUEUE_RECLAIM_IDLE_MS", "1000")
+            .envs(vars)
+            .log_to(&log)
+            .start();
+        Self { process, server, log }
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
-        assert!(status.success(), "kill -{signal}");
+        self.process.signal(signal);
     }
 
     async fn call(&self, tool: &str, arguments: Value) -> Value {
-        let server = common::TestServer { addr: ([127, 0, 0, 1], self.port).into() };
-        common::payload(&server.call_tool(tool, arguments).await)
+        common::payload(&self.server.call_tool(tool, arguments).await)
     }
 
     /// The `(job, completedSteps)` of every step this instance logged storing.
@@ -69,8 +59,6 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
     }
 }
@@ -182,7 +170,7 @@ async fn an_instance_killed_mid_job_loses_nothing_and_runs_no_step_twice() {
     let b = Instance::start(&redis.url(), &prefix, &[]);
     let c = Instance::start(&redis.url(), &prefix, &[]);
     a.signal("KILL");
-    let _ = a.child.wait();
+    let _ = a.process.0.wait();
     let took = all_done(&b, &handles, 8, Duration::from_secs(1 + 1 + 3 + 5)).await;
     // Readable from every instance, the killed one restarted included.
     let a_again = Instance::start(&redis.url(), &prefix, &[]);
@@ -208,7 +196,7 @@ async fn an_instance_stopped_with_sigterm_hands_its_job_back() {
     a.signal("TERM");
     let stopping = Instant::now();
     let status = loop {
-        if let Some(status) = a.child.try_wait().unwrap() {
+        if let Some(status) = a.process.exited() {
             break status;
         }
         assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM did not stop the instance");
@@ -232,9 +220,7 @@ async fn redis_restarted_mid_run_loses_nothing() {
     redis.stop();
     // The outage falls in the middle of the run: steps were left, and the store answers nobody.
     assert!(a.steps().len() + b.steps().len() < 4 * 6, "the jobs finished before the outage");
-    let during = common::TestServer { addr: ([127, 0, 0, 1], b.port).into() }
-        .call_tool("get_job_status", json!({ "jobId": handles[0] }))
-        .await;
+    let during = b.server.call_tool("get_job_status", json!({ "jobId": handles[0] })).await;
     assert!(common::error_text(&during).starts_with("job store unavailable"), "{during}");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(redis.restart(), "redis-server restarts");
@@ -270,7 +256,7 @@ async fn a_job_handed_to_another_process_continues_the_trace_that_submitted_it()
     a.signal("TERM");
     // Waited for without blocking the runtime: the receiver runs on it, and A exports on its way out.
     let stopping = Instant::now();
-    while a.child.try_wait().unwrap().is_none() {
+    while a.process.exited().is_none() {
         assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM did not stop the instance");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

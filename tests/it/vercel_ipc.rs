@@ -4,11 +4,11 @@
 //! sends: the request's log line arrives as a `log` message tagged with its invocation, not as
 //! untagged standard error.
 
+use crate::common::process::{Launch, Process};
 use base64::Engine;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -42,18 +42,16 @@ fn next(messages: &mpsc::Receiver<Value>, kind: &str) -> Value {
 /// A function executable started as Vercel starts it: its IPC socket is a stand-in whose messages
 /// arrive on the receiver, and its port is announced in `server-started`.
 struct Function {
-    child: std::process::Child,
+    process: Process,
     messages: mpsc::Receiver<Value>,
     server: crate::common::TestServer,
     dir: std::path::PathBuf,
 }
 
-/// The function process is killed and its directory removed however the test ends, so a failed
-/// assertion leaves no server behind.
+/// The function's directory is removed however the test ends (its process is killed by
+/// `Process`).
 impl Drop for Function {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -70,24 +68,18 @@ fn launch_with(executable: &str, name: &str, settings: &[(&str, &str)]) -> Funct
     let _ = std::fs::remove_file(&socket);
     let (sender, messages) = mpsc::channel();
     record(UnixListener::bind(&socket).unwrap(), sender);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut command = Command::new(executable);
-    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE"] {
-        command.env_remove(inherited);
-    }
-    command.envs(settings.iter().copied());
-    let child = command
+    let launch = Launch::binary(executable);
+    let port = launch.port();
+    let process = launch
+        .envs(settings)
         .env("VERCEL_IPC_PATH", &socket)
-        .env("VERCEL_DEV_PORT", port.to_string())
         .env("MCP_STATE_SECRET", "ipc=0123456789abcdef0123456789abcdef")
         // The platform's socket makes the posture deployed, where authentication must be chosen.
         .env("MCP_AUTH_MODE", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr_piped()
+        .spawn();
     let function =
-        Function { child, messages, server: crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() }, dir };
+        Function { process, messages, server: crate::common::TestServer { addr: ([127, 0, 0, 1], port).into() }, dir };
     let started = next(&function.messages, "server-started");
     assert_eq!(started["payload"]["httpPort"], port);
     function
@@ -164,9 +156,9 @@ async fn request_log_lines_go_through_the_platform_channel_tagged_with_their_req
     assert_eq!((refused["event"].as_str(), refused["status"].as_u64()), (Some("request"), Some(413)), "{refused}");
     assert_eq!(refused["requestId"], refused_id.as_str(), "the line carries the id the answer does");
 
-    function.child.kill().unwrap();
+    function.process.0.kill().unwrap();
     let mut stderr = String::new();
-    function.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    function.process.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(!stderr.contains("\"event\":\"request\""), "the request line is not also on standard error: {stderr}");
 }
 
@@ -292,31 +284,20 @@ async fn example_metadata_is_found_by_its_path_as_by_its_query() {
 /// naming the variable, instead of serving with a key of its own and no authentication.
 #[test]
 fn under_the_platform_a_function_without_its_secret_refuses_to_start() {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp"));
-    for inherited in ["VERCEL", "REDIS_URL", "MCP_QUEUE_BASE_URL", "MCP_QUEUE", "MCP_STATE_SECRET", "MCP_AUTH_MODE"] {
-        command.env_remove(inherited);
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = command
+    let mut function = Launch::binary(env!("CARGO_BIN_EXE_mcp"))
         .env("VERCEL_IPC_PATH", std::env::temp_dir().join("no-such-ipc.sock"))
-        .env("VERCEL_DEV_PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr_piped()
+        .spawn();
     let deadline = std::time::Instant::now() + crate::common::NETWORK_WAIT;
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = function.exited() {
             break status;
         }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the function started without its secret");
-        }
+        assert!(std::time::Instant::now() < deadline, "the function started without its secret");
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    function.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("MCP_STATE_SECRET is required when deployed"), "{stderr}");
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod process;
 pub mod redis;
 pub mod tokens;
 pub mod upstream;
@@ -70,6 +71,18 @@ impl TestServer {
 
     pub fn request(&self, method: &'static str, path: &str) -> Call {
         Call { addr: self.addr, method, path: path.into(), headers: vec![], body: String::new() }
+    }
+
+    /// A 2025-11-25 request: the body as given, under that revision's version header.
+    pub fn legacy(&self, body: Value) -> Call {
+        self.post(body.to_string()).header("MCP-Protocol-Version", "2025-11-25")
+    }
+
+    /// A 2025-11-25 `initialize` declaring `capabilities`; the sealed session id that carries them.
+    pub async fn legacy_session(&self, capabilities: Value) -> String {
+        let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+            "params":{"protocolVersion":"2025-11-25","capabilities":capabilities,"clientInfo":{"name":"c","version":"1"}}});
+        self.legacy(body).send().await.header("mcp-session-id").expect("a session id").to_owned()
     }
 
     /// A modern request with every header set from the body.
