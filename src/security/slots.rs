@@ -42,15 +42,17 @@ impl Slots {
         self.held.lock().expect("slots").0
     }
 
-    /// Takes a slot for `principal`, or says which cap is reached.
+    /// Takes a slot for `principal`, or says which cap is reached. A caller at its own share
+    /// hears that first, even when every slot is taken: its own work ending is what it can wait
+    /// for, and a slot freed by someone else would not be its.
     pub fn acquire(self: &Arc<Self>, principal: &str, caps: SlotCaps) -> Result<Slot, SlotsFull> {
         let mut held = self.held.lock().expect("slots");
-        if held.0 >= caps.total {
-            return Err(SlotsFull::Total);
-        }
         let mine = held.1.get(principal).copied().unwrap_or(0);
         if mine >= caps.per_principal {
             return Err(SlotsFull::Principal);
+        }
+        if held.0 >= caps.total {
+            return Err(SlotsFull::Total);
         }
         held.0 += 1;
         held.1.insert(principal.to_owned(), mine + 1);
@@ -84,6 +86,7 @@ mod tests {
         assert_eq!(slots.acquire("a", caps).unwrap_err(), SlotsFull::Principal);
         let _b1 = slots.acquire("b", caps).unwrap();
         assert_eq!(slots.acquire("c", caps).unwrap_err(), SlotsFull::Total);
+        assert_eq!(slots.acquire("a", caps).unwrap_err(), SlotsFull::Principal, "its own share first");
         drop(a1);
         assert!(slots.acquire("c", caps).is_ok(), "a dropped slot is free again");
         assert_eq!(slots.held.lock().unwrap().1.get("a"), Some(&1), "counted per principal");

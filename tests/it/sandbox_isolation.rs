@@ -243,11 +243,13 @@ async fn a_cut_line_that_imitates_the_frame_keeps_the_marker() {
     assert!(text.contains(&expected), "{text}");
 }
 
-/// Each sandbox is a billed microVM: one caller runs at most two at once, and a third is refused
-/// as a tool error that says to wait (before the Sandbox API is asked anything); once a run ends,
-/// its slot is free again.
+/// Each sandbox is a billed microVM: one caller runs at most two at once, and the instance at
+/// most eight whoever asks. A run past either cap is refused as a tool error that says to wait
+/// (before the Sandbox API is asked anything), naming which cap it met; once runs end, their slots
+/// are free again.
 #[tokio::test]
-async fn a_caller_runs_at_most_two_sandboxes_at_once() {
+async fn a_caller_runs_at_most_two_sandboxes_and_the_instance_eight() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
     use std::sync::atomic::{AtomicUsize, Ordering};
     struct Held {
         started: AtomicUsize,
@@ -263,35 +265,56 @@ async fn a_caller_runs_at_most_two_sandboxes_at_once() {
         }
     }
     let held = Arc::new(Held { started: AtomicUsize::new(0), finish: tokio::sync::Semaphore::new(0) });
-    let config = Parts::for_tests(Arc::new(SystemClock));
+    let (jwks, _) = stub_jwks().await;
+    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
     sandbox_isolation::register(&mut server, held.clone(), config.logger());
     let server = Arc::new(TestServer::start(Arc::new(App::new(server, config.endpoint()))).await);
-    let running: Vec<_> = (0..sandbox_isolation::SANDBOX_RUNS.per_principal)
-        .map(|_| {
-            let server = server.clone();
-            tokio::spawn(async move { run(&server, json!({"command": "sleep 20"})).await.0 })
-        })
-        .collect();
-    common::bounded("two runs started", async {
-        while held.started.load(Ordering::SeqCst) < 2 {
+    let caller = |n: usize| bearer(&format!("caller-{n}"), "mcp:read mcp:write");
+    let run_as = |who: String, command: &str| {
+        let (server, arguments) =
+            (server.clone(), json!({"name": "run_in_sandbox", "arguments": {"command": command}}));
+        async move {
+            let reply = server.modern(json!(1), "tools/call", arguments).header("Authorization", &who).send().await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            reply.json()["result"].clone()
+        }
+    };
+    let caps = sandbox_isolation::SANDBOX_RUNS;
+    let (per_caller, total) = (caps.per_principal, caps.total);
+    assert!(total % per_caller == 0 && total / per_caller >= 2, "the test fills the instance with full callers");
+    let callers = total / per_caller;
+    let mut running = Vec::new();
+    for n in 0..callers {
+        for _ in 0..per_caller {
+            running.push(tokio::spawn(run_as(caller(n), "sleep 20")));
+        }
+    }
+    common::bounded("every slot taken", async {
+        while held.started.load(Ordering::SeqCst) < total {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     })
     .await;
-    let (refused, _) = run(&server, json!({"command": "echo third"})).await;
-    assert_eq!(refused["isError"], true, "{refused}");
-    assert!(text_of(&refused).contains("already have 2 sandbox commands running"), "{refused}");
-    assert_eq!(held.started.load(Ordering::SeqCst), 2, "the refused run never reached the Sandbox API");
+    // Bounded: a run let through would wait on the stub for good.
+    let one_more = common::bounded("a refusal", run_as(caller(0), "echo third")).await;
+    assert_eq!(one_more["isError"], true, "{one_more}");
+    assert!(text_of(&one_more).contains("already have 2 sandbox commands running"), "{one_more}");
+    let newcomer = common::bounded("a refusal", run_as(caller(callers), "echo first")).await;
+    assert_eq!(newcomer["isError"], true, "{newcomer}");
+    assert!(text_of(&newcomer).contains("Every sandbox this server runs at once is in use"), "{newcomer}");
+    assert_eq!(held.started.load(Ordering::SeqCst), total, "the refused runs never reached the Sandbox API");
 
-    held.finish.add_permits(2);
+    held.finish.add_permits(total);
     for run in running {
         let result = run.await.unwrap();
         assert_ne!(result["isError"], true, "{result}");
     }
-    held.finish.add_permits(1);
-    let (again, _) = run(&server, json!({"command": "echo again"})).await;
-    assert_ne!(again["isError"], true, "the slots came back: {again}");
+    held.finish.add_permits(2);
+    for who in [caller(0), caller(callers)] {
+        let again = run_as(who, "echo again").await;
+        assert_ne!(again["isError"], true, "the slots came back: {again}");
+    }
 }
 
 #[tokio::test]
