@@ -1153,3 +1153,80 @@ async fn a_rolled_back_submit_does_not_count_toward_the_rate() {
         assert!(refused.contains("at most 2 a minute"), "{refused}");
     }
 }
+
+/// The Vercel Queues client over HTTP, against a stand-in answering each lease call with a status
+/// the test picks: how each answer to a confirmation and to a reschedule is read, and what every
+/// lease call sends (the lease's own path, its token, this deployment's id, the visibility).
+#[tokio::test]
+async fn the_vercel_queue_client_reads_each_answer_to_a_lease_call() {
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use vercel_mcp::jobs::queue::{Confirmation, Lease, QueueApi, VercelQueue};
+    let answer = Arc::new(AtomicU32::new(200));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (answering, recording) = (answer.clone(), seen.clone());
+    let addr = common::upstream::serve(move |request| {
+        let record = (
+            request.method.clone(),
+            request.path().to_owned(),
+            request.header("authorization"),
+            request.header("vqs-deployment-id"),
+            serde_json::from_slice::<Value>(&request.body).ok(),
+        );
+        recording.lock().unwrap().push(record);
+        let status = answering.load(Ordering::SeqCst) as u16;
+        async move { (status, bytes::Bytes::new()) }
+    })
+    .await;
+    let queue = VercelQueue::new(Some(format!("http://{addr}")), None, Some("dpl_ours".into()), None);
+    let lease = Lease {
+        region: Some("iad1".into()),
+        topic: "mcp-jobs".into(),
+        group: "api_Squeues_Sprocess-job_Drs".into(),
+        receipt: "receipt-7".into(),
+        message_id: "msg-7".into(),
+        oidc_token: Some("delivery-token".into()),
+    };
+    let answered = |status: u32| {
+        answer.store(status, Ordering::SeqCst);
+    };
+
+    for (status, read) in [
+        (200, Ok(Confirmation::Live)),
+        (410, Ok(Confirmation::Redundant("already_processed"))),
+        (409, Ok(Confirmation::Redundant("not_available"))),
+        (404, Ok(Confirmation::Unknown)),
+        (401, Err("refused this deployment's token (HTTP 401)")),
+        (403, Err("refused this deployment's token (HTTP 403)")),
+        (500, Err("could not confirm the lease (HTTP 500)")),
+    ] {
+        answered(status);
+        let confirmed = queue.confirm(&lease, Duration::from_secs(33)).await;
+        match (read, confirmed) {
+            (Ok(expected), Ok(got)) => assert_eq!(got, expected, "HTTP {status}"),
+            (Err(says), Err(error)) => assert!(error.contains(says), "HTTP {status}: {error}"),
+            (expected, got) => panic!("HTTP {status}: expected {expected:?}, got {got:?}"),
+        }
+    }
+    for (status, rescheduled) in [(200, true), (204, true), (404, false), (409, false), (429, false), (500, false)] {
+        answered(status);
+        match queue.resume_after(&lease, Duration::from_secs(1)).await {
+            Ok(()) => assert!(rescheduled, "HTTP {status} read as rescheduled"),
+            Err(error) => {
+                assert!(!rescheduled, "HTTP {status}: {error}");
+                assert!(error.contains(&format!("did not reschedule the lease (HTTP {status})")), "{error}");
+            }
+        }
+    }
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 7 + 6, "one call each, no retries");
+    for (index, (method, path, authorization, deployment, body)) in seen.iter().enumerate() {
+        assert_eq!(method, http::Method::PATCH);
+        assert_eq!(path, "/api/v3/topic/mcp-jobs/consumer/api_Squeues_Sprocess-job_Drs/lease/receipt-7");
+        assert_eq!(authorization.as_deref(), Some("Bearer delivery-token"), "the delivery's own token");
+        assert_eq!(deployment.as_deref(), Some("dpl_ours"));
+        let visibility = if index < 7 { 33 } else { 1 };
+        assert_eq!(body.as_ref(), Some(&json!({"visibilityTimeoutSeconds": visibility})), "call {index}");
+    }
+}
