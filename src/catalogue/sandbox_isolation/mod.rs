@@ -152,8 +152,21 @@ pub type SandboxFuture<'a> = Pin<Box<dyn Future<Output = Result<SandboxRunResult
 /// Runs one command in a fresh sandbox, then discards it.
 pub trait SandboxClient: Send + Sync + 'static {
     /// Runs `request`, authenticating with `oidc_token` (the request's platform token).
-    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a>;
+    ///
+    /// `slot` counts the run against [`SANDBOX_RUNS`]. Keep it until the sandbox is gone
+    /// (stopped, or its create failed), also when the returned future is dropped first (the
+    /// caller went away): work that outlives the call holds it, so the caps count microVMs, not
+    /// requests still connected.
+    fn run<'a>(
+        &'a self,
+        request: &'a SandboxRunRequest,
+        oidc_token: Option<&'a str>,
+        slot: RunSlot,
+    ) -> SandboxFuture<'a>;
 }
+
+/// One run's share of [`SANDBOX_RUNS`]; dropping it frees the share.
+pub type RunSlot = crate::security::Slot;
 
 /// `text` without C0 controls (tab and newline kept) and DEL; when longer than `cap`
 /// characters, its first `cap` characters followed directly by `[truncated N chars]`.
@@ -249,8 +262,8 @@ struct Sandbox {
 }
 
 async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) -> Result<CallToolResult, ToolError> {
-    // Held until the run ends, however it ends (the sandbox is stopped when the run is dropped).
-    let _run = sandbox.runs.acquire(ctx.principal().id(), SANDBOX_RUNS).map_err(|full| {
+    // Handed to the client, which holds it until the sandbox is gone, however the call ends.
+    let slot = sandbox.runs.acquire(ctx.principal().id(), SANDBOX_RUNS).map_err(|full| {
         ToolError::Execution(match full {
             SlotsFull::Principal => format!(
                 "You already have {} sandbox commands running, the most one caller may run at once. Wait for one \
@@ -261,7 +274,7 @@ async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) ->
         })
     })?;
     let request = SandboxRunRequest { command: args.command, options: build_sandbox_create_options() };
-    match sandbox.client.run(&request, ctx.platform_token()).await {
+    match sandbox.client.run(&request, ctx.platform_token(), slot).await {
         Ok(result) if result.exit_code == 0 => Ok(CallToolResult::text(format_result(&result))),
         Ok(result) => Ok(CallToolResult::error(format_result(&result))),
         Err(error) => {

@@ -20,7 +20,9 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-use super::{SandboxClient, SandboxCreateOptions, SandboxError, SandboxFuture, SandboxRunRequest, SandboxRunResult};
+use super::{
+    RunSlot, SandboxClient, SandboxCreateOptions, SandboxError, SandboxFuture, SandboxRunRequest, SandboxRunResult,
+};
 
 /// Where the API lives unless configured otherwise.
 pub const DEFAULT_BASE_URL: &str = "https://vercel.com/api";
@@ -170,7 +172,12 @@ impl VercelSandbox {
 }
 
 impl SandboxClient for VercelSandbox {
-    fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>) -> SandboxFuture<'a> {
+    fn run<'a>(
+        &'a self,
+        request: &'a SandboxRunRequest,
+        oidc_token: Option<&'a str>,
+        slot: RunSlot,
+    ) -> SandboxFuture<'a> {
         Box::pin(async move {
             let token = oidc_token.or(self.env_token.as_deref()).ok_or(SandboxError::NoCredential)?;
             let Claims { team_id, project_id } =
@@ -178,20 +185,24 @@ impl SandboxClient for VercelSandbox {
             let body = create_body(&request.options, &project_id);
             // The create runs past the request: a caller that leaves while it is in flight
             // would otherwise leave a sandbox that nothing stops. Created for nobody, it is
-            // stopped at once.
+            // stopped at once. The slot goes with the sandbox: to the run if it is still there,
+            // else it is freed once the stop has answered.
             let (created_tx, created) = tokio::sync::oneshot::channel();
             let (client, owned_token, owned_team) = (self.clone(), token.to_owned(), team_id.clone());
             crate::state::background::spawn(async move {
                 let session = client.create(&owned_token, &owned_team, body).await;
-                if let Err(Ok(session_id)) = created_tx.send(session) {
+                if let Err((Ok(session_id), _slot)) = created_tx.send((session, slot)) {
                     let _ = client.stop(&session_id, &owned_token, &owned_team).await;
                 }
             });
-            let session_id = created.await.map_err(|_| failed("the create ended without an answer"))??;
+            let (session, slot) = created.await.map_err(|_| failed("the create ended without an answer"))?;
+            let session_id = session?;
             // Armed until the stop below has answered: dropped before then, it stops the sandbox.
-            let mut guard = StopOnDrop(Some((self.clone(), session_id.clone(), token.to_owned(), team_id.clone())));
-            let outcome = self.run_in(&session_id, request, token, &team_id).await;
-            let stopped = self.stop(&session_id, token, &team_id).await;
+            let mut guard =
+                StopOnDrop(Some(Stop { client: self.clone(), session_id, token: token.to_owned(), team_id, slot }));
+            let stop = guard.0.as_ref().expect("armed");
+            let outcome = self.run_in(&stop.session_id, request, token, &stop.team_id).await;
+            let stopped = self.stop(&stop.session_id, token, &stop.team_id).await;
             guard.0 = None;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),
@@ -202,17 +213,28 @@ impl SandboxClient for VercelSandbox {
     }
 }
 
+/// What stopping a session takes, and the run's slot, held until the stop has answered.
+struct Stop {
+    client: VercelSandbox,
+    session_id: String,
+    token: String,
+    team_id: String,
+    slot: RunSlot,
+}
+
 /// Stops a session whose run was dropped before it could stop it (the client went away, and the
 /// call's future with it): the microVM would otherwise run, and bill, until its own timeout. The
-/// stop runs past the request, as the request's own work would (`background::spawn`).
-struct StopOnDrop(Option<(VercelSandbox, String, String, String)>);
+/// stop runs past the request, as the request's own work would (`background::spawn`), and keeps
+/// the run's slot until it has answered.
+struct StopOnDrop(Option<Stop>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        let Some((client, session_id, token, team_id)) = self.0.take() else { return };
+        let Some(Stop { client, session_id, token, team_id, slot }) = self.0.take() else { return };
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::state::background::spawn(async move {
                 let _ = client.stop(&session_id, &token, &team_id).await;
+                drop(slot);
             });
         }
     }
