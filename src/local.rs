@@ -42,12 +42,17 @@ pub struct Routes {
 /// How long, once asked to stop, the local run waits for what is in flight before it goes:
 /// requests being answered, listen streams sending their result, task rounds finishing (or being
 /// recorded as failed, `tasks::ROUND_STOP_GRACE`), the job worker handing back what it holds.
-/// With the final export of spans ([`FINAL_FLUSH`]), under the 10 s a container runtime gives a
-/// stopped container before it kills it.
+/// The whole stop, the last export of spans included, keeps within [`STOP_WITHIN`].
 pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// The longest the last export of spans may take once the drain is over.
 const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a whole stop may take, from the signal to the exit: the drain ([`DRAIN_GRACE`]), then
+/// the job worker's hand-back (begun with the drain, and waited for until a second is left), then
+/// the last export of spans ([`FINAL_FLUSH`]). A second under the 10 s a container runtime gives
+/// before it kills.
+pub const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(9);
 
 impl Routes {
     /// Builds every route from one configuration, and connects the in-process queue (if any)
@@ -159,15 +164,21 @@ impl Routes {
     }
 
     /// Stops taking deliveries: the stream worker hands back what it holds (another instance
-    /// resumes it at once) and this resolves when it has; then the last spans are exported
-    /// ([`FINAL_FLUSH`] at most).
-    pub async fn shut_down(&self) {
+    /// resumes it at once) and this waits for it until [`FINAL_FLUSH`] before `by` (a worker
+    /// whose Redis does not answer is left; what it held is reclaimed by another instance once
+    /// idle); then the last spans are exported ([`FINAL_FLUSH`] at most).
+    pub async fn shut_down(&self, by: tokio::time::Instant) {
         if let Some(stream) = &self.stream_queue {
             stream.shut_down();
         }
         let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
-        for worker in workers {
-            let _ = worker.await;
+        let handed_back = async {
+            for worker in workers {
+                let _ = worker.await;
+            }
+        };
+        if tokio::time::timeout_at(by - FINAL_FLUSH, handed_back).await.is_err() {
+            eprintln!("shutting down: the job worker did not finish handing back; leaving it");
         }
         let _ = tokio::time::timeout(FINAL_FLUSH, self.mcp.telemetry().flush()).await;
     }
@@ -282,11 +293,12 @@ pub async fn serve(routes: Routes, port: u16) -> std::io::Result<()> {
         served = serve_listener(routes.clone(), listener) => served,
         () = termination() => {
             // The accept loop, and the listener with it, went when this arm was chosen.
+            let by = tokio::time::Instant::now() + STOP_WITHIN;
             eprintln!("shutting down: finishing requests, streams and task rounds in flight; handing back job deliveries");
             if !routes.drain().await {
                 eprintln!("shutting down: {} s passed; cutting what is left", DRAIN_GRACE.as_secs());
             }
-            routes.shut_down().await;
+            routes.shut_down(by).await;
             Ok(())
         }
     }
@@ -651,5 +663,22 @@ mod tests {
         for junk in ["http", "65536", "-1"] {
             assert!(port_from(Some(junk)).is_err(), "{junk}");
         }
+    }
+
+    /// A job worker that never finishes handing back (its Redis does not answer) is waited for
+    /// until a flush's time before the stop's deadline, and no longer: the process still exits
+    /// within [`STOP_WITHIN`].
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_does_not_finish_is_left_at_the_stop_deadline() {
+        let parts = crate::Parts::for_tests(Arc::new(crate::state::SystemClock));
+        let app = Arc::new(App::new(crate::McpServer::new("stop-test", "1"), parts.endpoint()));
+        let routes = Routes::with_mcp(app);
+        routes.workers.lock().unwrap().push(tokio::spawn(std::future::pending::<()>()));
+        let began = tokio::time::Instant::now();
+        let stopped = tokio::time::timeout(STOP_WITHIN * 2, routes.shut_down(began + STOP_WITHIN)).await;
+        assert!(stopped.is_ok(), "the stop waited for the worker for good");
+        let took = began.elapsed();
+        assert!(took >= STOP_WITHIN - FINAL_FLUSH, "the worker was waited for until then: {took:?}");
+        assert!(took <= STOP_WITHIN, "and the stop kept its deadline: {took:?}");
     }
 }
