@@ -116,9 +116,10 @@ async fn ping(redis: &Redis) -> Result<String, redis::RedisError> {
 }
 
 /// A store reaches a `rediss://` server whose certificate chains to the authority it was told
-/// to trust, and only then: with the public roots alone, or over plain `redis://`, the same
-/// server is refused (an error, within the connection timeout, never a hang or a plain-text
-/// fallback).
+/// to trust and names the host it was asked for, and only then: with the public roots alone,
+/// another authority, by an address the certificate does not name, or over plain `redis://`,
+/// the same server is refused (an error, within the connection timeout, never a hang or a
+/// plain-text fallback).
 #[tokio::test]
 async fn a_store_reaches_redis_over_tls_and_checks_its_certificate() {
     let Some(server) = tls_redis() else { return };
@@ -126,14 +127,23 @@ async fn a_store_reaches_redis_over_tls_and_checks_its_certificate() {
     let trusted = Redis::connect_trusting(&url, &unique_prefix("tls"), Some(&server.ca_pem)).unwrap();
     assert_eq!(ping(&trusted).await.unwrap(), "PONG");
 
+    // Refused for the certificate, not for some other reason (a timeout, say).
+    let refused_for_the_certificate = |refused: Result<String, redis::RedisError>, what: &str| {
+        let error = refused.expect_err(what).to_string();
+        assert!(error.contains("certificate"), "{what}: {error}");
+    };
     let public_roots = Redis::connect(&url, &unique_prefix("tls")).unwrap();
-    assert!(ping(&public_roots).await.is_err(), "a certificate the public roots do not know is refused");
+    refused_for_the_certificate(ping(&public_roots).await, "a certificate the public roots do not know is refused");
+    // The right authority, but the certificate names `localhost` only: the address is not it.
+    let by_address = format!("rediss://127.0.0.1:{}", server.port);
+    let misnamed = Redis::connect_trusting(&by_address, &unique_prefix("tls"), Some(&server.ca_pem)).unwrap();
+    refused_for_the_certificate(ping(&misnamed).await, "a certificate for another name is refused");
     let plain = Redis::connect(&format!("redis://localhost:{}", server.port), &unique_prefix("tls")).unwrap();
     assert!(ping(&plain).await.is_err(), "plain text to a TLS port gets nothing");
     // Another authority's certificate: refused too.
     let other = start_tls_redis().expect("a second authority");
     let misplaced = Redis::connect_trusting(&url, &unique_prefix("tls"), Some(&other.ca_pem)).unwrap();
-    assert!(ping(&misplaced).await.is_err(), "trusting another authority does not trust this one");
+    refused_for_the_certificate(ping(&misplaced).await, "trusting another authority does not trust this one");
 }
 
 /// `MCP_REDIS_CA_PEM` is only for TLS, and must hold a certificate: anything else is a start-up

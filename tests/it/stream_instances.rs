@@ -171,7 +171,9 @@ async fn an_instance_killed_mid_job_loses_nothing_and_runs_no_step_twice() {
     let c = Instance::start(&redis.url(), &prefix, &[]);
     a.signal("KILL");
     let _ = a.process.0.wait();
+    assert!(a.steps().len() < 2 * 8, "the kill fell mid-job: {} steps were stored", a.steps().len());
     let took = all_done(&b, &handles, 8, Duration::from_secs(1 + 1 + 3 + 5)).await;
+    assert!(b.steps().len() + c.steps().len() > 0, "the others resumed the killed instance's jobs");
     // Readable from every instance, the killed one restarted included.
     let a_again = Instance::start(&redis.url(), &prefix, &[]);
     for handle in &handles {
@@ -203,7 +205,9 @@ async fn an_instance_stopped_with_sigterm_hands_its_job_back() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "a graceful exit: {status:?}");
+    assert!(a.steps().len() < 10, "the job was handed back, not finished during the stop");
     all_done(&b, &handles, 10, Duration::from_secs(10)).await;
+    assert!(!b.steps().is_empty(), "the other instance ran the rest");
     no_step_twice(&[&a, &b], 1, 10);
 }
 
