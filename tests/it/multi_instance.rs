@@ -411,18 +411,31 @@ async fn a_throttled_acknowledgement_is_retried_when_the_queue_says_when() {
     let (port, port_consumer) = (free_port(), free_port());
     let _mcp = spawn(env!("CARGO_BIN_EXE_local"), port, &redis_url, &prefix, queue_addr);
     let _consumer = spawn(env!("CARGO_BIN_EXE_process-job"), port_consumer, &redis_url, &prefix, queue_addr);
-    for (receipt, retry_after, expected) in
-        [("receipt-1", Some("1"), 200), ("receipt-2", None, 500), ("receipt-3", Some("30"), 500)]
-    {
+    // (receipt, the Retry-After of each 429 in turn, the delivery's status, the tries made)
+    let attempts = vercel_mcp::jobs::queue::ACK_ATTEMPTS as usize;
+    for (receipt, retry_afters, expected, tries) in [
+        ("receipt-1", vec![Some("1")], 200, 2),
+        ("receipt-2", vec![None], 500, 1),
+        ("receipt-3", vec![Some("30")], 500, 1),
+        // A queue that keeps saying "now" is tried a few times, not pressed for the whole allowance.
+        ("receipt-4", vec![Some("0"); 10], 500, attempts),
+    ] {
         call(port, "submit_job", json!({"steps": 1})).await;
         let message = queue.lock().unwrap().published.last().unwrap().2.clone();
+        let throttles = retry_afters.len();
         {
             let mut queue = queue.lock().unwrap();
             queue.leased.push(receipt.to_owned());
-            queue.throttled.push((receipt.to_owned(), retry_after));
+            for retry_after in retry_afters {
+                queue.throttled.push((receipt.to_owned(), retry_after));
+            }
         }
         let (status, outcome) = deliver(port_consumer, &message, receipt).await;
         assert_eq!(status, expected, "{receipt}: {outcome}");
+        let left = queue.lock().unwrap().throttled.iter().filter(|(r, _)| r == receipt).count();
+        let acked_now = usize::from(expected == 200);
+        assert_eq!(throttles - left + acked_now, tries, "{receipt}: the acknowledgements tried");
+        queue.lock().unwrap().throttled.retain(|(r, _)| r != receipt);
         let acked = queue.lock().unwrap().acked.contains(&receipt.to_owned());
         assert_eq!(acked, expected == 200, "{receipt}: acknowledged only when the retry was made");
         if expected == 500 {

@@ -18,7 +18,7 @@ mod vercel;
 
 pub use local::{CONCURRENT_DELIVERIES, DeliverFn, LOCAL_CONSUMER_GROUP, LocalQueue, MAX_PENDING};
 pub use redis_stream::{RedisStreamQueue, STREAM_CONSUMER_GROUP, StreamSettings};
-pub use vercel::{QUEUE_CALL_TIMEOUT, VERCEL_CONSUMER_GROUP, VercelQueue};
+pub use vercel::{ACK_ATTEMPTS, QUEUE_CALL_TIMEOUT, VERCEL_CONSUMER_GROUP, VercelQueue};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

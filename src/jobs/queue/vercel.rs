@@ -158,7 +158,9 @@ impl QueueApi for VercelQueue {
             // Retries included, an acknowledgement takes at most one call's time: the consumer's
             // margin after its budget holds one.
             let deadline = tokio::time::Instant::now() + QUEUE_CALL_TIMEOUT;
+            let mut attempt = 0;
             loop {
+                attempt += 1;
                 let request = self
                     .request(Method::DELETE, self.lease_url(lease), token)
                     .body(Full::new(Bytes::new()))
@@ -170,9 +172,14 @@ impl QueueApi for VercelQueue {
                     // either way.
                     s if s.is_success() || s == StatusCode::NOT_FOUND || s == StatusCode::CONFLICT => return Ok(()),
                     // Throttled: come back when the queue says, if that leaves time for the call.
+                    // A queue that keeps throttling is not pressed: a few tries, spaced.
                     StatusCode::TOO_MANY_REQUESTS => match retry_after(&response.headers) {
-                        Some(wait) if tokio::time::Instant::now() + wait + MIN_ACK_CALL < deadline => {
-                            tokio::time::sleep(wait).await;
+                        Some(wait)
+                            if attempt < ACK_ATTEMPTS
+                                && tokio::time::Instant::now() + wait.max(MIN_ACK_RETRY_WAIT) + MIN_ACK_CALL
+                                    < deadline =>
+                        {
+                            tokio::time::sleep(wait.max(MIN_ACK_RETRY_WAIT)).await;
                         }
                         _ => return Err("the queue throttled the acknowledgement (HTTP 429)".to_owned()),
                     },
@@ -185,6 +192,12 @@ impl QueueApi for VercelQueue {
 
 /// The least time worth giving an acknowledgement retried after a 429.
 const MIN_ACK_CALL: Duration = Duration::from_millis(500);
+
+/// The most tries an acknowledgement gets when it is throttled: the first and two retries.
+pub const ACK_ATTEMPTS: u32 = 3;
+
+/// The least wait between two tries, whatever `Retry-After` says (`0` included).
+const MIN_ACK_RETRY_WAIT: Duration = Duration::from_millis(250);
 
 /// A `Retry-After` in seconds (RFC 9110 §10.2.3). The HTTP-date form is not taken: the queue's
 /// clock and ours need not agree, and a wait that cannot be read is not waited for.
