@@ -13,7 +13,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock, which a test can pause and advance: the budget is measured in it.
+use tokio::time::Instant;
 
 use super::model::JOBS_TOPIC;
 use super::queue::{Confirmation, JobMessage, Lease, QueueApi, StreamEntry};
@@ -84,8 +86,10 @@ pub enum Processed {
     Finished(&'static str),
     /// There is no such job for that owner (evicted, deleted, or a forged owner).
     Skipped(&'static str),
-    /// The time budget ran out; the message will be redelivered and resume.
-    Deferred,
+    /// The time budget ran out; the message will be redelivered and resume. `progressed`: the
+    /// delivery advanced the job first (one that could not is not asked back at once, which
+    /// would only repeat it).
+    Deferred { progressed: bool },
 }
 
 fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
@@ -191,12 +195,13 @@ impl Consumer {
         }
         match self.run_within(&message, None, arrived + self.budget).await.map(|(processed, _)| processed) {
             Err(error) => reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error.message() })),
-            Ok(Processed::Deferred) => {
+            Ok(Processed::Deferred { progressed }) => {
                 // Ask for the next delivery now rather than when the visibility confirmed above
-                // (the budget and a margin) runs out. Unacknowledged either way, so a failure
-                // here costs only that wait.
-                if let (Err(error), Some(logger)) =
-                    (self.queue.resume_after(&lease, RESUME_AFTER_DEFERRAL).await, &self.logger)
+                // (the budget and a margin) runs out, if this one got anywhere. Unacknowledged
+                // either way, so a failure here costs only that wait.
+                if progressed
+                    && let (Err(error), Some(logger)) =
+                        (self.queue.resume_after(&lease, RESUME_AFTER_DEFERRAL).await, &self.logger)
                 {
                     logger.fault("job.fault", "resume", &error);
                 }
@@ -212,7 +217,7 @@ impl Consumer {
                     Processed::Skipped(reason) => {
                         reply(StatusCode::OK, json!({ "status": "skipped", "reason": reason }))
                     }
-                    Processed::Deferred => unreachable!(),
+                    Processed::Deferred { .. } => unreachable!(),
                 }
             }
         }
@@ -259,7 +264,7 @@ impl Consumer {
                 span.set([opentelemetry::KeyValue::new("mcp.job.skipped", *reason)]);
                 "skipped"
             }
-            Ok(Processed::Deferred) => {
+            Ok(Processed::Deferred { .. }) => {
                 span.set([opentelemetry::KeyValue::new("mcp.job.deferred", true)]);
                 "deferred"
             }
@@ -274,7 +279,7 @@ impl Consumer {
             let (result, state) = match &outcome {
                 Ok(Processed::Finished(state)) => ("finished", *state),
                 Ok(Processed::Skipped(reason)) => ("skipped", *reason),
-                Ok(Processed::Deferred) => ("deferred", ""),
+                Ok(Processed::Deferred { .. }) => ("deferred", ""),
                 Err(_) => ("store_error", ""),
             };
             let fields = RunFields {
@@ -332,11 +337,12 @@ impl Consumer {
             let waited = self.clock.now_ms().saturating_sub(job.created_at);
             self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
         }
+        let mut progressed = false;
         loop {
             // A step begins only if it ends within the budget, its pause included: one that
             // would not is left for the next delivery rather than cut off by the platform.
             if Instant::now() + self.step_delay >= deadline {
-                return Ok((Processed::Deferred, false));
+                return Ok((Processed::Deferred { progressed }, false));
             }
             if !self.step_delay.is_zero() {
                 tokio::time::sleep(self.step_delay).await;
@@ -354,6 +360,7 @@ impl Consumer {
                 Some(advanced) => (advanced.record, advanced.applied),
                 None => return Ok((Processed::Skipped("not_found"), settles)),
             };
+            progressed = true;
             // A step another delivery of the same message applied is its to report.
             if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };

@@ -999,30 +999,39 @@ async fn a_whole_number_sent_as_a_float_is_an_integer() {
 /// A step begins only if it ends within the delivery's budget, its pause included: with a 300 ms
 /// budget and 200 ms steps, a delivery takes one step and defers the rest (not acknowledged), and
 /// the next delivery takes the next. Before, the second step began at 200 ms and ended past the
-/// budget, where the platform would have cut the delivery off.
-#[tokio::test]
+/// budget, where the platform would have cut the delivery off. (Tokio's clock, paused: the
+/// budget is measured in it.)
+#[tokio::test(start_paused = true)]
 async fn a_step_begins_only_if_it_ends_within_the_budget() {
     let store = Arc::new(MemoryJobStore::new());
-    let mut config = config(store.clone(), Arc::new(ManualClock::new(1_700_000_000_000)));
+    let now = 1_700_000_000_000;
+    let mut config = config(store.clone(), Arc::new(ManualClock::new(now)));
     config.settings.consumer_budget = std::time::Duration::from_millis(300);
     config.settings.job_step_delay = std::time::Duration::from_millis(200);
+    let record = JobRecord::new("S".repeat(22), "anonymous".into(), 3, now);
+    store.create(&record, &Quota::new(8, 256), now).await.unwrap().unwrap();
+    // The queue the consumer confirms and acknowledges with.
     let queue = config.jobs.local_queue.clone().unwrap();
-    let routes = Routes::with_mcp(mcp_app(&config)).with_jobs(&config);
-    let server = TestServer::start_routes(routes).await;
-    let handle =
-        payload(&server.call_tool("submit_job", json!({"steps": 3})).await)["jobId"].as_str().unwrap().to_owned();
+    queue.connect_consumer(Arc::new(vercel_mcp::consumer(&config)));
+    let message =
+        JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps: 3, traceparent: None };
+    vercel_mcp::jobs::queue::Publisher::publish(&queue, &message, None).await.unwrap();
     for taken in 1..=2 {
         assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred after a step");
-        let status = payload(&server.call_tool("get_job_status", json!({"jobId": handle})).await);
-        assert_eq!(status["completedSteps"], taken);
+        assert_eq!(queue.pending_len(), 1, "not acknowledged");
+        let stored = store.get("anonymous", &record.job_id, now).await.unwrap().unwrap();
+        assert_eq!(stored.completed_steps, taken);
     }
+    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::OK), "the last step finishes it");
+    assert_eq!(queue.pending_len(), 0, "acknowledged");
 }
 
 /// A push's budget counts from its arrival, not from its lease's confirmation: confirming is
 /// time the function has spent. With a 3 s budget, a confirmation that takes 2 s and 600 ms
 /// steps, a delivery takes one step and defers the rest; counted from the confirmation it took
-/// all three, and then acknowledged past the time the budget was sized to leave.
-#[tokio::test]
+/// all three, and then acknowledged past the time the budget was sized to leave. (Tokio's clock,
+/// paused.)
+#[tokio::test(start_paused = true)]
 async fn a_deliverys_budget_counts_from_its_arrival() {
     use std::time::Duration;
     use vercel_mcp::jobs::queue::{Confirmation, Lease, QueueApi, QueueFuture};
@@ -1060,12 +1069,13 @@ async fn a_deliverys_budget_counts_from_its_arrival() {
     assert_eq!(stored.completed_steps, 1, "a second left after the confirmation: one step");
 }
 
-/// A delivery that defers asks the queue for the next one at once; when the queue cannot be
-/// asked, the delivery still answers 202 unacknowledged (the message comes back when its
-/// visibility runs out, as before) and a `job.fault` line says what failed. A delivery that
-/// finishes asks nothing of the kind.
-#[tokio::test]
-async fn a_deferral_whose_reschedule_fails_is_still_a_deferral() {
+/// A delivery that defers after advancing its job asks the queue for the next one at once; when
+/// the queue cannot be asked, the delivery still answers 202 unacknowledged (the message comes
+/// back when its visibility runs out, as before) and a `job.fault` line says what failed. A
+/// delivery that defers before any step (its budget too short for one) asks nothing: asked back
+/// at once, it would only defer again. A delivery that finishes asks nothing of the kind.
+#[tokio::test(start_paused = true)]
+async fn a_deferral_asks_for_the_next_delivery_only_after_progress() {
     use std::sync::Mutex;
     use std::time::Duration;
     use vercel_mcp::jobs::queue::{Confirmation, Lease, QueueApi, QueueFuture};
@@ -1093,20 +1103,41 @@ async fn a_deferral_whose_reschedule_fails_is_still_a_deferral() {
     let mut config = config(store.clone(), Arc::new(ManualClock::new(now)));
     let sink = Arc::new(vercel_mcp::observe::MemorySink::default());
     config.log_sink = sink.clone();
-    config.settings.consumer_budget = Duration::ZERO;
-    let record = JobRecord::new("C".repeat(22), "anonymous".into(), 2, now);
+    config.settings.job_step_delay = Duration::from_millis(200);
+    let record = JobRecord::new("C".repeat(22), "anonymous".into(), 3, now);
     store.create(&record, &Quota::new(8, 256), now).await.unwrap().unwrap();
-    let queue = LocalQueue::new();
-    let rescheduling = Arc::new(Rescheduling { queue: queue.clone(), asked: Mutex::default() });
-    let mut consumer = vercel_mcp::consumer(&config);
-    consumer.queue = rescheduling.clone();
-    queue.connect_consumer(Arc::new(consumer));
     let message =
-        JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps: 2, traceparent: None };
-    vercel_mcp::jobs::queue::Publisher::publish(&queue, &message, None).await.unwrap();
-    assert_eq!(queue.deliver_next().await, Some(http::StatusCode::ACCEPTED), "deferred all the same");
-    assert_eq!(queue.pending_len(), 1, "not acknowledged");
-    assert_eq!(*rescheduling.asked.lock().unwrap(), [vercel_mcp::jobs::consumer::RESUME_AFTER_DEFERRAL]);
+        JobMessage { job_id: record.job_id.clone(), owner_id: record.owner_id.clone(), steps: 3, traceparent: None };
+    let completed = || async { store.get("anonymous", &record.job_id, now).await.unwrap().unwrap().completed_steps };
+    // A delivery with `budget`, on a queue of its own that records what it was asked.
+    let deliver = |budget: Duration| {
+        let (config, message) = (&config, &message);
+        async move {
+            let queue = LocalQueue::new();
+            let rescheduling = Arc::new(Rescheduling { queue: queue.clone(), asked: Mutex::default() });
+            let mut consumer = vercel_mcp::consumer(config);
+            consumer.budget = budget;
+            consumer.queue = rescheduling.clone();
+            queue.connect_consumer(Arc::new(consumer));
+            vercel_mcp::jobs::queue::Publisher::publish(&queue, message, None).await.unwrap();
+            let status = queue.deliver_next().await;
+            let asked = rescheduling.asked.lock().unwrap().clone();
+            (status, queue.pending_len(), asked)
+        }
+    };
+
+    // Too short for a step: deferred, not acknowledged, and the queue not asked.
+    let (status, pending, asked) = deliver(Duration::from_millis(100)).await;
+    assert_eq!((status, pending), (Some(http::StatusCode::ACCEPTED), 1), "deferred, not acknowledged");
+    assert!(asked.is_empty(), "a delivery that got nowhere is not asked back at once: {asked:?}");
+    assert_eq!(completed().await, 0);
+    assert!(sink.lines().iter().all(|l| l["event"] != "job.fault"), "nothing failed");
+
+    // One step, then deferred: the next delivery is asked for at once, and its failure logged.
+    let (status, pending, asked) = deliver(Duration::from_millis(300)).await;
+    assert_eq!((status, pending), (Some(http::StatusCode::ACCEPTED), 1), "deferred all the same");
+    assert_eq!(asked, [vercel_mcp::jobs::consumer::RESUME_AFTER_DEFERRAL]);
+    assert_eq!(completed().await, 1);
     let fault = sink.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
     assert_eq!(
         (fault["operation"].as_str(), fault["detail"].as_str()),
@@ -1114,16 +1145,10 @@ async fn a_deferral_whose_reschedule_fails_is_still_a_deferral() {
     );
 
     // With a budget, the redelivery finishes the job and reschedules nothing.
-    let finishing = LocalQueue::new();
-    let quiet = Arc::new(Rescheduling { queue: finishing.clone(), asked: Mutex::default() });
-    let mut consumer = vercel_mcp::consumer(&config);
-    consumer.budget = Duration::from_secs(50);
-    consumer.queue = quiet.clone();
-    finishing.connect_consumer(Arc::new(consumer));
-    vercel_mcp::jobs::queue::Publisher::publish(&finishing, &message, None).await.unwrap();
-    assert_eq!(finishing.deliver_next().await, Some(http::StatusCode::OK));
-    assert!(quiet.asked.lock().unwrap().is_empty(), "a delivery that finishes is not rescheduled");
-    assert_eq!(store.get("anonymous", &record.job_id, now).await.unwrap().unwrap().completed_steps, 2);
+    let (status, pending, asked) = deliver(Duration::from_secs(50)).await;
+    assert_eq!((status, pending), (Some(http::StatusCode::OK), 0));
+    assert!(asked.is_empty(), "a delivery that finishes is not rescheduled");
+    assert_eq!(completed().await, 3);
 }
 
 /// A submit whose publish failed never happened, for the caller's per-minute rate too: with two

@@ -432,7 +432,7 @@ impl RedisStreamQueue {
             // The delivery's time budget ran out mid-job: back on the stream at once as a new
             // entry, so running long is not counted as a failed delivery (the job's deadline
             // bounds it); the next read anywhere resumes from the stored record.
-            Some(Ok((Processed::Deferred, false))) => {
+            Some(Ok((Processed::Deferred { .. }, false))) => {
                 let _ = self.hand_back(id).await;
             }
             // A store failure: left pending, reclaimed after the reclaim time and counted.
