@@ -1030,7 +1030,9 @@ mod tests {
         let unchanged = store.get(alice.id(), "parked").await.unwrap().unwrap();
         assert_eq!((unchanged.status, unchanged.input_responses.len()), (TaskStatus::InputRequired, 1));
         start(&bob).await.unwrap();
-        let full = start(&bob).await.unwrap_err();
+        // Full: a third caller, under its own share, meets the total.
+        let carol = Principal::verified(Some("carol"), None, vec![]);
+        let full = start(&carol).await.unwrap_err();
         assert!(full.message.contains("on this server (limit 4)"), "{}", full.message);
 
         // Cancelled, the first task's round ends at its next check, and its slot is free.
