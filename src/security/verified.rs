@@ -7,11 +7,13 @@
 //! hard to collide. An entry is trusted until the token's `exp` or for [`VERIFIED_TTL_SECS`],
 //! whichever is sooner, re-checked on every use. Expired entries are dropped when the cache is
 //! next used [`PRUNE_EVERY_SECS`] or more after its last pruning. The cache is bounded in entries
-//! and in bytes: when full it drops its expired entries, and is cleared only if that is not
-//! enough. One principal holds at most [`VERIFIED_PER_PRINCIPAL`] entries, its oldest making room
-//! for its newest, so one caller presenting token after token (each refresh mints one) cannot
-//! fill the cache, and so empty it, for everyone. Each endpoint's authenticator has its own (a token verified at one endpoint is never
-//! taken from another's).
+//! and in bytes: when full it drops its expired entries, then, if that is not enough, the entries
+//! that expire soonest until the new one fits (never everything: many callers filling it cost
+//! each other the odd re-verification, not all of them at once). One principal holds at most
+//! [`VERIFIED_PER_PRINCIPAL`] entries, its oldest making room for its newest, so one caller
+//! presenting token after token (each refresh mints one) cannot fill the cache for everyone.
+//! Each endpoint's authenticator has its own (a token verified at one endpoint is never taken
+//! from another's).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -45,7 +47,7 @@ pub(super) struct VerifiedTokens {
 struct Entries {
     by_tail: HashMap<[u8; TAIL], Remembered>,
     /// The entries of each principal, by their keys in `by_tail`: kept with it by `insert`,
-    /// `remove`, `prune` and `clear`, the only writers.
+    /// `remove` and `prune`, the only writers.
     by_principal: HashMap<Box<str>, Vec<[u8; TAIL]>>,
     bytes: usize,
     /// Unix seconds: when expired entries are next looked for.
@@ -86,10 +88,16 @@ impl Entries {
         }
     }
 
-    fn clear(&mut self) {
-        self.by_tail.clear();
-        self.by_principal.clear();
-        self.bytes = 0;
+    /// Drops the entries that expire soonest until `token` fits. A scan per entry dropped, under
+    /// the lock: this runs only when a verification (≈ 100× a request) found the cache full.
+    fn make_room_for_token(&mut self, token: &[u8]) {
+        while self.full_for(token) {
+            let soonest = self.by_tail.iter().min_by_key(|(_, entry)| entry.valid_until).map(|(key, _)| *key);
+            match soonest {
+                Some(key) => self.remove(&key),
+                None => return,
+            }
+        }
     }
 
     /// Drops `principal`'s entry that expires first if it holds its share.
@@ -147,9 +155,7 @@ impl VerifiedTokens {
         if entries.full_for(token) {
             entries.prune(now, true);
         }
-        if entries.full_for(token) {
-            entries.clear();
-        }
+        entries.make_room_for_token(token);
         entries.insert(key, Remembered { token: token.into(), principal, valid_until });
     }
 
@@ -239,26 +245,67 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_in_entries_and_in_bytes() {
+        // As many callers as entries, the i-th token expiring at second 1_000 + i.
         let cache = VerifiedTokens::default();
+        let nth = |i: usize| format!("token-{i:040}").into_bytes();
         for i in 0..VERIFIED_MAX {
-            cache.remember(format!("token-{i:040}").as_bytes(), principal(&format!("p{i}")), 1_000, 0);
+            cache.remember(&nth(i), principal(&format!("p{i}")), 1_000 + i as u64, 0);
         }
         assert_eq!(cache.held().0, VERIFIED_MAX);
-        cache.remember(b"one more", principal("p"), 1_000, 0);
-        assert_eq!(cache.held(), (1, 8), "full of live tokens: cleared, then the new token held");
+        cache.remember(b"one more", principal("p"), 9_000, 0);
+        assert_eq!(cache.held().0, VERIFIED_MAX, "full of live tokens: one made room");
+        assert_eq!(cache.lookup(&nth(0), 0), None, "the one expiring first");
+        assert_eq!(cache.lookup(&nth(1), 0), Some(principal("p1")), "and only it: the others still hit");
+        assert_eq!(cache.lookup(&nth(VERIFIED_MAX - 1), 0), Some(principal(&format!("p{}", VERIFIED_MAX - 1))));
+        assert_eq!(cache.lookup(b"one more", 0), Some(principal("p")));
 
+        // Over the byte budget: the tokens expiring first go until the new one fits.
+        let cache = VerifiedTokens::default();
         let big = vec![b'a'; VERIFIED_MAX_BYTES / 2];
         let mut other = big.clone();
         other[0] = b'b';
         other.push(b'c');
+        cache.remember(b"kept", principal("k"), 3_000, 0);
         cache.remember(&big, principal("p"), 1_000, 0);
-        assert_eq!(cache.held(), (2, 8 + big.len()));
-        cache.remember(&other, principal("q"), 1_000, 0);
-        assert_eq!(cache.held(), (1, other.len()), "over the byte budget: cleared first");
+        assert_eq!(cache.held(), (2, 4 + big.len()));
+        cache.remember(&other, principal("q"), 2_000, 0);
+        assert_eq!(cache.held(), (2, 4 + other.len()), "the big token, expiring first, made room");
         assert_eq!(cache.lookup(&other, 0), Some(principal("q")));
+        assert_eq!(cache.lookup(b"kept", 0), Some(principal("k")), "what still fitted stayed");
 
         cache.remember(&vec![b'z'; VERIFIED_MAX_BYTES + 1], principal("p"), 1_000, 0);
-        assert_eq!(cache.held(), (1, other.len()), "a token bigger than the budget is not held");
+        assert_eq!(cache.held(), (2, 4 + other.len()), "a token bigger than the budget is not held");
+    }
+
+    /// Many callers, each within its share, filling the byte budget together: a newcomer's token
+    /// costs the entry that expires soonest, not everyone's.
+    #[test]
+    fn callers_filling_the_bytes_together_cannot_empty_the_cache() {
+        let cache = VerifiedTokens::default();
+        let per_token = 4096;
+        let callers = VERIFIED_MAX_BYTES / per_token / VERIFIED_PER_PRINCIPAL;
+        let token_of = |caller: usize, n: usize| {
+            // Found by its end: the last bytes name the caller and the token.
+            let mut token = vec![b'x'; per_token - TAIL];
+            token.extend_from_slice(format!("{caller:016}{n:016}").as_bytes());
+            token
+        };
+        for caller in 0..callers {
+            for n in 0..VERIFIED_PER_PRINCIPAL {
+                let until = 1_000 + (caller * VERIFIED_PER_PRINCIPAL + n) as u64;
+                cache.remember(&token_of(caller, n), principal(&format!("c{caller}")), until, 0);
+            }
+        }
+        let (entries, _) = cache.held();
+        assert_eq!(entries, callers * VERIFIED_PER_PRINCIPAL, "every caller's share is held");
+        cache.remember(&token_of(callers, 0), principal("newcomer"), 9_000, 0);
+        assert_eq!(cache.held().0, entries, "one made room");
+        assert_eq!(cache.lookup(&token_of(0, 0), 0), None, "the one expiring first");
+        for caller in 0..callers {
+            let last = token_of(caller, VERIFIED_PER_PRINCIPAL - 1);
+            assert_eq!(cache.lookup(&last, 0), Some(principal(&format!("c{caller}"))), "caller {caller} kept");
+        }
+        assert_eq!(cache.lookup(&token_of(callers, 0), 0), Some(principal("newcomer")));
     }
 
     #[test]
