@@ -46,6 +46,15 @@ impl Instance {
         common::payload(&self.server.call_tool(tool, arguments).await)
     }
 
+    /// How many deliveries this instance logged ending with `result` (`job.run` lines).
+    fn runs_ending(&self, result: &str) -> usize {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|l| l["event"] == "job.run" && l["result"] == result)
+            .count()
+    }
+
     /// The `(job, completedSteps)` of every step this instance logged storing.
     fn steps(&self) -> Vec<(String, u64)> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -229,6 +238,8 @@ async fn redis_restarted_mid_run_loses_nothing() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(redis.restart(), "redis-server restarts");
     all_done(&b, &handles, 6, Duration::from_secs(30)).await;
+    let failed = a.runs_ending("store_error") + b.runs_ending("store_error");
+    assert!(failed > 0, "deliveries failed during the outage (and were retried: every job is done)");
     no_step_twice(&[&a, &b], 4, 6);
 }
 
