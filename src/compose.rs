@@ -244,7 +244,12 @@ pub fn configure_server(server: &mut McpServer, parts: &Parts) {
     // catalogue::facade::register(server, services.facade());
     // catalogue::least_privilege::register(server, Arc::new(catalogue::least_privilege::DiscardLedger));
     // catalogue::db_adapter::register(server, services.db_adapter());
-    // catalogue::sandbox_isolation::register(server, services.sandbox.clone(), services.logger.clone());
+    // catalogue::sandbox_isolation::register(
+    //     server,
+    //     services.sandbox.clone(),
+    //     services.sandbox_runs.clone(),
+    //     services.logger.clone(),
+    // );
 }
 
 /// The `/api/mcp` application.

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use super::db_adapter::{self, DbAdapter, ProductBackend};
 use super::facade::{self, Facade};
-use super::sandbox_isolation::{SandboxClient, vercel::VercelSandbox};
+use super::sandbox_isolation::{RunCounter, SandboxClient, vercel::VercelSandbox};
 use super::{least_privilege, query_command, secure_tools};
 use crate::jobs::Jobs;
 use crate::observe::Logger;
-use crate::state::Random;
+use crate::state::{Random, SystemRandom};
 use crate::store::Shared;
 use crate::tasks::TaskService;
 
@@ -72,6 +72,8 @@ pub struct Backends {
     pub products: Arc<dyn ProductBackend>,
     /// The sandbox-isolation example's Vercel Sandbox client.
     pub sandbox: Arc<dyn SandboxClient>,
+    /// Where the sandbox-isolation example counts each caller's runs.
+    pub sandbox_runs: RunCounter,
 }
 
 impl Backends {
@@ -90,6 +92,7 @@ impl Backends {
                 settings.sandbox_api_base_url.clone(),
                 settings.sandbox_oidc_token.clone(),
             )),
+            sandbox_runs: RunCounter::new(shared, Arc::new(SystemRandom::default())),
         })
     }
 
@@ -119,6 +122,8 @@ pub struct Services {
     pub products: Arc<dyn ProductBackend>,
     /// The sandbox-isolation example's Vercel Sandbox client.
     pub sandbox: Arc<dyn SandboxClient>,
+    /// Where the sandbox-isolation example counts each caller's runs.
+    pub sandbox_runs: RunCounter,
 }
 
 impl Services {
@@ -139,6 +144,7 @@ impl Services {
             names: backends.names.clone(),
             products: backends.products.clone(),
             sandbox: backends.sandbox.clone(),
+            sandbox_runs: backends.sandbox_runs.clone(),
         }
     }
 

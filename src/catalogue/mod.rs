@@ -138,7 +138,12 @@ pub const EXAMPLES: &[Example] = &[
         name: "sandbox-isolation",
         server_name: sandbox_isolation::SERVER_NAME,
         register: |server, services| {
-            sandbox_isolation::register(server, services.sandbox.clone(), services.logger.clone())
+            sandbox_isolation::register(
+                server,
+                services.sandbox.clone(),
+                services.sandbox_runs.clone(),
+                services.logger.clone(),
+            )
         },
     },
 ];

@@ -223,6 +223,12 @@ impl McpServer {
         // and opens its next stream on another instance.
         let stopped = stopping.begun();
         tokio::pin!(stopped);
+        // A named task whose instance died is announced by nobody: the stream looks at its named
+        // tasks once it is open, and again when the soonest working one would count as lost
+        // (the read then fails it, saying so, and the stream sends that).
+        let lost_check = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(lost_check);
+        let mut lost_armed = !filter.task_ids.is_empty() && self.tasks.is_some();
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
@@ -232,6 +238,12 @@ impl McpServer {
                     Ok(event) if filter.wants(&event) => {
                         let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox)).await else { break };
                         unread_armed |= retry_unread(unread.as_mut(), delivered.ok()?);
+                        // A named task changed: it may be working again, so when it would be
+                        // lost is looked at again (if nothing was being watched).
+                        if matches!(event, ChangeEvent::TaskChanged { .. }) && !lost_armed && self.tasks.is_some() {
+                            lost_check.as_mut().reset(tokio::time::Instant::now());
+                            lost_armed = true;
+                        }
                     }
                     Ok(_) => {}
                     // The bus moved on before this stream read some changes (the client reads
@@ -241,6 +253,13 @@ impl McpServer {
                         unread_armed |= retry_unread(unread.as_mut(), caught_up.ok()?);
                     }
                     Err(RecvError::Closed) => break,
+                },
+                () = &mut lost_check, if lost_armed => {
+                    let Ok(next) = tokio::time::timeout_at(ends_at, self.look_for_lost_tasks(ctx, &filter, &tag, outbox)).await else { break };
+                    match next.ok()? {
+                        Some(wait) => lost_check.as_mut().reset(tokio::time::Instant::now() + wait),
+                        None => lost_armed = false,
+                    }
                 },
                 () = &mut unread, if unread_armed => {
                     let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
@@ -288,6 +307,38 @@ impl McpServer {
             all_read &= self.deliver(ctx, &event, tag, outbox).await?;
         }
         Ok(all_read)
+    }
+
+    /// Looks at the stream's named tasks that read as working: one lost by now is delivered (the
+    /// read fails it, saying its work was lost), and the soonest another would be is returned,
+    /// for the stream to look again then; a task that could not be read is looked at again
+    /// after [`UNREAD_RETRY`]. `None` when none of them is working.
+    async fn look_for_lost_tasks(
+        &self,
+        ctx: &RequestContext,
+        filter: &Filter,
+        tag: &Value,
+        outbox: &crate::body::Outbox,
+    ) -> Result<Option<Duration>, crate::body::outbox::Closed> {
+        let Some(tasks) = self.tasks.as_ref() else { return Ok(None) };
+        let mut soonest: Option<Duration> = None;
+        for task_id in &filter.task_ids {
+            let again = match tasks.lost_in(&ctx.principal, task_id).await {
+                Ok(None) => continue,
+                Ok(Some(wait)) if wait.is_zero() => {
+                    let event =
+                        ChangeEvent::TaskChanged { owner: ctx.principal.id().to_owned(), task_id: task_id.clone() };
+                    if self.deliver(ctx, &event, tag, outbox).await? {
+                        continue;
+                    }
+                    UNREAD_RETRY
+                }
+                Ok(Some(wait)) => wait,
+                Err(_) => UNREAD_RETRY,
+            };
+            soonest = Some(soonest.map_or(again, |soonest| soonest.min(again)));
+        }
+        Ok(soonest)
     }
 
     /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's full state
@@ -430,6 +481,79 @@ mod tests {
         assert!(started.elapsed() <= Duration::from_secs(31), "ended at {:?}", started.elapsed());
         let reads = store.0.load(Ordering::SeqCst);
         assert!((1..=16).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
+    }
+
+    /// A named task whose instance died is announced by nobody: a stream that names it sends
+    /// its failure once it counts as lost, whether it already did when the stream opened or
+    /// comes to while the stream is open. A task that finished, or one that will not count as
+    /// lost before the stream ends, is not sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_announces_a_named_task_whose_work_was_lost() {
+        use crate::protocol::types::CallToolResult;
+        use crate::server::{NoArguments, ToolDef};
+        use crate::state::{Clock, LocalBus, SeededRandom};
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskService, TaskStatus, TaskStore};
+        /// Milliseconds on tokio's clock, which the test's runtime advances.
+        struct TokioClock(tokio::time::Instant);
+        impl Clock for TokioClock {
+            fn now_ms(&self) -> u64 {
+                1_000_000 + u64::try_from(self.0.elapsed().as_millis()).unwrap()
+            }
+        }
+        let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+        let now = clock.now_ms();
+        let store = Arc::new(MemoryTaskStore::default());
+        let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
+        // Rounds of 1 s: a working task counts as lost 61 s after its round began.
+        let lost_after_ms = 1_000 + 60_000;
+        for (id, status, updated_at) in [
+            ("gone", "working", now - lost_after_ms - 1),
+            ("soon", "working", now - lost_after_ms + 5_000),
+            ("fresh", "working", now),
+            ("done", "completed", 0),
+        ] {
+            let record: TaskRecord = serde_json::from_value(json!({
+                "version": 1, "taskId": id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
+                "tool": "work", "arguments": {}, "status": status, "createdAt": 0, "updatedAt": updated_at,
+                "ttlMs": 3_600_000, "roundLimitMs": 1_000
+            }))
+            .unwrap();
+            store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        }
+        let bus = Arc::new(LocalBus::default());
+        let tasks = TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), bus.clone());
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(Arc::new(tasks));
+        server.tool(ToolDef::new("work").description("Works"), |_, _: NoArguments| async { CallToolResult::text("") });
+        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus);
+        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        let (outbox, mut events) = crate::body::outbox::channel(1024);
+        ctx.outbox = Some(outbox);
+        let params: RequestParams =
+            serde_json::from_value(json!({"notifications": {"taskIds": ["gone", "soon", "fresh", "done"]}})).unwrap();
+        let filter = server.listen_filter(&ctx, &params).unwrap();
+        let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
+        let stopping = crate::state::Stopping::default();
+        assert!(server.listen(&ctx, filter, limits, &stopping).await.is_some(), "the stream ends with its result");
+
+        let status = |id: &'static str| {
+            let store = store.clone();
+            let owner = alice.id().to_owned();
+            async move { store.get(&owner, id).await.unwrap().unwrap().status }
+        };
+        assert_eq!(status("gone").await, TaskStatus::Failed, "lost when the stream opened");
+        assert_eq!(status("soon").await, TaskStatus::Failed, "lost while it was open");
+        assert_eq!(status("fresh").await, TaskStatus::Working, "not lost before the stream ended");
+        let (sent, _) = std::future::poll_fn(|cx| events.poll_chunk(cx)).await.expect("the stream's events");
+        let sent = String::from_utf8(sent).unwrap();
+        for lost in ["\"taskId\":\"gone\"", "\"taskId\":\"soon\""] {
+            assert!(sent.contains(lost), "{lost} announced: {sent}");
+        }
+        assert!(sent.contains("work was lost"), "saying why: {sent}");
+        for quiet in ["\"taskId\":\"fresh\"", "\"taskId\":\"done\""] {
+            assert!(!sent.contains(quiet), "{quiet} not announced: {sent}");
+        }
     }
 
     /// A subscription to a resource the caller may not read is not honoured (nor acknowledged);

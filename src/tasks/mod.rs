@@ -621,6 +621,25 @@ impl TaskService {
         .await
     }
 
+    /// How long until `principal`'s task `task_id`, if it still reads as working then, counts as
+    /// lost (`Duration::ZERO`: it does now, and the next read of it fails it, saying so); `None`
+    /// when it is not working, or not there. Nothing announces a lost task (the instance that
+    /// would have is gone), so a listen stream that names it looks for itself at that moment.
+    pub async fn lost_in(&self, principal: &Principal, task_id: &str) -> Result<Option<Duration>, StoreError> {
+        let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
+        if record.status != TaskStatus::Working {
+            return Ok(None);
+        }
+        let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
+        let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
+        // Lost once the clock is past this (`unless_lost` compares with `<=`).
+        let lost_after = record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms);
+        let now = self.clock.now_ms();
+        // At most a day: a timer set from it must not overflow, whatever the record says.
+        let wait_ms = if now > lost_after { 0 } else { (lost_after - now + 1).min(86_400_000) };
+        Ok(Some(Duration::from_millis(wait_ms)))
+    }
+
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
     /// `resultType`); `None` when it has no such task, an error when the store cannot say.
     /// A task whose tool `may_see` refuses is left out as one that does not exist.

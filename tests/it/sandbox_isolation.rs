@@ -9,12 +9,11 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
 use vercel_mcp::catalogue::sandbox_isolation::{
-    self, MAX_OUTPUT_CHARS, RunSlot, SANDBOX_IMAGE, SANDBOX_TIMEOUT_MS, SandboxClient, SandboxError, SandboxFuture,
-    SandboxRunRequest, SandboxRunResult, UNTRUSTED_OUTPUT_BEGIN, UNTRUSTED_OUTPUT_END, build_sandbox_create_options,
-    truncate_output,
+    self, MAX_OUTPUT_CHARS, RunCounter, RunSlot, SANDBOX_IMAGE, SANDBOX_TIMEOUT_MS, SandboxClient, SandboxError,
+    SandboxFuture, SandboxRunRequest, SandboxRunResult, UNTRUSTED_OUTPUT_BEGIN, UNTRUSTED_OUTPUT_END,
+    build_sandbox_create_options, truncate_output,
 };
 use vercel_mcp::observe::MemorySink;
-use vercel_mcp::security::Slots;
 use vercel_mcp::state::SystemClock;
 use vercel_mcp::{App, McpServer, Parts};
 
@@ -57,7 +56,7 @@ async fn env(stub: Arc<RecordingSandbox>) -> (TestServer, Arc<MemorySink>) {
     let sink = Arc::new(MemorySink::default());
     config.log_sink = sink.clone();
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
-    sandbox_isolation::register(&mut server, stub, config.logger());
+    sandbox_isolation::register(&mut server, stub, config.examples.sandbox_runs.clone(), config.logger());
     (TestServer::start(Arc::new(App::new(server, config.endpoint()))).await, sink)
 }
 
@@ -173,7 +172,7 @@ async fn the_request_oidc_token_is_passed_to_the_client_only() {
     let sink = Arc::new(MemorySink::default());
     config.log_sink = sink.clone();
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
-    sandbox_isolation::register(&mut server, stub.clone(), config.logger());
+    sandbox_isolation::register(&mut server, stub.clone(), config.examples.sandbox_runs.clone(), config.logger());
     let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
     let token = oidc_token();
     let call = |token: String| {
@@ -261,7 +260,7 @@ async fn a_caller_runs_at_most_two_sandboxes_and_the_instance_eight() {
     let (jwks, _) = stub_jwks().await;
     let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
-    sandbox_isolation::register(&mut server, held.clone(), config.logger());
+    sandbox_isolation::register(&mut server, held.clone(), config.examples.sandbox_runs.clone(), config.logger());
     let server = Arc::new(TestServer::start(Arc::new(App::new(server, config.endpoint()))).await);
     let caller = |n: usize| bearer(&format!("caller-{n}"), "mcp:read mcp:write");
     let run_as = |who: String, command: &str| {
@@ -515,17 +514,17 @@ fn run_request(command: &str) -> SandboxRunRequest {
     SandboxRunRequest { command: command.into(), options: build_sandbox_create_options() }
 }
 
-/// The slots a run is counted in (as `run_in_sandbox` counts it), and its slot.
-fn counted_run() -> (Arc<Slots>, RunSlot) {
-    let slots = Arc::new(Slots::default());
-    let slot = slots.acquire("caller", sandbox_isolation::SANDBOX_RUNS).unwrap();
-    (slots, slot)
+/// A counter with one run counted in it (as `run_in_sandbox` counts it), and that run's slot.
+async fn counted_run() -> (RunCounter, RunSlot) {
+    let runs = RunCounter::in_this_instance();
+    let slot = runs.take("caller").await.unwrap();
+    (runs, slot)
 }
 
-/// Waits (bounded) until every slot of `slots` is free again.
-async fn until_freed(slots: &Slots) {
+/// Waits (bounded) until every run `runs` counts is over.
+async fn until_freed(runs: &RunCounter) {
     common::bounded("the run's slot to be freed", async {
-        while slots.held() != 0 {
+        while runs.held_here() != 0 {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     })
@@ -542,15 +541,15 @@ async fn a_run_dropped_midway_still_stops_its_sandbox() {
     let request = run_request("sleep 30");
     // Its command hangs: the run is dropped while it runs.
     let started = |api: &FakeSandboxApi| api.requests.iter().any(|r| r.1.contains("/cmd"));
-    let (slots, slot) = counted_run();
+    let (runs, slot) = counted_run().await;
     drop_run_once(config.examples.sandbox.run(&request, None, slot), "the command to start", &api, started).await;
     until("the stop to be sent", &api, |api| api.held_arrived).await;
     // The caller is gone, the microVM not yet stopped: it still counts against the caps.
-    assert_eq!(slots.held(), 1, "a sandbox being stopped for a caller that left still holds its slot");
+    assert_eq!(runs.held_here(), 1, "a sandbox being stopped for a caller that left still holds its slot");
     let gate = api.lock().unwrap().gate.clone();
     gate.add_permits(1);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
-    until_freed(&slots).await;
+    until_freed(&runs).await;
 }
 
 /// A run dropped while its sandbox is being created (its caller left during provisioning) still
@@ -564,14 +563,14 @@ async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
     let request = run_request("ls");
     // The caller leaves while the create is held.
     let created = |api: &FakeSandboxApi| api.held_arrived;
-    let (slots, slot) = counted_run();
+    let (runs, slot) = counted_run().await;
     drop_run_once(config.examples.sandbox.run(&request, None, slot), "the create to arrive", &api, created).await;
     // The caller is gone, the microVM is being made: it still counts against the caps.
-    assert_eq!(slots.held(), 1, "a sandbox being created for a caller that left still holds its slot");
+    assert_eq!(runs.held_here(), 1, "a sandbox being created for a caller that left still holds its slot");
     let gate = api.lock().unwrap().gate.clone();
     gate.add_permits(1);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
-    until_freed(&slots).await;
+    until_freed(&runs).await;
     assert!(!paths(&api).iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths(&api));
 }
 
@@ -598,7 +597,12 @@ fn sandbox_env(base: &str, local_token: Option<&str>) -> Parts {
 
 async fn serve(config: Parts) -> TestServer {
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
-    sandbox_isolation::register(&mut server, config.examples.sandbox.clone(), config.logger());
+    sandbox_isolation::register(
+        &mut server,
+        config.examples.sandbox.clone(),
+        config.examples.sandbox_runs.clone(),
+        config.logger(),
+    );
     TestServer::start(Arc::new(App::new(server, config.endpoint()))).await
 }
 
@@ -694,4 +698,74 @@ async fn a_hostile_session_id_is_refused_before_any_further_call() {
     assert_eq!(common::error_text(&result), "sandbox run failed; see server logs");
     let paths: Vec<String> = api.lock().unwrap().requests.iter().map(|r| r.1.clone()).collect();
     assert_eq!(paths, ["/v2/sandboxes?teamId=team_1"], "no path is built from the untrusted id");
+}
+
+/// Where shared records live in Redis, a caller's share of sandbox runs holds across instances:
+/// with two runs held through one instance, a third through another is refused (and adds
+/// nothing), while another caller is not affected; a run counts until its slot is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_share_of_sandboxes_holds_across_instances() {
+    use vercel_mcp::catalogue::sandbox_isolation::RunRefused;
+    use vercel_mcp::security::SlotsFull;
+    use vercel_mcp::state::SystemRandom;
+    use vercel_mcp::store::{Redis, Shared};
+    let Some((url, _guard)) = common::redis::redis() else { return };
+    let prefix = common::redis::unique_prefix("sandbox-runs");
+    // Two instances: each its own connection and its own in-memory count.
+    let instance = || {
+        let shared = Shared::Redis(Redis::connect(&url, &prefix).unwrap());
+        RunCounter::new(&shared, Arc::new(SystemRandom::default()))
+    };
+    let (a, b) = (instance(), instance());
+    let refused_as_full = |taken: Result<RunSlot, RunRefused>| {
+        assert!(matches!(taken, Err(RunRefused::Full(SlotsFull::Principal))), "{taken:?}");
+    };
+    let first = a.take("alice").await.unwrap();
+    let second = a.take("alice").await.unwrap();
+    refused_as_full(b.take("alice").await);
+    assert_eq!(b.held_here(), 0, "a refused run holds nothing on the instance either");
+    let bob = b.take("bob").await.unwrap();
+
+    drop(first);
+    // Its removal lands past the drop: then one place, and only one, is free for alice.
+    let third = common::bounded("the ended run to stop counting", async {
+        loop {
+            if let Ok(slot) = b.take("alice").await {
+                break slot;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    refused_as_full(b.take("alice").await);
+    refused_as_full(a.take("alice").await);
+    drop((second, third, bob));
+    common::bounded("every run to stop counting", async {
+        while a.take("alice").await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// With the shared count unreachable, a run is refused as a tool error that says it was not
+/// run, and the Sandbox API is never asked: an uncounted run would pass the caps.
+#[tokio::test]
+async fn with_the_run_count_unreachable_nothing_runs() {
+    use vercel_mcp::state::SystemRandom;
+    use vercel_mcp::store::{Redis, Shared};
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let shared = Shared::Redis(Redis::connect(&format!("redis://127.0.0.1:{closed}"), "down").unwrap());
+    let runs = RunCounter::new(&shared, Arc::new(SystemRandom::default()));
+    let stub = Arc::new(RecordingSandbox::default());
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, stub.clone(), runs.clone(), config.logger());
+    let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let (result, _) = run(&server, json!({"command": "echo hi"})).await;
+    assert_eq!(result["isError"], true, "{result}");
+    let text = text_of(&result);
+    assert!(text.contains("sandbox run count unavailable") && text.contains("was not run"), "{text}");
+    assert!(stub.runs().is_empty(), "the Sandbox API was not asked");
+    assert_eq!(runs.held_here(), 0, "and the instance's count was given back");
 }

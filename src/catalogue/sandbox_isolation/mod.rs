@@ -9,7 +9,10 @@
 //! client authenticates with the deployment's OIDC token, taken from the request. Output comes
 //! back with control characters stripped, capped, and framed as untrusted data.
 
+pub mod runs;
 pub mod vercel;
+
+pub use runs::{RunCounter, RunRefused, RunSlot};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,7 +23,7 @@ use std::sync::Arc;
 use super::WRITE_SCOPE;
 use crate::observe::Logger;
 use crate::protocol::types::{CallToolResult, ToolAnnotations};
-use crate::security::{SlotCaps, Slots, SlotsFull};
+use crate::security::{SlotCaps, SlotsFull};
 use crate::server::{McpServer, RequestContext, ToolDef, ToolError};
 
 /// `serverInfo.name`.
@@ -40,8 +43,10 @@ pub const SANDBOX_ALLOWED_HOSTS: &[&str] = &["registry.npmjs.org", "api.example.
 pub const SANDBOX_IMAGE: &str = "vercel/sandbox/node:22";
 /// How long a sandbox may live, in milliseconds.
 pub const SANDBOX_TIMEOUT_MS: u64 = 30_000;
-/// Sandboxes one instance runs at once: each is a microVM billed to the team and counted against
-/// its concurrency quota, so one caller may hold only a few and all callers together a few more.
+/// Sandboxes one caller runs at once (across every instance when shared records live in Redis,
+/// [`RunCounter`]) and one instance runs at once: each is a microVM billed to the team and counted
+/// against its concurrency quota, so one caller may hold only a few and all callers together a
+/// few more.
 pub const SANDBOX_RUNS: SlotCaps = SlotCaps { per_principal: 2, total: 8 };
 
 /// The create options: fields are private, so the only way to get one is
@@ -165,9 +170,6 @@ pub trait SandboxClient: Send + Sync + 'static {
     ) -> SandboxFuture<'a>;
 }
 
-/// One run's share of [`SANDBOX_RUNS`]; dropping it frees the share.
-pub type RunSlot = crate::security::Slot;
-
 /// `text` without C0 controls (tab and newline kept) and DEL; when longer than `cap`
 /// characters, its first `cap` characters followed directly by `[truncated N chars]`.
 pub fn truncate_output(text: &str, cap: usize) -> String {
@@ -233,9 +235,11 @@ pub struct RunArgs {
     pub command: String,
 }
 
-/// Registers `run_in_sandbox` over `client`; failures are logged through `logger`.
-pub fn register(server: &mut McpServer, client: Arc<dyn SandboxClient>, logger: Logger) {
-    server.with_state(Sandbox { client, logger, runs: Arc::default() }).tool(
+/// Registers `run_in_sandbox` over `client`, its runs counted by `runs` (one counter for the
+/// process: every registration's runs count against the same caps); failures are logged through
+/// `logger`.
+pub fn register(server: &mut McpServer, client: Arc<dyn SandboxClient>, runs: RunCounter, logger: Logger) {
+    server.with_state(Sandbox { client, logger, runs }).tool(
         ToolDef::new("run_in_sandbox")
             .description(
                 "Run a shell command in an isolated, non-persistent Vercel Sandbox microVM with deny-by-default \
@@ -258,19 +262,24 @@ pub fn register(server: &mut McpServer, client: Arc<dyn SandboxClient>, logger: 
 struct Sandbox {
     client: Arc<dyn SandboxClient>,
     logger: Logger,
-    runs: Arc<Slots>,
+    runs: RunCounter,
 }
 
 async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) -> Result<CallToolResult, ToolError> {
     // Handed to the client, which holds it until the sandbox is gone, however the call ends.
-    let slot = sandbox.runs.acquire(ctx.principal().id(), SANDBOX_RUNS).map_err(|full| {
-        ToolError::Execution(match full {
-            SlotsFull::Principal => format!(
+    let slot = sandbox.runs.take(ctx.principal().id()).await.map_err(|refused| {
+        ToolError::Execution(match refused {
+            RunRefused::Full(SlotsFull::Principal) => format!(
                 "You already have {} sandbox commands running, the most one caller may run at once. Wait for one \
                  to finish, then try again.",
                 SANDBOX_RUNS.per_principal
             ),
-            SlotsFull::Total => "Every sandbox this server runs at once is in use. Try again in a minute.".to_owned(),
+            RunRefused::Full(SlotsFull::Total) => {
+                "Every sandbox this server runs at once is in use. Try again in a minute.".to_owned()
+            }
+            RunRefused::Unavailable(problem) => {
+                format!("{problem}; the command was not run. Try again in a minute.")
+            }
         })
     })?;
     let request = SandboxRunRequest { command: args.command, options: build_sandbox_create_options() };
