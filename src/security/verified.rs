@@ -52,6 +52,10 @@ struct Entries {
     bytes: usize,
     /// Unix seconds: when expired entries are next looked for.
     next_prune: u64,
+    /// Unix seconds: no entry expires before this (it may be earlier than the first that does:
+    /// an entry removed since is not looked for). A full cache with nothing expired by then is
+    /// not scanned for expired entries.
+    first_expiry: u64,
 }
 
 impl Entries {
@@ -63,6 +67,7 @@ impl Entries {
         }
         self.next_prune = now + PRUNE_EVERY_SECS;
         self.by_tail.retain(|_, entry| now < entry.valid_until);
+        self.first_expiry = self.by_tail.values().map(|entry| entry.valid_until).min().unwrap_or(u64::MAX);
         self.bytes = self.by_tail.values().map(|entry| entry.token.len()).sum();
         self.by_principal.clear();
         for (key, entry) in &self.by_tail {
@@ -73,6 +78,7 @@ impl Entries {
     fn insert(&mut self, key: [u8; TAIL], entry: Remembered) {
         self.remove(&key);
         self.bytes += entry.token.len();
+        self.first_expiry = self.first_expiry.min(entry.valid_until);
         self.by_principal.entry(entry.principal.id().into()).or_default().push(key);
         self.by_tail.insert(key, entry);
     }
@@ -152,7 +158,9 @@ impl VerifiedTokens {
         let key = tail(token);
         entries.remove(&key);
         entries.make_room_for(&principal);
-        if entries.full_for(token) {
+        // Full: expired entries go first, when any can have expired (a full cache of live tokens
+        // is not rescanned for every new one).
+        if entries.full_for(token) && now >= entries.first_expiry {
             entries.prune(now, true);
         }
         entries.make_room_for_token(token);

@@ -15,6 +15,7 @@ use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
 use crate::security::{Slot, SlotCaps, Slots, SlotsFull};
 use crate::state::ChangeEvent;
+use crate::tasks::LOST_ROUND_MARGIN;
 use std::sync::Arc;
 
 /// Timing of a listen stream.
@@ -223,12 +224,16 @@ impl McpServer {
         // and opens its next stream on another instance.
         let stopped = stopping.begun();
         tokio::pin!(stopped);
-        // A named task whose instance died is announced by nobody: the stream looks at its named
-        // tasks once it is open, and again when the soonest working one would count as lost
-        // (the read then fails it, saying so, and the stream sends that).
-        let lost_check = tokio::time::sleep(Duration::ZERO);
+        // A named task whose instance died is announced by nobody: the stream reads its named
+        // tasks once it is open, and each working one again when it would count as lost (that
+        // read fails it, and the failure is announced, and so sent, as any change is).
+        let mut lost = LostWatch::default();
+        if self.tasks.is_some() {
+            let now = tokio::time::Instant::now();
+            lost.due.extend(filter.task_ids.iter().map(|id| (id.clone(), now)));
+        }
+        let lost_check = tokio::time::sleep_until(lost.next().unwrap_or(ends_at));
         tokio::pin!(lost_check);
-        let mut lost_armed = !filter.task_ids.is_empty() && self.tasks.is_some();
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
@@ -238,11 +243,12 @@ impl McpServer {
                     Ok(event) if filter.wants(&event) => {
                         let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox)).await else { break };
                         unread_armed |= retry_unread(unread.as_mut(), delivered.ok()?);
-                        // A named task changed: it may be working again, so when it would be
-                        // lost is looked at again (if nothing was being watched).
-                        if matches!(event, ChangeEvent::TaskChanged { .. }) && !lost_armed && self.tasks.is_some() {
-                            lost_check.as_mut().reset(tokio::time::Instant::now());
-                            lost_armed = true;
+                        // A named task changed, so it may be working again: a change sets its
+                        // round's start, and it cannot count as lost within the margin of that,
+                        // so it is read again then (not now: the change was just read).
+                        if let (ChangeEvent::TaskChanged { task_id, .. }, Some(_)) = (&event, &self.tasks) {
+                            lost.due.insert(task_id.clone(), tokio::time::Instant::now() + LOST_ROUND_MARGIN);
+                            lost_check.as_mut().reset(lost.next().unwrap_or(ends_at));
                         }
                     }
                     Ok(_) => {}
@@ -254,12 +260,20 @@ impl McpServer {
                     }
                     Err(RecvError::Closed) => break,
                 },
-                () = &mut lost_check, if lost_armed => {
-                    let Ok(next) = tokio::time::timeout_at(ends_at, self.look_for_lost_tasks(ctx, &filter, &tag, outbox)).await else { break };
-                    match next.ok()? {
-                        Some(wait) => lost_check.as_mut().reset(tokio::time::Instant::now() + wait),
-                        None => lost_armed = false,
+                () = &mut lost_check, if !lost.due.is_empty() => {
+                    // Reads that a store answering slowly draws out still give way to the end
+                    // of the stream, the process stopping, and the client leaving.
+                    tokio::select! {
+                        biased;
+                        _ = outbox.closed() => return None,
+                        () = &mut stopped => break,
+                        looked = tokio::time::timeout_at(ends_at, self.look_for_lost_tasks(ctx, &mut lost)) => {
+                            if looked.is_err() {
+                                break;
+                            }
+                        }
                     }
+                    lost_check.as_mut().reset(lost.next().unwrap_or(ends_at));
                 },
                 () = &mut unread, if unread_armed => {
                     let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
@@ -309,36 +323,26 @@ impl McpServer {
         Ok(all_read)
     }
 
-    /// Looks at the stream's named tasks that read as working: one lost by now is delivered (the
-    /// read fails it, saying its work was lost), and the soonest another would be is returned,
-    /// for the stream to look again then; a task that could not be read is looked at again
-    /// after [`UNREAD_RETRY`]. `None` when none of them is working.
-    async fn look_for_lost_tasks(
-        &self,
-        ctx: &RequestContext,
-        filter: &Filter,
-        tag: &Value,
-        outbox: &crate::body::Outbox,
-    ) -> Result<Option<Duration>, crate::body::outbox::Closed> {
-        let Some(tasks) = self.tasks.as_ref() else { return Ok(None) };
-        let mut soonest: Option<Duration> = None;
-        for task_id in &filter.task_ids {
-            let again = match tasks.lost_in(&ctx.principal, task_id).await {
-                Ok(None) => continue,
-                Ok(Some(wait)) if wait.is_zero() => {
-                    let event =
-                        ChangeEvent::TaskChanged { owner: ctx.principal.id().to_owned(), task_id: task_id.clone() };
-                    if self.deliver(ctx, &event, tag, outbox).await? {
-                        continue;
-                    }
-                    UNREAD_RETRY
+    /// Reads the named tasks whose look is due: one whose work was lost is failed (and so
+    /// announced), one still working is looked at again when it would count as lost, one that
+    /// could not be read again after [`UNREAD_RETRY`]; the rest are no longer watched.
+    async fn look_for_lost_tasks(&self, ctx: &RequestContext, lost: &mut LostWatch) {
+        let Some(tasks) = self.tasks.as_ref() else { return lost.due.clear() };
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = lost.due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+        for task_id in due {
+            match tasks.fail_if_lost(&ctx.principal, &task_id).await {
+                Ok(None) => {
+                    lost.due.remove(&task_id);
                 }
-                Ok(Some(wait)) => wait,
-                Err(_) => UNREAD_RETRY,
-            };
-            soonest = Some(soonest.map_or(again, |soonest| soonest.min(again)));
+                Ok(Some(wait)) => {
+                    lost.due.insert(task_id, tokio::time::Instant::now() + wait);
+                }
+                Err(_) => {
+                    lost.due.insert(task_id, tokio::time::Instant::now() + UNREAD_RETRY);
+                }
+            }
         }
-        Ok(soonest)
     }
 
     /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's full state
@@ -372,6 +376,19 @@ impl McpServer {
         };
         outbox.send(StreamEvent::Notification(message)).await?;
         Ok(true)
+    }
+}
+
+/// The named tasks a stream watches for work that was lost, and when each is next read.
+#[derive(Default)]
+struct LostWatch {
+    due: std::collections::HashMap<String, tokio::time::Instant>,
+}
+
+impl LostWatch {
+    /// When the next read is due.
+    fn next(&self) -> Option<tokio::time::Instant> {
+        self.due.values().min().copied()
     }
 }
 
@@ -548,7 +565,7 @@ mod tests {
         let (sent, _) = std::future::poll_fn(|cx| events.poll_chunk(cx)).await.expect("the stream's events");
         let sent = String::from_utf8(sent).unwrap();
         for lost in ["\"taskId\":\"gone\"", "\"taskId\":\"soon\""] {
-            assert!(sent.contains(lost), "{lost} announced: {sent}");
+            assert_eq!(sent.matches(lost).count(), 1, "{lost} announced, once: {sent}");
         }
         assert!(sent.contains("work was lost"), "saying why: {sent}");
         for quiet in ["\"taskId\":\"fresh\"", "\"taskId\":\"done\""] {

@@ -42,7 +42,7 @@ const CANCEL_POLL: Duration = Duration::from_secs(5);
 /// failed (by the next `tasks/get` or notification of it): its round would have failed it at
 /// the limit, so by then its instance stopped or its outcome could not be stored. The margin
 /// covers that outcome's own retries and the clocks of two instances disagreeing.
-const LOST_ROUND_MARGIN: Duration = Duration::from_secs(60);
+pub const LOST_ROUND_MARGIN: Duration = Duration::from_secs(60);
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and watches for a cancel until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
@@ -621,11 +621,12 @@ impl TaskService {
         .await
     }
 
-    /// How long until `principal`'s task `task_id`, if it still reads as working then, counts as
-    /// lost (`Duration::ZERO`: it does now, and the next read of it fails it, saying so); `None`
-    /// when it is not working, or not there. Nothing announces a lost task (the instance that
-    /// would have is gone), so a listen stream that names it looks for itself at that moment.
-    pub async fn lost_in(&self, principal: &Principal, task_id: &str) -> Result<Option<Duration>, StoreError> {
+    /// Fails `principal`'s task `task_id` if its work was lost (it has read as working past its
+    /// round limit and [`LOST_ROUND_MARGIN`]), as a read of it would, and so announces it. When it
+    /// is still working, how long until it would count as lost; `None` when it is not working (or
+    /// not there, or was just failed). Nothing else announces a lost task (the instance that
+    /// would have is gone), so a listen stream that names it looks at that moment.
+    pub async fn fail_if_lost(&self, principal: &Principal, task_id: &str) -> Result<Option<Duration>, StoreError> {
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
         if record.status != TaskStatus::Working {
             return Ok(None);
@@ -635,9 +636,12 @@ impl TaskService {
         // Lost once the clock is past this (`unless_lost` compares with `<=`).
         let lost_after = record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms);
         let now = self.clock.now_ms();
+        if now > lost_after {
+            self.unless_lost(record).await?;
+            return Ok(None);
+        }
         // At most a day: a timer set from it must not overflow, whatever the record says.
-        let wait_ms = if now > lost_after { 0 } else { (lost_after - now + 1).min(86_400_000) };
-        Ok(Some(Duration::from_millis(wait_ms)))
+        Ok(Some(Duration::from_millis((lost_after - now + 1).min(86_400_000))))
     }
 
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without

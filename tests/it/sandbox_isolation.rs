@@ -574,6 +574,40 @@ async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
     assert!(!paths(&api).iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths(&api));
 }
 
+/// A run whose caller went quiet as the create answered (the session handed over, and never
+/// taken, before the call was dropped) still stops its sandbox and frees its slot: the session
+/// is handed over armed to stop itself. Before, the session was dropped with the channel it sat
+/// in, and the microVM ran until its own timeout.
+#[tokio::test]
+async fn a_run_dropped_with_its_session_handed_over_still_stops_it() {
+    let (base, api) = start_fake_api(Upstream::CreateHeld).await;
+    let config = sandbox_env(&base, Some(&oidc_token()));
+    let request = run_request("ls");
+    let (runs, slot) = counted_run().await;
+    let mut run = Box::pin(config.examples.sandbox.run(&request, None, slot));
+    // Polled until its create is on its way, then not again.
+    common::bounded("the create to arrive", async {
+        while !api.lock().unwrap().held_arrived {
+            tokio::select! {
+                _ = &mut run => panic!("the run finished before its create was answered"),
+                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+            }
+        }
+    })
+    .await;
+    let gate = api.lock().unwrap().gate.clone();
+    gate.add_permits(1);
+    until("the create to be answered", &api, |api| api.requests.iter().any(|r| r.1.starts_with("/v2/sandboxes?")))
+        .await;
+    // Time for the answer to reach the client and the session to be handed over, unread.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(runs.held_here(), 1, "the sandbox exists: its run still counts");
+    drop(run);
+    until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
+    until_freed(&runs).await;
+    assert!(!paths(&api).iter().any(|p| p.contains("/cmd")), "no command ran for nobody: {:?}", paths(&api));
+}
+
 /// A platform token naming this deployment's project.
 fn oidc_token() -> String {
     common::tokens::platform_token("prj_2")
@@ -758,7 +792,9 @@ async fn with_the_run_count_unreachable_nothing_runs() {
     let shared = Shared::Redis(Redis::connect(&format!("redis://127.0.0.1:{closed}"), "down").unwrap());
     let runs = RunCounter::new(&shared, Arc::new(SystemRandom::default()));
     let stub = Arc::new(RecordingSandbox::default());
-    let config = Parts::for_tests(Arc::new(SystemClock));
+    let mut config = Parts::for_tests(Arc::new(SystemClock));
+    let sink = Arc::new(MemorySink::default());
+    config.log_sink = sink.clone();
     let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
     sandbox_isolation::register(&mut server, stub.clone(), runs.clone(), config.logger());
     let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
@@ -766,6 +802,28 @@ async fn with_the_run_count_unreachable_nothing_runs() {
     assert_eq!(result["isError"], true, "{result}");
     let text = text_of(&result);
     assert!(text.contains("sandbox run count unavailable") && text.contains("was not run"), "{text}");
+    // The operator's line carries what the caller's text names it by.
+    let fault = sink.lines().into_iter().find(|l| l["event"] == "store.fault").expect("a store.fault line");
+    assert_eq!(fault["operation"], "sandbox_runs", "{fault}");
+    assert!(text.contains(fault["correlationId"].as_str().unwrap()), "{text} / {fault}");
     assert!(stub.runs().is_empty(), "the Sandbox API was not asked");
     assert_eq!(runs.held_here(), 0, "and the instance's count was given back");
+}
+
+/// Deployed without Redis there is nowhere to count a caller's runs across instances: a run is
+/// refused naming `REDIS_URL`, and the Sandbox API is never asked.
+#[tokio::test]
+async fn deployed_without_redis_no_sandbox_runs() {
+    use vercel_mcp::state::SystemRandom;
+    use vercel_mcp::store::Shared;
+    let runs = RunCounter::new(&Shared::Unconfigured, Arc::new(SystemRandom::default()));
+    let stub = Arc::new(RecordingSandbox::default());
+    let config = Parts::for_tests(Arc::new(SystemClock));
+    let mut server = McpServer::new(sandbox_isolation::SERVER_NAME, "0.1.0");
+    sandbox_isolation::register(&mut server, stub.clone(), runs, config.logger());
+    let server = TestServer::start(Arc::new(App::new(server, config.endpoint()))).await;
+    let (result, _) = run(&server, json!({"command": "echo hi"})).await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(text_of(&result).contains("REDIS_URL is not set"), "{result}");
+    assert!(stub.runs().is_empty(), "the Sandbox API was not asked");
 }

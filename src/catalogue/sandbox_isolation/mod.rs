@@ -278,7 +278,8 @@ async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) ->
                 "Every sandbox this server runs at once is in use. Try again in a minute.".to_owned()
             }
             RunRefused::Unavailable(problem) => {
-                format!("{problem}; the command was not run. Try again in a minute.")
+                let said = sandbox.logger.fault("store.fault", "sandbox_runs", &problem);
+                format!("{said}; the command was not run. Try again in a minute.")
             }
         })
     })?;

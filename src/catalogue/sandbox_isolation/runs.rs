@@ -3,9 +3,11 @@
 //! caller whose calls land on several instances still runs at most its share of microVMs.
 //!
 //! In Redis a caller's runs are a sorted set, one member per run, scored by when the run must be
-//! over (the sandbox's own timeout and a margin): a run whose instance died without removing it
-//! stops counting then, as its microVM stops. Counting and adding are one script, so two
-//! instances cannot both take the last place.
+//! over (the sandbox's own timeout and a margin) on Redis's own clock, so instances whose clocks
+//! differ agree: a run whose instance died without removing it stops counting then, as its
+//! microVM stops. Counting and adding are one script, so two instances cannot both take the last
+//! place. Deployed without Redis there is nowhere to count across instances, and no run is taken
+//! (as the job and task tools answer there).
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -17,22 +19,24 @@ use redis::Script;
 use super::{SANDBOX_RUNS, SANDBOX_TIMEOUT_MS};
 use crate::security::{Slot, Slots, SlotsFull};
 use crate::state::Random;
-use crate::store::{Redis, Shared, fault_from};
+use crate::store::{Redis, Shared, fault_from, redis_url_unset};
 
 /// How long past the sandbox's own timeout a run still counts when nothing removed it (its
 /// instance died): the create and the stop take time of their own.
 const LAPSE_MARGIN: Duration = Duration::from_secs(30);
 
 /// Drops the caller's lapsed runs, then adds this one if fewer than the share are left.
-/// KEYS[1] the caller's runs; ARGV now (ms), share, lapses at (ms), run id, key lifetime (ms).
+/// KEYS[1] the caller's runs; ARGV share, run id, how long a run counts at most (ms).
 /// Returns 1 when added, 0 when the caller holds its share.
 const TAKE: &str = r"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
   return 0
 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
@@ -42,7 +46,18 @@ static TAKE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(TAKE));
 #[derive(Clone)]
 pub struct RunCounter {
     instance: Arc<Slots>,
-    shared: Option<(Redis, Arc<dyn Random>)>,
+    across: Across,
+}
+
+/// How runs are counted beyond this instance.
+#[derive(Clone)]
+enum Across {
+    /// Not at all: there is one instance (the local run, tests).
+    Nothing,
+    /// In Redis, every instance's runs.
+    Redis(Redis, Arc<dyn Random>),
+    /// Deployed without Redis: nowhere, so no run is taken.
+    Unconfigured,
 }
 
 /// Why a run was not counted.
@@ -55,18 +70,20 @@ pub enum RunRefused {
 }
 
 impl RunCounter {
-    /// Counts in this instance only: the local run (one instance), tests, and a deployment
-    /// without `REDIS_URL` (where the caller's share then holds per instance).
+    /// Counts in this instance only: the local run (one instance) and tests.
     pub fn in_this_instance() -> Self {
-        Self { instance: Arc::default(), shared: None }
+        Self { instance: Arc::default(), across: Across::Nothing }
     }
 
-    /// Counts where `shared` says records live: across instances in Redis, else in this one.
+    /// Counts where `shared` says records live: across instances in Redis, in this one in
+    /// memory; deployed without Redis, every run is refused, naming `REDIS_URL`.
     pub fn new(shared: &Shared, random: Arc<dyn Random>) -> Self {
-        match shared {
-            Shared::Redis(redis) => Self { instance: Arc::default(), shared: Some((redis.clone(), random)) },
-            Shared::Memory | Shared::Unconfigured => Self::in_this_instance(),
-        }
+        let across = match shared {
+            Shared::Redis(redis) => Across::Redis(redis.clone(), random),
+            Shared::Memory => Across::Nothing,
+            Shared::Unconfigured => Across::Unconfigured,
+        };
+        Self { instance: Arc::default(), across }
     }
 
     /// Runs counted in this instance now.
@@ -77,20 +94,34 @@ impl RunCounter {
     /// Counts a run for `principal`, or says which cap it met. The run counts until the
     /// returned slot is dropped (in Redis, until its removal lands or the run lapses).
     pub async fn take(&self, principal: &str) -> Result<RunSlot, RunRefused> {
+        let (redis, random) = match &self.across {
+            Across::Unconfigured => {
+                return Err(RunRefused::Unavailable(redis_url_unset("sandbox runs").message().to_owned()));
+            }
+            Across::Nothing => {
+                let instance = self.instance.acquire(principal, SANDBOX_RUNS).map_err(RunRefused::Full)?;
+                return Ok(RunSlot { _instance: instance, shared: None });
+            }
+            Across::Redis(redis, random) => (redis, random),
+        };
         let instance = self.instance.acquire(principal, SANDBOX_RUNS).map_err(RunRefused::Full)?;
-        let Some((redis, random)) = &self.shared else { return Ok(RunSlot { _instance: instance, shared: None }) };
         let mut id = [0u8; 16];
         random.fill(&mut id);
-        let (key, member) = (runs_key(redis, principal), URL_SAFE_NO_PAD.encode(id));
-        let now = now_ms();
+        // Armed before the script runs: a take dropped while the script is on its way (its
+        // caller left) removes what it may have added, rather than leave it counted until it
+        // lapses. Disarmed only by a reply that says nothing was added.
+        let mut run = SharedRun {
+            redis: redis.clone(),
+            key: runs_key(redis, principal),
+            member: URL_SAFE_NO_PAD.encode(id),
+            armed: true,
+        };
         let lifetime = u64::try_from((Duration::from_millis(SANDBOX_TIMEOUT_MS) + LAPSE_MARGIN).as_millis())
             .expect("a short duration");
         let added: i64 = TAKE_SCRIPT
-            .key(&key)
-            .arg(now)
+            .key(&run.key)
             .arg(SANDBOX_RUNS.per_principal)
-            .arg(now + lifetime)
-            .arg(&member)
+            .arg(&run.member)
             .arg(lifetime)
             .invoke_async(&mut redis.connection())
             .await
@@ -98,20 +129,15 @@ impl RunCounter {
                 RunRefused::Unavailable(fault_from(&error, "the sandbox run count").message().to_owned())
             })?;
         if added == 0 {
+            run.armed = false;
             return Err(RunRefused::Full(SlotsFull::Principal));
         }
-        // Only a run that was added is removed again.
-        Ok(RunSlot { _instance: instance, shared: Some(SharedRun { redis: redis.clone(), key, member }) })
+        Ok(RunSlot { _instance: instance, shared: Some(run) })
     }
 }
 
 fn runs_key(redis: &Redis, principal: &str) -> String {
     format!("{}:sandbox-runs:{}", redis.prefix(), URL_SAFE_NO_PAD.encode(principal))
-}
-
-fn now_ms() -> u64 {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One run's place in the counts; dropping it gives the place back, however the run ended.
@@ -131,13 +157,15 @@ struct SharedRun {
     redis: Redis,
     key: String,
     member: String,
+    /// Whether the member may be in the set (and is removed on drop).
+    armed: bool,
 }
 
 /// Removed past the request (`background::spawn`): a drop cannot wait. If the removal fails,
 /// the run stops counting when it lapses.
 impl Drop for SharedRun {
     fn drop(&mut self) {
-        if tokio::runtime::Handle::try_current().is_err() {
+        if !self.armed || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         let (redis, key, member) =

@@ -190,19 +190,31 @@ impl SandboxClient for VercelSandbox {
             let (created_tx, created) = tokio::sync::oneshot::channel();
             let (client, owned_token, owned_team) = (self.clone(), token.to_owned(), team_id.clone());
             crate::state::background::spawn(async move {
-                let session = client.create(&owned_token, &owned_team, body).await;
-                if let Err((Ok(session_id), _slot)) = created_tx.send((session, slot)) {
-                    let _ = client.stop(&session_id, &owned_token, &owned_team).await;
+                match client.create(&owned_token, &owned_team, body).await {
+                    // Armed here: wherever it is dropped before the run's own stop has answered
+                    // (a send nobody receives, a channel dropped with it in it), it stops the
+                    // sandbox, and frees the slot after.
+                    Ok(session_id) => {
+                        let guard = StopOnDrop(Some(Stop {
+                            client,
+                            session_id,
+                            token: owned_token,
+                            team_id: owned_team,
+                            slot,
+                        }));
+                        let _ = created_tx.send(Ok(guard));
+                    }
+                    Err(error) => {
+                        drop(slot);
+                        let _ = created_tx.send(Err(error));
+                    }
                 }
             });
-            let (session, slot) = created.await.map_err(|_| failed("the create ended without an answer"))?;
-            let session_id = session?;
-            // Armed until the stop below has answered: dropped before then, it stops the sandbox.
-            let mut guard =
-                StopOnDrop(Some(Stop { client: self.clone(), session_id, token: token.to_owned(), team_id, slot }));
+            let mut guard = created.await.map_err(|_| failed("the create ended without an answer"))??;
             let stop = guard.0.as_ref().expect("armed");
             let outcome = self.run_in(&stop.session_id, request, token, &stop.team_id).await;
             let stopped = self.stop(&stop.session_id, token, &stop.team_id).await;
+            // Stopped: disarmed, and the slot freed with it.
             guard.0 = None;
             match (outcome, stopped) {
                 (Err(error), _) => Err(error),

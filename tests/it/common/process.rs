@@ -30,14 +30,18 @@ impl Drop for Process {
     }
 }
 
+/// What a started process keeps of the tests' environment: where programs are, and what a
+/// failure's report or a coverage run needs; none of it changes what the process serves.
+const KEPT: [&str; 3] = ["PATH", "RUST_BACKTRACE", "LLVM_PROFILE_FILE"];
+
 /// A port nothing listens on now (the listener that found it is closed at once).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A process about to start. Its environment holds only `PATH` and what the test sets: nothing
-/// inherited from the shell or CI decides the posture (`VERCEL`), the store, the queue, or whose
-/// tokens are accepted.
+/// A process about to start. Its environment holds only what the test sets and what runs it
+/// ([`KEPT`]): nothing inherited from the shell or CI decides the posture (`VERCEL`), the store,
+/// the queue, or whose tokens are accepted.
 pub struct Launch {
     command: Command,
     port: u16,
@@ -60,8 +64,10 @@ impl Launch {
     pub fn command(mut command: Command, what: &str) -> Self {
         let port = free_port();
         command.env_clear();
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
+        for kept in KEPT {
+            if let Some(value) = std::env::var_os(kept) {
+                command.env(kept, value);
+            }
         }
         command.env("PORT", port.to_string()).env("VERCEL_DEV_PORT", port.to_string());
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
