@@ -15,7 +15,6 @@ use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
 use crate::security::{Slot, SlotCaps, Slots, SlotsFull};
 use crate::state::ChangeEvent;
-use crate::tasks::LOST_ROUND_MARGIN;
 use std::sync::Arc;
 
 /// Timing of a listen stream.
@@ -224,16 +223,18 @@ impl McpServer {
         // and opens its next stream on another instance.
         let stopped = stopping.begun();
         tokio::pin!(stopped);
-        // A named task whose instance died is announced by nobody: the stream reads its named
-        // tasks once it is open, and each working one again when it would count as lost (that
-        // read fails it, and the failure is announced, and so sent, as any change is).
-        let mut lost = LostWatch::default();
+        // The named tasks: what the stream last sent of each (a state is sent once, however many
+        // changes or catch-ups read it), and when each is read next. They are read once the
+        // stream is open, so a change that fell between the client's last stream and this one
+        // is not missed; and each working one again when it would count as lost, since a task
+        // whose instance died is announced by nobody (that read fails it, and sends that).
+        let mut seen = TaskWatch::default();
         if self.tasks.is_some() {
             let now = tokio::time::Instant::now();
-            lost.due.extend(filter.task_ids.iter().map(|id| (id.clone(), now)));
+            seen.due.extend(filter.task_ids.iter().map(|id| (id.clone(), now)));
         }
-        let lost_check = tokio::time::sleep_until(lost.next().unwrap_or(ends_at));
-        tokio::pin!(lost_check);
+        let task_check = tokio::time::sleep_until(seen.next().unwrap_or(ends_at));
+        tokio::pin!(task_check);
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
@@ -241,43 +242,38 @@ impl McpServer {
                 _ = outbox.closed() => return None,
                 change = changes.recv() => match change {
                     Ok(event) if filter.wants(&event) => {
-                        let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox)).await else { break };
+                        let Ok(delivered) = tokio::time::timeout_at(ends_at, self.deliver(ctx, &event, &tag, outbox, &mut seen)).await else { break };
                         unread_armed |= retry_unread(unread.as_mut(), delivered.ok()?);
-                        // A named task changed, so it may be working again: a change sets its
-                        // round's start, and it cannot count as lost within the margin of that,
-                        // so it is read again then (not now: the change was just read).
-                        if let (ChangeEvent::TaskChanged { task_id, .. }, Some(_)) = (&event, &self.tasks) {
-                            lost.due.insert(task_id.clone(), tokio::time::Instant::now() + LOST_ROUND_MARGIN);
-                            lost_check.as_mut().reset(lost.next().unwrap_or(ends_at));
-                        }
+                        task_check.as_mut().reset(seen.next().unwrap_or(ends_at));
                     }
                     Ok(_) => {}
                     // The bus moved on before this stream read some changes (the client reads
                     // slowly, or many changes came at once), and which ones is unknown.
                     Err(RecvError::Lagged(_)) => {
-                        let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
+                        let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox, &mut seen)).await else { break };
                         unread_armed |= retry_unread(unread.as_mut(), caught_up.ok()?);
+                        task_check.as_mut().reset(seen.next().unwrap_or(ends_at));
                     }
                     Err(RecvError::Closed) => break,
                 },
-                () = &mut lost_check, if !lost.due.is_empty() => {
+                () = &mut task_check, if !seen.due.is_empty() => {
                     // Reads that a store answering slowly draws out still give way to the end
                     // of the stream, the process stopping, and the client leaving.
                     tokio::select! {
                         biased;
                         _ = outbox.closed() => return None,
                         () = &mut stopped => break,
-                        looked = tokio::time::timeout_at(ends_at, self.look_for_lost_tasks(ctx, &mut lost)) => {
-                            if looked.is_err() {
-                                break;
-                            }
+                        read = tokio::time::timeout_at(ends_at, self.read_due_tasks(ctx, &tag, outbox, &mut seen)) => {
+                            let Ok(read) = read else { break };
+                            read.ok()?;
                         }
                     }
-                    lost_check.as_mut().reset(lost.next().unwrap_or(ends_at));
+                    task_check.as_mut().reset(seen.next().unwrap_or(ends_at));
                 },
                 () = &mut unread, if unread_armed => {
-                    let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox)).await else { break };
+                    let Ok(caught_up) = tokio::time::timeout_at(ends_at, self.catch_up(ctx, &filter, &tag, outbox, &mut seen)).await else { break };
                     unread_armed = retry_unread(unread.as_mut(), caught_up.ok()?);
+                    task_check.as_mut().reset(seen.next().unwrap_or(ends_at));
                 },
                 // The bus lost its link to the other instances for a while: what they changed
                 // meanwhile never arrived.
@@ -315,57 +311,68 @@ impl McpServer {
         filter: &Filter,
         tag: &Value,
         outbox: &crate::body::Outbox,
+        seen: &mut TaskWatch,
     ) -> Result<bool, crate::body::outbox::Closed> {
         let mut all_read = true;
         for event in filter.everything(ctx.principal.id()) {
-            all_read &= self.deliver(ctx, &event, tag, outbox).await?;
+            all_read &= self.deliver(ctx, &event, tag, outbox, seen).await?;
         }
         Ok(all_read)
     }
 
-    /// Reads the named tasks whose look is due: one whose work was lost is failed (and so
-    /// announced), one still working is looked at again when it would count as lost, one that
-    /// could not be read again after [`UNREAD_RETRY`]; the rest are no longer watched.
-    async fn look_for_lost_tasks(&self, ctx: &RequestContext, lost: &mut LostWatch) {
-        let Some(tasks) = self.tasks.as_ref() else { return lost.due.clear() };
+    /// Reads the named tasks whose read is due, and sends what changed ([`McpServer::deliver`]);
+    /// one that could not be read is read again after [`UNREAD_RETRY`].
+    async fn read_due_tasks(
+        &self,
+        ctx: &RequestContext,
+        tag: &Value,
+        outbox: &crate::body::Outbox,
+        seen: &mut TaskWatch,
+    ) -> Result<(), crate::body::outbox::Closed> {
         let now = tokio::time::Instant::now();
-        let due: Vec<String> = lost.due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+        let due: Vec<String> = seen.due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
         for task_id in due {
-            match tasks.fail_if_lost(&ctx.principal, &task_id).await {
-                Ok(None) => {
-                    lost.due.remove(&task_id);
-                }
-                Ok(Some(wait)) => {
-                    lost.due.insert(task_id, tokio::time::Instant::now() + wait);
-                }
-                Err(_) => {
-                    lost.due.insert(task_id, tokio::time::Instant::now() + UNREAD_RETRY);
-                }
+            let event = ChangeEvent::TaskChanged { owner: ctx.principal.id().to_owned(), task_id: task_id.clone() };
+            if !self.deliver(ctx, &event, tag, outbox, seen).await? {
+                seen.due.insert(task_id, tokio::time::Instant::now() + UNREAD_RETRY);
             }
         }
+        Ok(())
     }
 
     /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's full state
-    /// for its owner's streams only (read now, so it is the latest), a list or resource change as
-    /// it is. False when the task could not be read (the store failed).
+    /// for its owner's streams only (read now, so it is the latest, and sent only if it is not
+    /// what the stream last sent of it; a working task is read again when it would count as
+    /// lost), a list or resource change as it is. False when the task could not be read (the
+    /// store failed).
     async fn deliver(
         &self,
         ctx: &RequestContext,
         event: &ChangeEvent,
         tag: &Value,
         outbox: &crate::body::Outbox,
+        seen: &mut TaskWatch,
     ) -> Result<bool, crate::body::outbox::Closed> {
         let message = match event {
             ChangeEvent::TaskChanged { owner, task_id } => {
                 let Some(tasks) = self.tasks.as_ref().filter(|_| owner == ctx.principal.id()) else { return Ok(true) };
                 // Only tasks of tools the stream's token may call, as tasks/get answers.
                 let may_see = |tool: &str| self.missing_tool_scopes(&ctx.principal, tool).is_none();
-                match tasks.notification(&ctx.principal, task_id, may_see).await {
-                    Ok(Some(mut params)) => {
+                match tasks.watched(&ctx.principal, task_id, may_see).await {
+                    Ok(Some(watched)) => {
+                        seen.read(task_id, watched.lost_in);
+                        let mut params = watched.params;
                         params.insert("_meta".into(), tag.clone());
-                        jsonrpc::notification("notifications/tasks", &params)
+                        let message = jsonrpc::notification("notifications/tasks", &params);
+                        if !seen.is_new(task_id, &message) {
+                            return Ok(true);
+                        }
+                        message
                     }
-                    Ok(None) => return Ok(true),
+                    Ok(None) => {
+                        seen.forget(task_id);
+                        return Ok(true);
+                    }
                     Err(_) => return Ok(false),
                 }
             }
@@ -379,16 +386,45 @@ impl McpServer {
     }
 }
 
-/// The named tasks a stream watches for work that was lost, and when each is next read.
+/// What a listen stream knows of its named tasks.
 #[derive(Default)]
-struct LostWatch {
+struct TaskWatch {
+    /// When each is read next: at once when the stream opens, then a working one when it would
+    /// count as lost.
     due: std::collections::HashMap<String, tokio::time::Instant>,
+    /// A digest of the notification last sent of each.
+    sent: std::collections::HashMap<String, u64>,
 }
 
-impl LostWatch {
+impl TaskWatch {
     /// When the next read is due.
     fn next(&self) -> Option<tokio::time::Instant> {
         self.due.values().min().copied()
+    }
+
+    /// `task_id` was just read: working, it is read again when it would count as lost.
+    fn read(&mut self, task_id: &str, lost_in: Option<Duration>) {
+        match lost_in {
+            Some(wait) => {
+                self.due.insert(task_id.to_owned(), tokio::time::Instant::now() + wait);
+            }
+            None => {
+                self.due.remove(task_id);
+            }
+        }
+    }
+
+    /// Whether `message` about `task_id` differs from the last one sent (and then it is the last).
+    fn is_new(&mut self, task_id: &str, message: &[u8]) -> bool {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one(message);
+        self.sent.insert(task_id.to_owned(), digest) != Some(digest)
+    }
+
+    /// `task_id` is not there (or not the stream's to see): nothing more to read or compare.
+    fn forget(&mut self, task_id: &str) {
+        self.due.remove(task_id);
+        self.sent.remove(task_id);
     }
 }
 
@@ -500,10 +536,11 @@ mod tests {
         assert!((1..=16).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
     }
 
-    /// A named task whose instance died is announced by nobody: a stream that names it sends
-    /// its failure once it counts as lost, whether it already did when the stream opened or
-    /// comes to while the stream is open. A task that finished, or one that will not count as
-    /// lost before the stream ends, is not sent.
+    /// A stream sends each named task's state once it is open (a change that fell between two
+    /// streams is not missed), then each change once. A named task whose instance died is
+    /// announced by nobody: the stream sends its failure once it counts as lost, whether it
+    /// already did when the stream opened or comes to while the stream is open, and its own
+    /// failing write's announcement does not send it twice.
     #[tokio::test(start_paused = true)]
     async fn a_stream_announces_a_named_task_whose_work_was_lost() {
         use crate::protocol::types::CallToolResult;
@@ -564,13 +601,22 @@ mod tests {
         assert_eq!(status("fresh").await, TaskStatus::Working, "not lost before the stream ended");
         let (sent, _) = std::future::poll_fn(|cx| events.poll_chunk(cx)).await.expect("the stream's events");
         let sent = String::from_utf8(sent).unwrap();
-        for lost in ["\"taskId\":\"gone\"", "\"taskId\":\"soon\""] {
-            assert_eq!(sent.matches(lost).count(), 1, "{lost} announced, once: {sent}");
-        }
+        let mut told: Vec<(String, String)> = sent
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap())
+            .filter(|message| message["method"] == "notifications/tasks")
+            .map(|message| {
+                let task = &message["params"];
+                (task["taskId"].as_str().unwrap().to_owned(), task["status"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        told.sort();
+        // Each named task's state once the stream opened; then "soon"'s failure; each once.
+        let expected =
+            [("done", "completed"), ("fresh", "working"), ("gone", "failed"), ("soon", "failed"), ("soon", "working")];
+        assert_eq!(told, expected.map(|(id, status)| (id.to_owned(), status.to_owned())), "{sent}");
         assert!(sent.contains("work was lost"), "saying why: {sent}");
-        for quiet in ["\"taskId\":\"fresh\"", "\"taskId\":\"done\""] {
-            assert!(!sent.contains(quiet), "{quiet} not announced: {sent}");
-        }
     }
 
     /// A subscription to a resource the caller may not read is not honoured (nor acknowledged);

@@ -42,7 +42,16 @@ const CANCEL_POLL: Duration = Duration::from_secs(5);
 /// failed (by the next `tasks/get` or notification of it): its round would have failed it at
 /// the limit, so by then its instance stopped or its outcome could not be stored. The margin
 /// covers that outcome's own retries and the clocks of two instances disagreeing.
-pub const LOST_ROUND_MARGIN: Duration = Duration::from_secs(60);
+const LOST_ROUND_MARGIN: Duration = Duration::from_secs(60);
+
+/// A task as a listen stream sees it ([`TaskService::watched`]).
+#[derive(Debug)]
+pub struct Watched {
+    /// The `notifications/tasks` params.
+    pub params: Map<String, Value>,
+    /// While it is working: how long until it would count as lost.
+    pub lost_in: Option<Duration>,
+}
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and watches for a cancel until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
@@ -621,29 +630,6 @@ impl TaskService {
         .await
     }
 
-    /// Fails `principal`'s task `task_id` if its work was lost (it has read as working past its
-    /// round limit and [`LOST_ROUND_MARGIN`]), as a read of it would, and so announces it. When it
-    /// is still working, how long until it would count as lost; `None` when it is not working (or
-    /// not there, or was just failed). Nothing else announces a lost task (the instance that
-    /// would have is gone), so a listen stream that names it looks at that moment.
-    pub async fn fail_if_lost(&self, principal: &Principal, task_id: &str) -> Result<Option<Duration>, StoreError> {
-        let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
-        if record.status != TaskStatus::Working {
-            return Ok(None);
-        }
-        let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
-        let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
-        // Lost once the clock is past this (`unless_lost` compares with `<=`).
-        let lost_after = record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms);
-        let now = self.clock.now_ms();
-        if now > lost_after {
-            self.unless_lost(record).await?;
-            return Ok(None);
-        }
-        // At most a day: a timer set from it must not overflow, whatever the record says.
-        Ok(Some(Duration::from_millis((lost_after - now + 1).min(86_400_000))))
-    }
-
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
     /// `resultType`); `None` when it has no such task, an error when the store cannot say.
     /// A task whose tool `may_see` refuses is left out as one that does not exist.
@@ -653,14 +639,37 @@ impl TaskService {
         task_id: &str,
         may_see: impl Fn(&str) -> bool,
     ) -> Result<Option<Map<String, Value>>, StoreError> {
+        Ok(self.watched(principal, task_id, may_see).await?.map(|watched| watched.params))
+    }
+
+    /// `principal`'s task as a listen stream that names it sees it: its notification's params
+    /// ([`TaskService::notification`], failing it first if its work was lost, as every read does)
+    /// and, while it is still working, how long until it would count as lost. Nothing else
+    /// announces that moment (the instance that would have is gone), so the stream reads the task
+    /// again then.
+    pub async fn watched(
+        &self,
+        principal: &Principal,
+        task_id: &str,
+        may_see: impl Fn(&str) -> bool,
+    ) -> Result<Option<Watched>, StoreError> {
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
         if !may_see(&record.tool) {
             return Ok(None);
         }
         let Some(record) = self.unless_lost(record).await? else { return Ok(None) };
-        let mut task = self.detailed(&record);
-        task.remove("resultType");
-        Ok(Some(task))
+        let lost_in = (record.status == TaskStatus::Working).then(|| {
+            let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
+            let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
+            // Lost once the clock is past this (`unless_lost` compares with `<=`); at most a
+            // day ahead, so that a timer set from it cannot overflow whatever the record says.
+            let lost_after = record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms);
+            let wait_ms = lost_after.saturating_sub(self.clock.now_ms()).saturating_add(1).min(86_400_000);
+            Duration::from_millis(wait_ms)
+        });
+        let mut params = self.detailed(&record);
+        params.remove("resultType");
+        Ok(Some(Watched { params, lost_in }))
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When

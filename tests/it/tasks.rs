@@ -117,13 +117,21 @@ async fn parked_task(server: &TestServer) -> String {
     task_id
 }
 
-/// A listen stream (id `L`) on `server` for the changes of `task_id`, its acknowledgement read.
+/// A listen stream (id `L`) on `server` for the changes of `task_id`, its acknowledgement and
+/// the task's state as the stream opened read (the anonymous caller owns and sees its tasks).
 async fn listening_to(server: &TestServer, task_id: &str) -> tokio::net::TcpStream {
-    listening_to_as(server, None, task_id).await
+    listening_to_as(server, None, task_id, true).await
 }
 
-/// [`listening_to`] with `Authorization: <bearer>` when one is given.
-async fn listening_to_as(server: &TestServer, bearer: Option<&str>, task_id: &str) -> tokio::net::TcpStream {
+/// [`listening_to`] with `Authorization: <bearer>` when one is given; the task's state is read
+/// after the acknowledgement only when the caller `sees` the task (another caller's, or one of a
+/// tool its token may not call, is not sent).
+async fn listening_to_as(
+    server: &TestServer,
+    bearer: Option<&str>,
+    task_id: &str,
+    sees: bool,
+) -> tokio::net::TcpStream {
     let mut listen = json!({"notifications": {"taskIds": [task_id]}});
     listen["_meta"] = with_tasks();
     let mut open = server.modern(json!("L"), "subscriptions/listen", listen);
@@ -132,7 +140,14 @@ async fn listening_to_as(server: &TestServer, bearer: Option<&str>, task_id: &st
     }
     let (status, _, mut stream) = open.open().await;
     assert_eq!(status, 200, "the listen stream opens");
-    common::read_events(&mut stream, 1).await;
+    let opened = common::read_events(&mut stream, 1 + usize::from(sees)).await;
+    if sees {
+        assert_eq!(
+            (&opened[1]["method"], &opened[1]["params"]["taskId"]),
+            (&json!("notifications/tasks"), &json!(task_id)),
+            "the task's state as the stream opened: {opened:?}"
+        );
+    }
     stream
 }
 
@@ -384,7 +399,8 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     common::read_events(&mut bobs_stream, 1).await;
     let (_, _, mut alices_stream) =
         server.modern(json!("A"), "subscriptions/listen", listen).header("Authorization", &alice).open().await;
-    common::read_events(&mut alices_stream, 1).await;
+    let opened = common::read_events(&mut alices_stream, 2).await;
+    assert_eq!(opened[1]["params"]["status"], "working", "her task's state as her stream opened: {opened:?}");
 
     for method in ["tasks/get", "tasks/cancel"] {
         let foreign = as_caller(&bob, method, json!({"taskId": task_id})).await.json();
@@ -608,6 +624,12 @@ async fn a_task_the_stream_could_not_read_is_read_again() {
 
     store.failing.store(true, SeqCst);
     let owner = vercel_mcp::security::Principal::anonymous().id().to_owned();
+    // The task changes (its status message), and the change is announced while reads fail.
+    use vercel_mcp::tasks::TaskStore;
+    let mut changed = store.inner.get(&owner, &task_id).await.unwrap().unwrap();
+    changed.version += 1;
+    changed.status_message = Some("still waiting".into());
+    assert!(store.inner.replace(&changed).await.unwrap());
     bus.publish(vercel_mcp::state::ChangeEvent::TaskChanged { owner, task_id: task_id.clone() });
     for _ in 0..10_000 {
         if store.failed.load(SeqCst) > 0 {
@@ -620,8 +642,9 @@ async fn a_task_the_stream_could_not_read_is_read_again() {
     let heard = common::read_events(&mut stream, 1).await;
     assert_eq!(heard[0]["method"], "notifications/tasks", "read again, before the stream's end: {heard:?}");
     assert_eq!(
-        (&heard[0]["params"]["taskId"], &heard[0]["params"]["status"]),
-        (&json!(task_id), &json!("input_required"))
+        (&heard[0]["params"]["taskId"], &heard[0]["params"]["status"], &heard[0]["params"]["statusMessage"]),
+        (&json!(task_id), &json!("input_required"), &json!("still waiting")),
+        "the change, read again"
     );
 }
 
@@ -731,8 +754,8 @@ async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
     let created = task_call_as(&server, Some(&writer), "tools/call", call).await.json();
     let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
     let mut streams = Vec::new();
-    for who in [&writer, &reader] {
-        streams.push(listening_to_as(&server, Some(who), &task_id).await);
+    for (who, sees) in [(&writer, true), (&reader, false)] {
+        streams.push(listening_to_as(&server, Some(who), &task_id, sees).await);
     }
     let cancelled = task_call_as(&server, Some(&writer), "tasks/cancel", json!({"taskId": task_id})).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text());
@@ -743,8 +766,9 @@ async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
     assert!(events.iter().all(|e| e["method"] != "notifications/tasks"), "the read-only stream heard: {events:?}");
 }
 
-/// A listen stream that fell behind the change bus is sent the state of each task it names,
-/// as its own caller reads it: its owner's stream gets the task, another caller's nothing.
+/// A listen stream that fell behind the change bus reads each task it names again, as its own
+/// caller reads it, and sends what changed: its owner's stream, which had the task's state when
+/// it opened, is not sent it again unchanged; another caller's stream gets nothing of it.
 #[tokio::test]
 async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
     use common::tokens::{auth_config, bearer, stub_jwks};
@@ -758,20 +782,18 @@ async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
     let created = task_call_as(&server, Some(&alice), "tools/call", call).await.json();
     let task_id = created["result"]["taskId"].as_str().expect("a task").to_owned();
     let mut streams = Vec::new();
-    for who in [&alice, &bob] {
-        streams.push(listening_to_as(&server, Some(who), &task_id).await);
+    for (who, sees) in [(&alice, true), (&bob, false)] {
+        streams.push(listening_to_as(&server, Some(who), &task_id, sees).await);
     }
     // One runtime thread: neither stream reads while these are published.
     for _ in 0..300 {
         bus.publish(vercel_mcp::state::ChangeEvent::ResourceUpdated("elsewhere://x".into()));
     }
-    let alices = common::read_events(&mut streams[0], 2).await;
-    assert_eq!(
-        (&alices[0]["method"], &alices[0]["params"]["taskId"]),
-        (&json!("notifications/tasks"), &json!(task_id))
-    );
-    assert_eq!(alices[0]["params"]["status"], "working");
-    assert_eq!(alices[1]["id"], "L", "then the graceful close");
+    // Her stream had her task's state when it opened: the catch-up reads it again and, as it
+    // has not changed, does not send it twice.
+    let alices = common::read_until_answer(&mut streams[0]).await;
+    assert_eq!(alices.len(), 1, "only the graceful close: {alices:?}");
+    assert_eq!(alices[0]["id"], "L");
     let bobs = common::read_events(&mut streams[1], 1).await;
     assert_eq!(bobs[0]["id"], "L", "nothing of alice's task: {bobs:?}");
 }

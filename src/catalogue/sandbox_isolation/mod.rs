@@ -281,6 +281,11 @@ async fn run_in_sandbox(ctx: RequestContext, sandbox: Sandbox, args: RunArgs) ->
                 let said = sandbox.logger.fault("store.fault", "sandbox_runs", &problem);
                 format!("{said}; the command was not run. Try again in a minute.")
             }
+            // A deployment's configuration, not an outage: waiting will not help.
+            RunRefused::Unconfigured(problem) => {
+                let said = sandbox.logger.fault("store.fault", "sandbox_runs", &problem);
+                format!("{said}; the command was not run.")
+            }
         })
     })?;
     let request = SandboxRunRequest { command: args.command, options: build_sandbox_create_options() };

@@ -67,6 +67,8 @@ pub enum RunRefused {
     Full(SlotsFull),
     /// The shared count could not be read (a store error, already worded).
     Unavailable(String),
+    /// Deployed without Redis: there is nowhere to count (worded, naming `REDIS_URL`).
+    Unconfigured(String),
 }
 
 impl RunCounter {
@@ -96,7 +98,7 @@ impl RunCounter {
     pub async fn take(&self, principal: &str) -> Result<RunSlot, RunRefused> {
         let (redis, random) = match &self.across {
             Across::Unconfigured => {
-                return Err(RunRefused::Unavailable(redis_url_unset("sandbox runs").message().to_owned()));
+                return Err(RunRefused::Unconfigured(redis_url_unset("sandbox runs").message().to_owned()));
             }
             Across::Nothing => {
                 let instance = self.instance.acquire(principal, SANDBOX_RUNS).map_err(RunRefused::Full)?;
