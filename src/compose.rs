@@ -87,7 +87,8 @@ impl Parts {
             None if settings.deployed => Shared::Unconfigured,
             None => Shared::Memory,
         };
-        let examples = Backends::new(&settings.examples, &shared).map_err(|mut more| {
+        let random: Arc<dyn Random> = Arc::new(SystemRandom::default());
+        let examples = Backends::new(&settings.examples, &shared, random.clone()).map_err(|mut more| {
             problems.append(&mut more);
         });
         let telemetry = settings.telemetry.as_ref().map_or_else(Telemetry::off, Telemetry::new);
@@ -114,7 +115,7 @@ impl Parts {
             )),
         };
         Ok(Self {
-            random: Arc::new(SystemRandom::default()),
+            random,
             log_sink: Arc::new(StderrSink::default()),
             jobs: JobsBackend::new(&shared, transport),
             task_store: crate::tasks::task_store(&shared),

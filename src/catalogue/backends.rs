@@ -14,7 +14,7 @@ use super::sandbox_isolation::{RunCounter, SandboxClient, vercel::VercelSandbox}
 use super::{least_privilege, query_command, secure_tools};
 use crate::jobs::Jobs;
 use crate::observe::Logger;
-use crate::state::{Random, SystemRandom};
+use crate::state::Random;
 use crate::store::Shared;
 use crate::tasks::TaskService;
 
@@ -77,9 +77,9 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Builds each example's backend from its settings and where shared records live. A bad
-    /// `DATABASE_URL` is a start-up problem, named.
-    pub fn new(settings: &ExampleSettings, shared: &Shared) -> Result<Self, Vec<String>> {
+    /// Builds each example's backend from its settings, where shared records live, and the
+    /// process's randomness (for identifiers). A bad `DATABASE_URL` is a start-up problem, named.
+    pub fn new(settings: &ExampleSettings, shared: &Shared, random: Arc<dyn Random>) -> Result<Self, Vec<String>> {
         let products: Arc<dyn ProductBackend> = match &settings.database_url {
             Some(url) => Arc::new(db_adapter::postgres::PostgresProducts::new(url).map_err(|problem| vec![problem])?),
             None => Arc::new(db_adapter::fixture::ReadOnlyStore),
@@ -92,7 +92,7 @@ impl Backends {
                 settings.sandbox_api_base_url.clone(),
                 settings.sandbox_oidc_token.clone(),
             )),
-            sandbox_runs: RunCounter::new(shared, Arc::new(SystemRandom::default())),
+            sandbox_runs: RunCounter::new(shared, random),
         })
     }
 

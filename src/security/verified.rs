@@ -98,8 +98,7 @@ impl Entries {
     /// the lock: this runs only when a verification (≈ 100× a request) found the cache full.
     fn make_room_for_token(&mut self, token: &[u8]) {
         while self.full_for(token) {
-            let soonest = self.by_tail.iter().min_by_key(|(_, entry)| entry.valid_until).map(|(key, _)| *key);
-            match soonest {
+            match self.soonest(self.by_tail.keys()) {
                 Some(key) => self.remove(&key),
                 None => return,
             }
@@ -112,10 +111,14 @@ impl Entries {
         else {
             return;
         };
-        let first_to_expire = keys.iter().min_by_key(|key| self.by_tail.get(*key).map_or(0, |entry| entry.valid_until));
-        if let Some(key) = first_to_expire.copied() {
+        if let Some(key) = self.soonest(keys) {
             self.remove(&key);
         }
+    }
+
+    /// Of the entries under `keys`, the one that expires first.
+    fn soonest<'a>(&self, keys: impl IntoIterator<Item = &'a [u8; TAIL]>) -> Option<[u8; TAIL]> {
+        keys.into_iter().min_by_key(|key| self.by_tail.get(*key).map_or(0, |entry| entry.valid_until)).copied()
     }
 
     fn full_for(&self, token: &[u8]) -> bool {

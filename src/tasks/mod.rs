@@ -52,6 +52,7 @@ pub struct Watched {
     /// While it is working: how long until it would count as lost.
     pub lost_in: Option<Duration>,
 }
+
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and watches for a cancel until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
@@ -607,12 +608,11 @@ impl TaskService {
     /// could not be stored), and it is failed saying so, by a compare-and-set, so an outcome
     /// stored meanwhile is kept. `None` when it is gone.
     async fn unless_lost(&self, record: TaskRecord) -> Result<Option<TaskRecord>, StoreError> {
-        let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
-        let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
-        let allowed_ms = limit_ms.saturating_add(margin_ms);
-        if record.status != TaskStatus::Working || self.clock.now_ms() <= record.updated_at.saturating_add(allowed_ms) {
+        let (limit_ms, lost_after) = self.lost_after(&record);
+        if record.status != TaskStatus::Working || self.clock.now_ms() <= lost_after {
             return Ok(Some(record));
         }
+        let allowed_ms = lost_after - record.updated_at;
         let error = McpError::internal(format!(
             "The task's work was lost: it was still working {} s after its round began, past the {} s a \
              round may run (the instance running it may have stopped). Start it again.",
@@ -628,6 +628,15 @@ impl TaskService {
             true
         })
         .await
+    }
+
+    /// The longest `record`'s round may run (ms, the limit of the instance that started it when
+    /// the record keeps it), and the last moment (clock ms) it may still read as working:
+    /// past it, its work was lost.
+    fn lost_after(&self, record: &TaskRecord) -> (u64, u64) {
+        let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
+        let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
+        (limit_ms, record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms))
     }
 
     /// The `notifications/tasks` params for `principal`'s task (the detailed task, without
@@ -659,11 +668,9 @@ impl TaskService {
         }
         let Some(record) = self.unless_lost(record).await? else { return Ok(None) };
         let lost_in = (record.status == TaskStatus::Working).then(|| {
-            let limit_ms = record.round_limit_ms.unwrap_or_else(|| self.round_limit_ms());
-            let margin_ms = u64::try_from(LOST_ROUND_MARGIN.as_millis()).unwrap_or(u64::MAX);
-            // Lost once the clock is past this (`unless_lost` compares with `<=`); at most a
-            // day ahead, so that a timer set from it cannot overflow whatever the record says.
-            let lost_after = record.updated_at.saturating_add(limit_ms).saturating_add(margin_ms);
+            // Lost once the clock is past this; at most a day ahead, so that a timer set from it
+            // cannot overflow whatever the record says.
+            let (_, lost_after) = self.lost_after(&record);
             let wait_ms = lost_after.saturating_sub(self.clock.now_ms()).saturating_add(1).min(86_400_000);
             Duration::from_millis(wait_ms)
         });

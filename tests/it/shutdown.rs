@@ -53,12 +53,7 @@ fn registry(config: &Parts, begun: Arc<Notify>, release: Arc<Notify>) -> McpServ
 }
 
 async fn create_task(server: &TestServer, tool: &str) -> String {
-    let mut params = json!({"name": tool, "arguments": {}});
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    });
-    let created = server.modern(json!(1), "tools/call", params).send().await.json();
+    let created = server.call_as_task(tool).send().await.json();
     created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned()
 }
 

@@ -72,13 +72,7 @@ async fn instance_serving(redis_url: &str, prefix: &str, registry: fn(&Parts) ->
     TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await
 }
 
-fn meta(caps: Value) -> Value {
-    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps})
-}
-
-fn with_tasks() -> Value {
-    meta(json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}))
-}
+use common::{meta, with_tasks};
 
 async fn task_call(server: &TestServer, method: &str, params: Value) -> common::Reply {
     task_call_as(server, None, method, params).await

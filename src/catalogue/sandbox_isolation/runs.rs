@@ -96,17 +96,13 @@ impl RunCounter {
     /// Counts a run for `principal`, or says which cap it met. The run counts until the
     /// returned slot is dropped (in Redis, until its removal lands or the run lapses).
     pub async fn take(&self, principal: &str) -> Result<RunSlot, RunRefused> {
-        let (redis, random) = match &self.across {
-            Across::Unconfigured => {
-                return Err(RunRefused::Unconfigured(redis_url_unset("sandbox runs").message().to_owned()));
-            }
-            Across::Nothing => {
-                let instance = self.instance.acquire(principal, SANDBOX_RUNS).map_err(RunRefused::Full)?;
-                return Ok(RunSlot { _instance: instance, shared: None });
-            }
-            Across::Redis(redis, random) => (redis, random),
-        };
+        if let Across::Unconfigured = self.across {
+            return Err(RunRefused::Unconfigured(redis_url_unset("sandbox runs").message().to_owned()));
+        }
         let instance = self.instance.acquire(principal, SANDBOX_RUNS).map_err(RunRefused::Full)?;
+        let Across::Redis(redis, random) = &self.across else {
+            return Ok(RunSlot { _instance: instance, shared: None });
+        };
         let mut id = [0u8; 16];
         random.fill(&mut id);
         // Armed before the script runs: a take dropped while the script is on its way (its

@@ -23,6 +23,16 @@ use vercel_mcp::server::{InputRequired, McpServer, NoArguments, Outcome, ToolDef
 use vercel_mcp::state::{ChangeEvent, ManualClock};
 use vercel_mcp::{App, Parts, local};
 
+/// The request `_meta` of a 2026-07-28 client that declares `capabilities`.
+pub fn meta(capabilities: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": capabilities})
+}
+
+/// The request `_meta` of a client that declares the tasks extension (and elicitation).
+pub fn with_tasks() -> Value {
+    meta(json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}))
+}
+
 /// A server running on 127.0.0.1 for the duration of a test.
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
@@ -71,6 +81,12 @@ impl TestServer {
 
     pub fn request(&self, method: &'static str, path: &str) -> Call {
         Call { addr: self.addr, method, path: path.into(), headers: vec![], body: String::new() }
+    }
+
+    /// A `tools/call` of `tool` (no arguments) from a client that declares the tasks extension:
+    /// a tool that requires a task answers with one.
+    pub fn call_as_task(&self, tool: &str) -> Call {
+        self.modern(json!(1), "tools/call", json!({"name": tool, "arguments": {}, "_meta": with_tasks()}))
     }
 
     /// A 2025-11-25 request: the body as given, under that revision's version header.
@@ -135,10 +151,7 @@ pub fn error_text(result: &Value) -> String {
 
 /// `params` with the required `_meta` keys, declaring `capabilities`.
 pub fn with_capabilities(mut params: Value, capabilities: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    });
+    params["_meta"] = meta(capabilities);
     params
 }
 
