@@ -95,3 +95,34 @@ fn a_forgery_differs_from_the_genuine_envelope_only_in_its_mac() {
     assert!(!is_genuine && forged.rsplit_once('.').unwrap().0 == genuine.rsplit_once('.').unwrap().0);
     harness::job_handle(&wrong); // one bit off: must not open
 }
+
+/// Every `(name, version)` a `Cargo.lock` pins.
+fn pinned(lock: &str) -> std::collections::BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(lock)).unwrap();
+    let field = |package: &str, key: &str| {
+        package
+            .lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix(" = \"")?.strip_suffix('"').map(str::to_owned))
+    };
+    text.split("[[package]]")
+        .skip(1)
+        .map(|package| (field(package, "name").unwrap(), field(package, "version").unwrap()))
+        .collect()
+}
+
+/// The fuzz crate has a lockfile of its own; what it fuzzes is the code the main build ships,
+/// so every crate both use is pinned at the main lock's version there too (refresh it with
+/// `cp Cargo.lock fuzz/Cargo.lock && (cd fuzz && cargo metadata --format-version 1 >/dev/null)`).
+#[test]
+fn the_fuzz_build_pins_the_main_builds_versions() {
+    let main = pinned("Cargo.lock");
+    let fuzz = pinned("fuzz/Cargo.lock");
+    let main_names: std::collections::BTreeSet<&str> = main.iter().map(|(name, _)| name.as_str()).collect();
+    let shared: Vec<_> = fuzz.iter().filter(|(name, _)| main_names.contains(name.as_str())).collect();
+    assert!(
+        shared.iter().any(|(name, _)| name == "redis"),
+        "the fuzz lock shares no crates with the main one: {shared:?}"
+    );
+    let differing: Vec<_> = shared.into_iter().filter(|pin| !main.contains(*pin)).collect();
+    assert!(differing.is_empty(), "fuzz/Cargo.lock pins versions the main lock does not: {differing:?}");
+}
