@@ -545,12 +545,21 @@ fn auth_config(
     };
     // A production URL is public (Deployment Protection covers previews by default), so `off`
     // there would hand every tool, the sandbox's included, to anyone who finds it.
+    // A deployment that does not say which environment it is (a project that does not expose
+    // Vercel's system variables) may be production, and is taken as production.
     let environment = var("VERCEL_TARGET_ENV").or_else(|| var("VERCEL_ENV"));
-    if deployed && mode == AuthMode::Off && environment.as_deref().map(str::trim) == Some("production") {
+    let environment = environment.as_deref().map(str::trim);
+    if deployed && mode == AuthMode::Off && matches!(environment, None | Some("production")) {
         problems.push(format!(
-            "MCP_AUTH_MODE=off is refused on a production deployment: every caller would be the same anonymous \
+            "MCP_AUTH_MODE=off is refused on a production deployment{}: every caller would be the same anonymous \
              principal, with every tool. Fix: configure an authorization server ({}), or keep `off` to a preview \
              behind Deployment Protection",
+            if environment.is_none() {
+                " (neither VERCEL_TARGET_ENV nor VERCEL_ENV is set, so this one may be production; expose the \
+                 system environment variables in the project's settings)"
+            } else {
+                ""
+            },
             set_with("MCP_JWKS_URL", "its JWKS URL, with MCP_AUTH_ISSUER and MCP_RESOURCE_URL")
         ));
     }
@@ -760,7 +769,12 @@ mod tests {
         assert!(error.contains("openssl rand -hex 32"), "{error}");
         // The private-demo posture needs only the secret, on a preview.
         let demo = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"0123456789abcdef".repeat(2))];
-        assert!(load(&demo).is_ok(), "{:?}", load(&demo));
+        // A deployment that does not say which environment it is may be production.
+        let unknown = load(&demo).unwrap_err().to_string();
+        assert!(
+            unknown.contains("refused on a production deployment (neither VERCEL_TARGET_ENV nor VERCEL_ENV is set"),
+            "{unknown}"
+        );
         for environment in ["VERCEL_ENV", "VERCEL_TARGET_ENV"] {
             let preview = [demo.as_slice(), &[(environment, "preview")]].concat();
             assert!(load(&preview).is_ok(), "{environment}=preview");
@@ -831,7 +845,7 @@ mod tests {
 
     #[test]
     fn a_deployment_refuses_durations_its_functions_cannot_finish() {
-        let deployed = [("VERCEL", "1"), ("MCP_AUTH_MODE", "off")];
+        let deployed = [("VERCEL", "1"), ("VERCEL_ENV", "preview"), ("MCP_AUTH_MODE", "off")];
         let secret = "0123456789abcdef".repeat(2);
         let with = |extra: &[(&str, &str)]| {
             let mut vars = deployed.to_vec();
@@ -923,8 +937,13 @@ mod tests {
         assert_eq!(name(&[redis]), Ok("Redis Streams"), "off Vercel with Redis, the stream by default");
         assert_eq!(name(&[redis, ("MCP_QUEUE", "local")]), Ok("in-process queue"));
         assert_eq!(name(&[("MCP_QUEUE_BASE_URL", "http://127.0.0.1:9")]), Ok("Vercel Queues"), "a stand-in");
-        let deployed =
-            [("VERCEL", "1"), ("MCP_AUTH_MODE", "off"), ("MCP_STATE_SECRET", &"0123456789abcdef".repeat(2)), redis];
+        let deployed = [
+            ("VERCEL", "1"),
+            ("VERCEL_ENV", "preview"),
+            ("MCP_AUTH_MODE", "off"),
+            ("MCP_STATE_SECRET", &"0123456789abcdef".repeat(2)),
+            redis,
+        ];
         assert_eq!(name(&deployed), Ok("Vercel Queues"));
         let refused = |vars: &[(&str, &str)]| load(vars).unwrap_err().to_string();
         // A stand-in receives the project's OIDC token: never in clear beyond this machine.

@@ -354,7 +354,7 @@ def concurrency(floor_bin, perf_bin, base_env, auth_env, token, work, echo, echo
             port = free_port()
             # The platform's socket makes the posture deployed, where authentication must be chosen.
             server = spawn(perf_bin, port, dict(base_env, PERF_EDGE="vercel", VERCEL_IPC_PATH=path, MCP_REQUEST_LOG=lines,
-                                                MCP_AUTH_MODE="off"))
+                                                MCP_AUTH_MODE="off", VERCEL_ENV="preview"))
             wait_ready(port, echo_probe)
             if not ipc_connected(path):
                 raise SystemExit("the edge did not connect to the IPC stand-in")

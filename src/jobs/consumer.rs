@@ -300,7 +300,11 @@ impl Consumer {
         let abandoned = self.store.abandon(&message.owner_id, &message.job_id, self.clock.now_ms()).await;
         if let Some(logger) = &self.logger {
             let detail = match abandoned {
-                Ok(_) => "its message was delivered too often and goes to the dead letters; the job is failed",
+                Ok(Some(job)) if job.state == super::JobState::Failed => {
+                    "its message was delivered too often and goes to the dead letters; the job is failed"
+                }
+                Ok(Some(_)) => "its message was delivered too often and goes to the dead letters; the job had ended",
+                Ok(None) => "its message was delivered too often and goes to the dead letters; the job is gone",
                 Err(_) => {
                     "its message goes to the dead letters; the job could not be failed and stays until its deadline"
                 }

@@ -86,6 +86,11 @@ local function store(job, now, retention)
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('ZADD', KEYS[3], forget, ARGV[2])
     redis.call('ZADD', KEYS[4], forget, ARGV[1])
+    -- The sets may have been trimmed empty (or evicted) since the create gave them their TTL:
+    -- a set this write re-creates lasts as long as what it holds, never forever.
+    for i = 3, 4 do
+      if redis.call('PTTL', KEYS[i]) < forget - now then redis.call('PEXPIRE', KEYS[i], math.max(forget - now, 1)) end
+    end
   end
   return out
 end
@@ -330,7 +335,10 @@ impl RedisJobStore {
             "rate" => Err(CreateRefused::TooFast(quota.per_minute)),
             "full" => Err(CreateRefused::Full),
             "queue_full" => Err(CreateRefused::QueueFull(enqueue.map_or(0, |(stream, _)| stream.max_len))),
-            _ => Err(CreateRefused::Exists),
+            "exists" => Err(CreateRefused::Exists),
+            // Not a refusal this code knows (a script edited without its reader): a fault, not
+            // "that id exists", which would have the submit retry with fresh ids.
+            _ => return Err(StoreError::fault("the job store answered a create with something unexpected")),
         })
     }
 }

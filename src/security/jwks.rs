@@ -96,8 +96,13 @@ pub struct JwksCache {
 #[derive(Default)]
 struct CacheState {
     keys: Arc<HashMap<String, (DecodingKey, Algorithm)>>,
+    /// When a key set last arrived: the keys are fresh for `ttl` after it.
     fetched_at: Option<u64>,
-    /// Fetches made so far: a request that waited for another's fetch sees this change.
+    /// When the last fetch began, answered or not: the next waits `min_refetch` after it.
+    /// Stamped as it begins, so a fetch cut short (its caller left, and the request's future
+    /// with it) still counts; otherwise callers that leave at once could fetch without limit.
+    attempted_at: Option<u64>,
+    /// Fetches begun so far: a request that waited for another's fetch sees this change.
     fetches: u64,
 }
 
@@ -109,20 +114,22 @@ impl JwksCache {
 
     pub(crate) async fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
         let now = self.clock.now_ms();
-        let (cached, fresh, may_refetch, seen) = {
+        let (cached, fresh, may_fetch, seen) = {
             let state = self.state.lock().expect("jwks lock");
-            let age = state.fetched_at.map(|at| now.saturating_sub(at));
+            let age = |at: Option<u64>| at.map(|at| now.saturating_sub(at));
             (
                 state.keys.get(kid).cloned(),
-                age.is_some_and(|a| a < self.ttl.as_millis() as u64),
-                age.is_none_or(|a| a >= self.min_refetch.as_millis() as u64),
+                age(state.fetched_at).is_some_and(|a| a < self.ttl.as_millis() as u64),
+                age(state.attempted_at).is_none_or(|a| a >= self.min_refetch.as_millis() as u64),
                 state.fetches,
             )
         };
         if let (Some(key), true) = (&cached, fresh) {
             return Some(key.clone());
         }
-        if !fresh || may_refetch {
+        // Stale keys, or an unknown `kid`: fetched at most once every `min_refetch`. Meanwhile
+        // the keys held stay usable, as when the issuer cannot be reached.
+        if may_fetch {
             let _guard = self.fetching.lock().await;
             // A fetch made while this request waited is as recent as its own would be. (Comparing
             // times would not do: a fetch is stamped when it starts, so every request that arrived
@@ -131,27 +138,35 @@ impl JwksCache {
             if !refreshed {
                 self.fetch().await;
             }
+        } else {
+            // Within the floor a fetch may still be under way (the first, say, while others
+            // arrive): its answer may hold the key, so it is waited for. A fetch whose caller left
+            // no longer holds the lock, and then this is at once.
+            drop(self.fetching.lock().await);
         }
         self.state.lock().expect("jwks lock").keys.get(kid).cloned()
     }
 
     async fn fetch(&self) {
         let Ok(request) = http::Request::get(&self.url).body(http_body_util::Full::new(Bytes::new())) else { return };
-        let now = self.clock.now_ms();
+        {
+            let mut state = self.state.lock().expect("jwks lock");
+            state.attempted_at = Some(self.clock.now_ms());
+            state.fetches += 1;
+        }
         let fetched = crate::outbound::send(request, Duration::from_secs(5)).await;
-        let mut state = self.state.lock().expect("jwks lock");
-        // Even a failed fetch counts for the rate limit; keys already held stay usable while
-        // the issuer cannot be reached or answers with something that is not a key set. A key
-        // set replaces them, even one with no usable key: keeping a key the issuer dropped
-        // because nothing replaced it would trust it for as long as the issuer publishes none.
-        state.fetched_at = Some(now);
-        state.fetches += 1;
-        if let Ok(response) = fetched {
-            if response.status.is_success() {
-                if let Ok(keys) = read_key_set(&response.body) {
-                    state.keys = Arc::new(keys);
-                }
-            }
+        // Keys already held stay usable while the issuer cannot be reached or answers with
+        // something that is not a key set. A key set replaces them, even one with no usable key:
+        // keeping a key the issuer dropped because nothing replaced it would trust it for as long
+        // as the issuer publishes none.
+        let Ok(response) = fetched else { return };
+        if !response.status.is_success() {
+            return;
+        }
+        if let Ok(keys) = read_key_set(&response.body) {
+            let mut state = self.state.lock().expect("jwks lock");
+            state.keys = Arc::new(keys);
+            state.fetched_at = Some(self.clock.now_ms());
         }
     }
 }

@@ -946,7 +946,7 @@ mod tests {
         );
         server.scopes_enforced = true;
         let record: TaskRecord = serde_json::from_value(json!({
-            "version": 1, "taskId": "t1", "owner": "sub:alice", "ownerVerified": true, "ownerScopes": ["w"],
+            "version": 1, "taskId": "AAAAAAAAAAAAAAAAAAAAAQ", "owner": "sub:alice", "ownerVerified": true, "ownerScopes": ["w"],
             "tool": "write", "arguments": {}, "status": "input_required", "createdAt": 0, "updatedAt": 0,
             "ttlMs": 60000, "inputRequests": {"a": {"method": "elicitation/create"}}
         }))
@@ -961,15 +961,16 @@ mod tests {
             );
             ctx.client_capabilities =
                 json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}).as_object().unwrap().clone();
-            let params: RequestParams = json!({"taskId": "t1", "inputResponses": {"a": {"action": "accept"}}})
-                .as_object()
-                .unwrap()
-                .clone()
-                .into();
+            let params: RequestParams =
+                json!({"taskId": "AAAAAAAAAAAAAAAAAAAAAQ", "inputResponses": {"a": {"action": "accept"}}})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+                    .into();
             let server = &server;
             async move { server.execute(ctx, method, &params).await }
         };
-        let status = || async { store.get("sub:alice", "t1").await.unwrap().unwrap().status };
+        let status = || async { store.get("sub:alice", "AAAAAAAAAAAAAAAAAAAAAQ").await.unwrap().unwrap().status };
         for (method, before, after) in [
             ("tasks/get", TaskStatus::InputRequired, TaskStatus::InputRequired),
             ("tasks/update", TaskStatus::InputRequired, TaskStatus::Working),

@@ -41,6 +41,9 @@ impl ListenLimits {
 
 /// How long a stream waits to read again a task it could not read (the store failed).
 const UNREAD_RETRY: Duration = Duration::from_secs(1);
+/// The longest resource URI a stream may subscribe to (a filter holds at most 256 of them, and
+/// its acknowledgement repeats them).
+const MAX_SUBSCRIPTION_URI_BYTES: usize = 2048;
 
 /// How many listen streams may be open at once in one instance: per caller (the anonymous
 /// caller is one caller), and in all.
@@ -166,8 +169,15 @@ impl McpServer {
                 .ok_or_else(|| McpError::invalid_params("taskIds must be strings"))?,
             Some(_) => return Err(McpError::invalid_params("taskIds must be an array of at most 256 ids")),
         };
+        if uris.iter().any(|uri| uri.len() > MAX_SUBSCRIPTION_URI_BYTES) {
+            return Err(McpError::invalid_params(format!(
+                "each of resourceSubscriptions is at most {MAX_SUBSCRIPTION_URI_BYTES} bytes"
+            )));
+        }
         // Each at most once: a stream's catch-up reads each task once, however often it is named.
-        let (mut uris, task_ids) = (once_each(uris), once_each(task_ids));
+        let (mut uris, mut task_ids) = (once_each(uris), once_each(task_ids));
+        // An id this server could not have minted names no task: not honoured, so never read.
+        task_ids.retain(|id| crate::tasks::is_task_id(id));
         // A resource the caller may not read is not watched for it either: when it changes says
         // something of it. Left out of the acknowledgement, as any subscription not honoured.
         uris.retain(|uri| self.missing_resource_scopes(&ctx.principal, uri).is_none());
@@ -515,7 +525,7 @@ mod tests {
         let (outbox, _events) = crate::body::outbox::channel(1024);
         ctx.outbox = Some(outbox);
         // A hundred tasks, each named twice: a catch-up of a hundred two-second reads.
-        let named: Vec<String> = (0..200).map(|n| format!("task-{}", n % 100)).collect();
+        let named: Vec<String> = (0..200).map(|n| format!("task-{:0>17}", n % 100)).collect();
         let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
         let filter = server.listen_filter(&ctx, &params).unwrap();
         assert_eq!(filter.task_ids.len(), 100, "each task once");
@@ -524,7 +534,10 @@ mod tests {
         let lagging = async {
             tokio::time::sleep(Duration::from_millis(10)).await;
             for _ in 0..300 {
-                bus.publish(ChangeEvent::TaskChanged { owner: alice.id().to_owned(), task_id: "task-1".into() });
+                bus.publish(ChangeEvent::TaskChanged {
+                    owner: alice.id().to_owned(),
+                    task_id: "task-1________________".into(),
+                });
             }
         };
         let started = tokio::time::Instant::now();
@@ -561,10 +574,10 @@ mod tests {
         // Rounds of 1 s: a working task counts as lost 61 s after its round began.
         let lost_after_ms = 1_000 + 60_000;
         for (id, status, updated_at) in [
-            ("gone", "working", now - lost_after_ms - 1),
-            ("soon", "working", now - lost_after_ms + 5_000),
-            ("fresh", "working", now),
-            ("done", "completed", 0),
+            ("gone__________________", "working", now - lost_after_ms - 1),
+            ("soon__________________", "working", now - lost_after_ms + 5_000),
+            ("fresh_________________", "working", now),
+            ("done__________________", "completed", 0),
         ] {
             let record: TaskRecord = serde_json::from_value(json!({
                 "version": 1, "taskId": id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
@@ -585,7 +598,7 @@ mod tests {
         let (outbox, mut events) = crate::body::outbox::channel(1024);
         ctx.outbox = Some(outbox);
         let params: RequestParams =
-            serde_json::from_value(json!({"notifications": {"taskIds": ["gone", "soon", "fresh", "done"]}})).unwrap();
+            serde_json::from_value(json!({"notifications": {"taskIds": ["gone__________________", "soon__________________", "fresh_________________", "done__________________"]}})).unwrap();
         let filter = server.listen_filter(&ctx, &params).unwrap();
         let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
         let stopping = crate::state::Stopping::default();
@@ -596,9 +609,9 @@ mod tests {
             let owner = alice.id().to_owned();
             async move { store.get(&owner, id).await.unwrap().unwrap().status }
         };
-        assert_eq!(status("gone").await, TaskStatus::Failed, "lost when the stream opened");
-        assert_eq!(status("soon").await, TaskStatus::Failed, "lost while it was open");
-        assert_eq!(status("fresh").await, TaskStatus::Working, "not lost before the stream ended");
+        assert_eq!(status("gone__________________").await, TaskStatus::Failed, "lost when the stream opened");
+        assert_eq!(status("soon__________________").await, TaskStatus::Failed, "lost while it was open");
+        assert_eq!(status("fresh_________________").await, TaskStatus::Working, "not lost before the stream ended");
         let (sent, _) = std::future::poll_fn(|cx| events.poll_chunk(cx)).await.expect("the stream's events");
         let sent = String::from_utf8(sent).unwrap();
         let mut told: Vec<(String, String)> = sent
@@ -612,9 +625,14 @@ mod tests {
             })
             .collect();
         told.sort();
-        // Each named task's state once the stream opened; then "soon"'s failure; each once.
-        let expected =
-            [("done", "completed"), ("fresh", "working"), ("gone", "failed"), ("soon", "failed"), ("soon", "working")];
+        // Each named task's state once the stream opened; then "soon__________________"'s failure; each once.
+        let expected = [
+            ("done__________________", "completed"),
+            ("fresh_________________", "working"),
+            ("gone__________________", "failed"),
+            ("soon__________________", "failed"),
+            ("soon__________________", "working"),
+        ];
         assert_eq!(told, expected.map(|(id, status)| (id.to_owned(), status.to_owned())), "{sent}");
         assert!(sent.contains("work was lost"), "saying why: {sent}");
     }

@@ -90,6 +90,13 @@ pub fn extension_required() -> McpError {
     )
 }
 
+/// Whether `id` has the shape of the ids this server mints (22 base64url characters). Any other
+/// names no task, and is answered as one that does not exist without a store read: a caller
+/// cannot make the store look up keys of any length it likes.
+pub fn is_task_id(id: &str) -> bool {
+    id.len() == 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 fn not_found() -> McpError {
     McpError::invalid_params("Failed to retrieve task: Task not found")
 }
@@ -289,6 +296,7 @@ impl TaskService {
 
     fn new_record(&self, task: NewTask<'_>, status: TaskStatus) -> TaskRecord {
         use base64::Engine;
+        // `is_task_id` knows this shape: 16 random bytes, base64url without padding.
         let mut id = [0u8; 16];
         self.random.fill(&mut id);
         let now = self.clock.now_ms();
@@ -595,6 +603,9 @@ impl TaskService {
         task_id: &str,
         may_see: impl Fn(&str) -> Result<(), McpError>,
     ) -> Result<Map<String, Value>, McpError> {
+        if !is_task_id(task_id) {
+            return Err(not_found());
+        }
         let record =
             self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         may_see(&record.tool)?;
@@ -662,6 +673,9 @@ impl TaskService {
         task_id: &str,
         may_see: impl Fn(&str) -> bool,
     ) -> Result<Option<Watched>, StoreError> {
+        if !is_task_id(task_id) {
+            return Ok(None);
+        }
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
         if !may_see(&record.tool) {
             return Ok(None);
@@ -703,6 +717,9 @@ impl TaskService {
         responses: &Map<String, Value>,
         may_answer: impl Fn(&str) -> Result<(), McpError>,
     ) -> Result<Option<Resumed>, McpError> {
+        if !is_task_id(task_id) {
+            return Err(not_found());
+        }
         // Taken by the first attempt that would resume the task, and kept across retried
         // compare-and-sets; a refusal stops the update with nothing stored.
         let slot = std::sync::Mutex::new(None::<Slot>);
@@ -778,6 +795,9 @@ impl TaskService {
         task_id: &str,
         may_cancel: impl Fn(&str) -> Result<(), McpError>,
     ) -> Result<(), McpError> {
+        if !is_task_id(task_id) {
+            return Err(not_found());
+        }
         let refused = std::sync::Mutex::new(None::<McpError>);
         let cancelled = self.modify(principal.id(), task_id, |record| {
             if let Err(error) = may_cancel(&record.tool) {
@@ -935,6 +955,7 @@ mod tests {
 
     /// `owner`'s task `task_id` of the `ask` tool, at `version`, in `status`, asking for each of
     /// `requests`.
+    // Ids in these tests are padded with `_` to the 22 characters of a minted one (`is_task_id`).
     fn task_record(owner: &str, task_id: &str, version: u64, status: &str, requests: &[&str]) -> TaskRecord {
         let requests: Map<String, Value> =
             requests.iter().map(|key| (key.to_string(), serde_json::json!({"method": "elicitation/create"}))).collect();
@@ -972,7 +993,11 @@ mod tests {
 
     /// A task's work that finishes at once.
     fn finishing() -> ToolFn {
-        Arc::new(|_, _| Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) }))
+        Arc::new(|_, _| {
+            Box::pin(async {
+                Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done__________________")))
+            })
+        })
     }
 
     /// The update that answers a task's last request resumes it; the same update sent again (a
@@ -982,18 +1007,31 @@ mod tests {
         let store = Arc::new(store::MemoryTaskStore::default());
         let service = service_over(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        let record = task_record(alice.id(), "t1", 0, "input_required", &["a", "b"]);
+        let record = task_record(alice.id(), "t1____________________", 0, "input_required", &["a", "b"]);
         store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
 
-        assert!(service.update(&alice, "t1", &answer("a")).await.unwrap().is_none(), "one request still open");
-        let resumed = service.update(&alice, "t1", &answer("b")).await.unwrap().expect("the last answer resumes");
+        assert!(
+            service.update(&alice, "t1____________________", &answer("a")).await.unwrap().is_none(),
+            "one request still open"
+        );
+        let resumed = service
+            .update(&alice, "t1____________________", &answer("b"))
+            .await
+            .unwrap()
+            .expect("the last answer resumes");
         assert_eq!((resumed.record.status, resumed.record.input_responses.len()), (TaskStatus::Working, 2));
         assert_eq!(resumed.record.round_limit_ms, Some(280_000), "the resumed round's limit is kept with it");
         for again in [answer("b"), answer("a"), Map::new()] {
-            assert!(service.update(&alice, "t1", &again).await.unwrap().is_none(), "resumed once only: {again:?}");
+            assert!(
+                service.update(&alice, "t1____________________", &again).await.unwrap().is_none(),
+                "resumed once only: {again:?}"
+            );
         }
         let bob = Principal::verified(Some("bob"), None, vec![]);
-        assert!(service.update(&bob, "t1", &answer("b")).await.is_err(), "another principal's task is not found");
+        assert!(
+            service.update(&bob, "t1____________________", &answer("b")).await.is_err(),
+            "another principal's task is not found"
+        );
     }
 
     /// A task record is bounded in bytes: a start whose arguments and capabilities pass the
@@ -1014,7 +1052,7 @@ mod tests {
         assert!(refused.message.starts_with("A task keeps at most 262144 bytes"), "{}", refused.message);
         assert!(store.tasks.lock().unwrap().is_empty(), "a refused start stores nothing");
 
-        let record = task_record(alice.id(), "t1", 0, "input_required", &["a", "b", "c"]);
+        let record = task_record(alice.id(), "t1____________________", 0, "input_required", &["a", "b", "c"]);
         store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
         let sized = |key: &str, bytes: usize| -> Map<String, Value> {
             serde_json::json!({ key: {"action": "accept", "content": {"text": big(bytes)}} })
@@ -1022,18 +1060,21 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        assert!(service.update(&alice, "t1", &sized("a", 150 * 1024)).await.unwrap().is_none());
-        let refused = service.update(&alice, "t1", &sized("b", 150 * 1024)).await.unwrap_err();
+        assert!(service.update(&alice, "t1____________________", &sized("a", 150 * 1024)).await.unwrap().is_none());
+        let refused = service.update(&alice, "t1____________________", &sized("b", 150 * 1024)).await.unwrap_err();
         assert!(refused.message.starts_with("These answers would make the task"), "{}", refused.message);
-        let stored = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        let stored = store.get(alice.id(), "t1____________________").await.unwrap().unwrap();
         assert_eq!((stored.input_responses.len(), stored.input_requests.len()), (1, 2), "nothing of b recorded");
-        assert!(service.update(&alice, "t1", &sized("b", 1024)).await.unwrap().is_none(), "a small answer still is");
+        assert!(
+            service.update(&alice, "t1____________________", &sized("b", 1024)).await.unwrap().is_none(),
+            "a small answer still is"
+        );
 
-        let round = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        let round = store.get(alice.id(), "t1____________________").await.unwrap().unwrap();
         let huge =
             Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("y".repeat(MAX_TASK_RECORD_BYTES))));
         service.settle(&round, &huge, &Map::new()).await.unwrap();
-        let failed = store.get(alice.id(), "t1").await.unwrap().unwrap();
+        let failed = store.get(alice.id(), "t1____________________").await.unwrap().unwrap();
         assert_eq!((failed.status, failed.result.is_none()), (TaskStatus::Failed, true));
         assert!(failed.status_message.unwrap().starts_with("The task's outcome would make it"));
     }
@@ -1060,13 +1101,16 @@ mod tests {
 
         // At her cap, alice may still answer part of her parked task's requests; the answer that
         // would run it is refused, and not recorded.
-        let parked = task_record(alice.id(), "parked", 1, "input_required", &["a", "b"]);
+        let parked = task_record(alice.id(), "parked________________", 1, "input_required", &["a", "b"]);
         store.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
-        assert!(service.update(&alice, "parked", &answer("b")).await.unwrap().is_none(), "a part needs no slot");
-        let refused = service.update(&alice, "parked", &answer("a")).await.unwrap_err();
+        assert!(
+            service.update(&alice, "parked________________", &answer("b")).await.unwrap().is_none(),
+            "a part needs no slot"
+        );
+        let refused = service.update(&alice, "parked________________", &answer("a")).await.unwrap_err();
         assert_eq!(refused.status, 429);
         assert!(refused.message.starts_with("You have too many tasks running"), "{}", refused.message);
-        let unchanged = store.get(alice.id(), "parked").await.unwrap().unwrap();
+        let unchanged = store.get(alice.id(), "parked________________").await.unwrap().unwrap();
         assert_eq!((unchanged.status, unchanged.input_responses.len()), (TaskStatus::InputRequired, 1));
         start(&bob).await.unwrap();
         // Full: a third caller, under its own share, meets the total.
@@ -1077,7 +1121,11 @@ mod tests {
         // Cancelled, the first task's round ends at its next check, and its slot is free.
         service.cancel(&alice, &first, |_| Ok(())).await.unwrap();
         tokio::time::sleep(CANCEL_POLL * 2).await;
-        let resumed = service.update(&alice, "parked", &answer("a")).await.unwrap().expect("answered, it resumes");
+        let resumed = service
+            .update(&alice, "parked________________", &answer("a"))
+            .await
+            .unwrap()
+            .expect("answered, it resumes");
         assert_eq!(resumed.record.status, TaskStatus::Working);
         assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
     }
@@ -1151,30 +1199,38 @@ mod tests {
             let input = keys.iter().fold(InputRequired::new(), |input, key| input.request(*key, form()));
             Ok(Outcome::InputRequired(input))
         };
-        let current = || async { store.get(alice.id(), "t").await.unwrap().unwrap() };
+        let current = || async { store.get(alice.id(), "t_____________________").await.unwrap().unwrap() };
         let sent = |record: &TaskRecord| record.input_requests.keys().cloned().collect::<Vec<_>>();
-        store.create(&task_record(alice.id(), "t", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
+        store
+            .create(&task_record(alice.id(), "t_____________________", 1, "working", &[]), TaskQuota::default())
+            .await
+            .unwrap()
+            .unwrap();
 
         service.settle(&current().await, &asking(&["confirm"]), &capabilities).await.unwrap();
         assert_eq!(sent(&current().await), ["confirm"], "a first use is sent as it is");
         let first = serde_json::json!({"confirm": {"action": "accept", "content": {"n": 1}}});
-        service.update(&alice, "t", first.as_object().unwrap()).await.unwrap().expect("resumed");
+        service.update(&alice, "t_____________________", first.as_object().unwrap()).await.unwrap().expect("resumed");
 
         // The second round asks `confirm` again, and `confirm~2` under its own name.
         service.settle(&current().await, &asking(&["confirm", "confirm~2"]), &capabilities).await.unwrap();
         let parked = current().await;
         assert_eq!(sent(&parked), ["confirm~2", "confirm~3"]);
-        let listed = service.get(&alice, "t", |_| Ok(())).await.unwrap();
+        let listed = service.get(&alice, "t_____________________", |_| Ok(())).await.unwrap();
         let listed: Vec<&String> = listed["inputRequests"].as_object().unwrap().keys().collect();
         assert_eq!(listed, ["confirm~2", "confirm~3"], "tasks/get shows the keys sent");
-        assert!(service.update(&alice, "t", first.as_object().unwrap()).await.unwrap().is_none());
+        assert!(service.update(&alice, "t_____________________", first.as_object().unwrap()).await.unwrap().is_none());
         assert_eq!(current().await, parked, "an answer to a key already answered changes nothing");
 
         let second = serde_json::json!({
             "confirm~3": {"action": "accept", "content": {"n": 2}},
             "confirm~2": {"action": "decline"}
         });
-        let resumed = service.update(&alice, "t", second.as_object().unwrap()).await.unwrap().expect("resumed");
+        let resumed = service
+            .update(&alice, "t_____________________", second.as_object().unwrap())
+            .await
+            .unwrap()
+            .expect("resumed");
         let answers = &resumed.record.input_responses;
         assert_eq!(answers["confirm"], second["confirm~3"], "the handler reads its own key");
         assert_eq!(answers["confirm~2"], second["confirm~2"]);
@@ -1259,37 +1315,48 @@ mod tests {
         let store = Arc::new(store::MemoryTaskStore::default());
         let (clock, service) = thirty_second_rounds(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
         store
-            .create(&task_record(alice.id(), "asking", 1, "input_required", &["a"]), TaskQuota::default())
+            .create(&task_record(alice.id(), "lost__________________", 1, "working", &[]), TaskQuota::default())
             .await
             .unwrap()
             .unwrap();
-        let mut long = task_record(alice.id(), "long", 1, "working", &[]);
+        store
+            .create(
+                &task_record(alice.id(), "asking________________", 1, "input_required", &["a"]),
+                TaskQuota::default(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        let mut long = task_record(alice.id(), "long__________________", 1, "working", &[]);
         long.round_limit_ms = Some(300_000);
         store.create(&long, TaskQuota::default()).await.unwrap().unwrap();
         let status = |task: &Map<String, Value>| task["status"].as_str().unwrap().to_owned();
 
         clock.advance_ms(90_000); // the round's 30 s and the 60 s margin
-        assert_eq!(status(&service.get(&alice, "lost", |_| Ok(())).await.unwrap()), "working");
+        assert_eq!(status(&service.get(&alice, "lost__________________", |_| Ok(())).await.unwrap()), "working");
         clock.advance_ms(1);
-        let notified = service.notification(&alice, "lost", |_| true).await.unwrap().unwrap();
+        let notified = service.notification(&alice, "lost__________________", |_| true).await.unwrap().unwrap();
         assert_eq!(status(&notified), "failed");
-        let stored = store.get(alice.id(), "lost").await.unwrap().unwrap();
+        let stored = store.get(alice.id(), "lost__________________").await.unwrap().unwrap();
         assert_eq!((stored.status, stored.version), (TaskStatus::Failed, 2));
         let message = stored.status_message.unwrap();
         assert!(message.starts_with("The task's work was lost") && message.contains("30 s"), "{message}");
         assert_eq!(stored.error.unwrap()["code"], -32603);
-        assert_eq!(status(&service.get(&alice, "lost", |_| Ok(())).await.unwrap()), "failed");
-        assert_eq!(status(&service.get(&alice, "asking", |_| Ok(())).await.unwrap()), "input_required");
-        assert_eq!(store.get(alice.id(), "asking").await.unwrap().unwrap().version, 1, "left as it was");
+        assert_eq!(status(&service.get(&alice, "lost__________________", |_| Ok(())).await.unwrap()), "failed");
+        assert_eq!(status(&service.get(&alice, "asking________________", |_| Ok(())).await.unwrap()), "input_required");
+        assert_eq!(
+            store.get(alice.id(), "asking________________").await.unwrap().unwrap().version,
+            1,
+            "left as it was"
+        );
 
         // Started by an instance whose rounds may run 300 s: the reader's 30 s do not apply.
-        assert_eq!(status(&service.get(&alice, "long", |_| Ok(())).await.unwrap()), "working");
+        assert_eq!(status(&service.get(&alice, "long__________________", |_| Ok(())).await.unwrap()), "working");
         clock.advance_ms(269_999); // at 360 s: its 300 s and the margin
-        assert_eq!(status(&service.get(&alice, "long", |_| Ok(())).await.unwrap()), "working");
+        assert_eq!(status(&service.get(&alice, "long__________________", |_| Ok(())).await.unwrap()), "working");
         clock.advance_ms(1);
-        let failed = service.get(&alice, "long", |_| Ok(())).await.unwrap();
+        let failed = service.get(&alice, "long__________________", |_| Ok(())).await.unwrap();
         assert_eq!(status(&failed), "failed");
         assert!(failed["statusMessage"].as_str().unwrap().contains("the 300 s a round may run"), "{failed:?}");
     }
@@ -1306,7 +1373,12 @@ mod tests {
         let into = handed.clone();
         let keeper: Keeper = Arc::new(move |work| into.lock().unwrap().push(tokio::spawn(work)));
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+        let task = NewTask {
+            principal: &alice,
+            tool: "done__________________",
+            arguments: Map::new(),
+            client_capabilities: Map::new(),
+        };
         let created = keeping(keeper, service.start(task, finishing(), SpanHandle::default())).await.unwrap();
         let kept: Vec<_> = std::mem::take(&mut *handed.lock().unwrap());
         assert_eq!(kept.len(), 1, "the create and its round went to the keeper, as one piece of work");
@@ -1374,13 +1446,17 @@ mod tests {
         });
         let (clock, service) = thirty_second_rounds(store.clone());
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        store.create(&task_record(alice.id(), "lost", 1, "working", &[]), TaskQuota::default()).await.unwrap().unwrap();
+        store
+            .create(&task_record(alice.id(), "lost__________________", 1, "working", &[]), TaskQuota::default())
+            .await
+            .unwrap()
+            .unwrap();
         clock.advance_ms(90_001);
-        let refused = service.get(&alice, "lost", |_| Ok(())).await.unwrap_err();
+        let refused = service.get(&alice, "lost__________________", |_| Ok(())).await.unwrap_err();
         assert_eq!(refused.code.0, -32603, "{}", refused.message);
-        let unchanged = store.get(alice.id(), "lost").await.unwrap().unwrap();
+        let unchanged = store.get(alice.id(), "lost__________________").await.unwrap().unwrap();
         assert_eq!((unchanged.status, unchanged.version), (TaskStatus::Working, 1));
-        let failed = service.get(&alice, "lost", |_| Ok(())).await.unwrap();
+        let failed = service.get(&alice, "lost__________________", |_| Ok(())).await.unwrap();
         assert_eq!(failed["status"], "failed");
     }
 
@@ -1393,15 +1469,18 @@ mod tests {
         for lands in [true, false] {
             let store = Arc::new(Blipping { inner: Default::default(), failures: 0.into(), lands });
             let service = Arc::new(service_over(store.clone()));
-            let parked = task_record(alice.id(), "parked", 1, "input_required", &["a"]);
+            let parked = task_record(alice.id(), "parked________________", 1, "input_required", &["a"]);
             store.inner.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
             store.failures.store(1, std::sync::atomic::Ordering::SeqCst);
-            let updated = service.update(&alice, "parked", &answer("a")).await;
-            let stored = store.get(alice.id(), "parked").await.unwrap().unwrap();
+            let updated = service.update(&alice, "parked________________", &answer("a")).await;
+            let stored = store.get(alice.id(), "parked________________").await.unwrap().unwrap();
             if lands {
                 let resumed = updated.unwrap().expect("the update that landed resumes the task");
                 assert_eq!((resumed.record.status, stored.status), (TaskStatus::Working, TaskStatus::Working));
-                assert!(service.update(&alice, "parked", &answer("a")).await.unwrap().is_none(), "resumed once");
+                assert!(
+                    service.update(&alice, "parked________________", &answer("a")).await.unwrap().is_none(),
+                    "resumed once"
+                );
             } else {
                 assert!(updated.unwrap_err().message.starts_with("task store unavailable"));
                 assert_eq!((stored.status, stored.version), (TaskStatus::InputRequired, 1), "nothing changed");
@@ -1410,7 +1489,12 @@ mod tests {
 
         let store = Arc::new(Blipping { inner: Default::default(), failures: 1.into(), lands: true });
         let service = Arc::new(service_over(store.clone()));
-        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+        let task = NewTask {
+            principal: &alice,
+            tool: "done__________________",
+            arguments: Map::new(),
+            client_capabilities: Map::new(),
+        };
         let created = service.start(task, finishing(), SpanHandle::default()).await.expect("the create landed");
         tokio::time::sleep(Duration::from_secs(1)).await;
         let record = store.get(alice.id(), created["taskId"].as_str().unwrap()).await.unwrap().unwrap();
@@ -1431,8 +1515,12 @@ mod tests {
                     .with_logger(Logger::new(sink.clone(), sealer, random)),
             );
             let alice = Principal::verified(Some("alice"), None, vec![]);
-            let task =
-                NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
+            let task = NewTask {
+                principal: &alice,
+                tool: "done__________________",
+                arguments: Map::new(),
+                client_capabilities: Map::new(),
+            };
             let created = service.start(task, finishing(), SpanHandle::default()).await.unwrap();
             let task_id = created["taskId"].as_str().unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;

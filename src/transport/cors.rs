@@ -10,10 +10,16 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use super::Body;
 
-/// Request headers a browser client may send (beyond the CORS-safelisted ones). Every
+/// Request headers a browser client may send (beyond the CORS-safelisted ones): MCP's and auth's,
+/// W3C trace context, `Last-Event-ID` (a 2025-11-25 client resuming its stream), and Vercel's
+/// `x-vercel-protection-bypass` (a preview behind Deployment Protection). Every
 /// `Mcp-Param-{Name}` a preflight asks for is allowed too; CORS has no prefix wildcard.
-pub const ALLOWED_REQUEST_HEADERS: &str =
-    "Content-Type, Authorization, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Session-Id, traceparent";
+pub const ALLOWED_REQUEST_HEADERS: &str = "Content-Type, Authorization, MCP-Protocol-Version, Mcp-Method, Mcp-Name, \
+     Mcp-Session-Id, Last-Event-ID, traceparent, tracestate, baggage, x-vercel-protection-bypass";
+/// Methods a browser client may send. Only `POST` is served; `GET` and `DELETE` are allowed
+/// through the preflight so that a 2025-11-25 client (which opens a stream with `GET` and ends
+/// its session with `DELETE`) reads the 405 it handles, rather than a network error it does not.
+pub const ALLOWED_METHODS: &str = "GET, POST, DELETE";
 /// Response headers a browser client may read: the auth challenge, the legacy session id and
 /// the request id to quote in a bug report.
 pub const EXPOSED_RESPONSE_HEADERS: &str = "WWW-Authenticate, Mcp-Session-Id, x-mcp-request-id";
@@ -36,7 +42,7 @@ pub fn preflight(origin: Option<&HeaderValue>, request: &HeaderMap) -> Response<
         header::VARY,
         HeaderValue::from_static("Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
     );
-    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("POST"));
+    headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOWED_METHODS));
     headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, allowed_headers(request));
     headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(PREFLIGHT_MAX_AGE));
     response
@@ -96,7 +102,7 @@ mod tests {
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
         let headers = response.headers();
         assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://127.0.0.1:5173");
-        assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_METHODS], "POST");
+        assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_METHODS], "GET, POST, DELETE");
         assert_eq!(headers[header::ACCESS_CONTROL_MAX_AGE], PREFLIGHT_MAX_AGE);
         assert!(headers[header::VARY].to_str().unwrap().starts_with("Origin"));
         let allowed = headers[header::ACCESS_CONTROL_ALLOW_HEADERS].to_str().unwrap();
@@ -107,6 +113,10 @@ mod tests {
             "Mcp-Method",
             "Mcp-Name",
             "traceparent",
+            "tracestate",
+            "baggage",
+            "Last-Event-ID",
+            "x-vercel-protection-bypass",
             "mcp-param-region",
             "Mcp-Param-Count",
         ] {

@@ -223,9 +223,13 @@ fn logged_refusal(
     response
 }
 
+/// What a 404 says: where the endpoints are (a client pointed at `/mcp`, say, learns the path).
+pub const NO_ROUTE_BODY: &str =
+    "Not Found: the MCP endpoint is /api/mcp, and each example's is /api/examples/<name> (README.md lists them)";
+
 /// 404 for a path, or an example, that nothing serves: [`refused`], so it has its line.
 pub fn no_route(logger: &crate::observe::Logger, origins: &AllowedOrigins, head: &http::HeaderMap) -> Response<Body> {
-    refused(logger, origins, head, std::time::Instant::now(), plain(StatusCode::NOT_FOUND, "Not Found"))
+    refused(logger, origins, head, std::time::Instant::now(), plain(StatusCode::NOT_FOUND, NO_ROUTE_BODY))
 }
 
 /// The trace id of a `traceparent` header, or empty.

@@ -6,7 +6,8 @@
 // loopback port, then drives Debian's Chromium (playwright-core, executablePath /usr/bin/chromium)
 // to load the page twice:
 //   - from http://127.0.0.1:<page port>, an allowed origin: `fetch` lists the tools, calls echo,
-//     and reads the x-mcp-request-id response header (exposed by CORS);
+//     and reads the x-mcp-request-id response header (exposed by CORS); a 2025-11-25 client's GET
+//     and DELETE pass the preflight and read the endpoint's 405;
 //   - from http://evil.test:<page port>, a disallowed origin (the browser resolves evil.test to
 //     127.0.0.1, so no traffic leaves the machine): the preflight is refused and `fetch` fails.
 // Prints `browser: N passed, N failed` and exits non-zero on any failure.
@@ -47,6 +48,19 @@ async function run(url) {
     const list = await rpc(url, 1, 'tools/list', {});
     const echo = await rpc(url, 2, 'tools/call', {name: 'echo', arguments: {message: 'from the browser'}}, 'echo');
     return {ok: true, tools: list.body.result.tools.map((t) => t.name), echo: echo.body.result.content[0].text, requestId: echo.requestId, status: echo.status};
+  } catch (error) {
+    return {ok: false, error: String(error)};
+  }
+}
+// What a 2025-11-25 client does besides POST: open its stream with GET (sending the session id and
+// Last-Event-ID), and end its session with DELETE. The endpoint serves neither; the client must
+// read the 405 (which it handles) rather than fail the preflight (which it does not).
+async function legacyExtras(url) {
+  const headers = {'Mcp-Session-Id': 'a-session', 'MCP-Protocol-Version': '2025-11-25'};
+  try {
+    const stream = await fetch(url, {method: 'GET', headers: {...headers, Accept: 'text/event-stream', 'Last-Event-ID': '1'}});
+    const end = await fetch(url, {method: 'DELETE', headers});
+    return {ok: true, statuses: [stream.status, end.status], allow: stream.headers.get('allow') === null ? 'unreadable' : 'readable'};
   } catch (error) {
     return {ok: false, error: String(error)};
   }
@@ -99,6 +113,9 @@ try {
   check('it calls echo', allowed.ok && allowed.echo === 'from the browser', JSON.stringify(allowed.echo));
   check('it reads x-mcp-request-id', allowed.ok && typeof allowed.requestId === 'string' && allowed.requestId.length > 0,
     JSON.stringify(allowed.requestId));
+  const extras = await tab.evaluate((url) => legacyExtras(url), endpoint);
+  check('a 2025-11-25 client reads 405 for its GET stream and its DELETE', extras.ok && extras.statuses.join() === '405,405',
+    JSON.stringify(extras));
 
   await tab.goto(`http://evil.test:${pagePort}/`);
   const origin = await tab.evaluate(() => window.location.origin);

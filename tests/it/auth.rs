@@ -490,7 +490,10 @@ fn configuration_refuses_unsafe_setups() {
             .unwrap_err()
             .0;
     assert!(problems.iter().any(|p| p.contains("MCP_AUTH_MAX_LIFETIME_SECONDS")));
-    assert!(load(&[("VERCEL", "1"), secret, ("MCP_AUTH_MODE", "off")]).is_ok(), "auth explicitly off");
+    assert!(
+        load(&[("VERCEL", "1"), ("VERCEL_ENV", "preview"), secret, ("MCP_AUTH_MODE", "off")]).is_ok(),
+        "auth explicitly off"
+    );
 }
 
 #[tokio::test]
@@ -933,6 +936,61 @@ async fn requests_waiting_for_a_jwks_refetch_do_not_fetch_again() {
         assert!(!request.await.unwrap(), "an unknown kid is refused");
     }
     assert_eq!(fetches.load(Ordering::SeqCst), 2, "one refetch for the whole burst");
+}
+
+/// A refetch whose caller left midway (the request's future dropped, as when its client
+/// disconnects) still counts toward the refetch floor: callers that leave at once cannot make
+/// the server fetch the JWKS without limit.
+#[tokio::test]
+async fn a_refetch_cut_short_still_counts_toward_the_floor() {
+    use std::sync::atomic::AtomicBool;
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let hold = Arc::new(AtomicBool::new(false));
+    let (counter, held) = (fetches.clone(), hold.clone());
+    let addr = common::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let held = held.load(Ordering::SeqCst);
+        async move {
+            if held {
+                std::future::pending::<()>().await;
+            }
+            (200, bytes::Bytes::from(JWKS))
+        }
+    })
+    .await;
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
+    let config = fetching_keys_from(addr, &clock);
+    let now = vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
+    let signed = |kid: &str| rs256(&claims(json!({"iat": now, "exp": now + 600})), kid);
+    assert!(config.settings.auth.verify(&signed("test-rsa-1")).await.is_ok(), "the first fetch");
+
+    clock.advance_ms(31_000);
+    hold.store(true, Ordering::SeqCst);
+    for attempt in 0..5 {
+        let (auth, token) = (config.settings.auth.clone(), signed(&format!("unknown-{attempt}")));
+        let caller = tokio::spawn(async move { auth.verify(&token).await.is_ok() });
+        let waited = tokio::time::timeout(common::NETWORK_WAIT, async {
+            while attempt == 0 && fetches.load(Ordering::SeqCst) < 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the first unknown kid starts a refetch");
+        if attempt > 0 {
+            // Refused at once from the keys held: nothing to wait for.
+            assert!(!caller.await.unwrap(), "an unknown kid is refused");
+            continue;
+        }
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one refetch began; the callers after it fetched nothing");
+    // Past the floor, the next unknown kid fetches again, and the answer arrives.
+    hold.store(false, Ordering::SeqCst);
+    clock.advance_ms(30_000);
+    assert!(config.settings.auth.verify(&signed("test-rsa-1")).await.is_ok());
+    assert!(config.settings.auth.verify(&signed("unknown-9")).await.is_err());
+    assert_eq!(fetches.load(Ordering::SeqCst), 3);
 }
 
 /// The token checks the matrix above does not reach: `iat` more than a minute ahead, the size

@@ -106,6 +106,7 @@ async fn refusals_before_the_endpoint_decide_the_origin_too() {
     assert!(refused.header("x-mcp-request-id").is_some(), "still a line an operator can find");
     let unrouted = f.server.request("POST", "/api/nothing-here").header("Origin", origin).send().await;
     assert_eq!((unrouted.status, unrouted.header("access-control-allow-origin")), (404, Some(origin)));
+    assert!(unrouted.text().contains("the MCP endpoint is /api/mcp"), "a 404 names the endpoint: {}", unrouted.text());
     let unrouted = f.server.request("POST", "/api/nothing-here").header("Origin", "https://evil.example").send().await;
     assert_eq!(unrouted.status, 403);
     let plain = f.server.post(big.to_string()).send().await;
@@ -640,6 +641,9 @@ async fn listen_acknowledges_first_tags_every_message_and_closes_gracefully() {
     }
     assert_eq!(events[1]["id"], 42, "graceful close with the listen result");
     assert_eq!(events[1]["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
+    let long = json!({"notifications": {"resourceSubscriptions": [format!("test://{}", "a".repeat(2048))]}});
+    let reply = f.server.modern(json!(1), "subscriptions/listen", long).send().await;
+    assert_eq!(reply.code(), -32602, "a URI over 2048 bytes: {}", reply.text());
     let with_tasks = json!({"notifications": {"taskIds": ["x"]}});
     let reply = f.server.modern(json!(1), "subscriptions/listen", with_tasks).send().await;
     assert_eq!((reply.status, reply.code()), (400, -32021));
@@ -706,7 +710,7 @@ async fn an_allowed_origin_gets_cors_on_the_preflight_and_the_answer() {
         .await;
     assert_eq!(preflight.status, 204);
     assert_eq!(preflight.header("access-control-allow-origin"), Some(origin));
-    assert_eq!(preflight.header("access-control-allow-methods"), Some("POST"));
+    assert_eq!(preflight.header("access-control-allow-methods"), Some("GET, POST, DELETE"));
     assert_eq!(preflight.header("access-control-max-age"), Some("600"));
     assert!(preflight.header("vary").unwrap().contains("Origin"));
     let allowed: Vec<String> = preflight
@@ -941,8 +945,8 @@ async fn a_stream_whose_client_stops_reading_is_closed() {
     let routes = vercel_mcp::local::Routes::with_mcp(Arc::new(App::new(server, config.endpoint()))).with_limits(limits);
     let s = common::TestServer::start_routes(routes).await;
 
-    // Each notification is 4 KiB; the client's receive buffer is about as small as it gets.
-    let uri = format!("test://{}", "x".repeat(4096));
+    // Each notification is 2 KiB; the client's receive buffer is about as small as it gets.
+    let uri = format!("test://{}", "x".repeat(2000));
     let body = json!({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
                       "params": with_meta(json!({"notifications": {"resourceSubscriptions": [uri]}}))})
     .to_string();

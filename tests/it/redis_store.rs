@@ -148,6 +148,26 @@ async fn steps_apply_once_cancel_wins_and_every_key_expires() {
     assert_eq!((done.state, done.result.map(|r| r.sum)), (JobState::Done, Some(0)));
 }
 
+/// A job's last write re-creates its owner's held set and the index if they were trimmed empty or
+/// evicted since the create gave them a TTL: they expire with what they hold, never live forever.
+#[tokio::test]
+async fn a_finishing_write_never_leaves_a_set_without_a_ttl() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("rearm");
+    let store = RedisJobStore::new(vercel_mcp::store::Redis::connect(&url, &prefix).unwrap());
+    store.create(&JobRecord::new(id(1), "sub:a".into(), 3, NOW), &Quota::new(8, 256), NOW).await.unwrap().unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (held, index) = (format!("{prefix}:held:c3ViOmE"), format!("{prefix}:index"));
+    let removed: u32 = redis::cmd("DEL").arg(&held).arg(&index).query_async(&mut conn).await.unwrap();
+    assert_eq!(removed, 2, "both sets existed");
+    store.cancel("sub:a", &id(1), NOW + 1).await.unwrap().unwrap();
+    for key in [&held, &index] {
+        let ttl = pttl(&url, key).await;
+        assert!(ttl > 0 && ttl <= JOB_RETENTION_MS as i64, "{key} lasts as long as the job it holds: {ttl}");
+    }
+}
+
 /// Rolling a job back gives its count in the per-minute rate back once: a second delete of the
 /// same job (a retried rollback) finds nothing and gives back nothing more, and a delete in a
 /// later window leaves that window's count alone. Memory and Redis alike.

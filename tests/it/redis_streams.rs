@@ -521,6 +521,7 @@ async fn a_job_whose_message_is_given_up_is_failed() {
     assert_eq!(dead.len(), 1);
     let fault = sink.lines().into_iter().find(|l| l["event"] == "job.fault").expect("a job.fault line");
     assert_eq!(fault["operation"], "dead_letter");
+    assert!(fault["detail"].as_str().is_some_and(|detail| detail.ends_with("the job is failed")), "{fault}");
 }
 
 /// A job is failed before its given-up message moves to the dead letters, so a move that does not

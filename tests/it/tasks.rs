@@ -162,11 +162,12 @@ async fn a_task_moves_between_instances() {
     assert_eq!(parked["inputRequests"].as_object().unwrap().len(), 2, "instance B sees A's task");
 
     // A listen stream on B hears about the task when A changes it.
-    let mut listen = json!({"notifications": {"taskIds": [task_id, "someone-elses-task"]}});
+    // An id of another shape than the server mints names no task: not honoured, never read.
+    let mut listen = json!({"notifications": {"taskIds": [task_id, "someone-elses-task", "x".repeat(4000)]}});
     listen["_meta"] = with_tasks();
     let (_, _, mut stream) = b.modern(json!("L1"), "subscriptions/listen", listen).open().await;
     let ack = common::read_events(&mut stream, 1).await.remove(0);
-    assert_eq!(ack["params"]["notifications"]["taskIds"][0], task_id);
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task_id]));
 
     let ack = task_call(&a, "tasks/update", json!({"taskId": task_id, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}, "zzz": {"ignored": true}}})).await;
     assert_eq!(ack.json()["result"]["resultType"], "complete");
@@ -354,13 +355,18 @@ async fn a_task_store_outage_is_an_internal_error_with_a_correlation_id() {
     let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
     for (method, params, operation) in [
         ("tools/call", json!({"name": "ask_twice", "arguments": {}}), "create"),
-        ("tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"}), "get"),
+        ("tasks/get", json!({"taskId": "0123456789abcdef-_ABCD"}), "get"),
     ] {
         let reply = task_call(&server, method, params).await.json();
         assert_eq!(reply["error"]["code"], -32603, "{reply}");
         let message = reply["error"]["message"].as_str().unwrap();
         assert!(!message.contains("127.0.0.1"), "no address in the caller's text: {message}");
         common::assert_fault_logged(message, &logs, "task.fault", operation);
+    }
+    // An id of a shape the server never mints is not looked up: not found, with the store down.
+    for method in ["tasks/get", "tasks/cancel", "tasks/update"] {
+        let reply = task_call(&server, method, json!({"taskId": "x".repeat(10_000), "inputResponses": {}})).await;
+        assert_eq!(reply.code(), -32602, "{method}: {}", reply.text());
     }
 }
 

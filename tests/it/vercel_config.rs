@@ -232,6 +232,7 @@ async fn a_deployment_never_falls_back_to_instance_memory() {
         vercel_mcp::Parts::from_lookup(
             move |name| match name {
                 "VERCEL" => Some("1".into()),
+                "VERCEL_ENV" => Some("preview".into()),
                 "MCP_STATE_SECRET" => Some("0123456789abcdef".repeat(2)),
                 "MCP_AUTH_MODE" => Some("off".into()),
                 "REDIS_URL" if redis => Some("redis://127.0.0.1:1".into()),

@@ -74,8 +74,10 @@ fn launch_with(executable: &str, name: &str, settings: &[(&str, &str)]) -> Funct
         .envs(settings)
         .env("VERCEL_IPC_PATH", &socket)
         .env("MCP_STATE_SECRET", "ipc=0123456789abcdef0123456789abcdef")
-        // The platform's socket makes the posture deployed, where authentication must be chosen.
+        // The platform's socket makes the posture deployed, where authentication must be chosen
+        // (`off` only where the platform says the deployment is not production).
         .env("MCP_AUTH_MODE", "off")
+        .env("VERCEL_ENV", "preview")
         .stderr_piped()
         .spawn();
     let function =
