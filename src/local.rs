@@ -210,7 +210,25 @@ impl Routes {
     }
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        // An MCP route decides first what the head alone decides (Origin, method, credential,
+        // media type): a caller who may not call is answered without its body being waited for
+        // or held. A path naming no example is a 404 without reading the body either.
+        let app = match parts.uri.path() {
+            "/api/mcp" | "/api/mcp/" => Some(&self.mcp),
+            path if path.starts_with("/api/examples/") => {
+                match self.examples.get(path.trim_start_matches("/api/examples/").trim_end_matches('/')) {
+                    Some(app) => Some(app),
+                    None => return transport::no_route(&self.mcp.logger, &self.mcp.origins, &parts.headers),
+                }
+            }
+            _ => None,
+        };
+        if let Some(app) = app {
+            if !transport::screen_head(app, &mut parts).await {
+                return transport::handle(app, Request::from_parts(parts, Bytes::new())).await;
+            }
+        }
         // Each route reads at most what its function reads on Vercel; a path nothing serves (a
         // 404 after the read) reads no more than the metadata document does.
         let limit = match parts.uri.path() {

@@ -348,17 +348,45 @@ fn outcome_of(response: &Response<Body>) -> ResponseOutcome {
     }
 }
 
-async fn handle_request(app: &Arc<App>, request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
+/// The principal [`screen_head`] authenticated, carried to [`handle`] in the request's
+/// extensions (which only an edge can set; nothing on the wire reaches them).
+#[derive(Clone)]
+struct Authenticated(Principal);
+
+/// Decides from a request's head alone whether `app` needs its body: no for a refused Origin, a
+/// method other than `POST`, a missing or invalid credential, or a body that is not JSON, each of
+/// which [`handle`] answers the same with an empty body. An edge that reads bodies itself asks
+/// this first, so a caller who may not call cannot make it wait for, and hold, a body. The
+/// principal of a head that passes goes with the request, and is not authenticated again.
+pub async fn screen_head(app: &App, head: &mut http::request::Parts) -> bool {
+    if matches!(app.origins.decide(&head.headers), OriginDecision::Refused) || head.method != Method::POST {
+        return false;
+    }
+    let headers = &head.headers;
+    let traceparent = || headers.get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
+    let Ok(principal) = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await else {
+        return false;
+    };
+    let is_json_or_unsaid = head.headers.get(header::CONTENT_TYPE).is_none_or(is_json);
+    head.extensions.insert(Authenticated(principal));
+    is_json_or_unsaid
+}
+
+async fn handle_request(app: &Arc<App>, mut request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: this endpoint accepts POST only");
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
         return response;
     }
+    let screened = request.extensions_mut().remove::<Authenticated>();
     // A key fetch during authentication is traced in the caller's trace, beside the request's span.
     let traceparent = || request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let principal = match app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await {
-        Ok(principal) => principal,
-        Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
+    let principal = match screened {
+        Some(Authenticated(principal)) => principal,
+        None => match app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await {
+            Ok(principal) => principal,
+            Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
+        },
     };
     record.principal = Some(app.logger.principal_digest(principal.id()));
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {

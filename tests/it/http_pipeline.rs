@@ -811,6 +811,57 @@ async fn until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     received
 }
 
+/// A request the head alone refuses is answered without its body being read: a caller without a
+/// credential (or from a refused Origin, or naming no example, or sending another media type)
+/// that declares a large body and sends none of it is answered at once, not after the body
+/// timeout, and the server holds none of it.
+#[tokio::test]
+async fn a_head_refused_on_its_own_is_answered_without_its_body() {
+    use common::tokens::{auth_config, bearer, stub_jwks};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (jwks, _) = stub_jwks().await;
+    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    // Long enough that a body waited for would be answered 408 long after the test gave up.
+    let limits = vercel_mcp::settings::ConnectionLimits {
+        header_timeout: std::time::Duration::from_secs(60),
+        body_timeout: std::time::Duration::from_secs(60),
+        max_connections: 16,
+    };
+    let routes = vercel_mcp::local::Routes::new(&config).with_limits(limits);
+    let server = common::TestServer::start_routes(routes).await;
+    let token = bearer("alice", "mcp:read");
+    let cases = [
+        ("/api/mcp", String::new(), "application/json", 401),
+        ("/api/mcp", "Authorization: Bearer not-a-token\r\n".to_owned(), "application/json", 401),
+        ("/api/mcp", "Origin: https://evil.example\r\n".to_owned(), "application/json", 403),
+        ("/api/examples/no-such-example", String::new(), "application/json", 404),
+        ("/api/mcp", format!("Authorization: {token}\r\n"), "text/plain", 415),
+    ];
+    for (path, extra, media, status) in cases {
+        let mut client = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{extra}Content-Type: {media}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: 1000000\r\n\r\n"
+        );
+        client.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(common::NETWORK_WAIT, async {
+            let mut chunk = [0u8; 4096];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = client.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed before an answer");
+                answer.extend_from_slice(&chunk[..n]);
+            }
+        })
+        .await;
+        assert!(read.is_ok(), "{path} {extra}: the head was not answered without its body");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{path} {extra}{media}: {answer}");
+    }
+    // A caller who may call is read and served as before.
+    let served = server.modern(json!(1), "tools/list", json!({})).header("Authorization", &token).send().await;
+    assert_eq!(served.status, 200, "{}", served.text());
+}
+
 /// Slowloris and slow bodies: a head that never completes is cut off after the header timeout,
 /// and a body that stops short gets 408 after the body timeout; neither holds the connection.
 #[tokio::test]
