@@ -210,7 +210,7 @@ impl Routes {
     }
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
-        let (mut parts, body) = request.into_parts();
+        let (parts, body) = request.into_parts();
         // An MCP route decides first what the head alone decides (Origin, method, credential,
         // media type): a caller who may not call is answered without its body being waited for
         // or held. A path naming no example is a 404 without reading the body either.
@@ -224,11 +224,13 @@ impl Routes {
             }
             _ => None,
         };
-        if let Some(app) = app {
-            if !transport::screen_head(app, &mut parts).await {
-                return transport::handle(app, Request::from_parts(parts, Bytes::new())).await;
-            }
-        }
+        let admitted = match app {
+            Some(app) => match transport::screen_head(app, &parts).await {
+                Some(admitted) => Some((app, admitted)),
+                None => return transport::handle(app, Request::from_parts(parts, Bytes::new())).await,
+            },
+            None => None,
+        };
         // Each route reads at most what its function reads on Vercel; a path nothing serves (a
         // 404 after the read) reads no more than the metadata document does.
         let limit = match parts.uri.path() {
@@ -262,7 +264,12 @@ impl Routes {
             }
         };
         match read {
-            Ok(bytes) => self.route(Request::from_parts(parts, bytes)).await,
+            Ok(bytes) => match admitted {
+                Some((app, admitted)) => {
+                    transport::handle_admitted(app, Request::from_parts(parts, bytes), admitted).await
+                }
+                None => self.route(Request::from_parts(parts, bytes)).await,
+            },
             Err(refusal) => {
                 let arrived = waited_since.unwrap_or_else(std::time::Instant::now);
                 transport::refused(&self.mcp.logger, &self.mcp.origins, &parts.headers, arrived, refusal)

@@ -144,6 +144,15 @@ impl App {
 /// Serves one request to the MCP endpoint, and logs one structured line about it (which the
 /// logger leaves out for a request that succeeded when it writes failures only).
 pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
+    answer(app, request, None).await
+}
+
+/// [`handle`] for a request whose head [`screen_head`] admitted: it is not authenticated again.
+pub async fn handle_admitted(app: &Arc<App>, request: Request<Bytes>, admitted: Admitted) -> Response<Body> {
+    answer(app, request, Some(admitted.0)).await
+}
+
+async fn answer(app: &Arc<App>, request: Request<Bytes>, principal: Option<Principal>) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
     let http_method = method_name(request.method());
     let header_traceparent = app
@@ -156,13 +165,13 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     let mut response = match app.origins.decide(request.headers()) {
         OriginDecision::Refused => plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY),
         OriginDecision::Absent if request.method() == Method::OPTIONS => cors::preflight(None, request.headers()),
-        OriginDecision::Absent => handle_request(app, request, &mut record).await,
+        OriginDecision::Absent => handle_request(app, request, principal, &mut record).await,
         OriginDecision::Allowed(origin) => {
             let origin = origin.clone();
             if request.method() == Method::OPTIONS {
                 cors::preflight(Some(&origin), request.headers())
             } else {
-                let mut response = handle_request(app, request, &mut record).await;
+                let mut response = handle_request(app, request, principal, &mut record).await;
                 cors::expose(&mut response, &origin);
                 response
             }
@@ -348,41 +357,39 @@ fn outcome_of(response: &Response<Body>) -> ResponseOutcome {
     }
 }
 
-/// The principal [`screen_head`] authenticated, carried to [`handle`] in the request's
-/// extensions (which only an edge can set; nothing on the wire reaches them).
-#[derive(Clone)]
-struct Authenticated(Principal);
+/// A request head that [`screen_head`] admitted, with the principal it authenticated.
+pub struct Admitted(Principal);
 
-/// Decides from a request's head alone whether `app` needs its body: no for a refused Origin, a
-/// method other than `POST`, a missing or invalid credential, or a body that is not JSON, each of
-/// which [`handle`] answers the same with an empty body. An edge that reads bodies itself asks
-/// this first, so a caller who may not call cannot make it wait for, and hold, a body. The
-/// principal of a head that passes goes with the request, and is not authenticated again.
-pub async fn screen_head(app: &App, head: &mut http::request::Parts) -> bool {
-    if matches!(app.origins.decide(&head.headers), OriginDecision::Refused) || head.method != Method::POST {
-        return false;
-    }
+/// Decides from a request's head alone whether `app` needs its body: `None` for a refused Origin,
+/// a method other than `POST`, a missing or invalid credential, or a body that is not JSON, each
+/// of which [`handle`] answers the same with an empty body. An edge that reads bodies itself asks
+/// this first, so a caller who may not call cannot make it wait for, and hold, a body; it then
+/// passes what was admitted to [`handle_admitted`], which does not authenticate again.
+pub async fn screen_head(app: &App, head: &http::request::Parts) -> Option<Admitted> {
     let headers = &head.headers;
+    if matches!(app.origins.decide(headers), OriginDecision::Refused) || head.method != Method::POST {
+        return None;
+    }
     let traceparent = || headers.get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let Ok(principal) = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await else {
-        return false;
-    };
-    let is_json_or_unsaid = head.headers.get(header::CONTENT_TYPE).is_none_or(is_json);
-    head.extensions.insert(Authenticated(principal));
-    is_json_or_unsaid
+    let principal = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await.ok()?;
+    headers.get(header::CONTENT_TYPE).is_none_or(is_json).then_some(Admitted(principal))
 }
 
-async fn handle_request(app: &Arc<App>, mut request: Request<Bytes>, record: &mut RequestRecord) -> Response<Body> {
+async fn handle_request(
+    app: &Arc<App>,
+    request: Request<Bytes>,
+    admitted: Option<Principal>,
+    record: &mut RequestRecord,
+) -> Response<Body> {
     if request.method() != Method::POST {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: this endpoint accepts POST only");
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
         return response;
     }
-    let screened = request.extensions_mut().remove::<Authenticated>();
     // A key fetch during authentication is traced in the caller's trace, beside the request's span.
     let traceparent = || request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let principal = match screened {
-        Some(Authenticated(principal)) => principal,
+    let principal = match admitted {
+        Some(principal) => principal,
         None => match app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await {
             Ok(principal) => principal,
             Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
