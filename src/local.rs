@@ -211,9 +211,7 @@ impl Routes {
 
     async fn route_incoming(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
-        // An MCP route decides first what the head alone decides (Origin, method, credential,
-        // media type): a caller who may not call is answered without its body being waited for
-        // or held. A path naming no example is a 404 without reading the body either.
+        // A path naming no example is a 404 without reading the body.
         let app = match parts.uri.path() {
             "/api/mcp" | "/api/mcp/" => Some(&self.mcp),
             path if path.starts_with("/api/examples/") => {
@@ -223,13 +221,6 @@ impl Routes {
                 }
             }
             _ => None,
-        };
-        let admitted = match app {
-            Some(app) => match transport::screen_head(app, &parts).await {
-                Some(admitted) => Some((app, admitted)),
-                None => return transport::handle(app, Request::from_parts(parts, Bytes::new())).await,
-            },
-            None => None,
         };
         // Each route reads at most what its function reads on Vercel; a path nothing serves (a
         // 404 after the read) reads no more than the metadata document does.
@@ -245,10 +236,23 @@ impl Routes {
         // have already arrived with their head, and those are read without arming a timer.
         // When the wait began, for a refusal's line (read only if there was a wait).
         let mut waited_since = None;
+        // The principal of a head admitted before a wait for its body.
+        let mut admitted = None;
         let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(read) => read,
             Poll::Pending => {
                 let since = *waited_since.insert(std::time::Instant::now());
+                // Before waiting for a body, an MCP route decides what the head alone decides
+                // (Origin, method, credential, media type): a caller who may not call is answered
+                // at once, and the server neither waits for nor holds its body. (A body that came
+                // with its head is in hand already; screening it first would cost every request.)
+                // Boxed: only requests that wait pay for its future.
+                if let Some(app) = app {
+                    match Box::pin(transport::screen_head(app, &parts)).await {
+                        Some(screened) => admitted = Some((app, screened)),
+                        None => return transport::handle(app, Request::from_parts(parts, Bytes::new())).await,
+                    }
+                }
                 match tokio::time::timeout(self.limits.body_timeout, read).await {
                     Ok(read) => read,
                     Err(_) => {

@@ -122,7 +122,9 @@ return 1
 const DEAD_LETTER: &str = r#"
 local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 if #claimed == 0 then return 0 end
-if not claimed[1][2] then
+-- An entry deleted from the stream comes back as a nil, or as its id without fields, depending on
+-- the Redis version (7.0 leaves it out and unlists it itself): it is only dropped from the list.
+if not claimed[1] or not claimed[1][2] then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[4])
   return 0
 end
