@@ -234,13 +234,17 @@ impl Routes {
         let mut read = std::pin::pin!(transport::read_body(body, limit));
         // A body that trickles in holds a connection and a buffer: it has a deadline. Most bodies
         // have already arrived with their head, and those are read without arming a timer.
+        let arrived = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(read) => Some(read),
+            Poll::Pending => None,
+        };
         // When the wait began, for a refusal's line (read only if there was a wait).
         let mut waited_since = None;
-        // The principal of a head admitted before a wait for its body.
-        let mut admitted = None;
-        let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
-            Poll::Ready(read) => read,
-            Poll::Pending => {
+        // What the head decided, when the body was waited for.
+        let mut screened = None;
+        let read = match arrived {
+            Some(read) => read,
+            None => {
                 let since = *waited_since.insert(std::time::Instant::now());
                 // Before waiting for a body, an MCP route decides what the head alone decides
                 // (Origin, method, credential, media type): a caller who may not call is answered
@@ -248,10 +252,11 @@ impl Routes {
                 // with its head is in hand already; screening it first would cost every request.)
                 // Boxed: only requests that wait pay for its future.
                 if let Some(app) = app {
-                    match Box::pin(transport::screen_head(app, &parts)).await {
-                        Some(screened) => admitted = Some((app, screened)),
-                        None => return transport::handle(app, Request::from_parts(parts, Bytes::new())).await,
+                    let head = Box::pin(transport::screen_head(app, &parts)).await;
+                    if !head.needs_body() {
+                        return transport::handle_screened(Request::from_parts(parts, Bytes::new()), head).await;
                     }
+                    screened = Some(head);
                 }
                 match tokio::time::timeout(self.limits.body_timeout, read).await {
                     Ok(read) => read,
@@ -268,10 +273,8 @@ impl Routes {
             }
         };
         match read {
-            Ok(bytes) => match admitted {
-                Some((app, admitted)) => {
-                    transport::handle_admitted(app, Request::from_parts(parts, bytes), admitted).await
-                }
+            Ok(bytes) => match screened {
+                Some(head) => transport::handle_screened(Request::from_parts(parts, bytes), head).await,
                 None => self.route(Request::from_parts(parts, bytes)).await,
             },
             Err(refusal) => {

@@ -88,8 +88,10 @@ local function store(job, now, retention)
     redis.call('ZADD', KEYS[4], forget, ARGV[1])
     -- The sets may have been trimmed empty (or evicted) since the create gave them their TTL:
     -- a set this write re-creates lasts as long as what it holds, never forever.
+    local ttl = math.max(forget - now, 1)
     for i = 3, 4 do
-      if redis.call('PTTL', KEYS[i]) < forget - now then redis.call('PEXPIRE', KEYS[i], math.max(forget - now, 1)) end
+      local left = redis.call('PTTL', KEYS[i])
+      if left < 0 or left < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
     end
   end
   return out

@@ -89,8 +89,9 @@ pub struct JwksCache {
     min_refetch: Duration,
     clock: Arc<dyn Clock>,
     state: Mutex<CacheState>,
-    /// Serialises fetches so a burst of unknown `kid`s causes one request.
-    fetching: tokio::sync::Mutex<()>,
+    /// Serialises fetches so a burst of unknown `kid`s causes one request; held by the fetch
+    /// itself, which runs detached from the caller that began it.
+    fetching: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Default)]
@@ -99,8 +100,6 @@ struct CacheState {
     /// When a key set last arrived: the keys are fresh for `ttl` after it.
     fetched_at: Option<u64>,
     /// When the last fetch began, answered or not: the next waits `min_refetch` after it.
-    /// Stamped as it begins, so a fetch cut short (its caller left, and the request's future
-    /// with it) still counts; otherwise callers that leave at once could fetch without limit.
     attempted_at: Option<u64>,
     /// Fetches begun so far: a request that waited for another's fetch sees this change.
     fetches: u64,
@@ -109,10 +108,10 @@ struct CacheState {
 impl JwksCache {
     /// A cache of `url`.
     pub fn new(url: String, ttl: Duration, min_refetch: Duration, clock: Arc<dyn Clock>) -> Self {
-        Self { url, ttl, min_refetch, clock, state: Mutex::default(), fetching: tokio::sync::Mutex::new(()) }
+        Self { url, ttl, min_refetch, clock, state: Mutex::default(), fetching: Arc::default() }
     }
 
-    pub(crate) async fn key(&self, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+    pub(crate) async fn key(self: &Arc<Self>, kid: &str) -> Option<(DecodingKey, Algorithm)> {
         let now = self.clock.now_ms();
         let (cached, fresh, may_fetch, seen) = {
             let state = self.state.lock().expect("jwks lock");
@@ -127,23 +126,32 @@ impl JwksCache {
         if let (Some(key), true) = (&cached, fresh) {
             return Some(key.clone());
         }
-        // Stale keys, or an unknown `kid`: fetched at most once every `min_refetch`. Meanwhile
-        // the keys held stay usable, as when the issuer cannot be reached.
+        // Stale keys, or an unknown `kid`: fetched at most once every `min_refetch`, counted from
+        // when each fetch begins. The fetch runs detached from this caller: one that leaves
+        // midway (its request dropped) neither repeats it nor cuts it short, so callers that
+        // leave at once can neither fetch without limit nor keep the keys from being refreshed.
         if may_fetch {
-            let _guard = self.fetching.lock().await;
+            let guard = Arc::clone(&self.fetching).lock_owned().await;
             // A fetch made while this request waited is as recent as its own would be. (Comparing
             // times would not do: a fetch is stamped when it starts, so every request that arrived
             // during a slow fetch would fetch again, one after another.)
             let refreshed = self.state.lock().expect("jwks lock").fetches != seen;
             if !refreshed {
-                self.fetch().await;
+                let cache = Arc::clone(self);
+                // Under the caller's span still: the fetch is a CLIENT span in its trace.
+                let _ = tokio::spawn(crate::telemetry::carry_current(async move {
+                    let _guard = guard;
+                    cache.fetch().await;
+                }))
+                .await;
             }
-        } else {
-            // Within the floor a fetch may still be under way (the first, say, while others
-            // arrive): its answer may hold the key, so it is waited for. A fetch whose caller left
-            // no longer holds the lock, and then this is at once.
+        } else if cached.is_none() {
+            // An unknown `kid` within the floor: a fetch under way (the first, say, while others
+            // arrive) may bring it, so it is waited for.
             drop(self.fetching.lock().await);
         }
+        // A stale key is used while a fetch is under way or cannot begin yet, as while the issuer
+        // cannot be reached: only the caller that began the fetch waits for it.
         self.state.lock().expect("jwks lock").keys.get(kid).cloned()
     }
 

@@ -536,7 +536,7 @@ mod tests {
             for _ in 0..300 {
                 bus.publish(ChangeEvent::TaskChanged {
                     owner: alice.id().to_owned(),
-                    task_id: "task-1________________".into(),
+                    task_id: format!("task-{:0>17}", 1),
                 });
             }
         };

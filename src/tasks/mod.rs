@@ -993,11 +993,7 @@ mod tests {
 
     /// A task's work that finishes at once.
     fn finishing() -> ToolFn {
-        Arc::new(|_, _| {
-            Box::pin(async {
-                Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done__________________")))
-            })
-        })
+        Arc::new(|_, _| Box::pin(async { Ok(Outcome::Complete(crate::protocol::types::CallToolResult::text("done"))) }))
     }
 
     /// The update that answers a task's last request resumes it; the same update sent again (a
@@ -1373,12 +1369,7 @@ mod tests {
         let into = handed.clone();
         let keeper: Keeper = Arc::new(move |work| into.lock().unwrap().push(tokio::spawn(work)));
         let alice = Principal::verified(Some("alice"), None, vec![]);
-        let task = NewTask {
-            principal: &alice,
-            tool: "done__________________",
-            arguments: Map::new(),
-            client_capabilities: Map::new(),
-        };
+        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
         let created = keeping(keeper, service.start(task, finishing(), SpanHandle::default())).await.unwrap();
         let kept: Vec<_> = std::mem::take(&mut *handed.lock().unwrap());
         assert_eq!(kept.len(), 1, "the create and its round went to the keeper, as one piece of work");
@@ -1489,12 +1480,7 @@ mod tests {
 
         let store = Arc::new(Blipping { inner: Default::default(), failures: 1.into(), lands: true });
         let service = Arc::new(service_over(store.clone()));
-        let task = NewTask {
-            principal: &alice,
-            tool: "done__________________",
-            arguments: Map::new(),
-            client_capabilities: Map::new(),
-        };
+        let task = NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
         let created = service.start(task, finishing(), SpanHandle::default()).await.expect("the create landed");
         tokio::time::sleep(Duration::from_secs(1)).await;
         let record = store.get(alice.id(), created["taskId"].as_str().unwrap()).await.unwrap().unwrap();
@@ -1515,12 +1501,8 @@ mod tests {
                     .with_logger(Logger::new(sink.clone(), sealer, random)),
             );
             let alice = Principal::verified(Some("alice"), None, vec![]);
-            let task = NewTask {
-                principal: &alice,
-                tool: "done__________________",
-                arguments: Map::new(),
-                client_capabilities: Map::new(),
-            };
+            let task =
+                NewTask { principal: &alice, tool: "done", arguments: Map::new(), client_capabilities: Map::new() };
             let created = service.start(task, finishing(), SpanHandle::default()).await.unwrap();
             let task_id = created["taskId"].as_str().unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;

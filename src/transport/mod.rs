@@ -24,7 +24,7 @@ use crate::body::{Events, FinalResponse, First, Outbox, Producer, ResponseOutcom
 use crate::observe::RequestRecord;
 use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, Message, RequestId, jsonrpc};
-use crate::security::{AllowedOrigins, OriginDecision, Principal};
+use crate::security::{AllowedOrigins, OriginDecision, Principal, Refusal};
 use crate::server::McpServer;
 use crate::server::listen::ListenLimits;
 use crate::state::{ChangeBus, Sealer};
@@ -147,12 +147,18 @@ pub async fn handle(app: &Arc<App>, request: Request<Bytes>) -> Response<Body> {
     answer(app, request, None).await
 }
 
-/// [`handle`] for a request whose head [`screen_head`] admitted: it is not authenticated again.
-pub async fn handle_admitted(app: &Arc<App>, request: Request<Bytes>, admitted: Admitted) -> Response<Body> {
-    answer(app, request, Some(admitted.0)).await
+/// [`handle`] for a request whose head was screened ([`screen_head`]): answered by the app that
+/// screened it, with the outcome of that authentication (it is not authenticated again, so the
+/// answer cannot differ from what the screening decided).
+pub async fn handle_screened(request: Request<Bytes>, screened: Screened<'_>) -> Response<Body> {
+    answer(screened.app, request, screened.authenticated).await
 }
 
-async fn answer(app: &Arc<App>, request: Request<Bytes>, principal: Option<Principal>) -> Response<Body> {
+async fn answer(
+    app: &Arc<App>,
+    request: Request<Bytes>,
+    authenticated: Option<Result<Principal, Refusal>>,
+) -> Response<Body> {
     let mut record = RequestRecord::start(&app.logger);
     let http_method = method_name(request.method());
     let header_traceparent = app
@@ -165,13 +171,13 @@ async fn answer(app: &Arc<App>, request: Request<Bytes>, principal: Option<Princ
     let mut response = match app.origins.decide(request.headers()) {
         OriginDecision::Refused => plain(StatusCode::FORBIDDEN, crate::security::origin::FORBIDDEN_BODY),
         OriginDecision::Absent if request.method() == Method::OPTIONS => cors::preflight(None, request.headers()),
-        OriginDecision::Absent => handle_request(app, request, principal, &mut record).await,
+        OriginDecision::Absent => handle_request(app, request, authenticated, &mut record).await,
         OriginDecision::Allowed(origin) => {
             let origin = origin.clone();
             if request.method() == Method::OPTIONS {
                 cors::preflight(Some(&origin), request.headers())
             } else {
-                let mut response = handle_request(app, request, principal, &mut record).await;
+                let mut response = handle_request(app, request, authenticated, &mut record).await;
                 cors::expose(&mut response, &origin);
                 response
             }
@@ -357,28 +363,42 @@ fn outcome_of(response: &Response<Body>) -> ResponseOutcome {
     }
 }
 
-/// A request head that [`screen_head`] admitted, with the principal it authenticated.
-pub struct Admitted(Principal);
+/// What [`screen_head`] decided of a request's head, for the app that decided it.
+pub struct Screened<'a> {
+    app: &'a Arc<App>,
+    /// The head's authentication, when it got that far (an Origin or a method refused first
+    /// needs none).
+    authenticated: Option<Result<Principal, Refusal>>,
+    needs_body: bool,
+}
 
-/// Decides from a request's head alone whether `app` needs its body: `None` for a refused Origin,
-/// a method other than `POST`, a missing or invalid credential, or a body that is not JSON, each
-/// of which [`handle`] answers the same with an empty body. An edge that reads bodies itself asks
-/// this first, so a caller who may not call cannot make it wait for, and hold, a body; it then
-/// passes what was admitted to [`handle_admitted`], which does not authenticate again.
-pub async fn screen_head(app: &App, head: &http::request::Parts) -> Option<Admitted> {
+impl Screened<'_> {
+    /// Whether the answer depends on the body: no for a refused Origin, a method other than
+    /// `POST`, a missing or invalid credential, or a body that is not JSON, each of which
+    /// [`handle_screened`] answers the same with an empty body.
+    pub fn needs_body(&self) -> bool {
+        self.needs_body
+    }
+}
+
+/// Decides from a request's head alone whether `app` needs its body ([`Screened::needs_body`]).
+/// An edge that waits for bodies itself asks this first, so a caller who may not call cannot
+/// make it wait for, and hold, a body; it then answers through [`handle_screened`].
+pub async fn screen_head<'a>(app: &'a Arc<App>, head: &http::request::Parts) -> Screened<'a> {
     let headers = &head.headers;
     if matches!(app.origins.decide(headers), OriginDecision::Refused) || head.method != Method::POST {
-        return None;
+        return Screened { app, authenticated: None, needs_body: false };
     }
     let traceparent = || headers.get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let principal = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await.ok()?;
-    headers.get(header::CONTENT_TYPE).is_none_or(is_json).then_some(Admitted(principal))
+    let authenticated = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await;
+    let needs_body = authenticated.is_ok() && headers.get(header::CONTENT_TYPE).is_none_or(is_json);
+    Screened { app, authenticated: Some(authenticated), needs_body }
 }
 
 async fn handle_request(
     app: &Arc<App>,
     request: Request<Bytes>,
-    admitted: Option<Principal>,
+    authenticated: Option<Result<Principal, Refusal>>,
     record: &mut RequestRecord,
 ) -> Response<Body> {
     if request.method() != Method::POST {
@@ -388,12 +408,13 @@ async fn handle_request(
     }
     // A key fetch during authentication is traced in the caller's trace, beside the request's span.
     let traceparent = || request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let principal = match admitted {
-        Some(principal) => principal,
-        None => match app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await {
-            Ok(principal) => principal,
-            Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
-        },
+    let authenticated = match authenticated {
+        Some(screened) => screened,
+        None => app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await,
+    };
+    let principal = match authenticated {
+        Ok(principal) => principal,
+        Err(refusal) => return auth::refusal_response(&app.auth, &refusal),
     };
     record.principal = Some(app.logger.principal_digest(principal.id()));
     if let Some(content_type) = request.headers().get(header::CONTENT_TYPE) {

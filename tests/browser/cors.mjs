@@ -60,7 +60,7 @@ async function legacyExtras(url) {
   try {
     const stream = await fetch(url, {method: 'GET', headers: {...headers, Accept: 'text/event-stream', 'Last-Event-ID': '1'}});
     const end = await fetch(url, {method: 'DELETE', headers});
-    return {ok: true, statuses: [stream.status, end.status], allow: stream.headers.get('allow') === null ? 'unreadable' : 'readable'};
+    return {ok: true, statuses: [stream.status, end.status]};
   } catch (error) {
     return {ok: false, error: String(error)};
   }

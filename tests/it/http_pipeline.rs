@@ -820,7 +820,9 @@ async fn a_head_refused_on_its_own_is_answered_without_its_body() {
     use common::tokens::{auth_config, bearer, stub_jwks};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (jwks, _) = stub_jwks().await;
-    let config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    config.log_sink = logs.clone();
     // Long enough that a body waited for would be answered 408 long after the test gave up.
     let limits = vercel_mcp::settings::ConnectionLimits {
         header_timeout: std::time::Duration::from_secs(60),
@@ -860,6 +862,53 @@ async fn a_head_refused_on_its_own_is_answered_without_its_body() {
     // A caller who may call is read and served as before.
     let served = server.modern(json!(1), "tools/list", json!({})).header("Authorization", &token).send().await;
     assert_eq!(served.status, 200, "{}", served.text());
+
+    // A head that is admitted before its body arrives (the client waits for `100 Continue`, so
+    // the body cannot have come with the head) is served by the route it named, as its principal,
+    // on /api/mcp and on an example's route alike.
+    // Each route is its own resource: a token names the one it is for.
+    let example_token = format!(
+        "Bearer {}",
+        common::tokens::token(
+            json!({"sub": "alice", "scope": "mcp:read", "aud": "https://mcp.example.com/api/examples/minimal"})
+        )
+    );
+    for (path, id, token) in [("/api/mcp", 7, &token), ("/api/examples/minimal", 8, &example_token)] {
+        let body =
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": with_meta(json!({}))}).to_string();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut client = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        client.write_all(head.as_bytes()).await.unwrap();
+        async fn read_until(client: &mut tokio::net::TcpStream, what: &[u8]) -> String {
+            let (mut seen, mut chunk) = (Vec::new(), [0u8; 4096]);
+            while !seen.windows(what.len()).any(|w| w == what) {
+                let n = client.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed before {:?}", String::from_utf8_lossy(what));
+                seen.extend_from_slice(&chunk[..n]);
+            }
+            String::from_utf8_lossy(&seen).into_owned()
+        }
+        let interim = common::bounded("100 Continue", read_until(&mut client, b"\r\n\r\n")).await;
+        assert!(interim.starts_with("HTTP/1.1 100 Continue"), "{path}: {interim}");
+        client.write_all(body.as_bytes()).await.unwrap();
+        let answer = common::bounded("the answer", read_until(&mut client, b"\"tools\"")).await;
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{path}: {answer}");
+        let line = logs.lines().into_iter().rev().find(|l| l["event"] == "request" && l["status"] == 200).unwrap();
+        assert!(line["principal"].as_str().is_some_and(|p| !p.is_empty()), "{path}: served as its principal: {line}");
+    }
+    // The same head without a credential, waiting for `100 Continue`, is refused instead.
+    let mut client = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    client
+        .write_all(b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+        .await
+        .unwrap();
+    let mut refused = vec![0u8; 4096];
+    let n = common::bounded("the refusal", client.read(&mut refused)).await.unwrap();
+    let refused = String::from_utf8_lossy(&refused[..n]);
+    assert!(refused.starts_with("HTTP/1.1 401 "), "no 100 Continue for a caller who may not call: {refused}");
 }
 
 /// Slowloris and slow bodies: a head that never completes is cut off after the header timeout,
