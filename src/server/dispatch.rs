@@ -366,6 +366,7 @@ impl McpServer {
                 // command already sent) would otherwise leave the task working with nothing
                 // running it. So what the work needs of this server is taken now: the tools'
                 // handlers and scopes, and whether scopes are enforced.
+                let updating = tasks.update_slot(&ctx.principal)?;
                 let tools = self.task_tools.get_or_init(|| std::sync::Arc::new(TaskTools::of(&self.tools))).clone();
                 let enforced = self.scopes_enforced;
                 let (service, principal, task_id) = (tasks.clone(), ctx.principal.clone(), task_id.to_owned());
@@ -379,6 +380,7 @@ impl McpServer {
                         _ => Ok(()),
                     };
                     let updated = service.update_if(&principal, &task_id, &input_responses, may_answer).await;
+                    drop(updating);
                     let resumed = match updated {
                         Ok(resumed) => resumed,
                         Err(error) => {
@@ -722,6 +724,89 @@ mod tests {
         server.tool(tool("second"), |_, _: crate::server::NoArguments| async { "y" });
         update(&server).await;
         assert!(server.task_tools.get().expect("taken again").scopes("second").is_some());
+    }
+
+    /// A `tasks/update`'s store work goes on past its request, so it holds one of its caller's
+    /// places until the store answers: a caller who sends updates and leaves, while the store
+    /// hangs, has at most eight in flight; the ninth is a 429, another caller is not held up,
+    /// and the places come free once the store answers.
+    #[tokio::test]
+    async fn updates_in_flight_are_capped_per_caller_until_the_store_answers() {
+        use crate::tasks::{TaskQuota, TaskRecord, TaskRefused, TaskStore};
+        use std::sync::Arc;
+        /// Answers each read once the test lets it, with nothing.
+        struct Gated(tokio::sync::Semaphore);
+        impl TaskStore for Gated {
+            fn create<'a>(
+                &'a self,
+                _: &'a TaskRecord,
+                _: TaskQuota,
+            ) -> crate::store::StoreFuture<'a, Result<(), TaskRefused>> {
+                Box::pin(async { Ok(Ok(())) })
+            }
+            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> crate::store::StoreFuture<'a, Option<TaskRecord>> {
+                Box::pin(async {
+                    self.0.acquire().await.expect("never closed").forget();
+                    Ok(None)
+                })
+            }
+            fn replace<'a>(&'a self, _: &'a TaskRecord) -> crate::store::StoreFuture<'a, bool> {
+                Box::pin(async { Ok(false) })
+            }
+        }
+        let store = Arc::new(Gated(tokio::sync::Semaphore::new(0)));
+        let (server, bus) = server_with_tasks(store.clone());
+        let server = Arc::new(server);
+        let update = |who: &str| {
+            let mut ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                Principal::verified(Some(who), None, vec![]),
+                bus.clone(),
+            );
+            ctx.client_capabilities =
+                json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}).as_object().unwrap().clone();
+            let params: RequestParams =
+                json!({"taskId": "AAAAAAAAAAAAAAAAAAAAAQ", "inputResponses": {}}).as_object().unwrap().clone().into();
+            let server = server.clone();
+            async move { server.execute(ctx, "tasks/update", &params).await.map(drop) }
+        };
+        let callers: Vec<_> = (0..8).map(|_| tokio::spawn(update("alice"))).collect();
+        // Turns for the eight (this runtime has one thread): each reaches the store and waits.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(callers.iter().all(|caller| !caller.is_finished()), "all eight wait on the store");
+        let answered = |call| async move {
+            tokio::time::timeout(std::time::Duration::from_secs(5), call)
+                .await
+                .expect("answered, not waiting on the store")
+        };
+        let refused = answered(update("alice")).await.unwrap_err();
+        assert_eq!(refused.status, http::StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
+        assert!(refused.message.contains("too many task updates in flight (limit 8)"), "{}", refused.message);
+        // The callers leave; their work goes on, and still holds their places.
+        for caller in &callers {
+            caller.abort();
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            answered(update("alice")).await.unwrap_err().status,
+            http::StatusCode::TOO_MANY_REQUESTS,
+            "leaving frees nothing"
+        );
+        let bob = tokio::spawn(update("bob"));
+        // The store answers: every update ends ("not found"), and the places come free.
+        store.0.add_permits(1000);
+        let bobs = bob.await.unwrap().unwrap_err();
+        assert_ne!(bobs.status, http::StatusCode::TOO_MANY_REQUESTS, "another caller is not held up: {bobs:?}");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let after = update("alice").await.unwrap_err();
+        assert_ne!(after.status, http::StatusCode::TOO_MANY_REQUESTS, "free once the store answered: {after:?}");
     }
 
     /// A 2025 client's `initialize` offers only what the stateless path delivers: no list

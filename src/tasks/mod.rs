@@ -56,6 +56,9 @@ pub struct Watched {
 /// Tasks one caller, and one instance, may have running at once by default: each runs its
 /// handler here and watches for a cancel until it ends.
 pub const DEFAULT_TASK_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 128 };
+/// `tasks/update`s one caller, and one instance, may have in flight at once: each is a store
+/// read and a compare-and-set, done within the store's timeouts.
+pub const UPDATE_CAPS: SlotCaps = SlotCaps { per_principal: 8, total: 256 };
 /// The most one task record may hold, serialised: its arguments, the capabilities of the
 /// request that created it, the answers it was given, its result. With the records one caller
 /// may hold (`MCP_TASK_SHARE`, 500) it bounds what a caller keeps in the shared store (125 MiB);
@@ -117,6 +120,8 @@ pub struct TaskService {
     /// the process's parts make (`Parts::task_service`), so the caps hold per instance.
     running: Arc<Slots>,
     caps: SlotCaps,
+    /// `tasks/update`s whose store work is in flight, per owner ([`UPDATE_CAPS`]).
+    updating: Arc<Slots>,
     quota: TaskQuota,
     round_limit: Duration,
     /// The process is stopping: a running round gets [`ROUND_STOP_GRACE`] to finish.
@@ -168,6 +173,7 @@ impl TaskService {
             logger: None,
             running: Arc::default(),
             caps: DEFAULT_TASK_CAPS,
+            updating: Arc::default(),
             quota: TaskQuota::default(),
             round_limit: DEFAULT_ROUND_LIMIT,
             stopping: crate::state::Stopping::default(),
@@ -235,6 +241,26 @@ impl TaskService {
     pub fn with_running_slots(mut self, running: Arc<Slots>) -> Self {
         self.running = running;
         self
+    }
+
+    /// A slot for one `tasks/update` of `principal`'s whose store work is in flight, or the 429
+    /// that says which cap is reached. An update's work goes on past its request (so that a
+    /// caller who leaves midway does not strand a task it resumed); a caller who sends updates
+    /// and leaves at once, while the store is slow, holds at most its share of such work.
+    pub fn update_slot(&self, principal: &Principal) -> Result<Slot, McpError> {
+        self.updating.acquire(principal.id(), UPDATE_CAPS).map_err(|full| {
+            let message = match full {
+                SlotsFull::Total => format!(
+                    "Too many task updates are in flight on this server (limit {}); try again shortly",
+                    UPDATE_CAPS.total
+                ),
+                SlotsFull::Principal => format!(
+                    "You have too many task updates in flight (limit {}); wait for them to be answered",
+                    UPDATE_CAPS.per_principal
+                ),
+            };
+            McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+        })
     }
 
     /// A running slot for `principal`'s next round of work, or the 429 that says which cap is
