@@ -225,8 +225,7 @@ impl Routes {
         // Each route reads at most what its function reads on Vercel; a path nothing serves (a
         // 404 after the read) reads no more than the metadata document does.
         let limit = match parts.uri.path() {
-            "/api/mcp" | "/api/mcp/" => self.mcp.max_body_bytes(),
-            path if path.starts_with("/api/examples/") => self.mcp.max_body_bytes(),
+            _ if app.is_some() => self.mcp.max_body_bytes(),
             "/api/queues/process-job" => crate::jobs::consumer::MAX_BODY_BYTES,
             "/api/cron/sweep-jobs" => crate::jobs::sweep::MAX_BODY_BYTES,
             _ => transport::auth::METADATA_MAX_BODY_BYTES,

@@ -86,6 +86,12 @@ impl McpError {
         Self::new(ErrorCode::INVALID_PARAMS, StatusCode::BAD_REQUEST, format!("Missing required _meta field: {field}"))
     }
 
+    /// `-32600`, HTTP 429: a cap on what one caller, or the server, holds at once is reached;
+    /// the message names the cap.
+    pub fn too_many_requests(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorCode::INVALID_REQUEST, StatusCode::TOO_MANY_REQUESTS, message)
+    }
+
     /// `-32603`, HTTP 500.
     pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(ErrorCode::INTERNAL_ERROR, StatusCode::INTERNAL_SERVER_ERROR, message)

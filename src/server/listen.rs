@@ -65,7 +65,7 @@ pub(crate) fn listen_slot(slots: &Arc<Slots>, principal: &str, caps: ListenCaps)
                 format!("Too many {WHAT} for this caller (limit {}); close one first", caps.per_principal)
             }
         };
-        McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+        McpError::too_many_requests(message)
     })
 }
 

@@ -227,7 +227,7 @@ impl TaskService {
                 format!("You created too many tasks this minute (limit {rate}); try again in a minute")
             }
         };
-        Err(McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, refused))
+        Err(McpError::too_many_requests(refused))
     }
 
     /// Sets how many tasks may run at once, per owner and in all.
@@ -259,7 +259,7 @@ impl TaskService {
                     UPDATE_CAPS.per_principal
                 ),
             };
-            McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+            McpError::too_many_requests(message)
         })
     }
 
@@ -276,7 +276,7 @@ impl TaskService {
                     self.caps.per_principal
                 ),
             };
-            McpError::new(crate::protocol::ErrorCode::INVALID_REQUEST, http::StatusCode::TOO_MANY_REQUESTS, message)
+            McpError::too_many_requests(message)
         })
     }
 

@@ -239,7 +239,7 @@ fn logged_refusal(
 }
 
 /// What a 404 says: where the endpoints are (a client pointed at `/mcp`, say, learns the path).
-pub const NO_ROUTE_BODY: &str =
+const NO_ROUTE_BODY: &str =
     "Not Found: the MCP endpoint is /api/mcp, and each example's is /api/examples/<name> (README.md lists them)";
 
 /// 404 for a path, or an example, that nothing serves: [`refused`], so it has its line.
@@ -389,10 +389,16 @@ pub async fn screen_head<'a>(app: &'a Arc<App>, head: &http::request::Parts) -> 
     if matches!(app.origins.decide(headers), OriginDecision::Refused) || head.method != Method::POST {
         return Screened { app, authenticated: None, needs_body: false };
     }
-    let traceparent = || headers.get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
-    let authenticated = app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await;
+    let authenticated = authenticate(app, headers).await;
     let needs_body = authenticated.is_ok() && headers.get(header::CONTENT_TYPE).is_none_or(is_json);
     Screened { app, authenticated: Some(authenticated), needs_body }
+}
+
+/// The caller's principal, or why it is refused. A key fetch during authentication is traced in
+/// the caller's trace, beside the request's span.
+async fn authenticate(app: &App, headers: &http::HeaderMap) -> Result<Principal, Refusal> {
+    let traceparent = || headers.get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
+    app.telemetry.under_caller(traceparent, app.auth.authenticate(headers)).await
 }
 
 async fn handle_request(
@@ -406,11 +412,9 @@ async fn handle_request(
         response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, OPTIONS"));
         return response;
     }
-    // A key fetch during authentication is traced in the caller's trace, beside the request's span.
-    let traceparent = || request.headers().get(headers::TRACEPARENT).and_then(|v| v.to_str().ok());
     let authenticated = match authenticated {
         Some(screened) => screened,
-        None => app.telemetry.under_caller(traceparent, app.auth.authenticate(request.headers())).await,
+        None => authenticate(app, request.headers()).await,
     };
     let principal = match authenticated {
         Ok(principal) => principal,

@@ -883,25 +883,42 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     }
 }
 
+/// A JWKS whose answers the test holds back: it counts the fetches, serves `served`, and while
+/// `hold` is set answers a fetch only once `release` is notified.
+struct HeldJwks {
+    addr: std::net::SocketAddr,
+    fetches: Arc<AtomicUsize>,
+    served: Arc<std::sync::Mutex<String>>,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+async fn held_jwks() -> HeldJwks {
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(std::sync::Mutex::new(JWKS.to_owned()));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (counter, answer, held, released) = (fetches.clone(), served.clone(), hold.clone(), release.clone());
+    let addr = common::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let (answer, held, released) = (answer.clone(), held.load(Ordering::SeqCst), released.clone());
+        async move {
+            if held {
+                released.notified().await;
+            }
+            let body = answer.lock().unwrap().clone();
+            (200, bytes::Bytes::from(body))
+        }
+    })
+    .await;
+    HeldJwks { addr, fetches, served, hold, release }
+}
+
 /// A burst of tokens naming unknown `kid`s while a refetch is under way costs that one fetch: the
 /// requests that waited for it use its answer, whatever the clock read when each arrived.
 #[tokio::test]
 async fn requests_waiting_for_a_jwks_refetch_do_not_fetch_again() {
-    use std::sync::atomic::AtomicBool;
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let (hold, release) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
-    let (counter, held, released) = (fetches.clone(), hold.clone(), release.clone());
-    let addr = common::upstream::serve(move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        let (held, released) = (held.clone(), released.clone());
-        async move {
-            if held.load(Ordering::SeqCst) {
-                released.notified().await;
-            }
-            (200, bytes::Bytes::from(JWKS))
-        }
-    })
-    .await;
+    let HeldJwks { addr, fetches, hold, release, .. } = held_jwks().await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
     let config = fetching_keys_from(addr, &clock);
     let now = vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
@@ -945,24 +962,7 @@ async fn requests_waiting_for_a_jwks_refetch_do_not_fetch_again() {
 /// `kid` meanwhile waits for that fetch rather than fetch again.
 #[tokio::test]
 async fn a_refetch_outlives_a_caller_that_leaves() {
-    use std::sync::Mutex;
-    use std::sync::atomic::AtomicBool;
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let served = Arc::new(Mutex::new(JWKS.to_owned()));
-    let (hold, release) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
-    let (counter, answer, held, released) = (fetches.clone(), served.clone(), hold.clone(), release.clone());
-    let addr = common::upstream::serve(move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        let (answer, held, released) = (answer.clone(), held.load(Ordering::SeqCst), released.clone());
-        async move {
-            if held {
-                released.notified().await;
-            }
-            let body = answer.lock().unwrap().clone();
-            (200, bytes::Bytes::from(body))
-        }
-    })
-    .await;
+    let HeldJwks { addr, fetches, served, hold, release } = held_jwks().await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
     let config = fetching_keys_from(addr, &clock);
     let now = vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
