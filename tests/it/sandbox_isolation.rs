@@ -14,7 +14,7 @@ use vercel_mcp::catalogue::sandbox_isolation::{
     build_sandbox_create_options, truncate_output,
 };
 use vercel_mcp::observe::MemorySink;
-use vercel_mcp::state::SystemClock;
+use vercel_mcp::state::{SystemClock, background};
 use vercel_mcp::{App, McpServer, Parts};
 
 /// A secret that must never appear in options, requests, results or logs.
@@ -577,14 +577,24 @@ async fn a_run_dropped_while_its_sandbox_is_created_still_stops_it() {
 /// A run whose caller went quiet as the create answered (the session handed over, and never
 /// taken, before the call was dropped) still stops its sandbox and frees its slot: the session
 /// is handed over armed to stop itself. Before, the session was dropped with the channel it sat
-/// in, and the microVM ran until its own timeout.
+/// in, and the microVM ran until its own timeout. The run is polled under a keeper that reports
+/// when the work it hands past the request ends, so the test knows the create's work (the
+/// hand-over) is done rather than waiting for it to be.
 #[tokio::test]
 async fn a_run_dropped_with_its_session_handed_over_still_stops_it() {
     let (base, api) = start_fake_api(Upstream::CreateHeld).await;
     let config = sandbox_env(&base, Some(&oidc_token()));
     let request = run_request("ls");
     let (runs, slot) = counted_run().await;
-    let mut run = Box::pin(config.examples.sandbox.run(&request, None, slot));
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+    let keeper: background::Keeper = Arc::new(move |work: background::Kept| {
+        let ended_tx = ended_tx.clone();
+        tokio::spawn(async move {
+            work.await;
+            let _ = ended_tx.send(());
+        });
+    });
+    let mut run = Box::pin(background::keeping(keeper, config.examples.sandbox.run(&request, None, slot)));
     // Polled until its create is on its way, then not again.
     common::bounded("the create to arrive", async {
         while !api.lock().unwrap().held_arrived {
@@ -595,12 +605,12 @@ async fn a_run_dropped_with_its_session_handed_over_still_stops_it() {
         }
     })
     .await;
+    assert!(ended.try_recv().is_err(), "the create's work is held with its answer");
     let gate = api.lock().unwrap().gate.clone();
     gate.add_permits(1);
-    until("the create to be answered", &api, |api| api.requests.iter().any(|r| r.1.starts_with("/v2/sandboxes?")))
-        .await;
-    // Time for the answer to reach the client and the session to be handed over, unread.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The create's work ends once it has handed the session over, unread: the run is not polled.
+    common::bounded("the create's work to end", ended.recv()).await.expect("the keeper is held by the run");
+    assert!(api.lock().unwrap().requests.iter().any(|r| r.1.starts_with("/v2/sandboxes?")), "the create was answered");
     assert_eq!(runs.held_here(), 1, "the sandbox exists: its run still counts");
     drop(run);
     until("the sandbox to be stopped", &api, |api| api.requests.iter().any(|r| r.1 == STOP_PATH)).await;
