@@ -59,13 +59,7 @@ fn main() -> Result<(), vercel_runtime::Error> {
         register_workload_tools(&mut server);
         let app = Arc::new(App::new(server, config.endpoint()));
         if vercel {
-            // SIGTERM ends the edge with a normal exit, as it does the local run: a profiling
-            // build (scripts/pgo.sh) writes what it counted only when its process exits so.
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            return tokio::select! {
-                served = vercel_mcp::vercel::serve_app(&config, app) => served,
-                _ = term.recv() => Ok(()),
-            };
+            return vercel_mcp::vercel::serve_app(&config, app).await;
         }
         let routes = local::Routes::with_mcp(app).with_jobs(&config);
         routes.start_background_work();

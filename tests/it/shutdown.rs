@@ -149,6 +149,30 @@ async fn sigterm_ends_a_listen_stream_with_its_result_and_the_process_exits() {
     assert!(exited.success(), "{exited:?}");
 }
 
+/// A function executable under `vercel_runtime` (`api/mcp.rs`), stopped with a real SIGTERM after
+/// serving a call, exits by itself and successfully rather than by the signal (the runtime stops
+/// so): a profiling build (scripts/pgo.sh) writes what it counted only at such an exit.
+#[tokio::test]
+async fn sigterm_ends_a_function_with_a_normal_exit() {
+    let (mut process, server) = common::process::Launch::binary(env!("CARGO_BIN_EXE_mcp"))
+        .env("MCP_STATE_SECRET", "test=0123456789abcdef0123456789abcdef")
+        .start();
+    let discover = server.modern(json!(1), "server/discover", json!({})).send().await;
+    assert_eq!(discover.status, 200);
+    assert!(process.exited().is_none(), "the function serves until it is stopped");
+    process.signal("TERM");
+    let exited = common::bounded("the function to exit", async {
+        loop {
+            if let Some(status) = process.exited() {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(exited.success(), "a normal exit, not the signal's: {exited:?}");
+}
+
 /// A 2025-11-25 call waiting for its client's answer cannot get it once the process stops taking
 /// requests (the answer is a request of its own): it ends at once with an error that says why,
 /// rather than holding the drain until the grace runs out and being cut.
