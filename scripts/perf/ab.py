@@ -41,13 +41,8 @@ requests = {
     "progress10": ("tools/call", {"name": "progress10", "arguments": {}, "_meta": dict(run.META, progressToken="p")}, "progress10"),
 }
 probe = lambda port: run.post(port, "tools/call", {"name": "echo", "arguments": {"message": "hello"}, "_meta": run.META}, name="echo")
-env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "PERF_EDGE": os.environ.get("PERF_EDGE", "local")}
 jobs = workload == "submit+poll"
-if jobs:
-    # The harness's settings: no simulated work per step, and caps no run reaches.
-    env.update({"MCP_JOB_STEP_MS": "0", "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000",
-                "MCP_MAX_JOBS_TOTAL": "10000000", "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
-                "MCP_REDIS_PREFIX": f"perf-ab:{os.getpid()}", "REDIS_URL": run.REDIS_URL})
+env = dict(run.server_env(f"perf-ab:{os.getpid()}", jobs), PERF_EDGE=os.environ.get("PERF_EDGE", "local"))
 submit = ("tools/call", {"name": "submit_job", "arguments": {"steps": 1}, "_meta": run.META}, "submit_job")
 
 def files(port):

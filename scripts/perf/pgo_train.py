@@ -21,12 +21,7 @@ META = run.META
 work = tempfile.mkdtemp()
 use_redis = run.redis_up()
 prefix = f"perf-pgo:{os.getpid()}"
-# The harness's settings (scripts/perf/run.py), so that the same code paths run.
-base_env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "MCP_JOB_STEP_MS": "0",
-            "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000", "MCP_MAX_JOBS_TOTAL": "10000000",
-            "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000", "MCP_REDIS_PREFIX": prefix}
-if use_redis:
-    base_env["REDIS_URL"] = run.REDIS_URL
+base_env = run.server_env(prefix, use_redis)
 with open(os.path.join(run.ROOT, "tests/fixtures/jwks.json")) as f:
     jwks = f.read()
 auth_env = dict(base_env, MCP_AUTH_MODE="required", MCP_JWKS=jwks, MCP_AUTH_ISSUER=run.ISSUER, MCP_RESOURCE_URL=run.RESOURCE)

@@ -24,6 +24,26 @@ def sh(*cmd, **kw):
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close(); return port
 
+def server_env(redis_prefix, use_redis):
+    """The settings every server under measurement runs with (this harness, `ab.py` and
+    `pgo_train.py` alike, so that they measure and train the same code paths)."""
+    env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef",
+           # No simulated work per job step, and job caps no run reaches.
+           "MCP_JOB_STEP_MS": "0", "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000",
+           "MCP_MAX_JOBS_TOTAL": "10000000", "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
+           # Likewise for tasks.
+           "MCP_TASKS_MAX_PER_PRINCIPAL": "10000", "MCP_TASKS_MAX_TOTAL": "1000000", "MCP_TASK_SHARE": "10000000",
+           "MCP_TASKS_PER_MINUTE": "1000000",
+           # Each run's records under its own prefix, forgotten between servers.
+           "MCP_REDIS_PREFIX": redis_prefix,
+           # wrk sends the `mrtr` retry with the same `requestState` every time: with states
+           # single use (the default), every retry after the first would measure the refusal
+           # of a used state. Nothing but a retry reads it.
+           "MCP_REQUEST_STATE_SINGLE_USE": "off"}
+    if use_redis:
+        env["REDIS_URL"] = REDIS_URL
+    return env
+
 def redis_up():
     url = urllib.parse.urlsplit(REDIS_URL)
     try:
@@ -378,15 +398,7 @@ def main():
     bins = os.path.join(ROOT, "target/release/examples")
     floor_bin, perf_bin = os.path.join(bins, "floor"), os.path.join(bins, "perf_server")
     use_redis = redis_up()
-    base_env = {"MCP_STATE_SECRET": "perf=0123456789abcdef0123456789abcdef", "MCP_JOB_STEP_MS": "0",
-                "MCP_JOB_CAP_ANONYMOUS": "1000000", "MCP_JOB_CAP_VERIFIED": "1000000", "MCP_MAX_JOBS_TOTAL": "10000000",
-                "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
-                "MCP_REDIS_PREFIX": f"perf:{os.getpid()}",
-                # wrk sends the `mrtr` retry with the same `requestState` every time: with states
-                # single use (the default), every retry after the first would measure the refusal
-                # of a used state. Set for every server alike; nothing but a retry reads it.
-                "MCP_REQUEST_STATE_SINGLE_USE": "off"}
-    if use_redis: base_env["REDIS_URL"] = REDIS_URL
+    base_env = server_env(f"perf:{os.getpid()}", use_redis)
     with open(os.path.join(ROOT, "tests/fixtures/jwks.json")) as f:
         jwks = f.read()
     auth_env = dict(base_env, MCP_AUTH_MODE="required", MCP_JWKS=jwks, MCP_AUTH_ISSUER=ISSUER, MCP_RESOURCE_URL=RESOURCE)

@@ -40,6 +40,10 @@ pub mod meta {
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
     /// Opt-in token for `notifications/progress`.
     pub const PROGRESS_TOKEN: &str = "progressToken";
+    /// The longest `progressToken` string honoured. The token is repeated in every progress
+    /// notification of its call, so a long one would multiply what one request makes the server
+    /// send; clients use a counter or an id of a few dozen bytes.
+    pub const MAX_PROGRESS_TOKEN_BYTES: usize = 256;
 }
 
 /// The tasks extension identifier.

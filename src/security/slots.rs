@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::protocol::McpError;
+
 /// The two caps on one kind of slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotCaps {
@@ -21,6 +23,19 @@ pub enum SlotsFull {
     Principal,
     /// Every slot is taken.
     Total,
+}
+
+impl SlotsFull {
+    /// The 429 a refused caller gets: what is full, the cap, and what to do, from the pair of
+    /// sentences for the cap that refused (`over_total` when every slot is taken, `over_share`
+    /// when the caller holds its own share).
+    pub fn too_many_requests(self, caps: SlotCaps, over_total: [&str; 2], over_share: [&str; 2]) -> McpError {
+        let ([what, then], limit) = match self {
+            SlotsFull::Total => (over_total, caps.total),
+            SlotsFull::Principal => (over_share, caps.per_principal),
+        };
+        McpError::too_many_requests(format!("{what} (limit {limit}); {then}"))
+    }
 }
 
 /// The slots of one kind held in this instance, counted per principal.
@@ -90,5 +105,18 @@ mod tests {
         drop(a1);
         assert!(slots.acquire("c", caps).is_ok(), "a dropped slot is free again");
         assert_eq!(slots.held.lock().unwrap().1.get("a"), Some(&1), "counted per principal");
+    }
+
+    #[test]
+    fn a_refusal_names_the_cap_that_refused_and_its_limit() {
+        let caps = SlotCaps { per_principal: 2, total: 7 };
+        let say = |full: SlotsFull| {
+            let error = full.too_many_requests(caps, ["All full", "wait"], ["Yours full", "close one"]);
+            (error.status, error.message.into_owned())
+        };
+        let over_share = say(SlotsFull::Principal);
+        assert_eq!(over_share.1, "Yours full (limit 2); close one");
+        assert_eq!(say(SlotsFull::Total).1, "All full (limit 7); wait");
+        assert_eq!(over_share.0, http::StatusCode::TOO_MANY_REQUESTS);
     }
 }

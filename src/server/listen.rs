@@ -13,7 +13,7 @@ use super::{McpServer, RequestContext};
 use crate::body::StreamEvent;
 use crate::protocol::params::RequestParams;
 use crate::protocol::{McpError, TASKS_EXTENSION, jsonrpc, meta};
-use crate::security::{Slot, SlotCaps, Slots, SlotsFull};
+use crate::security::{Slot, SlotCaps, Slots};
 use crate::state::ChangeEvent;
 use std::sync::Arc;
 
@@ -41,6 +41,10 @@ impl ListenLimits {
 
 /// How long a stream waits to read again a task it could not read (the store failed).
 const UNREAD_RETRY: Duration = Duration::from_secs(1);
+/// How many of a stream's named tasks are read at once. The store's one connection pipelines
+/// them, so a stream naming many tasks opens (and catches up) in a few round trips rather than
+/// one per task, and one stream's reads still leave room on that connection for other requests.
+const TASK_READS_AT_ONCE: usize = 16;
 /// The longest resource URI a stream may subscribe to (a filter holds at most 256 of them, and
 /// its acknowledgement repeats them).
 const MAX_SUBSCRIPTION_URI_BYTES: usize = 2048;
@@ -57,15 +61,20 @@ pub const DEFAULT_LISTEN_CAPS: ListenCaps = SlotCaps { per_principal: 16, total:
 /// which cap is reached. A listen stream holds one, and so does a 2025 call waiting for its
 /// client's answer, which keeps its stream open as long: the message names both.
 pub(crate) fn listen_slot(slots: &Arc<Slots>, principal: &str, caps: ListenCaps) -> Result<Slot, McpError> {
-    const WHAT: &str = "open streams (subscriptions/listen streams, and calls waiting for your answer, count alike)";
     slots.acquire(principal, caps).map_err(|full| {
-        let message = match full {
-            SlotsFull::Total => format!("Too many {WHAT} on this server (limit {}); try again later", caps.total),
-            SlotsFull::Principal => {
-                format!("Too many {WHAT} for this caller (limit {}); close one first", caps.per_principal)
-            }
-        };
-        McpError::too_many_requests(message)
+        full.too_many_requests(
+            caps,
+            [
+                "Too many open streams (subscriptions/listen streams, and calls waiting for your answer, count alike) \
+                 on this server",
+                "try again later",
+            ],
+            [
+                "Too many open streams (subscriptions/listen streams, and calls waiting for your answer, count alike) \
+                 for this caller",
+                "close one first",
+            ],
+        )
     })
 }
 
@@ -90,10 +99,9 @@ impl Filter {
         }
     }
 
-    /// One change of every kind this filter wants, to catch up a stream that may have missed
-    /// some. Each task named is read as `owner`'s: another caller's task is not found, so it
-    /// sends nothing.
-    fn everything(&self, owner: &str) -> Vec<ChangeEvent> {
+    /// One change of every list and resource this filter wants, to catch up a stream that may
+    /// have missed some (its named tasks are read again beside these).
+    fn list_and_resource_changes(&self) -> Vec<ChangeEvent> {
         let lists = [
             (self.tools, ChangeEvent::ToolsListChanged),
             (self.prompts, ChangeEvent::PromptsListChanged),
@@ -101,11 +109,7 @@ impl Filter {
         ];
         let lists = lists.into_iter().filter_map(|(wanted, event)| wanted.then_some(event));
         let resources = self.resource_uris.iter().cloned().map(ChangeEvent::ResourceUpdated);
-        let tasks = self
-            .task_ids
-            .iter()
-            .map(|task_id| ChangeEvent::TaskChanged { owner: owner.to_owned(), task_id: task_id.clone() });
-        lists.chain(resources).chain(tasks).collect()
+        lists.chain(resources).collect()
     }
 
     fn to_json(&self) -> Value {
@@ -273,7 +277,7 @@ impl McpServer {
                         biased;
                         _ = outbox.closed() => return None,
                         () = &mut stopped => break,
-                        read = tokio::time::timeout_at(ends_at, self.read_due_tasks(ctx, &tag, outbox, &mut seen)) => {
+                        read = tokio::time::timeout_at(ends_at, self.read_due_tasks(ctx, &filter, &tag, outbox, &mut seen)) => {
                             let Ok(read) = read else { break };
                             read.ok()?;
                         }
@@ -323,38 +327,80 @@ impl McpServer {
         outbox: &crate::body::Outbox,
         seen: &mut TaskWatch,
     ) -> Result<bool, crate::body::outbox::Closed> {
-        let mut all_read = true;
-        for event in filter.everything(ctx.principal.id()) {
-            all_read &= self.deliver(ctx, &event, tag, outbox, seen).await?;
+        for event in filter.list_and_resource_changes() {
+            self.deliver(ctx, &event, tag, outbox, seen).await?;
         }
-        Ok(all_read)
+        let unread = self.deliver_tasks(ctx, filter.task_ids.clone(), tag, outbox, seen).await?;
+        Ok(unread.is_empty())
     }
 
-    /// Reads the named tasks whose read is due, and sends what changed ([`McpServer::deliver`]);
-    /// one that could not be read is read again after [`UNREAD_RETRY`].
+    /// Reads the named tasks whose read is due, and sends what changed ([`McpServer::deliver_tasks`]),
+    /// in the order `filter` names them; one that could not be read is read again after
+    /// [`UNREAD_RETRY`].
     async fn read_due_tasks(
         &self,
         ctx: &RequestContext,
+        filter: &Filter,
         tag: &Value,
         outbox: &crate::body::Outbox,
         seen: &mut TaskWatch,
     ) -> Result<(), crate::body::outbox::Closed> {
         let now = tokio::time::Instant::now();
-        let due: Vec<String> = seen.due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
-        for task_id in due {
-            let event = ChangeEvent::TaskChanged { owner: ctx.principal.id().to_owned(), task_id: task_id.clone() };
-            if !self.deliver(ctx, &event, tag, outbox, seen).await? {
-                seen.due.insert(task_id, tokio::time::Instant::now() + UNREAD_RETRY);
-            }
+        let is_due = |task_id: &&String| seen.due.get(*task_id).is_some_and(|at| *at <= now);
+        let due: Vec<String> = filter.task_ids.iter().filter(is_due).cloned().collect();
+        for task_id in self.deliver_tasks(ctx, due, tag, outbox, seen).await? {
+            seen.due.insert(task_id, tokio::time::Instant::now() + UNREAD_RETRY);
         }
         Ok(())
     }
 
-    /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's full state
-    /// for its owner's streams only (read now, so it is the latest, and sent only if it is not
-    /// what the stream last sent of it; a working task is read again when it would count as
-    /// lost), a list or resource change as it is. False when the task could not be read (the
-    /// store failed).
+    /// Reads `ctx`'s caller's tasks `task_ids` ([`TASK_READS_AT_ONCE`] at a time) and sends, in
+    /// the order named, each one's full state when it is not what the stream last sent of it.
+    /// Read now, so it is the latest; only tasks of tools the stream's token may call, as
+    /// `tasks/get` answers; a working task is read again when it would count as lost. Returns
+    /// the ids that could not be read (the store failed).
+    async fn deliver_tasks(
+        &self,
+        ctx: &RequestContext,
+        task_ids: Vec<String>,
+        tag: &Value,
+        outbox: &crate::body::Outbox,
+        seen: &mut TaskWatch,
+    ) -> Result<Vec<String>, crate::body::outbox::Closed> {
+        use futures_util::StreamExt;
+        let Some(tasks) = self.tasks.as_ref() else { return Ok(Vec::new()) };
+        let may_see = |tool: &str| self.missing_tool_scopes(&ctx.principal, tool).is_none();
+        let mut reads = futures_util::stream::iter(task_ids)
+            .map(|task_id| {
+                let may_see = &may_see;
+                async move {
+                    let read = tasks.watched(&ctx.principal, &task_id, may_see).await;
+                    (task_id, read)
+                }
+            })
+            .buffered(TASK_READS_AT_ONCE);
+        let mut unread = Vec::new();
+        while let Some((task_id, read)) = reads.next().await {
+            match read {
+                Ok(Some(watched)) => {
+                    seen.read(&task_id, watched.lost_in);
+                    let mut params = watched.params;
+                    params.insert("_meta".into(), tag.clone());
+                    let message = jsonrpc::notification("notifications/tasks", &params);
+                    if seen.is_new(&task_id, &message) {
+                        outbox.send(StreamEvent::Notification(message)).await?;
+                    }
+                }
+                Ok(None) => seen.forget(&task_id),
+                Err(_) => unread.push(task_id),
+            }
+        }
+        Ok(unread)
+    }
+
+    /// Sends what a wanted change becomes on `ctx`'s stream, if anything: a task's state for its
+    /// owner's streams only ([`McpServer::deliver_tasks`]), a list or resource change as it is.
+    /// False when the task could not be read (the store failed).
     async fn deliver(
         &self,
         ctx: &RequestContext,
@@ -365,26 +411,11 @@ impl McpServer {
     ) -> Result<bool, crate::body::outbox::Closed> {
         let message = match event {
             ChangeEvent::TaskChanged { owner, task_id } => {
-                let Some(tasks) = self.tasks.as_ref().filter(|_| owner == ctx.principal.id()) else { return Ok(true) };
-                // Only tasks of tools the stream's token may call, as tasks/get answers.
-                let may_see = |tool: &str| self.missing_tool_scopes(&ctx.principal, tool).is_none();
-                match tasks.watched(&ctx.principal, task_id, may_see).await {
-                    Ok(Some(watched)) => {
-                        seen.read(task_id, watched.lost_in);
-                        let mut params = watched.params;
-                        params.insert("_meta".into(), tag.clone());
-                        let message = jsonrpc::notification("notifications/tasks", &params);
-                        if !seen.is_new(task_id, &message) {
-                            return Ok(true);
-                        }
-                        message
-                    }
-                    Ok(None) => {
-                        seen.forget(task_id);
-                        return Ok(true);
-                    }
-                    Err(_) => return Ok(false),
+                if owner != ctx.principal.id() {
+                    return Ok(true);
                 }
+                let unread = self.deliver_tasks(ctx, vec![task_id.clone()], tag, outbox, seen).await?;
+                return Ok(unread.is_empty());
             }
             other => match notification_for(other, tag) {
                 Some(message) => message,
@@ -494,7 +525,7 @@ mod tests {
         use crate::store::StoreFuture;
         use crate::tasks::{TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
         use std::sync::atomic::{AtomicUsize, Ordering};
-        /// Answers every read after two seconds, with nothing.
+        /// Answers every read after ten seconds, with nothing.
         #[derive(Default)]
         struct Slow(AtomicUsize);
         impl TaskStore for Slow {
@@ -504,7 +535,7 @@ mod tests {
             fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
                 self.0.fetch_add(1, Ordering::SeqCst);
                 Box::pin(async {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    tokio::time::sleep(Duration::from_secs(10)).await;
                     Ok(None)
                 })
             }
@@ -524,7 +555,7 @@ mod tests {
         ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
         let (outbox, _events) = crate::body::outbox::channel(1024);
         ctx.outbox = Some(outbox);
-        // A hundred tasks, each named twice: a catch-up of a hundred two-second reads.
+        // A hundred tasks, each named twice: reading them takes seven rounds of ten seconds.
         let named: Vec<String> = (0..200).map(|n| format!("task-{:0>17}", n % 100)).collect();
         let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
         let filter = server.listen_filter(&ctx, &params).unwrap();
@@ -546,7 +577,98 @@ mod tests {
         assert!(result.is_some(), "the stream ends with its result");
         assert!(started.elapsed() <= Duration::from_secs(31), "ended at {:?}", started.elapsed());
         let reads = store.0.load(Ordering::SeqCst);
-        assert!((1..=16).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
+        // Reads started by the deadline: the opening read's 16, 32 and 48, then one catch-up's
+        // first 16 at most.
+        assert!((1..=64).contains(&reads), "{reads} reads: the catch-up was cut at the deadline");
+    }
+
+    /// A stream naming many tasks reads them together, not one after another: a store that
+    /// answers no read until eight are waiting answers all of them at once, and the stream
+    /// sends their states in the order named, right after it opens.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_reads_its_named_tasks_together_and_sends_them_in_order() {
+        use crate::state::{LocalBus, ManualClock, SeededRandom};
+        use crate::store::StoreFuture;
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
+        const NAMED: usize = 8;
+        /// A memory store whose reads wait until `NAMED` of them are waiting.
+        struct Gathering {
+            records: MemoryTaskStore,
+            waiting: tokio::sync::Barrier,
+        }
+        impl TaskStore for Gathering {
+            fn create<'a>(
+                &'a self,
+                record: &'a TaskRecord,
+                quota: TaskQuota,
+            ) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                self.records.create(record, quota)
+            }
+            fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                Box::pin(async move {
+                    self.waiting.wait().await;
+                    self.records.get(owner, task_id).await
+                })
+            }
+            fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                self.records.replace(record)
+            }
+        }
+        let store =
+            Arc::new(Gathering { records: MemoryTaskStore::default(), waiting: tokio::sync::Barrier::new(NAMED) });
+        let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
+        // Named from last to first, so that the order sent is the order named, not the store's.
+        let named: Vec<String> = (0..NAMED).rev().map(|n| format!("task-{n:0>17}")).collect();
+        for task_id in &named {
+            let record: TaskRecord = serde_json::from_value(json!({
+                "version": 1, "taskId": task_id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
+                "tool": "work", "arguments": {}, "status": "completed", "createdAt": 0, "updatedAt": 0,
+                "ttlMs": 3_600_000, "roundLimitMs": 1_000
+            }))
+            .unwrap();
+            store.records.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        }
+        let bus = Arc::new(LocalBus::default());
+        let tasks =
+            TaskService::new(store.clone(), Arc::new(ManualClock::new(0)), Arc::new(SeededRandom::new(1)), bus.clone());
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(Arc::new(tasks));
+        server
+            .tool(crate::server::ToolDef::new("work").description("Works"), |_, _: crate::server::NoArguments| async {
+                crate::protocol::types::CallToolResult::text("")
+            });
+        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus);
+        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        let (outbox, mut events) = crate::body::outbox::channel(1024);
+        ctx.outbox = Some(outbox);
+        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
+        let filter = server.listen_filter(&ctx, &params).unwrap();
+        let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
+        let stopping = crate::state::Stopping::default();
+        let listening = server.listen(&ctx, filter, limits, &stopping);
+        tokio::pin!(listening);
+        // The stream is open: its acknowledgement, then one notification per task.
+        let mut sent = String::new();
+        let opened = tokio::time::Instant::now();
+        while sent.matches("notifications/tasks").count() < NAMED {
+            tokio::select! {
+                chunk = std::future::poll_fn(|cx| events.poll_chunk(cx)) => {
+                    let (chunk, _) = chunk.expect("the stream's events");
+                    sent.push_str(std::str::from_utf8(&chunk).unwrap());
+                }
+                _ = &mut listening => panic!("the stream ended before it sent every task; it sent {sent}"),
+            }
+        }
+        assert!(opened.elapsed() < Duration::from_secs(1), "sent after {:?}", opened.elapsed());
+        let order: Vec<String> = sent
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap())
+            .filter(|message| message["method"] == "notifications/tasks")
+            .map(|message| message["params"]["taskId"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(order, named, "each task once, in the order named");
     }
 
     /// A stream sends each named task's state once it is open (a change that fell between two

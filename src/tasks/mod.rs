@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use crate::handler::{Outcome, RequestContext, ToolError, ToolFn, ToolResult, catch_unwind};
 use crate::protocol::{Era, McpError, RequestId, TASKS_EXTENSION};
-use crate::security::{Principal, Slot, SlotCaps, Slots, SlotsFull};
+use crate::security::{Principal, Slot, SlotCaps, Slots};
 use crate::state::clock::iso8601;
 use crate::state::{ChangeBus, ChangeEvent, Clock, Random};
 use crate::store::{StoreError, StoreErrorKind};
@@ -249,17 +249,11 @@ impl TaskService {
     /// and leaves at once, while the store is slow, holds at most its share of such work.
     pub fn update_slot(&self, principal: &Principal) -> Result<Slot, McpError> {
         self.updating.acquire(principal.id(), UPDATE_CAPS).map_err(|full| {
-            let message = match full {
-                SlotsFull::Total => format!(
-                    "Too many task updates are in flight on this server (limit {}); try again shortly",
-                    UPDATE_CAPS.total
-                ),
-                SlotsFull::Principal => format!(
-                    "You have too many task updates in flight (limit {}); wait for them to be answered",
-                    UPDATE_CAPS.per_principal
-                ),
-            };
-            McpError::too_many_requests(message)
+            full.too_many_requests(
+                UPDATE_CAPS,
+                ["Too many task updates are in flight on this server", "try again shortly"],
+                ["You have too many task updates in flight", "wait for them to be answered"],
+            )
         })
     }
 
@@ -267,16 +261,11 @@ impl TaskService {
     /// reached. Taken before anything is stored, so a refused call leaves nothing behind.
     fn running_slot(&self, principal: &Principal) -> Result<Slot, McpError> {
         self.running.acquire(principal.id(), self.caps).map_err(|full| {
-            let message = match full {
-                SlotsFull::Total => {
-                    format!("Too many tasks are running on this server (limit {}); try again later", self.caps.total)
-                }
-                SlotsFull::Principal => format!(
-                    "You have too many tasks running (limit {}); wait for one to finish or cancel one",
-                    self.caps.per_principal
-                ),
-            };
-            McpError::too_many_requests(message)
+            full.too_many_requests(
+                self.caps,
+                ["Too many tasks are running on this server", "try again later"],
+                ["You have too many tasks running", "wait for one to finish or cancel one"],
+            )
         })
     }
 

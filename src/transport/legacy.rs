@@ -213,7 +213,13 @@ pub(super) async fn handle(
     ctx.span = observed.span;
     ctx.client_capabilities = declared;
     ctx.platform_token = super::platform_token(app, headers);
-    ctx.progress_token = params.meta().progress_token.as_ref().filter(|t| t.is_string() || t.is_number()).cloned();
+    // One that is not a token the 2025 path honours is ignored, as that path always has: the
+    // call runs without progress notifications.
+    let honoured = |token: &&Value| match token {
+        Value::String(token) => token.len() <= crate::protocol::meta::MAX_PROGRESS_TOKEN_BYTES,
+        token => token.is_number(),
+    };
+    ctx.progress_token = params.meta().progress_token.as_ref().filter(honoured).cloned();
 
     if !matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
         return super::json_response(run(app, &request_id, ctx, &method, &params).await);

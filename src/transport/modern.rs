@@ -278,6 +278,12 @@ fn check(app: &App, headers: &HeaderMap, method: &str, params: &mut RequestParam
     };
     let progress_token = match &meta.progress_token {
         None | Some(Value::Null) => None,
+        Some(Value::String(token)) if token.len() > meta::MAX_PROGRESS_TOKEN_BYTES => {
+            return Err(McpError::invalid_params(format!(
+                "progressToken is at most {} bytes",
+                meta::MAX_PROGRESS_TOKEN_BYTES
+            )));
+        }
         Some(token @ Value::String(_)) => Some(token.clone()),
         Some(token @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(token.clone()),
         Some(_) => return Err(McpError::invalid_params("progressToken must be a string or an integer")),
@@ -562,6 +568,13 @@ mod tests {
         assert_eq!(
             code(json!({ version: "2026-07-28", caps: {}, "progressToken": {"x": 1} })),
             Some((-32602, StatusCode::OK))
+        );
+        let longest = "p".repeat(crate::protocol::meta::MAX_PROGRESS_TOKEN_BYTES);
+        assert_eq!(code(json!({ version: "2026-07-28", caps: {}, "progressToken": longest })), None);
+        assert_eq!(
+            code(json!({ version: "2026-07-28", caps: {}, "progressToken": format!("{longest}p") })),
+            Some((-32602, StatusCode::OK)),
+            "a token longer than the cap, which every progress notification would repeat"
         );
         let envelope = check(
             &app(),

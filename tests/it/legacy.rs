@@ -383,3 +383,39 @@ async fn closing_a_legacy_stream_cancels_the_handler() {
     drop(stream);
     common::bounded("the legacy handler to be dropped", cancelled).await;
 }
+
+/// A 2025 call's `progressToken` longer than the cap is ignored, as that path ignores any token
+/// it does not honour: the call runs and answers, without progress notifications (each would
+/// repeat the token). One at the cap gets them.
+#[tokio::test]
+async fn a_legacy_progress_token_over_the_cap_runs_without_progress() {
+    use std::sync::Arc;
+    use vercel_mcp::protocol::meta::MAX_PROGRESS_TOKEN_BYTES;
+    use vercel_mcp::protocol::types::CallToolResult;
+    use vercel_mcp::server::{McpServer, NoArguments, ToolDef};
+    let mut server = McpServer::new("steps", "1");
+    server.tool(ToolDef::new("steps").description("Reports two steps"), |ctx, _: NoArguments| async move {
+        ctx.progress(1.0, Some(2.0), None).await;
+        ctx.progress(2.0, Some(2.0), None).await;
+        CallToolResult::text("done")
+    });
+    let parts = vercel_mcp::Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let server = common::TestServer::start(Arc::new(vercel_mcp::App::new(server, parts.endpoint()))).await;
+    for (token, notified) in [("p".repeat(MAX_PROGRESS_TOKEN_BYTES), 2), ("p".repeat(MAX_PROGRESS_TOKEN_BYTES + 1), 0)]
+    {
+        let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call",
+            "params":{"name":"steps","arguments":{},"_meta":{"progressToken":token}}});
+        let reply = server.legacy(body).send().await;
+        assert_eq!(reply.status, 200);
+        let messages: Vec<Value> = match reply.events() {
+            events if events.is_empty() => vec![reply.json()],
+            events => events,
+        };
+        let (progress, answers): (Vec<&Value>, Vec<&Value>) =
+            messages.iter().partition(|m| m["method"] == "notifications/progress");
+        assert_eq!(progress.len(), notified, "a {}-byte token: {messages:?}", token.len());
+        assert!(progress.iter().all(|m| m["params"]["progressToken"] == token.as_str()));
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0]["result"]["content"][0]["text"], "done", "the call ran: {messages:?}");
+    }
+}
