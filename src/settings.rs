@@ -570,10 +570,19 @@ fn auth_config(
             set_with(RESOURCE_URL_ENV, "the URL clients call, e.g. https://<project>.vercel.app/api/mcp")
         ));
     }
-    let resource = CanonicalResource::resolve(resource_raw.as_deref()).unwrap_or_else(|problem| {
-        problems.push(problem);
-        CanonicalResource::resolve(None).expect("the default resource parses")
-    });
+    // Unset, the local run's resource is its own address: `PORT` moves it, and with it the
+    // metadata's `resource` and the audience tokens must name. (Deployed, it is required above,
+    // or unused with authentication off.)
+    let local_resource = var("PORT")
+        .filter(|_| !deployed)
+        .and_then(|port| port.trim().parse::<u16>().ok())
+        .filter(|port| *port != 0)
+        .map(|port| format!("http://localhost:{port}/api/mcp"));
+    let resource =
+        CanonicalResource::resolve(resource_raw.as_deref().or(local_resource.as_deref())).unwrap_or_else(|problem| {
+            problems.push(problem);
+            CanonicalResource::resolve(None).expect("the default resource parses")
+        });
     let list = |name: &str| -> Vec<String> {
         var(name)
             .map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect())
@@ -741,6 +750,29 @@ mod tests {
     fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::from_lookup(|k| map.get(k).cloned(), Arc::new(SystemClock))
+    }
+
+    /// Unset, the local run's resource URL follows `PORT` (a token for the default port is for
+    /// another server); set, or deployed, `PORT` does not move it.
+    #[test]
+    fn the_local_resource_url_follows_port_unless_set() {
+        let resource = |vars: &[(&str, &str)]| load(vars).unwrap().auth.config().resource.url().to_owned();
+        assert_eq!(resource(&[]), "http://localhost:3000/api/mcp");
+        assert_eq!(resource(&[("PORT", "4100")]), "http://localhost:4100/api/mcp");
+        assert_eq!(resource(&[("PORT", "")]), "http://localhost:3000/api/mcp", "set to nothing is unset");
+        assert_eq!(
+            resource(&[("PORT", "4100"), ("MCP_RESOURCE_URL", "http://127.0.0.1:9000/api/mcp")]),
+            "http://127.0.0.1:9000/api/mcp"
+        );
+        let secret = "0123456789abcdef".repeat(2);
+        let deployed = [
+            ("VERCEL", "1"),
+            ("VERCEL_ENV", "preview"),
+            ("PORT", "4100"),
+            ("MCP_AUTH_MODE", "off"),
+            ("MCP_STATE_SECRET", &secret),
+        ];
+        assert_eq!(resource(&deployed), "http://localhost:3000/api/mcp", "deployed, PORT is the platform's");
     }
 
     #[test]
