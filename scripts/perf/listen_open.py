@@ -59,7 +59,7 @@ def listen_ms(port, task_ids):
     deadline = started + 20
     while len(states) < len(task_ids):
         assert time.perf_counter() < deadline, f"after 20 s, {len(states)} of {len(task_ids)} tasks: {sorted(statuses)}"
-        line = response.fp.readline()
+        line = response.readline()
         assert line, f"the stream ended after {len(states)} of {len(task_ids)} tasks"
         if line.startswith(b"data:"):
             message = json.loads(line[5:])
@@ -67,17 +67,21 @@ def listen_ms(port, task_ids):
                 states.add(message["params"]["taskId"])
                 statuses.add(message["params"]["status"])
     elapsed = (time.perf_counter() - started) * 1000
+    assert statuses == {"completed"}, f"the tasks were not all completed: {sorted(statuses)}"
     connection.close()
     return elapsed
 
 
 def main():
-    builds = dict(arg.split("=", 1) for arg in sys.argv[1:])
-    if not builds or not run.redis_up():
+    if not sys.argv[1:] or not all("=" in arg for arg in sys.argv[1:]) or not run.redis_up():
         sys.exit(__doc__ + "\n(and Redis must be up)")
+    builds = dict(arg.split("=", 1) for arg in sys.argv[1:])
     proxy_port = run.free_port()
     slow_link(proxy_port)
-    redis_url = f"redis://127.0.0.1:{proxy_port}"
+    # The same URL (scheme, credentials, database) with the proxy's address.
+    target = urllib.parse.urlsplit(run.REDIS_URL)
+    credentials = target.netloc.rpartition("@")[0]
+    redis_url = target._replace(netloc=(credentials + "@" if credentials else "") + f"127.0.0.1:{proxy_port}").geturl()
     for label, binary in builds.items():
         prefix = f"perf-listen:{os.getpid()}:{label}"
         env = dict(run.server_env(prefix, True), REDIS_URL=redis_url)

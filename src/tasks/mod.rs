@@ -126,7 +126,15 @@ pub struct TaskService {
     round_limit: Duration,
     /// The process is stopping: a running round gets [`ROUND_STOP_GRACE`] to finish.
     stopping: crate::state::Stopping,
+    /// Listen streams' reads of their tasks in flight ([`WATCHED_READS_AT_ONCE`]).
+    watching: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many listen-stream reads of tasks ([`TaskService::watched`]) one service makes at once.
+/// Each stream reads up to 16 of its tasks together, and an instance may hold hundreds of
+/// streams, which all catch up after the change bus reconnects: past this, their reads wait here
+/// rather than queue on the store's one connection, in front of every other request's.
+pub const WATCHED_READS_AT_ONCE: usize = 64;
 
 /// How long a round may go on once its process begins stopping, before the task is recorded
 /// as failed for that reason (rather than read as working until its round limit has passed).
@@ -177,6 +185,7 @@ impl TaskService {
             quota: TaskQuota::default(),
             round_limit: DEFAULT_ROUND_LIMIT,
             stopping: crate::state::Stopping::default(),
+            watching: Arc::new(tokio::sync::Semaphore::new(WATCHED_READS_AT_ONCE)),
         }
     }
 
@@ -691,6 +700,7 @@ impl TaskService {
         if !is_task_id(task_id) {
             return Ok(None);
         }
+        let _reading = self.watching.acquire().await.expect("the semaphore is never closed");
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
         if !may_see(&record.tool) {
             return Ok(None);
@@ -1629,5 +1639,50 @@ mod tests {
         let fault = sink.lines().into_iter().find(|l| l["event"] == "task.fault").expect("a task.fault line");
         assert_eq!(fault["operation"], "create");
         assert!(error.message.contains(fault["correlationId"].as_str().unwrap()), "{}", error.message);
+    }
+
+    /// However many reads listen streams ask for at once, at most [`WATCHED_READS_AT_ONCE`] are
+    /// at the store together; the rest wait their turn, and every one is made.
+    #[tokio::test(start_paused = true)]
+    async fn listen_reads_of_tasks_are_bounded_for_the_whole_service() {
+        use crate::store::StoreFuture;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        /// Answers every read after a second, with nothing; counts reads in flight.
+        #[derive(Default)]
+        struct Counting {
+            reads: AtomicUsize,
+            in_flight: AtomicUsize,
+            peak: AtomicUsize,
+        }
+        impl TaskStore for Counting {
+            fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                Box::pin(async { Ok(Ok(())) })
+            }
+            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                Box::pin(async {
+                    self.reads.fetch_add(1, Ordering::SeqCst);
+                    let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.peak.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok(None)
+                })
+            }
+            fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                Box::pin(async { Ok(false) })
+            }
+        }
+        let store = Arc::new(Counting::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let service =
+            TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let asked = 3 * WATCHED_READS_AT_ONCE;
+        let ids: Vec<String> = (0..asked).map(|n| format!("task-{n:0>17}")).collect();
+        let reads = ids.iter().map(|id| service.watched(&alice, id, |_| true));
+        let read = futures_util::future::join_all(reads).await;
+        assert!(read.iter().all(|r| matches!(r, Ok(None))));
+        assert_eq!(store.reads.load(Ordering::SeqCst), asked, "every read was made");
+        assert_eq!(store.peak.load(Ordering::SeqCst), WATCHED_READS_AT_ONCE);
     }
 }
