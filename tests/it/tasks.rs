@@ -834,3 +834,44 @@ async fn cancelling_a_task_drops_its_running_handler() {
     common::bounded("the cancelled task's handler to be dropped", stop).await;
     assert_eq!(wait_for(&server, &task_id, "cancelled").await["status"], "cancelled");
 }
+
+/// A stream naming many tasks, on another instance than made them, sends each one's state as it
+/// opens, in the order the request named them, once each; a task that is not there (a
+/// well-formed id no task has) sends nothing and holds up none of the others. The reads go to the
+/// real Redis together (`listen::TASK_READS_AT_ONCE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_naming_many_tasks_sends_each_state_once_in_the_order_named() {
+    let Some((url, _guard)) = redis() else { return };
+    let prefix = unique_prefix("tasks-many");
+    let (a, b) = (instance(&url, &prefix).await, instance(&url, &prefix).await);
+    let mut named = Vec::new();
+    for _ in 0..40 {
+        named.push(parked_task(&a).await);
+    }
+    // Named newest first, so that the order sent is the request's, not the order of creation.
+    named.reverse();
+    let missing = "A".repeat(22);
+    let mut asked = named.clone();
+    asked.insert(20, missing.clone());
+    let mut listen = json!({"notifications": {"taskIds": asked}});
+    listen["_meta"] = with_tasks();
+    let (status, _, mut stream) = b.modern(json!("L"), "subscriptions/listen", listen).open().await;
+    assert_eq!(status, 200);
+    let events = common::read_events(&mut stream, 1 + named.len()).await;
+    assert_eq!(events[0]["params"]["notifications"]["taskIds"], json!(asked), "the acknowledgement");
+    let sent: Vec<(&str, &str)> = events[1..]
+        .iter()
+        .map(|event| {
+            assert_eq!(event["method"], "notifications/tasks", "{event}");
+            (event["params"]["taskId"].as_str().unwrap(), event["params"]["status"].as_str().unwrap())
+        })
+        .collect();
+    let expected: Vec<(&str, &str)> = named.iter().map(|id| (id.as_str(), "input_required")).collect();
+    assert_eq!(sent, expected);
+    // Nothing more until something changes: an answer to one task sends that task, once.
+    let first = &named[0];
+    let answer = json!({"taskId": first, "inputResponses": {"a": {"action": "accept", "content": {"name": "Ada"}}}});
+    task_call(&a, "tasks/update", answer).await;
+    let next = common::read_events(&mut stream, 1).await.remove(0);
+    assert_eq!(next["params"]["taskId"], json!(first), "the next event is the changed task: {next}");
+}
