@@ -42,8 +42,9 @@ pub struct Settings {
     /// `MCP_TASKS_MAX_PER_PRINCIPAL`, `MCP_TASKS_MAX_TOTAL`: tasks one caller, and one instance,
     /// may have running at once.
     pub task_caps: crate::security::SlotCaps,
-    /// `MCP_TASK_SHARE`, `MCP_TASKS_PER_MINUTE`: tasks one caller may hold (in any status, until
-    /// they expire) and create per minute, across every instance.
+    /// `MCP_TASK_SHARE`, `MCP_TASKS_PER_MINUTE`, `MCP_TASKS_HELD_TOTAL`: tasks one caller may
+    /// hold (in any status, until they expire) and create per minute, and all callers together
+    /// may hold, across every instance.
     pub task_quota: crate::tasks::TaskQuota,
     /// `MCP_TASK_ROUND_SECONDS`: how long one round of a task's work may run before the task
     /// fails (280 s; deployed, at most `/api/mcp`'s `maxDuration` less 10 s).
@@ -306,6 +307,7 @@ impl Settings {
             share: number("MCP_TASK_SHARE", quota_defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
             per_minute: number("MCP_TASKS_PER_MINUTE", quota_defaults.per_minute.into(), 1, 1_000_000, &mut problems)
                 as u32,
+            total: number("MCP_TASKS_HELD_TOTAL", quota_defaults.total.into(), 1, 10_000_000, &mut problems) as u32,
         };
         let connection_defaults = ConnectionLimits::default();
         let connection_limits = ConnectionLimits {

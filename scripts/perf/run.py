@@ -33,7 +33,7 @@ def server_env(redis_prefix, use_redis):
            "MCP_MAX_JOBS_TOTAL": "10000000", "MCP_JOB_SHARE": "10000000", "MCP_JOBS_PER_MINUTE": "1000000",
            # Likewise for tasks.
            "MCP_TASKS_MAX_PER_PRINCIPAL": "10000", "MCP_TASKS_MAX_TOTAL": "1000000", "MCP_TASK_SHARE": "10000000",
-           "MCP_TASKS_PER_MINUTE": "1000000",
+           "MCP_TASKS_PER_MINUTE": "1000000", "MCP_TASKS_HELD_TOTAL": "10000000",
            # Each run's records under its own prefix, forgotten between servers.
            "MCP_REDIS_PREFIX": redis_prefix,
            # wrk sends the `mrtr` retry with the same `requestState` every time: with states

@@ -232,6 +232,9 @@ impl TaskService {
             Err(TaskRefused::OverShare(share)) => {
                 format!("You hold too many tasks (limit {share}); they are kept for an hour after they are created")
             }
+            Err(TaskRefused::OverTotal(total)) => {
+                format!("This server holds as many tasks as it may (limit {total}); try again later")
+            }
             Err(TaskRefused::TooFast(rate)) => {
                 format!("You created too many tasks this minute (limit {rate}); try again in a minute")
             }
@@ -1151,13 +1154,17 @@ mod tests {
         assert!(start(&alice).await.is_err(), "the resumed round holds the freed slot");
     }
 
-    /// Past its share of held tasks, or its rate, a caller's new task is refused with 429
-    /// naming the limit, and nothing runs.
+    /// Past its share of held tasks, its rate, or the total every caller holds, a caller's new
+    /// task is refused with 429 naming the limit, and nothing runs.
     #[tokio::test]
     async fn a_caller_past_its_task_quota_gets_429_naming_the_limit() {
         for (quota, expected) in [
-            (TaskQuota { share: 1, per_minute: 100 }, "You hold too many tasks (limit 1)"),
-            (TaskQuota { share: 100, per_minute: 1 }, "You created too many tasks this minute (limit 1)"),
+            (TaskQuota { share: 1, per_minute: 100, total: 100 }, "You hold too many tasks (limit 1)"),
+            (TaskQuota { share: 100, per_minute: 1, total: 100 }, "You created too many tasks this minute (limit 1)"),
+            (
+                TaskQuota { share: 100, per_minute: 100, total: 1 },
+                "This server holds as many tasks as it may (limit 1)",
+            ),
         ] {
             let store = Arc::new(store::MemoryTaskStore::default());
             let service = Arc::new(service_over(store.clone()).with_quota(quota));

@@ -99,20 +99,23 @@ pub struct TaskRecord {
     pub round_limit_ms: Option<u64>,
 }
 
-/// What one principal may store: tasks held (in any status, until they expire) and tasks
-/// created per minute (a fixed window shared by every instance). They keep one caller from
-/// filling the store that every caller shares.
+/// What may be stored: per principal, tasks held (in any status, until they expire) and tasks
+/// created per minute (a fixed window shared by every instance); and tasks held by every
+/// principal together. The share and the rate keep one caller from filling the store that every
+/// caller shares; the total bounds what many callers together may put there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskQuota {
-    /// Tasks held.
+    /// Tasks one principal holds.
     pub share: u32,
-    /// Tasks created per minute.
+    /// Tasks one principal creates per minute.
     pub per_minute: u32,
+    /// Tasks held by every principal together, across instances.
+    pub total: u32,
 }
 
 impl Default for TaskQuota {
     fn default() -> Self {
-        Self { share: 500, per_minute: 60 }
+        Self { share: 500, per_minute: 60, total: 10_000 }
     }
 }
 
@@ -121,6 +124,8 @@ impl Default for TaskQuota {
 pub enum TaskRefused {
     /// The owner holds its share.
     OverShare(u32),
+    /// Every owner together holds the total.
+    OverTotal(u32),
     /// The owner created its tasks for this minute.
     TooFast(u32),
 }
@@ -157,6 +162,9 @@ impl TaskStore for MemoryTaskStore {
             if tasks.keys().filter(|(owner, _)| *owner == record.owner).count() >= quota.share as usize {
                 return Err(TaskRefused::OverShare(quota.share));
             }
+            if tasks.len() >= quota.total as usize {
+                return Err(TaskRefused::OverTotal(quota.total));
+            }
             let mut created = self.created.lock().expect("rate lock");
             let window = now / TASK_RATE_WINDOW_MS;
             let count = created.get(&record.owner).filter(|(w, _)| *w == window).map_or(0, |(_, n)| *n);
@@ -187,17 +195,23 @@ impl TaskStore for MemoryTaskStore {
     }
 }
 
-/// Creates a task unless its owner is past its quota. KEYS: the task, the owner's held set
-/// (task ids scored by when they expire), the owner's rate counter for this window. ARGV: the
-/// record, its TTL, now, the share, the rate, the window, the task id.
+/// Creates a task unless its owner, or every owner together, is past the quota. KEYS: the task,
+/// the owner's held set (task ids scored by when they expire), the owner's rate counter for this
+/// window, the held set of every owner. ARGV: the record, its TTL, now, the share, the rate, the
+/// window, the task id, the total.
 const CREATE: &str = r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'share' end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[8]) then return 'total' end
 if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[5]) then return 'rate' end
 if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[7])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+local expires = tonumber(ARGV[3]) + tonumber(ARGV[2])
+for _, held in ipairs({KEYS[2], KEYS[4]}) do
+  redis.call('ZADD', held, expires, ARGV[7])
+  if redis.call('PTTL', held) < tonumber(ARGV[2]) then redis.call('PEXPIRE', held, ARGV[2]) end
+end
 return 'ok'
 "#;
 
@@ -215,7 +229,8 @@ static REPLACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REPLACE))
 
 /// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL;
 /// beside it, per owner, `{prefix}:task-held:{b64(owner)}` (the ids it holds, scored by when
-/// they expire) and `{prefix}:task-rate:{b64(owner)}:{window}` (tasks created in the window).
+/// they expire) and `{prefix}:task-rate:{b64(owner)}:{window}` (tasks created in the window),
+/// and `{prefix}:task-held-all` (every owner's ids, scored the same way).
 #[derive(Clone, Debug)]
 pub struct RedisTaskStore {
     redis: Redis,
@@ -233,6 +248,10 @@ impl RedisTaskStore {
 
     fn held_key(&self, owner: &str) -> String {
         format!("{}:task-held:{}", self.redis.prefix(), URL_SAFE_NO_PAD.encode(owner))
+    }
+
+    fn held_by_all_key(&self) -> String {
+        format!("{}:task-held-all", self.redis.prefix())
     }
 
     fn rate_key(&self, owner: &str, now: u64) -> String {
@@ -253,6 +272,7 @@ impl TaskStore for RedisTaskStore {
                 .key(self.key(&record.owner, &record.task_id))
                 .key(self.held_key(&record.owner))
                 .key(self.rate_key(&record.owner, now))
+                .key(self.held_by_all_key())
                 .arg(json)
                 .arg(record.ttl_ms)
                 .arg(now)
@@ -260,12 +280,14 @@ impl TaskStore for RedisTaskStore {
                 .arg(quota.per_minute)
                 .arg(TASK_RATE_WINDOW_MS)
                 .arg(&record.task_id)
+                .arg(quota.total)
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(redis_error)?;
             match outcome.as_str() {
                 "ok" => Ok(Ok(())),
                 "share" => Ok(Err(TaskRefused::OverShare(quota.share))),
+                "total" => Ok(Err(TaskRefused::OverTotal(quota.total))),
                 "rate" => Ok(Err(TaskRefused::TooFast(quota.per_minute))),
                 _ => Err(StoreError::fault("task store gave an unexpected answer to a create")),
             }

@@ -315,7 +315,7 @@ fn task(owner: &str, n: u32, at: u64, ttl_ms: u64) -> TaskRecord {
 /// their status, until they expire) and a rate per minute, each per owner.
 async fn check_task_quota(stores: &[&dyn TaskStore]) {
     let pick = |n: u32| stores[n as usize % stores.len()];
-    let share = TaskQuota { share: 3, per_minute: 100 };
+    let share = TaskQuota { share: 3, per_minute: 100, total: 100 };
     for n in 0..3 {
         pick(n).create(&task("sub:m", n, NOW, 60_000), share).await.unwrap().unwrap();
     }
@@ -326,7 +326,7 @@ async fn check_task_quota(stores: &[&dyn TaskStore]) {
     let expired = NOW + 60_000;
     assert_eq!(pick(5).create(&task("sub:m", 5, expired, 60_000), share).await.unwrap(), Ok(()), "expired ones leave");
 
-    let rate = TaskQuota { share: 100, per_minute: 2 };
+    let rate = TaskQuota { share: 100, per_minute: 2, total: 100 };
     let minute = (NOW / 60_000 + 10) * 60_000;
     for n in 10..12 {
         pick(n).create(&task("sub:r", n, minute, 600_000), rate).await.unwrap().unwrap();
@@ -335,12 +335,27 @@ async fn check_task_quota(stores: &[&dyn TaskStore]) {
     assert_eq!(third, Err(TaskRefused::TooFast(2)));
     let next = minute + 60_000;
     assert_eq!(pick(13).create(&task("sub:r", 13, next, 600_000), rate).await.unwrap(), Ok(()), "a new minute");
+
+    // Every owner together: the total counts each owner's held tasks, whoever holds them, and a
+    // refused task is not stored; expired ones leave it. (Held at `later`: sub:r's three, which
+    // outlive the others, then sub:t1's and sub:t2's.)
+    let later = next + 1;
+    let total = TaskQuota { share: 100, per_minute: 100, total: 5 };
+    for (n, owner) in [(20, "sub:t1"), (21, "sub:t2")] {
+        pick(n).create(&task(owner, n, later, 60_000), total).await.unwrap().unwrap();
+    }
+    let over = pick(22).create(&task("sub:t3", 22, later, 60_000), total).await.unwrap();
+    assert_eq!(over, Err(TaskRefused::OverTotal(5)), "a new owner, within its own share");
+    assert!(pick(22).get("sub:t3", &id(22)).await.unwrap().is_none(), "a refused task is not stored");
+    let after = next + 600_000;
+    assert_eq!(pick(23).create(&task("sub:t3", 23, after, 60_000), total).await.unwrap(), Ok(()), "expired ones leave");
 }
 
-/// Tasks have a share and a rate per owner, kept across instances in Redis (and the same in the
-/// local run's memory), and every key the quota adds expires.
+/// Tasks have a share and a rate per owner, and a total for every owner together, kept across
+/// instances in Redis (and the same in the local run's memory), and every key the quota adds
+/// expires.
 #[tokio::test]
-async fn a_task_owner_has_a_share_and_a_rate() {
+async fn a_task_owner_has_a_share_and_a_rate_and_all_owners_a_total() {
     check_task_quota(&[&MemoryTaskStore::default()]).await;
     let Some((url, _guard)) = redis() else { return };
     let prefix = unique_prefix("task-quota");
@@ -349,6 +364,7 @@ async fn a_task_owner_has_a_share_and_a_rate() {
     check_task_quota(&[&a, &b]).await;
     let keys = keys(&url, &format!("{prefix}:*")).await;
     assert!(keys.iter().any(|k| k.contains(":task-held:")) && keys.iter().any(|k| k.contains(":task-rate:")));
+    assert!(keys.iter().any(|k| k.ends_with(":task-held-all")), "{keys:?}");
     for key in keys {
         assert!(pttl(&url, &key).await > 0, "{key} expires");
     }
