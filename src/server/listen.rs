@@ -523,35 +523,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn slow_task_reads_are_cut_at_the_deadline_and_made_a_few_at_a_time() {
         use crate::state::{LocalBus, ManualClock, SeededRandom};
-        use crate::store::StoreFuture;
-        use crate::tasks::{TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        /// Answers every read after ten seconds, with nothing; counts reads, and reads in flight.
-        #[derive(Default)]
-        struct Slow {
-            reads: AtomicUsize,
-            in_flight: AtomicUsize,
-            peak: AtomicUsize,
-        }
-        impl TaskStore for Slow {
-            fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
-                Box::pin(async { Ok(Ok(())) })
-            }
-            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-                Box::pin(async {
-                    self.reads.fetch_add(1, Ordering::SeqCst);
-                    let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    self.peak.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_secs(10)).await;
-                    self.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    Ok(None)
-                })
-            }
-            fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
-                Box::pin(async { Ok(false) })
-            }
-        }
-        let store = Arc::new(Slow::default());
+        use crate::tasks::TaskService;
+        use std::sync::atomic::Ordering;
+        let store = Arc::new(crate::tasks::store::SlowReads::new(Duration::from_secs(10)));
         let bus = Arc::new(LocalBus::default());
         let clock = Arc::new(ManualClock::new(0));
         let tasks = TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), bus.clone());

@@ -1652,34 +1652,8 @@ mod tests {
     /// at the store together; the rest wait their turn, and every one is made.
     #[tokio::test(start_paused = true)]
     async fn listen_reads_of_tasks_are_bounded_for_the_whole_service() {
-        use crate::store::StoreFuture;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        /// Answers every read after a second, with nothing; counts reads in flight.
-        #[derive(Default)]
-        struct Counting {
-            reads: AtomicUsize,
-            in_flight: AtomicUsize,
-            peak: AtomicUsize,
-        }
-        impl TaskStore for Counting {
-            fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
-                Box::pin(async { Ok(Ok(())) })
-            }
-            fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-                Box::pin(async {
-                    self.reads.fetch_add(1, Ordering::SeqCst);
-                    let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    self.peak.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    self.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    Ok(None)
-                })
-            }
-            fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
-                Box::pin(async { Ok(false) })
-            }
-        }
-        let store = Arc::new(Counting::default());
+        use std::sync::atomic::Ordering;
+        let store = Arc::new(store::SlowReads::new(Duration::from_secs(1)));
         let clock = Arc::new(ManualClock::new(0));
         let service =
             TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));

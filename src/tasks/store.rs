@@ -195,6 +195,46 @@ impl TaskStore for MemoryTaskStore {
     }
 }
 
+/// A task store for tests whose reads each answer "not there" after `delay`, counting the reads
+/// made and the most in flight at once; it stores nothing.
+#[cfg(test)]
+pub(crate) struct SlowReads {
+    delay: std::time::Duration,
+    pub reads: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    pub peak: std::sync::atomic::AtomicUsize,
+}
+
+#[cfg(test)]
+impl SlowReads {
+    pub fn new(delay: std::time::Duration) -> Self {
+        Self { delay, reads: Default::default(), in_flight: Default::default(), peak: Default::default() }
+    }
+}
+
+#[cfg(test)]
+impl TaskStore for SlowReads {
+    fn create<'a>(&'a self, _: &'a TaskRecord, _: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+        Box::pin(async { Ok(Ok(())) })
+    }
+
+    fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async {
+            self.reads.fetch_add(1, SeqCst);
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(now, SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            Ok(None)
+        })
+    }
+
+    fn replace<'a>(&'a self, _: &'a TaskRecord) -> StoreFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
+    }
+}
+
 /// Creates a task unless its owner, or every owner together, is past the quota. KEYS: the task,
 /// the owner's held set (task ids scored by when they expire), the owner's rate counter for this
 /// window, the held set of every owner. ARGV: the record, its TTL, now, the share, the rate, the
