@@ -233,7 +233,10 @@ impl TaskService {
                 format!("You hold too many tasks (limit {share}); they are kept for an hour after they are created")
             }
             Err(TaskRefused::OverTotal(total)) => {
-                format!("This server holds as many tasks as it may (limit {total}); try again later")
+                format!(
+                    "Too many tasks are held on this server (limit {total}); they are kept for an hour after they \
+                     are created, try again later"
+                )
             }
             Err(TaskRefused::TooFast(rate)) => {
                 format!("You created too many tasks this minute (limit {rate}); try again in a minute")
@@ -1161,10 +1164,7 @@ mod tests {
         for (quota, expected) in [
             (TaskQuota { share: 1, per_minute: 100, total: 100 }, "You hold too many tasks (limit 1)"),
             (TaskQuota { share: 100, per_minute: 1, total: 100 }, "You created too many tasks this minute (limit 1)"),
-            (
-                TaskQuota { share: 100, per_minute: 100, total: 1 },
-                "This server holds as many tasks as it may (limit 1)",
-            ),
+            (TaskQuota { share: 100, per_minute: 100, total: 1 }, "Too many tasks are held on this server (limit 1)"),
         ] {
             let store = Arc::new(store::MemoryTaskStore::default());
             let service = Arc::new(service_over(store.clone()).with_quota(quota));

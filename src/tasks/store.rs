@@ -136,7 +136,8 @@ pub const TASK_RATE_WINDOW_MS: u64 = 60_000;
 /// Task persistence.
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new record (durably, before its id is handed out) unless its owner is past
-    /// `quota`, counted at `record.created_at`.
+    /// `quota`'s share or rate, or every owner together past its total, counted at
+    /// `record.created_at`.
     fn create<'a>(&'a self, record: &'a TaskRecord, quota: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>>;
     /// The owner's task.
     fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
@@ -238,7 +239,8 @@ impl TaskStore for SlowReads {
 /// Creates a task unless its owner, or every owner together, is past the quota. KEYS: the task,
 /// the owner's held set (task ids scored by when they expire), the owner's rate counter for this
 /// window, the held set of every owner. ARGV: the record, its TTL, now, the share, the rate, the
-/// window, the task id, the total.
+/// window, the task id, the total, the member both held sets store (`{b64(owner)}:{taskId}`, so
+/// that the total counts what the memory store counts).
 const CREATE: &str = r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'share' end
@@ -249,7 +251,7 @@ if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local expires = tonumber(ARGV[3]) + tonumber(ARGV[2])
 for _, held in ipairs({KEYS[2], KEYS[4]}) do
-  redis.call('ZADD', held, expires, ARGV[7])
+  redis.call('ZADD', held, expires, ARGV[9])
   if redis.call('PTTL', held) < tonumber(ARGV[2]) then redis.call('PEXPIRE', held, ARGV[2]) end
 end
 return 'ok'
@@ -321,6 +323,7 @@ impl TaskStore for RedisTaskStore {
                 .arg(TASK_RATE_WINDOW_MS)
                 .arg(&record.task_id)
                 .arg(quota.total)
+                .arg(format!("{}:{}", URL_SAFE_NO_PAD.encode(&record.owner), record.task_id))
                 .invoke_async(&mut self.redis.connection())
                 .await
                 .map_err(redis_error)?;

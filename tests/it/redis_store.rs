@@ -312,7 +312,8 @@ fn task(owner: &str, n: u32, at: u64, ttl_ms: u64) -> TaskRecord {
 }
 
 /// The task quota, against `stores` sharing one set of records: a share of held tasks (whatever
-/// their status, until they expire) and a rate per minute, each per owner.
+/// their status, until they expire) and a rate per minute, each per owner, and a total of held
+/// tasks for every owner together.
 async fn check_task_quota(stores: &[&dyn TaskStore]) {
     let pick = |n: u32| stores[n as usize % stores.len()];
     let share = TaskQuota { share: 3, per_minute: 100, total: 100 };
@@ -347,7 +348,13 @@ async fn check_task_quota(stores: &[&dyn TaskStore]) {
     let over = pick(22).create(&task("sub:t3", 22, later, 60_000), total).await.unwrap();
     assert_eq!(over, Err(TaskRefused::OverTotal(5)), "a new owner, within its own share");
     assert!(pick(22).get("sub:t3", &id(22)).await.unwrap().is_none(), "a refused task is not stored");
-    let after = next + 600_000;
+    let one_more = TaskQuota { total: 6, ..total };
+    assert_eq!(
+        pick(24).create(&task("sub:t3", 24, later, 60_000), one_more).await.unwrap(),
+        Ok(()),
+        "nor counted: with room for one more, the next is stored"
+    );
+    let after = later + 660_000;
     assert_eq!(pick(23).create(&task("sub:t3", 23, after, 60_000), total).await.unwrap(), Ok(()), "expired ones leave");
 }
 
