@@ -250,10 +250,10 @@ if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[5]) then return 
 if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local expires = tonumber(ARGV[3]) + tonumber(ARGV[2])
-for _, held in ipairs({KEYS[2], KEYS[4]}) do
-  redis.call('ZADD', held, expires, ARGV[9])
-  if redis.call('PTTL', held) < tonumber(ARGV[2]) then redis.call('PEXPIRE', held, ARGV[2]) end
-end
+redis.call('ZADD', KEYS[2], expires, ARGV[9])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+redis.call('ZADD', KEYS[4], expires, ARGV[9])
+if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[4], ARGV[2]) end
 return 'ok'
 "#;
 
