@@ -1161,10 +1161,19 @@ mod tests {
     /// task is refused with 429 naming the limit, and nothing runs.
     #[tokio::test]
     async fn a_caller_past_its_task_quota_gets_429_naming_the_limit() {
-        for (quota, expected) in [
-            (TaskQuota { share: 1, per_minute: 100, total: 100 }, "You hold too many tasks (limit 1)"),
-            (TaskQuota { share: 100, per_minute: 1, total: 100 }, "You created too many tasks this minute (limit 1)"),
-            (TaskQuota { share: 100, per_minute: 100, total: 1 }, "Too many tasks are held on this server (limit 1)"),
+        // The second task is the first caller's, or, for the total, another caller's.
+        for (quota, expected, second) in [
+            (TaskQuota { share: 1, per_minute: 100, total: 100 }, "You hold too many tasks (limit 1)", "alice"),
+            (
+                TaskQuota { share: 100, per_minute: 1, total: 100 },
+                "You created too many tasks this minute (limit 1)",
+                "alice",
+            ),
+            (
+                TaskQuota { share: 100, per_minute: 100, total: 1 },
+                "Too many tasks are held on this server (limit 1)",
+                "bob",
+            ),
         ] {
             let store = Arc::new(store::MemoryTaskStore::default());
             let service = Arc::new(service_over(store.clone()).with_quota(quota));
@@ -1174,14 +1183,19 @@ mod tests {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 finishing()(ctx, arguments)
             });
-            let alice = Principal::verified(Some("alice"), None, vec![]);
-            let task =
-                || NewTask { principal: &alice, tool: "count", arguments: Map::new(), client_capabilities: Map::new() };
-            service.start(task(), count.clone(), SpanHandle::default()).await.unwrap();
-            let refused = service.start(task(), count.clone(), SpanHandle::default()).await.unwrap_err();
+            let (alice, other) =
+                (Principal::verified(Some("alice"), None, vec![]), Principal::verified(Some(second), None, vec![]));
+            let task = |principal| NewTask {
+                principal,
+                tool: "count",
+                arguments: Map::new(),
+                client_capabilities: Map::new(),
+            };
+            service.start(task(&alice), count.clone(), SpanHandle::default()).await.unwrap();
+            let refused = service.start(task(&other), count.clone(), SpanHandle::default()).await.unwrap_err();
             assert_eq!(refused.status, http::StatusCode::TOO_MANY_REQUESTS);
             assert!(refused.message.starts_with(expected), "{}", refused.message);
-            let finished = service.finished(task(), serde_json::json!({})).await.unwrap_err();
+            let finished = service.finished(task(&other), serde_json::json!({})).await.unwrap_err();
             assert!(finished.message.starts_with(expected), "an already finished task counts too");
             tokio::task::yield_now().await;
             assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1, "only the first ran");
