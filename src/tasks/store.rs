@@ -239,8 +239,8 @@ impl TaskStore for SlowReads {
 /// Creates a task unless its owner, or every owner together, is past the quota. KEYS: the task,
 /// the owner's held set (task ids scored by when they expire), the owner's rate counter for this
 /// window, the held set of every owner. ARGV: the record, its TTL, now, the share, the rate, the
-/// window, the task id, the total, the member both held sets store (`{b64(owner)}:{taskId}`, so
-/// that the total counts what the memory store counts).
+/// window, the task id (the owner's set's member), the total, and `{b64(owner)}:{taskId}` (the
+/// member of every owner's set, so that the total counts what the memory store counts).
 const CREATE: &str = r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 'share' end
@@ -250,7 +250,7 @@ if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[5]) then return 
 if redis.call('INCR', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local expires = tonumber(ARGV[3]) + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], expires, ARGV[9])
+redis.call('ZADD', KEYS[2], expires, ARGV[7])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
 redis.call('ZADD', KEYS[4], expires, ARGV[9])
 if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[4], ARGV[2]) end
@@ -272,7 +272,7 @@ static REPLACE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REPLACE))
 /// Tasks in Redis: `{prefix}:task:{b64(owner)}:{taskId}`, a JSON record with the task's TTL;
 /// beside it, per owner, `{prefix}:task-held:{b64(owner)}` (the ids it holds, scored by when
 /// they expire) and `{prefix}:task-rate:{b64(owner)}:{window}` (tasks created in the window),
-/// and `{prefix}:task-held-all` (every owner's ids, scored the same way).
+/// and `{prefix}:task-held-all` (every owner's `{b64(owner)}:{taskId}`, scored the same way).
 #[derive(Clone, Debug)]
 pub struct RedisTaskStore {
     redis: Redis,
