@@ -359,6 +359,10 @@ impl McpServer {
     /// Read now, so it is the latest; only tasks of tools the stream's token may call, as
     /// `tasks/get` answers; a working task is read again when it would count as lost. Returns
     /// the ids that could not be read (the store failed).
+    ///
+    /// Each group of reads is finished before any of its states is sent: a send waits while the
+    /// client is not reading, and a read left unfinished meanwhile would keep its caller's turn
+    /// at the store ([`crate::tasks::WATCHED_READS_PER_CALLER`]) from its other streams.
     async fn deliver_tasks(
         &self,
         ctx: &RequestContext,
@@ -367,32 +371,25 @@ impl McpServer {
         outbox: &crate::body::Outbox,
         seen: &mut TaskWatch,
     ) -> Result<Vec<String>, crate::body::outbox::Closed> {
-        use futures_util::StreamExt;
         let Some(tasks) = self.tasks.as_ref() else { return Ok(Vec::new()) };
         let may_see = |tool: &str| self.missing_tool_scopes(&ctx.principal, tool).is_none();
-        let mut reads = futures_util::stream::iter(task_ids)
-            .map(|task_id| {
-                let may_see = &may_see;
-                async move {
-                    let read = tasks.watched(&ctx.principal, &task_id, may_see).await;
-                    (task_id, read)
-                }
-            })
-            .buffered(TASK_READS_AT_ONCE);
         let mut unread = Vec::new();
-        while let Some((task_id, read)) = reads.next().await {
-            match read {
-                Ok(Some(watched)) => {
-                    seen.read(&task_id, watched.lost_in);
-                    let mut params = watched.params;
-                    params.insert("_meta".into(), tag.clone());
-                    let message = jsonrpc::notification("notifications/tasks", &params);
-                    if seen.is_new(&task_id, &message) {
-                        outbox.send(StreamEvent::Notification(message)).await?;
+        for group in task_ids.chunks(TASK_READS_AT_ONCE) {
+            let reads = group.iter().map(|task_id| tasks.watched(&ctx.principal, task_id, &may_see));
+            for (task_id, read) in group.iter().zip(futures_util::future::join_all(reads).await) {
+                match read {
+                    Ok(Some(watched)) => {
+                        seen.read(task_id, watched.lost_in);
+                        let mut params = watched.params;
+                        params.insert("_meta".into(), tag.clone());
+                        let message = jsonrpc::notification("notifications/tasks", &params);
+                        if seen.is_new(task_id, &message) {
+                            outbox.send(StreamEvent::Notification(message)).await?;
+                        }
                     }
+                    Ok(None) => seen.forget(task_id),
+                    Err(_) => unread.push(task_id.clone()),
                 }
-                Ok(None) => seen.forget(&task_id),
-                Err(_) => unread.push(task_id),
             }
         }
         Ok(unread)
@@ -639,6 +636,104 @@ mod tests {
             .map(|message| message["params"]["taskId"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(order, named, "each task once, in the order named");
+    }
+
+    /// A stream whose client stops reading holds none of its caller's turns at the store while
+    /// it waits to send: its reads of a group are finished before the group is sent, so the
+    /// caller's other streams read on. When the client reads again, every state follows, in
+    /// the order named.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_waiting_for_its_client_holds_no_turn_at_the_store() {
+        use crate::state::{LocalBus, ManualClock, SeededRandom};
+        use crate::store::StoreFuture;
+        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        const NAMED: usize = 40;
+        /// A memory store whose reads take 10 ms, as a store across a network does.
+        #[derive(Default)]
+        struct Distant {
+            records: MemoryTaskStore,
+            reads: AtomicUsize,
+        }
+        impl TaskStore for Distant {
+            fn create<'a>(
+                &'a self,
+                record: &'a TaskRecord,
+                quota: TaskQuota,
+            ) -> StoreFuture<'a, Result<(), TaskRefused>> {
+                self.records.create(record, quota)
+            }
+            fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+                Box::pin(async move {
+                    self.reads.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    self.records.get(owner, task_id).await
+                })
+            }
+            fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+                self.records.replace(record)
+            }
+        }
+        let store = Arc::new(Distant::default());
+        let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
+        let named: Vec<String> = (0..NAMED).map(|n| format!("task-{n:0>17}")).collect();
+        for task_id in &named {
+            let record: TaskRecord = serde_json::from_value(json!({
+                "version": 1, "taskId": task_id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
+                "tool": "work", "arguments": {}, "status": "completed", "createdAt": 0, "updatedAt": 0,
+                "ttlMs": 3_600_000, "roundLimitMs": 1_000
+            }))
+            .unwrap();
+            store.records.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        }
+        let bus = Arc::new(LocalBus::default());
+        let tasks = Arc::new(TaskService::new(
+            store.clone(),
+            Arc::new(ManualClock::new(0)),
+            Arc::new(SeededRandom::new(1)),
+            bus.clone(),
+        ));
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(tasks.clone());
+        server
+            .tool(crate::server::ToolDef::new("work").description("Works"), |_, _: crate::server::NoArguments| async {
+                crate::protocol::types::CallToolResult::text("")
+            });
+        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus);
+        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        // Room for one unread event: the client reads nothing until told.
+        let (outbox, mut events) = crate::body::outbox::channel(1);
+        ctx.outbox = Some(outbox);
+        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
+        let filter = server.listen_filter(&ctx, &params).unwrap();
+        let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
+        let stopping = crate::state::Stopping::default();
+        let listening = server.listen(&ctx, filter, limits, &stopping);
+        tokio::pin!(listening);
+        let waited = tokio::time::timeout(Duration::from_secs(5), &mut listening).await;
+        assert!(waited.is_err(), "the stream is open, waiting for its client");
+        assert_eq!(store.reads.load(Ordering::SeqCst), TASK_READS_AT_ONCE, "one group read, then a send waits");
+        assert_eq!(tasks.callers_reading(), 0, "no read holds a turn while the stream waits for its client");
+        let mut sent = String::new();
+        while sent.matches("notifications/tasks").count() < NAMED {
+            tokio::select! {
+                chunk = std::future::poll_fn(|cx| events.poll_chunk(cx)) => {
+                    let (chunk, _) = chunk.expect("the stream's events");
+                    sent.push_str(std::str::from_utf8(&chunk).unwrap());
+                }
+                _ = &mut listening => panic!("the stream ended before it sent every task; it sent {sent}"),
+            }
+        }
+        let order: Vec<String> = sent
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(|data| serde_json::from_str::<Value>(data).unwrap())
+            .filter(|message| message["method"] == "notifications/tasks")
+            .map(|message| message["params"]["taskId"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(order, named, "each task once, in the order named");
+        assert_eq!(store.reads.load(Ordering::SeqCst), NAMED, "each read once");
     }
 
     /// A stream sends each named task's state once it is open (a change that fell between two

@@ -126,8 +126,9 @@ pub struct TaskService {
     round_limit: Duration,
     /// The process is stopping: a running round gets [`ROUND_STOP_GRACE`] to finish.
     stopping: crate::state::Stopping,
-    /// Listen streams' reads of their tasks in flight ([`WATCHED_READS_AT_ONCE`]).
-    watching: Arc<tokio::sync::Semaphore>,
+    /// Listen streams' reads of their tasks in flight ([`WATCHED_READS_AT_ONCE`], and
+    /// [`WATCHED_READS_PER_CALLER`] of them for one caller).
+    watching: Arc<crate::security::Turns>,
 }
 
 /// How many listen-stream reads of tasks ([`TaskService::watched`]) one service makes at once.
@@ -135,6 +136,11 @@ pub struct TaskService {
 /// streams, which all catch up after the change bus reconnects: past this, their reads wait here
 /// rather than queue on the store's one connection, in front of every other request's.
 pub const WATCHED_READS_AT_ONCE: usize = 64;
+
+/// How many of the [`WATCHED_READS_AT_ONCE`] one caller's streams hold or wait for: its further
+/// reads wait behind its own, so one caller's many streams do not put their reads ahead of
+/// another caller's at the shared bound.
+pub const WATCHED_READS_PER_CALLER: usize = 16;
 
 /// How long a round may go on once its process begins stopping, before the task is recorded
 /// as failed for that reason (rather than read as working until its round limit has passed).
@@ -185,7 +191,7 @@ impl TaskService {
             quota: TaskQuota::default(),
             round_limit: DEFAULT_ROUND_LIMIT,
             stopping: crate::state::Stopping::default(),
-            watching: Arc::new(tokio::sync::Semaphore::new(WATCHED_READS_AT_ONCE)),
+            watching: Arc::new(crate::security::Turns::new(WATCHED_READS_PER_CALLER, WATCHED_READS_AT_ONCE)),
         }
     }
 
@@ -208,7 +214,8 @@ impl TaskService {
         self
     }
 
-    /// Sets how many tasks one caller may hold, and create per minute.
+    /// Sets how many tasks one caller may hold and create per minute, and all callers together
+    /// hold.
     pub fn with_quota(mut self, quota: TaskQuota) -> Self {
         self.quota = quota;
         self
@@ -706,7 +713,7 @@ impl TaskService {
         if !is_task_id(task_id) {
             return Ok(None);
         }
-        let _reading = self.watching.acquire().await.expect("the semaphore is never closed");
+        let _reading = self.watching.take(principal.id()).await;
         let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
         if !may_see(&record.tool) {
             return Ok(None);
@@ -722,6 +729,12 @@ impl TaskService {
         let mut params = self.detailed(&record);
         params.remove("resultType");
         Ok(Some(Watched { params, lost_in }))
+    }
+
+    /// How many callers' listen reads hold or wait for a turn at the store.
+    #[cfg(test)]
+    pub(crate) fn callers_reading(&self) -> usize {
+        self.watching.principals()
     }
 
     /// `tasks/update`: records the answers to outstanding requests (others are ignored). When
@@ -1663,21 +1676,50 @@ mod tests {
     }
 
     /// However many reads listen streams ask for at once, at most [`WATCHED_READS_AT_ONCE`] are
-    /// at the store together; the rest wait their turn, and every one is made.
+    /// at the store together, and at most [`WATCHED_READS_PER_CALLER`] of one caller's: a caller
+    /// asking for one read after five others asked for 64 each waits one turn, not five. The
+    /// rest wait their turn, and every one is made.
     #[tokio::test(start_paused = true)]
-    async fn listen_reads_of_tasks_are_bounded_for_the_whole_service() {
+    async fn listen_reads_of_tasks_are_bounded_for_the_whole_service_and_shared_by_callers() {
         use std::sync::atomic::Ordering;
         let store = Arc::new(store::SlowReads::new(Duration::from_secs(1)));
         let clock = Arc::new(ManualClock::new(0));
         let service =
             TaskService::new(store.clone(), clock, Arc::new(SeededRandom::new(1)), Arc::new(LocalBus::default()));
-        let alice = Principal::verified(Some("alice"), None, vec![]);
-        let asked = 3 * WATCHED_READS_AT_ONCE;
-        let ids: Vec<String> = (0..asked).map(|n| format!("task-{n:0>17}")).collect();
-        let reads = ids.iter().map(|id| service.watched(&alice, id, |_| true));
+        let busy: Vec<Principal> =
+            (0..5).map(|n| Principal::verified(Some(&format!("busy-{n}")), None, vec![])).collect();
+        let bob = Principal::verified(Some("bob"), None, vec![]);
+        let ids: Vec<String> = (0..64).map(|n| format!("task-{n:0>17}")).collect();
+        // Every busy caller's reads are asked for before bob's one.
+        let asked: Vec<(&Principal, &String)> =
+            busy.iter().flat_map(|caller| ids.iter().map(move |id| (caller, id))).chain([(&bob, &ids[0])]).collect();
+        // Unconstrained by the runtime's budget, which would otherwise have the 129th poll in a
+        // row yield before it takes a place in a queue.
+        let mut reads: Vec<_> = asked
+            .iter()
+            .map(|(caller, id)| Box::pin(tokio::task::unconstrained(service.watched(caller, id, |_| true))))
+            .collect();
+        let started = tokio::time::Instant::now();
+        // Each read takes its place in the order asked, before any is made.
+        for read in &mut reads {
+            assert!(futures_util::poll!(read.as_mut()).is_pending());
+        }
         let read = futures_util::future::join_all(reads).await;
         assert!(read.iter().all(|r| matches!(r, Ok(None))));
-        assert_eq!(store.reads.load(Ordering::SeqCst), asked, "every read was made");
+        assert_eq!(store.reads.load(Ordering::SeqCst), asked.len(), "every read was made");
         assert_eq!(store.peak.load(Ordering::SeqCst), WATCHED_READS_AT_ONCE);
+        let reads = store.started.lock().unwrap().clone();
+        // Each read lasts one second, so the reads at the store together are those started at once.
+        let mut together: std::collections::HashMap<(String, u64), usize> = Default::default();
+        for (owner, at) in &reads {
+            *together.entry((owner.clone(), (*at - started).as_secs())).or_default() += 1;
+        }
+        let (_, bob_at) = reads.iter().find(|(owner, _)| owner == bob.id()).expect("bob's read");
+        assert!(
+            *bob_at - started <= Duration::from_secs(1),
+            "bob's read waited {:?} behind the busy callers' reads",
+            *bob_at - started
+        );
+        assert_eq!(together.values().max(), Some(&WATCHED_READS_PER_CALLER), "one caller's at once");
     }
 }

@@ -204,12 +204,15 @@ pub(crate) struct SlowReads {
     pub reads: std::sync::atomic::AtomicUsize,
     in_flight: std::sync::atomic::AtomicUsize,
     pub peak: std::sync::atomic::AtomicUsize,
+    /// Whose task each read asked for, and when it reached the store, in order.
+    pub started: std::sync::Mutex<Vec<(String, tokio::time::Instant)>>,
 }
 
 #[cfg(test)]
 impl SlowReads {
     pub fn new(delay: std::time::Duration) -> Self {
-        Self { delay, reads: Default::default(), in_flight: Default::default(), peak: Default::default() }
+        let (reads, in_flight, peak, started) = Default::default();
+        Self { delay, reads, in_flight, peak, started }
     }
 }
 
@@ -219,9 +222,10 @@ impl TaskStore for SlowReads {
         Box::pin(async { Ok(Ok(())) })
     }
 
-    fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+    fn get<'a>(&'a self, owner: &'a str, _: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
         use std::sync::atomic::Ordering::SeqCst;
         Box::pin(async {
+            self.started.lock().unwrap().push((owner.to_owned(), tokio::time::Instant::now()));
             self.reads.fetch_add(1, SeqCst);
             let now = self.in_flight.fetch_add(1, SeqCst) + 1;
             self.peak.fetch_max(now, SeqCst);
