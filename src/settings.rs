@@ -228,6 +228,21 @@ pub fn max_duration_seconds(function: &str) -> Option<u64> {
     config["functions"][function]["maxDuration"].as_u64()
 }
 
+/// The scopes `value` lists (separated by commas or spaces), each checked against RFC 6749's
+/// scope-token characters: they are written into `WWW-Authenticate` challenges, where a space, a
+/// quote or a non-ASCII character would break the header (and a challenge that cannot be sent
+/// leaves clients unable to find the authorization server).
+fn scope_list(name: &str, value: String, problems: &mut Vec<String>) -> Vec<String> {
+    let scopes: Vec<String> = value.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let is_scope_char = |b: u8| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b);
+    if scopes.iter().any(|scope| !scope.bytes().all(is_scope_char)) {
+        problems.push(format!(
+            "{name} must list scopes of printable ASCII without quotes or backslashes, separated by commas or spaces"
+        ));
+    }
+    scopes
+}
+
 /// The longest a listen stream may stay open on `function`: `configured`, shortened so the
 /// stream closes [`LISTEN_CLOSE_MARGIN_SECONDS`] before that function's `maxDuration`. The
 /// example routes share a function with a shorter `maxDuration` than `/api/mcp`'s.
@@ -335,6 +350,20 @@ impl Settings {
         };
         let step_ms = number("MCP_JOB_STEP_MS", 100, 0, 60_000, &mut problems);
         let budget = number("MCP_CONSUMER_BUDGET_SECONDS", 50, 1, 800, &mut problems);
+        // The longest job's work must fit in half its deadline, the rest left for the queue:
+        // waiting for a delivery, and one after each that deferred. Past it, a long job is
+        // accepted and then always fails.
+        let most_work_ms = u64::from(crate::jobs::model::MAX_STEPS).saturating_mul(step_ms);
+        if most_work_ms > crate::jobs::model::JOB_DEADLINE_MS / 2 {
+            problems.push(format!(
+                "MCP_JOB_STEP_MS is {step_ms} ms: a job of {} steps would work {} s, more than half of the {} s \
+                 a job may take; set it to at most {} ms",
+                crate::jobs::model::MAX_STEPS,
+                most_work_ms / 1000,
+                crate::jobs::model::JOB_DEADLINE_MS / 1000,
+                crate::jobs::model::JOB_DEADLINE_MS / 2 / u64::from(crate::jobs::model::MAX_STEPS)
+            ));
+        }
         if step_ms >= budget.saturating_mul(1000) {
             problems.push(format!(
                 "MCP_JOB_STEP_MS is {step_ms} ms but a delivery may work MCP_CONSUMER_BUDGET_SECONDS ({budget} s): \
@@ -457,6 +486,13 @@ impl Settings {
             None if has_redis => QueueChoice::RedisStreams(streams),
             None => QueueChoice::Local,
         };
+        let example_route_scopes = crate::catalogue::EXAMPLES
+            .iter()
+            .filter_map(|example| {
+                let name = format!("MCP_AUTH_SCOPES_{}", example.name.to_ascii_uppercase().replace('-', "_"));
+                Some((example.name, scope_list(&name, non_empty(&name)?, &mut problems)))
+            })
+            .collect();
         let mut telemetry = crate::telemetry::settings_from(&non_empty).unwrap_or_else(|mut more| {
             problems.append(&mut more);
             None
@@ -497,15 +533,7 @@ impl Settings {
             job_step_delay: Duration::from_millis(step_ms),
             consumer_budget: Duration::from_secs(budget),
             job_limits,
-            example_route_scopes: crate::catalogue::EXAMPLES
-                .iter()
-                .filter_map(|example| {
-                    let name = format!("MCP_AUTH_SCOPES_{}", example.name.to_ascii_uppercase().replace('-', "_"));
-                    let scopes =
-                        non_empty(&name)?.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect();
-                    Some((example.name, scopes))
-                })
-                .collect(),
+            example_route_scopes,
             auth: Authenticator::new(auth.expect("auth is set when there are no problems"), clock.clone()),
             request_state_single_use: single_use,
             request_lines,
@@ -675,8 +703,9 @@ fn auth_config(
     };
     let client_credentials =
         switch("MCP_AUTH_CLIENT_CREDENTIALS", var("MCP_AUTH_CLIENT_CREDENTIALS"), false, &mut problems);
-    let route_scopes = list("MCP_AUTH_SCOPES");
-    let mut scopes_supported = list("MCP_AUTH_SCOPES_SUPPORTED");
+    let mut scopes = |name: &str| var(name).map(|value| scope_list(name, value, &mut problems)).unwrap_or_default();
+    let route_scopes = scopes("MCP_AUTH_SCOPES");
+    let mut scopes_supported = scopes("MCP_AUTH_SCOPES_SUPPORTED");
     let scopes_supported_configured = !scopes_supported.is_empty();
     if !scopes_supported_configured {
         scopes_supported = route_scopes.clone();
@@ -823,14 +852,21 @@ mod tests {
         assert!(local.is_ok(), "off Vercel, nothing is deployed");
     }
 
-    /// A job step longer than a delivery's whole budget could never be taken: refused at start,
-    /// locally and deployed alike.
+    /// A job step longer than a delivery's whole budget could never be taken, and steps so long
+    /// that the longest job's work passes half its deadline would have long jobs accepted and then
+    /// always fail: both refused at start, locally and deployed alike.
     #[test]
-    fn a_job_step_must_fit_in_a_delivery() {
-        let refused = load(&[("MCP_JOB_STEP_MS", "50000")]).unwrap_err().to_string();
-        assert!(refused.contains("MCP_JOB_STEP_MS is 50000 ms") && refused.contains("below 50000"), "{refused}");
-        assert!(load(&[("MCP_JOB_STEP_MS", "49999")]).is_ok());
-        assert!(load(&[("MCP_JOB_STEP_MS", "60000"), ("MCP_CONSUMER_BUDGET_SECONDS", "61")]).is_ok());
+    fn a_job_step_must_fit_in_a_delivery_and_the_longest_job_in_its_deadline() {
+        let budget =
+            |step: &str, seconds: &str| load(&[("MCP_JOB_STEP_MS", step), ("MCP_CONSUMER_BUDGET_SECONDS", seconds)]);
+        let refused = budget("5000", "5").unwrap_err().to_string();
+        assert!(refused.contains("MCP_JOB_STEP_MS is 5000 ms but") && refused.contains("below 5000"), "{refused}");
+        assert!(budget("4999", "5").is_ok());
+        let refused = load(&[("MCP_JOB_STEP_MS", "18000")]).unwrap_err().to_string();
+        assert!(refused.contains("a job of 100 steps would work 1800 s, more than half of the 1800 s"), "{refused}");
+        assert!(refused.contains("set it to at most 9000 ms"), "{refused}");
+        assert!(load(&[("MCP_JOB_STEP_MS", "9001")]).is_err());
+        assert!(load(&[("MCP_JOB_STEP_MS", "9000")]).is_ok());
     }
 
     #[test]
@@ -934,6 +970,30 @@ mod tests {
         assert!(junk.contains("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400"), "{junk}");
         let fine = with(&[("MCP_JWKS_CACHE_SECONDS", " 600 "), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "60")]);
         assert!(!fine.contains("MCP_JWKS_CACHE_SECONDS") && !fine.contains("MCP_AUTH_MAX_LIFETIME_SECONDS"), "{fine}");
+    }
+
+    /// Scopes are written into `WWW-Authenticate`: one that would break the header (a quote, a
+    /// backslash, a character outside printable ASCII) is a problem at start-up, in each variable
+    /// that lists scopes, rather than a 401 sent without its challenge.
+    #[test]
+    fn scopes_that_would_break_a_challenge_are_problems() {
+        let jwks = [("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut vars = jwks.to_vec();
+            vars.extend_from_slice(extra);
+            load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        for name in ["MCP_AUTH_SCOPES", "MCP_AUTH_SCOPES_SUPPORTED", "MCP_AUTH_SCOPES_ASYNC_JOBS"] {
+            for bad in ["mcp:read \"x\"", "mcp:réad", "a\\b"] {
+                let problems = with(&[(name, bad)]);
+                assert!(
+                    problems.contains(&format!("{name} must list scopes of printable ASCII")),
+                    "{name}={bad}: {problems}"
+                );
+            }
+            let fine = with(&[(name, "mcp:read, items:write openid")]);
+            assert!(!fine.contains(name), "{name}: {fine}");
+        }
     }
 
     /// A variable set to nothing is unset, numbers included: a copy of `.env.example` (every

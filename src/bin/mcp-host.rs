@@ -74,6 +74,9 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    for (id, error) in host.unavailable() {
+        eprintln!("mcp-host: server {id:?} is left out: {}", for_terminal(&error.to_string()));
+    }
     match positional[0].as_str() {
         "list" => {
             let tools: Vec<Value> = host

@@ -51,6 +51,13 @@ pub enum HostError {
         /// The underlying protocol error, if it was one.
         cause: Option<ClientError>,
     },
+    /// The server could not be reached when the host connected ([`Host::unavailable`]).
+    Unavailable {
+        /// The server.
+        server_id: String,
+        /// Why.
+        message: String,
+    },
     /// Connecting or talking to a server failed.
     Client(ClientError),
 }
@@ -63,6 +70,7 @@ impl std::fmt::Display for HostError {
             Self::ToolCall { server_id, tool_name, message, .. } => {
                 write!(f, "{server_id}.{tool_name} failed: {message}")
             }
+            Self::Unavailable { server_id, message } => write!(f, "server {server_id:?} is unavailable: {message}"),
             Self::Client(error) => write!(f, "{error}"),
         }
     }
@@ -78,6 +86,8 @@ pub type ConsentFn =
 pub struct Host {
     sessions: BTreeMap<String, Client>,
     tools: Vec<AggregatedTool>,
+    /// Servers that could not be reached or listed, with why: the others are served without them.
+    unavailable: BTreeMap<String, ClientError>,
 }
 
 /// One server the host talks to, with the options (headers, credentials) meant for it alone.
@@ -99,37 +109,80 @@ impl ServerSpec {
 }
 
 impl Host {
-    /// Connects to every server, each with its own options. Refuses an id that is empty, has a
-    /// dot or appears twice (a second entry would silently replace the first, and could take its
-    /// credentials' tool names).
+    /// Connects to every server, each with its own options, all at once. Refuses an id that is
+    /// empty, has a dot or appears twice (a second entry would silently replace the first, and
+    /// could take its credentials' tool names). A server that cannot be reached or listed is left
+    /// out and named by [`Host::unavailable`]: one server down, slow or broken does not cost the
+    /// host every other server's tools.
     pub async fn connect(servers: &[ServerSpec]) -> Result<Self, HostError> {
-        let mut sessions = BTreeMap::new();
-        for ServerSpec { id, url, options } in servers {
+        let mut ids = std::collections::BTreeSet::new();
+        for ServerSpec { id, .. } in servers {
             if id.is_empty() || id.contains('.') {
                 return Err(HostError::Client(ClientError::Protocol(format!(
                     "server id {id:?} must be non-empty without dots"
                 ))));
             }
-            if sessions.contains_key(id) {
+            if !ids.insert(id) {
                 return Err(HostError::Client(ClientError::Protocol(format!("server id {id:?} is given twice"))));
             }
-            sessions.insert(id.clone(), Client::connect(url, options.clone()).await.map_err(HostError::Client)?);
         }
-        let mut host = Self { sessions, tools: Vec::new() };
-        host.refresh_tools().await?;
+        let connecting = servers.iter().map(|ServerSpec { id, url, options }| async move {
+            (id.clone(), Client::connect(url, options.clone()).await)
+        });
+        let (mut sessions, mut unavailable) = (BTreeMap::new(), BTreeMap::new());
+        for (id, connected) in futures_util::future::join_all(connecting).await {
+            match connected {
+                Ok(client) => {
+                    sessions.insert(id, client);
+                }
+                Err(error) => {
+                    unavailable.insert(id, error);
+                }
+            }
+        }
+        let mut host = Self { sessions, tools: Vec::new(), unavailable };
+        host.refresh_tools().await;
         Ok(host)
     }
 
-    /// The connected server ids.
+    /// The connected server ids (those [`Host::unavailable`] names included, if their session
+    /// opened and only their listing failed).
     pub fn server_ids(&self) -> Vec<&str> {
         self.sessions.keys().map(String::as_str).collect()
     }
 
-    /// Re-reads every server's tool list.
-    pub async fn refresh_tools(&mut self) -> Result<(), HostError> {
+    /// The servers whose tools are not offered, and why: not reached, or their listing failed at
+    /// the last refresh.
+    pub fn unavailable(&self) -> &BTreeMap<String, ClientError> {
+        &self.unavailable
+    }
+
+    /// Re-reads every connected server's tool list, all at once. A server whose listing fails
+    /// is named by [`Host::unavailable`] and offers no tools until a refresh lists them; a server
+    /// that declares no `tools` capability offers none, unasked.
+    pub async fn refresh_tools(&mut self) {
+        let listing = self.sessions.iter().map(|(id, client)| async move {
+            let declares_tools = client.server().pointer("/capabilities/tools").is_some();
+            let listed = if declares_tools { client.list_tools().await } else { Ok(Vec::new()) };
+            (id, listed)
+        });
         let mut tools = Vec::new();
-        for (id, client) in &self.sessions {
-            for definition in client.list_tools().await.map_err(HostError::Client)? {
+        let mut failed = Vec::new();
+        for (id, listed) in futures_util::future::join_all(listing).await {
+            let definitions = match listed {
+                Ok(definitions) => definitions,
+                Err(error) => {
+                    failed.push((id.clone(), error));
+                    continue;
+                }
+            };
+            let mut listed = std::collections::HashSet::new();
+            for definition in definitions {
+                // A name listed twice by one server is one tool: the first listing is kept, so a
+                // later copy cannot change how the tool is gated.
+                if !listed.insert(definition.name.clone()) {
+                    continue;
+                }
                 let tool_name = definition.name.clone();
                 let read_only = definition.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
                 tools.push(AggregatedTool {
@@ -141,8 +194,9 @@ impl Host {
                 });
             }
         }
+        self.unavailable.retain(|id, _| !self.sessions.contains_key(id));
+        self.unavailable.extend(failed);
         self.tools = tools;
-        Ok(())
     }
 
     /// The aggregated tools, ordered by server then listing order.
@@ -155,12 +209,15 @@ impl Host {
     pub async fn call(&self, name: &str, arguments: Value, consent: &ConsentFn) -> Result<CallToolResult, HostError> {
         // A name without a tool part names no tool of any server: unknown, before consent.
         let (server_id, tool_name) = name.split_once('.').filter(|(_, tool)| !tool.is_empty()).unwrap_or((name, ""));
+        if let (Some(error), false) = (self.unavailable.get(server_id), self.sessions.contains_key(server_id)) {
+            return Err(HostError::Unavailable { server_id: server_id.to_owned(), message: error.to_string() });
+        }
         let client = self
             .sessions
             .get(server_id)
             .filter(|_| !tool_name.is_empty())
             .ok_or_else(|| HostError::UnknownServer { server_id: server_id.to_owned(), name: name.to_owned() })?;
-        let read_only = self.tools.iter().any(|t| t.name == name && t.read_only);
+        let read_only = self.tools.iter().find(|t| t.name == name).is_some_and(|t| t.read_only);
         if !read_only {
             // A consent callback that panics, before its future or inside it, is a no.
             let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consent(name, &arguments)));

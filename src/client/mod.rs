@@ -120,6 +120,9 @@ pub struct ClientOptions {
     pub max_event_bytes: usize,
     /// Most `tools/list` pages followed through `nextCursor`.
     pub max_pages: usize,
+    /// Most tools one server's listing may hold, across its pages: past it, listing fails
+    /// rather than hold whatever a server sends (each tool is kept, with its schema).
+    pub max_tools: usize,
 }
 
 impl Default for ClientOptions {
@@ -139,6 +142,7 @@ impl Default for ClientOptions {
             max_response_bytes: 16 << 20,
             max_event_bytes: 4 << 20,
             max_pages: 100,
+            max_tools: 10_000,
         }
     }
 }
@@ -499,8 +503,13 @@ impl Client {
         let mut answered = 0usize;
         let ends = tokio::time::Instant::now() + self.options.max_stream_duration;
         loop {
-            let wait = self.options.timeout.min(ends.saturating_duration_since(tokio::time::Instant::now()));
-            let frame = tokio::time::timeout(wait, body_stream.frame())
+            // Checked before each read, not left to the timeout: a server that keeps the socket
+            // full always has a frame ready, which a timeout polls before its clock.
+            let left = ends.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Transport("timed out".into()));
+            }
+            let frame = tokio::time::timeout(self.options.timeout.min(left), body_stream.frame())
                 .await
                 .map_err(|_| ClientError::Transport("timed out".into()))?;
             let Some(frame) = frame else { break };
@@ -525,7 +534,8 @@ impl Client {
                                 "the server asked something on the reply to an answer".into(),
                             ));
                         }
-                        answered += 1;
+                        // A ping asks for nothing of the user: answered, and not counted.
+                        answered += usize::from(method != "ping");
                         if answered > self.options.max_input_requests {
                             return Err(ClientError::InputRequired(format!(
                                 "the server asked more than {} things on one call",
@@ -596,6 +606,8 @@ impl Client {
     async fn answer_server_request(&self, method: &str, id: Value, params: Option<Value>) -> Result<(), ClientError> {
         refuse_undeclared(method, params.as_ref())?;
         let reply = match self.options.handlers.get(method) {
+            // Every party answers a ping with an empty result (2025-11-25 basic/utilities/ping).
+            None if method == "ping" => json!({ "jsonrpc": "2.0", "id": id, "result": {} }),
             Some(handler) => match handler(params.unwrap_or(json!({}))).await {
                 Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
                 Err(error) => {
@@ -666,7 +678,13 @@ impl Client {
                 // when the server is silent for longer than `listen_silence` (a live stream sends
                 // keep-alive comments: a silent one is dead, or half-open); and at the longest
                 // a stream is read. The receiver then sees it close.
-                let wait = quiet.min(ends.saturating_duration_since(tokio::time::Instant::now()));
+                // The end is checked before each read: a server that keeps the socket full
+                // always has a frame ready, which a timeout would take before its clock.
+                let left = ends.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                let wait = quiet.min(left);
                 let frame = tokio::select! {
                     frame = tokio::time::timeout(wait, body_stream.frame()) => frame,
                     () = tx.closed() => return,
@@ -694,25 +712,39 @@ impl Client {
         self.listed.store(true, Ordering::SeqCst);
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
+        // Every cursor followed: a server that hands one back again (at once, or after others)
+        // would have the listing go round until the page limit, adding the same tools each time.
+        let mut followed = std::collections::HashSet::new();
         for _ in 0..self.options.max_pages {
             let mut params = Map::new();
             if let Some(cursor) = &cursor {
                 params.insert("cursor".into(), json!(cursor));
             }
-            let page = self.request("tools/list", params).await?;
-            for tool in page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default() {
-                let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
+            let mut page = self.request("tools/list", params).await?;
+            let listed = match page.get_mut("tools").map(Value::take) {
+                Some(Value::Array(listed)) => listed,
+                _ => Vec::new(),
+            };
+            if tools.len().saturating_add(listed.len()) > self.options.max_tools {
+                return Err(ClientError::Protocol(format!(
+                    "tools/list holds more than {} tools",
+                    self.options.max_tools
+                )));
+            }
+            for tool in listed {
                 let schema = tool.get("inputSchema");
                 let Ok(annotations) = schema.map_or(Ok(Vec::new()), crate::server::input_schema_header_params) else {
                     continue;
                 };
-                let Ok(typed) = serde_json::from_value::<Tool>(tool.clone()) else { continue };
-                self.header_params.lock().expect("header params lock").insert(name.to_owned(), annotations);
+                let Ok(typed) = serde_json::from_value::<Tool>(tool) else { continue };
+                self.header_params.lock().expect("header params lock").insert(typed.name.clone(), annotations);
                 tools.push(typed);
             }
             match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if cursor.as_deref() == Some(next) => {
-                    return Err(ClientError::Protocol("tools/list returned the same nextCursor twice".into()));
+                Some(next) if !followed.insert(next.to_owned()) => {
+                    return Err(ClientError::Protocol(
+                        "tools/list returned a nextCursor it had returned before".into(),
+                    ));
                 }
                 Some(next) => cursor = Some(next.to_owned()),
                 None => return Ok(tools),

@@ -3,8 +3,9 @@
 //! Bytes are split into lines before they are decoded, so a character split across two network
 //! frames arrives whole. Lines end in LF, CRLF or CR; a `data:` value loses exactly one leading
 //! space; the `data` lines of one event are joined with LF; comments and other fields are
-//! skipped; a blank line ends the event. An event (its data, or a line still being read) larger
-//! than the bound is an error rather than a buffer that grows with whatever the server sends.
+//! skipped; a blank line ends the event; one byte-order mark opening the stream is dropped. An
+//! event (its data, or a line still being read) larger than the bound is an error rather than a
+//! buffer that grows with whatever the server sends.
 
 /// Why a stream could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,19 +25,35 @@ pub struct EventReader {
     has_data: bool,
     /// The last byte fed was a CR: a following LF belongs to the same line end.
     after_cr: bool,
+    /// How many bytes of a byte-order mark opened the stream; `None` once the stream's first
+    /// bytes are known not to be one, or it was dropped.
+    bom: Option<usize>,
     max_event: usize,
 }
+
+/// U+FEFF in UTF-8: dropped where it opens a stream (WHATWG), where it would otherwise become
+/// part of the first field's name and lose the first event.
+const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
 
 impl EventReader {
     /// A reader refusing events larger than `max_event` bytes.
     pub fn new(max_event: usize) -> Self {
-        Self { line: Vec::new(), data: String::new(), has_data: false, after_cr: false, max_event }
+        Self { line: Vec::new(), data: String::new(), has_data: false, after_cr: false, bom: Some(0), max_event }
     }
 
     /// Feeds `bytes`; returns the data of every event they complete, in order.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, EventTooLarge> {
         let mut events = Vec::new();
         for &byte in bytes {
+            if let Some(matched) = self.bom {
+                if byte == BYTE_ORDER_MARK[matched] {
+                    self.bom = (matched + 1 < BYTE_ORDER_MARK.len()).then_some(matched + 1);
+                    continue;
+                }
+                // Not a mark after all: the bytes held back are the line's first.
+                self.bom = None;
+                self.line.extend_from_slice(&BYTE_ORDER_MARK[..matched]);
+            }
             match byte {
                 b'\n' if self.after_cr => self.after_cr = false,
                 b'\n' | b'\r' => {
@@ -115,6 +132,18 @@ mod tests {
         assert_eq!(all(&[b"data\n\n"]), [""], "a bare data field is an empty line of data");
         assert_eq!(all(&[b"id: 7\nretry: 10\n\n"]), Vec::<String>::new(), "an event without data is none");
         assert_eq!(all(&[b"data: open"]), Vec::<String>::new(), "an unfinished event is not delivered");
+    }
+
+    #[test]
+    fn one_byte_order_mark_opening_the_stream_is_dropped() {
+        let stream = "\u{feff}data: first\n\ndata: second\n\n".as_bytes();
+        for cut in 0..stream.len() {
+            assert_eq!(all(&[&stream[..cut], &stream[cut..]]), ["first", "second"], "cut at {cut}");
+        }
+        assert_eq!(all(&["\u{feff}\u{feff}data: x\n\n".as_bytes()]), Vec::<String>::new(), "only one is dropped");
+        assert_eq!(all(&[b"data: \xEF\xBB\xBFx\n\n"]), ["\u{feff}x"], "one inside the stream is data");
+        assert_eq!(all(&[b"\xEF\xBBdata: x\n\n"]), Vec::<String>::new(), "part of a mark is not one");
+        assert_eq!(all(&[b"\xEF", b"data: x\n\ndata: y\n\n"]), ["y"], "held bytes go back to the line");
     }
 
     #[test]

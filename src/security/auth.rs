@@ -4,8 +4,9 @@
 //! Bearer; the header names an allowed algorithm (asymmetric by default; `none` and algorithm
 //! confusion never pass); the key is found by `kid` (a JWKS URL is refetched once, rate-limited,
 //! for an unknown `kid`); the signature verifies; `iss` is exactly the configured issuer; `aud`
-//! is exactly the canonical resource (RFC 8707); `exp` is in the future (a token is expired at its
-//! `exp` second, no leeway); `nbf`, if present, has passed; the lifetime is at most the maximum.
+//! is one value naming the canonical resource (RFC 8707; compared as normalised URLs); `exp` is in the future (a token is expired at its
+//! `exp` second, no leeway); `nbf`, if present, has passed (or is at most 60 s ahead, as `iat` may
+//! be); the lifetime is at most the maximum.
 //! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
 //! `insufficient_scope`. The token itself is never logged, echoed or written to a store; a token
 //! that verified is held in this instance's memory so that its uses in the next 300 s skip the
@@ -23,6 +24,11 @@ use super::jwks::JwksCache;
 use super::resource::CanonicalResource;
 use super::verified::{VERIFIED_TTL_SECS, VerifiedTokens};
 use crate::state::Clock;
+
+/// How far ahead of this server's clock an issuer's may run: a token's `nbf` and `iat` may be
+/// this many seconds in the future (issuers that set `nbf` to `iat` would otherwise see their fresh
+/// tokens refused for as long as their clock is ahead). `exp` has no leeway.
+pub const CLOCK_SKEW_SECS: u64 = 60;
 
 /// The longest bearer token verified; a longer one is invalid unread. It also bounds how long a
 /// principal's id can be ([`super::principal::MAX_ID_BYTES`]).
@@ -162,19 +168,28 @@ pub enum Refusal {
     TokenRequired(Vec<String>),
     /// 403 `insufficient_scope`, naming the scopes needed.
     InsufficientScope(Vec<String>),
+    /// 503 with `Retry-After`: the token names a key this server does not hold, and the issuer's
+    /// keys could not be fetched, so whether it is valid cannot be told yet. Not `invalid_token`,
+    /// which would have the client throw away a token that may be good.
+    KeysUnavailable {
+        /// Seconds until the keys are fetched again.
+        retry_after_secs: u64,
+    },
 }
 
 /// A refusal as the client is told it (RFC 6750 §3): the transport renders it as the status,
 /// the `WWW-Authenticate` header and a small JSON body.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Challenge {
-    /// 401 or 403.
+    /// 401 or 403; 400 for repeated credentials; 503 when the keys could not be fetched.
     pub status: StatusCode,
-    /// `invalid_token` or `insufficient_scope`; none when the request carried no credentials.
+    /// `invalid_token`, `invalid_request`, `insufficient_scope` or `temporarily_unavailable`;
+    /// none when the request carried no credentials.
     pub error: Option<&'static str>,
     /// A fixed description (never request data).
     pub description: &'static str,
-    /// The `Bearer …` challenge, with the scopes to ask for and the metadata URL.
+    /// The `Bearer …` challenge, with the scopes to ask for and the metadata URL (not sent with
+    /// a 503, which asks for no other credential).
     pub www_authenticate: String,
 }
 
@@ -257,7 +272,7 @@ impl Authenticator {
                 let token = std::str::from_utf8(token).expect("a slice of visible ASCII is UTF-8");
                 // Boxed: a key fetch makes this the largest future of a request, and a remembered
                 // token, which most requests carry, never awaits it.
-                Box::pin(self.verify_and_remember(token)).await.map_err(Refusal::InvalidToken)?
+                Box::pin(self.verify_and_remember(token)).await?
             }
         };
         let missing: Vec<String> =
@@ -276,20 +291,20 @@ impl Authenticator {
     }
 
     /// [`Authenticator::verify`], remembering a success for the token's next use.
-    async fn verify_and_remember(&self, token: &str) -> Result<Principal, &'static str> {
+    async fn verify_and_remember(&self, token: &str) -> Result<Principal, Refusal> {
         let (principal, exp) = self.verify_with_expiry(token).await?;
         let now = self.clock.now_ms() / 1000;
         self.verified.remember(token.as_bytes(), principal.clone(), exp.min(now + VERIFIED_TTL_SECS), now);
         Ok(principal)
     }
 
-    /// Verifies a bearer token; the error is a fixed description, never the token's content.
-    pub async fn verify(&self, token: &str) -> Result<Principal, &'static str> {
+    /// Verifies a bearer token; a refusal carries a fixed description, never the token's content.
+    pub async fn verify(&self, token: &str) -> Result<Principal, Refusal> {
         self.verify_with_expiry(token).await.map(|(principal, _)| principal)
     }
 
-    async fn verify_with_expiry(&self, token: &str) -> Result<(Principal, u64), &'static str> {
-        const INVALID: &str = "the access token is invalid or expired";
+    async fn verify_with_expiry(&self, token: &str) -> Result<(Principal, u64), Refusal> {
+        const INVALID: Refusal = Refusal::InvalidToken("the access token is invalid or expired");
         if token.len() > MAX_TOKEN_BYTES {
             return Err(INVALID);
         }
@@ -307,7 +322,11 @@ impl Authenticator {
                 key.clone()
             }
             KeySource::Url(cache) => {
-                let (key, alg) = cache.key(header.kid.as_deref().ok_or(INVALID)?).await.ok_or(INVALID)?;
+                let found = cache.key(header.kid.as_deref().ok_or(INVALID)?).await;
+                let found = found.map_err(|unavailable| Refusal::KeysUnavailable {
+                    retry_after_secs: unavailable.retry_after_secs,
+                })?;
+                let (key, alg) = found.ok_or(INVALID)?;
                 if alg != header.alg {
                     return Err(INVALID);
                 }
@@ -331,7 +350,7 @@ impl Authenticator {
         // refusal says nothing of why.
         let expiry = claims.get("exp").and_then(Value::as_u64).filter(|&exp| exp > 0 && exp <= now);
         match expiry {
-            Some(exp) if self.check_claims(&claims, exp - 1).is_some() => Err(TOKEN_EXPIRED),
+            Some(exp) if self.check_claims(&claims, exp - 1).is_some() => Err(Refusal::InvalidToken(TOKEN_EXPIRED)),
             _ => Err(INVALID),
         }
     }
@@ -353,7 +372,7 @@ impl Authenticator {
             return None;
         }
         if let Some(nbf) = claims.get("nbf") {
-            if nbf.as_u64()? > now {
+            if nbf.as_u64()? > now + CLOCK_SKEW_SECS {
                 return None;
             }
         }
@@ -361,7 +380,7 @@ impl Authenticator {
             Some(iat) => iat.as_u64()?,
             None => now,
         };
-        if exp.saturating_sub(issued) > self.config.max_lifetime_secs || issued > now + 60 {
+        if exp.saturating_sub(issued) > self.config.max_lifetime_secs || issued > now + CLOCK_SKEW_SECS {
             return None;
         }
         let subject = subject_of(claims.get("sub"), self.config.client_credentials)?;
@@ -391,6 +410,12 @@ impl Authenticator {
             Refusal::InsufficientScope(scopes) => {
                 (StatusCode::FORBIDDEN, Some("insufficient_scope"), "the access token lacks a required scope", scopes)
             }
+            Refusal::KeysUnavailable { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("temporarily_unavailable"),
+                "the keys that verify access tokens could not be fetched; try again shortly",
+                &self.config.route_scopes,
+            ),
         };
         let mut parameters = Vec::with_capacity(4);
         if let Some(error) = error {

@@ -50,7 +50,12 @@ fn read_key_set(document: &[u8]) -> Result<HashMap<String, (DecodingKey, Algorit
                 None => continue,
             },
             (jsonwebtoken::jwk::AlgorithmParameters::RSA(_), None) => Algorithm::RS256,
-            (jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_), None) => Algorithm::ES256,
+            // Without `alg` (RFC 7517 makes it optional) an EC key's curve says which it signs.
+            (jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(ec), None) => match ec.curve {
+                jsonwebtoken::jwk::EllipticCurve::P256 => Algorithm::ES256,
+                jsonwebtoken::jwk::EllipticCurve::P384 => Algorithm::ES384,
+                _ => continue,
+            },
             (jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(_), None) => Algorithm::EdDSA,
             _ => continue,
         };
@@ -103,6 +108,18 @@ struct CacheState {
     attempted_at: Option<u64>,
     /// Fetches begun so far: a request that waited for another's fetch sees this change.
     fetches: u64,
+    /// The last fetch brought no key set (the issuer could not be reached, or answered with
+    /// something else): a `kid` not held may be one the issuer publishes.
+    unreachable: bool,
+}
+
+/// The issuer's keys could not be fetched, so a token naming a key not held can be neither
+/// accepted nor refused: its caller is asked to come back (503) rather than told its token is
+/// invalid, which would have it throw away a good token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeysUnavailable {
+    /// Seconds until the next fetch may begin (at least 1).
+    pub retry_after_secs: u64,
 }
 
 impl JwksCache {
@@ -111,7 +128,9 @@ impl JwksCache {
         Self { url, ttl, min_refetch, clock, state: Mutex::default(), fetching: Arc::default() }
     }
 
-    pub(crate) async fn key(self: &Arc<Self>, kid: &str) -> Option<(DecodingKey, Algorithm)> {
+    /// The key named `kid`: `None` when the issuer's latest key set does not publish it, and
+    /// [`KeysUnavailable`] when it is not held and the latest fetch brought no key set.
+    pub(crate) async fn key(self: &Arc<Self>, kid: &str) -> Result<Option<(DecodingKey, Algorithm)>, KeysUnavailable> {
         let now = self.clock.now_ms();
         let (cached, fresh, may_fetch, seen) = {
             let state = self.state.lock().expect("jwks lock");
@@ -124,7 +143,7 @@ impl JwksCache {
             )
         };
         if let (Some(key), true) = (&cached, fresh) {
-            return Some(key.clone());
+            return Ok(Some(key.clone()));
         }
         // Stale keys, or an unknown `kid`: fetched at most once every `min_refetch`, counted from
         // when each fetch begins. The fetch runs detached from this caller: one that leaves
@@ -152,7 +171,16 @@ impl JwksCache {
         }
         // A stale key is used while a fetch is under way or cannot begin yet, as while the issuer
         // cannot be reached: only the caller that began the fetch waits for it.
-        self.state.lock().expect("jwks lock").keys.get(kid).cloned()
+        let state = self.state.lock().expect("jwks lock");
+        match state.keys.get(kid) {
+            Some(key) => Ok(Some(key.clone())),
+            None if state.unreachable => {
+                let next_fetch = state.attempted_at.unwrap_or(0).saturating_add(self.min_refetch.as_millis() as u64);
+                let wait_ms = next_fetch.saturating_sub(self.clock.now_ms());
+                Err(KeysUnavailable { retry_after_secs: wait_ms.div_ceil(1000).max(1) })
+            }
+            None => Ok(None),
+        }
     }
 
     async fn fetch(&self) {
@@ -167,14 +195,16 @@ impl JwksCache {
         // something that is not a key set. A key set replaces them, even one with no usable key:
         // keeping a key the issuer dropped because nothing replaced it would trust it for as long
         // as the issuer publishes none.
-        let Ok(response) = fetched else { return };
-        if !response.status.is_success() {
-            return;
-        }
-        if let Ok(keys) = read_key_set(&response.body) {
-            let mut state = self.state.lock().expect("jwks lock");
-            state.keys = Arc::new(keys);
-            state.fetched_at = Some(self.clock.now_ms());
+        let keys =
+            fetched.ok().filter(|response| response.status.is_success()).map(|response| read_key_set(&response.body));
+        let mut state = self.state.lock().expect("jwks lock");
+        match keys {
+            Some(Ok(keys)) => {
+                state.keys = Arc::new(keys);
+                state.fetched_at = Some(self.clock.now_ms());
+                state.unreachable = false;
+            }
+            _ => state.unreachable = true,
         }
     }
 }
@@ -228,6 +258,23 @@ mod tests {
         for refused in [&b"[]"[..], b"{\"keys\": {}}", b"not json"] {
             assert!(parse_jwks(refused).is_err(), "{}", String::from_utf8_lossy(refused));
         }
+    }
+
+    /// An EC key published without `alg` signs with its curve's algorithm: a P-384 key is not
+    /// taken for ES256 (which would refuse every ES384 token it signed), and a curve the key
+    /// library cannot verify with is left out.
+    #[test]
+    fn an_ec_key_without_alg_signs_with_its_curve_s_algorithm() {
+        use base64::Engine;
+        let coordinate = |bytes: usize| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(vec![7u8; bytes]);
+        let key = |kid: &str, crv: &str, bytes: usize| serde_json::json!({"kty": "EC", "kid": kid, "crv": crv, "x": coordinate(bytes), "y": coordinate(bytes)});
+        let document =
+            serde_json::json!({"keys": [key("p256", "P-256", 32), key("p384", "P-384", 48), key("p521", "P-521", 66)]});
+        let keys = parse_jwks(document.to_string().as_bytes()).unwrap();
+        let algorithm = |kid: &str| keys.get(kid).map(|(_, alg)| *alg);
+        assert_eq!(algorithm("p256"), Some(Algorithm::ES256));
+        assert_eq!(algorithm("p384"), Some(Algorithm::ES384));
+        assert_eq!(algorithm("p521"), None, "no algorithm here verifies with P-521");
     }
 
     #[test]

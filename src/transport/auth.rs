@@ -7,13 +7,18 @@ use serde_json::json;
 use crate::body::{Body, ResponseOutcome};
 use crate::security::{Authenticator, Refusal};
 
-/// The refusal as a response: its status, the `WWW-Authenticate` challenge and a JSON body
-/// (`error`, `error_description`).
+/// The refusal as a response: its status, the `WWW-Authenticate` challenge (or, when the keys
+/// could not be fetched, `Retry-After`) and a JSON body (`error`, `error_description`).
 pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Body> {
     let challenge = auth.challenge(refusal);
     // A challenge without an error code answers a request that sent no credential (RFC 6750 §3.1).
     let (body, outcome) = match challenge.error {
         None => (json!({ "error_description": challenge.description }), ResponseOutcome::AuthRequired),
+        // Not a verdict on the credential: the server could not tell (a 5xx, logged as an error).
+        Some(error) if matches!(refusal, Refusal::KeysUnavailable { .. }) => (
+            json!({ "error": error, "error_description": challenge.description }),
+            ResponseOutcome::ProtocolError(None),
+        ),
         Some(error) => {
             let expired = *refusal == Refusal::InvalidToken(crate::security::auth::TOKEN_EXPIRED);
             let outcome = if expired { ResponseOutcome::TokenExpired } else { ResponseOutcome::AuthFailure };
@@ -25,7 +30,9 @@ pub fn refusal_response(auth: &Authenticator, refusal: &Refusal) -> Response<Bod
     *response.status_mut() = challenge.status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(value) = HeaderValue::from_str(&challenge.www_authenticate) {
+    if let Refusal::KeysUnavailable { retry_after_secs } = refusal {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    } else if let Ok(value) = HeaderValue::from_str(&challenge.www_authenticate) {
         headers.insert(header::WWW_AUTHENTICATE, value);
     }
     response

@@ -142,7 +142,7 @@ async fn the_token_matrix() {
     let bad_tokens = [
         ("expired at its exp second", token(json!({"exp": NOW, "iat": NOW - 100}))),
         ("expired", token(json!({"exp": NOW - 1, "iat": NOW - 100}))),
-        ("not yet valid", token(json!({"nbf": NOW + 30}))),
+        ("not yet valid past the clock skew", token(json!({"nbf": NOW + 61}))),
         ("wrong issuer", token(json!({"iss": "https://evil.example"}))),
         ("issuer with a trailing slash", token(json!({"iss": "https://auth.example.com/"}))),
         ("wrong audience", token(json!({"aud": "https://other-server.example/api/mcp"}))),
@@ -183,7 +183,8 @@ async fn the_token_matrix() {
             token(json!({"exp": NOW - 1, "iat": NOW - 100, "aud": "https://other.example"})),
         ),
         ("expired, tampered", tampered_expired),
-        ("expired before it started", token(json!({"exp": NOW - 1, "iat": NOW - 100, "nbf": NOW - 1}))),
+        // Its `nbf` is past its `exp` by more than the clock skew allowed: it was never valid.
+        ("expired before it started", token(json!({"exp": NOW - 1, "iat": NOW - 100, "nbf": NOW + 100}))),
     ] {
         let reply = env.whoami(Some(&format!("Bearer {bad}"))).await;
         assert_refused(&reply, 401, "invalid_token", &bad);
@@ -883,6 +884,73 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
     }
 }
 
+/// A token naming a key this server does not hold, while the issuer's keys cannot be fetched,
+/// is neither accepted nor called invalid: 503 with `Retry-After` (when the next fetch may begin)
+/// and no challenge, so the client keeps its token and comes back. A held key still verifies
+/// meanwhile; once the JWKS answers, a key it does not publish is `invalid_token` again.
+#[tokio::test]
+async fn a_token_whose_keys_cannot_be_fetched_is_asked_to_come_back_not_refused() {
+    use std::sync::Mutex;
+    let served: Arc<Mutex<(u16, String)>> = Arc::new(Mutex::new((503, String::new())));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let (answer, counter) = (served.clone(), fetches.clone());
+    let addr = common::upstream::serve(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let (status, body) = answer.lock().unwrap().clone();
+        async move { (status, bytes::Bytes::from(body)) }
+    })
+    .await;
+    let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
+    let mut config = fetching_keys_from(addr, &clock);
+    let logs = Arc::new(MemorySink::default());
+    config.log_sink = logs.clone();
+    let server = TestServer::start_routes(Routes::with_mcp(common::everything_app(&config))).await;
+    let now = || vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
+    let signed = |kid: &str| format!("Bearer {}", rs256(&claims(json!({"iat": now(), "exp": now() + 600})), kid));
+    let whoami = |authorization: String| {
+        server
+            .modern(json!(1), "tools/call", json!({"name": "whoami", "arguments": {}}))
+            .header("Authorization", &authorization)
+            .send()
+    };
+    let come_back = |reply: &common::Reply, retry_after: &str, case: &str| {
+        assert_eq!(reply.status, 503, "{case}");
+        assert_eq!(reply.header("retry-after"), Some(retry_after), "{case}");
+        assert_eq!(reply.header("www-authenticate"), None, "{case}: no other credential is asked for");
+        let body: Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["error"], "temporarily_unavailable", "{case}");
+    };
+
+    // A new instance whose first fetch fails: its callers are asked to come back when the next
+    // fetch may begin, and those within the floor cost no fetch.
+    come_back(&whoami(signed("test-rsa-1")).await, "30", "the first fetch failed");
+    clock.advance_ms(10_500);
+    come_back(&whoami(signed("test-rsa-1")).await, "20", "within the floor");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    // The JWKS answers again: the next fetch brings the key.
+    *served.lock().unwrap() = (200, JWKS.to_owned());
+    clock.advance_ms(20_000);
+    assert_eq!(whoami(signed("test-rsa-1")).await.status, 200);
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    // Down again: a held key verifies; one not held may be one the issuer publishes.
+    *served.lock().unwrap() = (500, String::new());
+    clock.advance_ms(31_000);
+    come_back(&whoami(signed("test-rsa-9")).await, "30", "a key not held while the JWKS is down");
+    assert_eq!(fetches.load(Ordering::SeqCst), 3);
+    assert_eq!(whoami(signed("test-rsa-1")).await.status, 200, "a held key while the JWKS is down");
+    // Up: a key the set does not publish is refused as invalid.
+    *served.lock().unwrap() = (200, JWKS.to_owned());
+    clock.advance_ms(31_000);
+    let refused = whoami(signed("test-rsa-9")).await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.header("www-authenticate").unwrap().contains(r#"error="invalid_token""#));
+    assert_eq!(fetches.load(Ordering::SeqCst), 4);
+    // Each 503 is a request line at level error; none is counted as a refused credential.
+    let lines: Vec<Value> = logs.lines().into_iter().filter(|line| line["status"] == 503).collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines.iter().all(|line| line["level"] == "error" && line["outcome"] != "auth_failure"), "{lines:?}");
+}
+
 /// A JWKS whose answers the test holds back: it counts the fetches, serves `served`, and while
 /// `hold` is set answers a fetch only once `release` is notified.
 struct HeldJwks {
@@ -1091,6 +1159,10 @@ async fn token_claims_algorithms_and_size_beyond_the_matrix() {
         200,
         "a little clock skew passes"
     );
+    for skewed in [json!({"nbf": NOW + 60}), json!({"iat": NOW + 60, "nbf": NOW + 60, "exp": NOW + 600})] {
+        assert_eq!(whoami(token(skewed.clone())).await.status, 200, "an issuer's clock up to 60 s ahead: {skewed}");
+    }
+    assert_eq!(whoami(token(json!({"iat": NOW + 61, "exp": NOW + 600}))).await.status, 401, "iat past the skew");
 }
 
 /// A listen stream lasts no longer than the token that opened it: one whose token expires in a

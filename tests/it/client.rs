@@ -241,9 +241,86 @@ async fn the_host_sends_each_token_only_to_its_server() {
     assert!(refused.to_string().contains("twice"), "{refused}");
 }
 
+/// One server down, one whose listing fails and one that declares no tools do not cost the
+/// host the others: it offers the tools of the servers it could list, names the rest with why,
+/// and a call to a server it never reached fails as unavailable before any consent is asked. A
+/// server that lists a name twice cannot have its later copy change how the tool is gated.
+#[tokio::test]
+async fn the_host_serves_the_servers_it_could_reach_and_names_the_rest() {
+    let good = fixture().await;
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let serving = |name: &'static str, listing: Option<Value>| {
+        common::upstream::serve(move |request| {
+            let listing = listing.clone();
+            async move {
+                let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let capabilities = if listing.is_some() { json!({"tools": {}}) } else { json!({"prompts": {}}) };
+                let reply = match message["method"].as_str().unwrap_or_default() {
+                    "server/discover" => {
+                        json!({"jsonrpc": "2.0", "id": message["id"], "result": {"supportedVersions": ["2026-07-28"],
+                        "capabilities": capabilities, "serverInfo": {"name": name, "version": "1"}}})
+                    }
+                    "tools/list" => match &listing {
+                        Some(Value::Null) => {
+                            json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32603, "message": "listing broke"}})
+                        }
+                        Some(tools) => json!({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}}),
+                        None => {
+                            json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "no tools here"}})
+                        }
+                    },
+                    _ => {
+                        json!({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": "ran"}]}})
+                    }
+                };
+                (200, serde_json::to_vec(&reply).unwrap().into())
+            }
+        })
+    };
+    let broken = serving("broken", Some(Value::Null)).await;
+    let prompts_only = serving("prompts", None).await;
+    let twice = serving(
+        "twice",
+        Some(json!([
+            {"name": "wipe", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false}},
+            {"name": "wipe", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+        ])),
+    )
+    .await;
+    let servers = [
+        ServerSpec::new("alpha", url(&good.server), ClientOptions::default()),
+        ServerSpec::new("down", format!("http://{down}/api/mcp"), ClientOptions::default()),
+        ServerSpec::new("broken", format!("http://{broken}/api/mcp"), ClientOptions::default()),
+        ServerSpec::new("prompts", format!("http://{prompts_only}/api/mcp"), ClientOptions::default()),
+        ServerSpec::new("twice", format!("http://{twice}/api/mcp"), ClientOptions::default()),
+    ];
+    let host = common::bounded("connecting", Host::connect(&servers)).await.expect("the host connects");
+    let unavailable: Vec<&str> = host.unavailable().keys().map(String::as_str).collect();
+    assert_eq!(unavailable, ["broken", "down"]);
+    assert!(host.unavailable()["broken"].to_string().contains("listing broke"), "{}", host.unavailable()["broken"]);
+    assert_eq!(host.server_ids(), ["alpha", "broken", "prompts", "twice"]);
+    let names: Vec<&str> = host.tools().iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"alpha.echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("down.") || n.starts_with("broken.") || n.starts_with("prompts.")));
+    assert_eq!(names.iter().filter(|n| **n == "twice.wipe").count(), 1, "a name listed twice is one tool");
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let deny = consent(Ok(false), asked.clone());
+    match host.call("down.anything", json!({}), &deny).await {
+        Err(HostError::Unavailable { server_id, .. }) => assert_eq!(server_id, "down"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "no consent is asked for a server never reached");
+    assert!(matches!(host.call("twice.wipe", json!({}), &deny).await, Err(HostError::ConsentDenied(_))));
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "the first listing, not read-only, is what gates the tool");
+}
+
 /// A hostile server cannot make the client hold an answer of any size or page forever: a body
-/// over `max_response_bytes` and a `nextCursor` chain longer than `max_pages` (or one that
-/// repeats) end in clear errors.
+/// over `max_response_bytes`, a `nextCursor` chain longer than `max_pages` (or one that comes back
+/// to a cursor it gave before) and a listing of more than `max_tools` tools end in clear errors.
 #[tokio::test]
 async fn the_client_bounds_what_a_server_sends() {
     let pages = Arc::new(AtomicUsize::new(0));
@@ -274,19 +351,37 @@ async fn the_client_bounds_what_a_server_sends() {
     let error = client.call_tool("anything", json!({})).await.unwrap_err();
     assert!(error.to_string().contains("larger than 1024 bytes"), "{error}");
 
-    let repeating = common::upstream::serve(|request| async move {
-        let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let result = match message["method"].as_str().unwrap_or_default() {
-            "server/discover" => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
-                "serverInfo": {"name": "loop", "version": "1"}}),
-            _ => json!({"tools": [], "nextCursor": "same"}),
-        };
-        (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result})).unwrap().into())
-    })
-    .await;
-    let client = Client::connect(&format!("http://{repeating}/api/mcp"), ClientOptions::default()).await.unwrap();
+    // Cursors that come back, at once or after another, and a listing of more tools than the
+    // client keeps: each page lists `per_page` tools and names the next cursor after `cursor`.
+    let listing = |cycle: &'static [&'static str], per_page: usize| {
+        common::upstream::serve(move |request| async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let result = match message["method"].as_str().unwrap_or_default() {
+                "server/discover" => json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "loop", "version": "1"}}),
+                _ => {
+                    let at = cycle.iter().position(|c| Some(*c) == message["params"]["cursor"].as_str());
+                    let next = cycle[at.map_or(0, |at| (at + 1) % cycle.len())];
+                    let tools: Vec<Value> = (0..per_page)
+                        .map(|n| json!({"name": format!("t{n}"), "inputSchema": {"type": "object"}}))
+                        .collect();
+                    json!({"tools": tools, "nextCursor": next})
+                }
+            };
+            (200, serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result})).unwrap().into())
+        })
+    };
+    for cycle in [&["same"][..], &["a", "b"][..], &["a", "b", "c"][..]] {
+        let server = listing(cycle, 0).await;
+        let client = Client::connect(&format!("http://{server}/api/mcp"), ClientOptions::default()).await.unwrap();
+        let error = client.list_tools().await.unwrap_err();
+        assert!(error.to_string().contains("a nextCursor it had returned before"), "{cycle:?}: {error}");
+    }
+    let server = listing(&["a", "b", "c", "d", "e", "f"], 40).await;
+    let options = ClientOptions { max_tools: 100, ..ClientOptions::default() };
+    let client = Client::connect(&format!("http://{server}/api/mcp"), options).await.unwrap();
     let error = client.list_tools().await.unwrap_err();
-    assert!(error.to_string().contains("same nextCursor"), "{error}");
+    assert!(error.to_string().contains("more than 100 tools"), "{error}");
 }
 
 /// A 2025-11-25 server (its `server/discover` a bare 404) that asks the client something on the
@@ -339,6 +434,56 @@ async fn a_legacy_server_cannot_keep_the_client_answering() {
         let error = common::bounded("the call", client.call_tool("anything", json!({}))).await.unwrap_err();
         assert!(error.to_string().contains(expected), "{error}");
         assert_eq!(answers.load(Ordering::SeqCst), expected_answers);
+    }
+}
+
+/// A 2025-11-25 server that pings the client on a call's stream gets an empty result for each
+/// ping, as the spec asks of every party, and pings do not count toward `max_input_requests`
+/// (they ask nothing of the user): a long call pinged often is not cut off by them.
+#[tokio::test]
+async fn a_legacy_server_s_pings_are_answered_and_not_counted() {
+    use bytes::Bytes;
+    let replies = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = replies.clone();
+    let server = common::upstream::serve_typed(move |request| {
+        let seen = seen.clone();
+        async move {
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let json = |result: Value| {
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, Some("application/json"), Bytes::from(serde_json::to_vec(&reply).unwrap()))
+            };
+            match message["method"].as_str() {
+                Some("server/discover") => (404, None, Bytes::new()),
+                Some("initialize") => json(json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "pinging", "version": "1"}})),
+                Some("tools/list") => json(json!({"tools": []})),
+                Some("tools/call") => {
+                    let mut stream: String = (0..20)
+                        .map(|n| format!("event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":\"p{n}\",\"method\":\"ping\"}}\n\n"))
+                        .collect();
+                    let done = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": "done"}]}});
+                    stream.push_str(&format!("event: message\ndata: {done}\n\n"));
+                    (200, Some("text/event-stream"), stream.into())
+                }
+                Some(_) => (202, None, Bytes::new()),
+                None => {
+                    seen.lock().unwrap().push(message);
+                    (202, None, Bytes::new())
+                }
+            }
+        }
+    })
+    .await;
+    let options = ClientOptions { max_input_requests: 3, ..ClientOptions::default() };
+    let client = Client::connect(&format!("http://{server}/api/mcp"), options).await.unwrap();
+    assert_ne!(client.negotiated(), Negotiated::Modern);
+    let result = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap();
+    assert_eq!(result.joined_text(), "done");
+    let replies = replies.lock().unwrap();
+    assert_eq!(replies.len(), 20, "each ping answered");
+    for (n, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &json!({"jsonrpc": "2.0", "id": format!("p{n}"), "result": {}}));
     }
 }
 
@@ -482,6 +627,61 @@ async fn a_dripping_server_holds_the_client_for_a_bounded_time() {
     assert!(error.to_string().contains("timed out"), "{error}");
     let refused = common::bounded("the listen", client.listen(json!({"toolsListChanged": true}))).await;
     assert!(matches!(refused, Err(ClientError::Http(400, _))), "{:?}", refused.err());
+}
+
+/// A server that keeps the socket full (comments as fast as it can write them) holds a call's
+/// stream and a listen stream no longer than `max_stream_duration`: there is always a frame ready,
+/// so only a check of the clock before each read ends them (the response-size bound is lifted
+/// here, so that it cannot be what ends the call).
+#[tokio::test]
+async fn a_flooding_server_holds_the_client_for_a_bounded_time() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(body) = next_request_body(&mut stream, &mut seen).await {
+                    if body["method"] == "server/discover" {
+                        let reply =
+                            json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "flood", "version": "1"}}})
+                            .to_string();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                            reply.len()
+                        );
+                        if stream.write_all(format!("{head}{reply}").as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    let head =
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                    if stream.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let comments = ":\n".repeat(32 * 1024);
+                    let chunk = format!("{:x}\r\n{comments}\r\n", comments.len());
+                    while stream.write_all(chunk.as_bytes()).await.is_ok() {}
+                    return;
+                }
+            });
+        }
+    });
+    let options = ClientOptions {
+        timeout: std::time::Duration::from_secs(5),
+        max_stream_duration: std::time::Duration::from_millis(300),
+        listen_silence: std::time::Duration::from_secs(5),
+        max_response_bytes: usize::MAX,
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(&format!("http://{addr}/api/mcp"), options).await.unwrap();
+    let error = common::bounded("the call", client.call_tool("anything", json!({}))).await.unwrap_err();
+    assert!(error.to_string().contains("timed out"), "{error}");
+    let mut flooded = client.listen(json!({"toolsListChanged": true})).await.unwrap();
+    assert_eq!(common::bounded("the flooded listen", flooded.recv()).await, None, "it closes");
 }
 
 /// A name with no tool part names no tool: unknown, and no consent is asked; a consent callback
