@@ -336,11 +336,10 @@ impl Consumer {
         if !job.state.is_active() {
             return Ok((Processed::Finished(job.state.as_str()), false));
         }
-        if job.completed_steps == 0 {
-            // The first delivery to start work: how long the job waited in the queue.
-            let waited = self.clock.now_ms().saturating_sub(job.created_at);
-            self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
-        }
+        // How long the job waited in the queue, recorded by the delivery that applies its first
+        // step only: a copy delivered at the same time, or a delivery that deferred before its
+        // first step, also found none done, and would count the job again.
+        let arrived_ms = self.clock.now_ms();
         let mut progressed = false;
         loop {
             // A step begins only if it ends within the budget, its pause included: one that
@@ -365,6 +364,10 @@ impl Consumer {
                 None => return Ok((Processed::Skipped("not_found"), settles)),
             };
             progressed = true;
+            if applied && expected == 0 {
+                let waited = arrived_ms.saturating_sub(job.created_at);
+                self.telemetry.record(crate::telemetry::QUEUE_LAG, Vec::new(), Duration::from_millis(waited));
+            }
             // A step another delivery of the same message applied is its to report.
             if let (Some(logger), true) = (&self.logger, applied) {
                 let event = if job.state.is_active() { "job.progress" } else { "job.finish" };

@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -513,11 +513,21 @@ async fn metrics_count_requests_tools_and_jobs() {
     client.call_tool("echo", json!({"message": "a"})).await.unwrap();
     client.call_tool("echo", json!({"message": "b"})).await.unwrap();
     client.call_tool("fail", json!({})).await.unwrap();
-    client.call_tool("submit_job", json!({"steps": 1})).await.unwrap();
+    let submitted = client.call_tool("submit_job", json!({"steps": 1})).await.unwrap();
     // A method the server does not know is one series, whatever the client called it.
     for unknown in ["nope/nothing", "tools/list/"] {
         assert!(client.request(unknown, serde_json::Map::new()).await.is_err());
     }
+    // Two copies of the job's message delivered at once: both find no step done, one applies
+    // the step, and only that one counts the job's wait in the queue.
+    let submitted: Value = serde_json::from_str(&submitted.joined_text()).unwrap();
+    let handle = submitted["jobId"].as_str().unwrap().to_owned();
+    let owner = vercel_mcp::security::Principal::verified(Some("ada"), None, vec![]);
+    let job_id = vercel_mcp::jobs::handle::open(&parts.settings.sealer, owner.id(), &handle).unwrap();
+    let message = vercel_mcp::jobs::JobMessage { job_id, owner_id: owner.id().into(), steps: 1, traceparent: None };
+    let (first, second) = (vercel_mcp::consumer(&parts), vercel_mcp::consumer(&parts));
+    let (a, b) = tokio::join!(first.run(&message), second.run(&message));
+    assert!(a.is_ok() && b.is_ok());
     let queue = parts.jobs.local_queue.clone().unwrap();
     queue.connect_consumer(Arc::new(vercel_mcp::consumer(&parts)));
     queue.drain().await;
@@ -560,8 +570,9 @@ async fn metrics_count_requests_tools_and_jobs() {
     let echoes = [("gen_ai.tool.name", "echo"), ("mcp.outcome", "ok")];
     assert_eq!(count(vercel_mcp::telemetry::TOOL_DURATION, &echoes), 2);
     assert_eq!(count(vercel_mcp::telemetry::JOBS_SUBMITTED, &[("mcp.job.result", "accepted")]), 1);
-    assert_eq!(count(vercel_mcp::telemetry::JOB_DELIVERIES, &[("mcp.job.outcome", "done")]), 1);
-    assert_eq!(count(vercel_mcp::telemetry::QUEUE_LAG, &[]), 1);
+    // The two copies, then the queue's own delivery of a job already done.
+    assert_eq!(count(vercel_mcp::telemetry::JOB_DELIVERIES, &[("mcp.job.outcome", "done")]), 3);
+    assert_eq!(count(vercel_mcp::telemetry::QUEUE_LAG, &[]), 1, "one job waited once");
     assert_eq!(
         key_values(&export.resource_metrics[0].resource.as_ref().unwrap().attributes)["service.name"],
         "metered"
