@@ -132,6 +132,7 @@ async fn main() {
         logger: None,
         telemetry: vercel_mcp::telemetry::Telemetry::off(),
         platform: Default::default(),
+        confirm_faults: Default::default(),
     });
     let before = trips.now().await;
     let started = Instant::now();

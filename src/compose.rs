@@ -292,6 +292,7 @@ pub fn consumer(parts: &Parts) -> jobs::Consumer {
         logger: Some(parts.logger()),
         telemetry: parts.telemetry.clone(),
         platform: parts.settings.platform.clone(),
+        confirm_faults: Arc::default(),
     }
 }
 

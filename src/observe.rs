@@ -296,6 +296,26 @@ pub enum RequestLines {
     Failures,
 }
 
+/// Lets a report through at most once per period, however many callers race: for lines that
+/// callers other than the platform can cause (a public route's refusals), so that they cannot
+/// fill the log, while an operator still learns of the fault.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    /// When (clock ms, plus one; 0 for never) a report was last let through.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Throttle {
+    /// Whether a report is due at `now_ms`: the first, then one each `every_ms` at most.
+    pub fn due(&self, now_ms: u64, every_ms: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = now_ms.saturating_add(1);
+        let last = self.last.load(Relaxed);
+        (last == 0 || now.saturating_sub(last) >= every_ms)
+            && self.last.compare_exchange(last, now, Relaxed, Relaxed).is_ok()
+    }
+}
+
 /// Keyed digests and ids for log lines.
 #[derive(Clone)]
 pub struct Logger {

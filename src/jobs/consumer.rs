@@ -49,7 +49,13 @@ pub struct Consumer {
     /// This deployment: a delivery's `x-vercel-oidc-token` is used for the queue's calls only
     /// when it names this project (else the deployment's own token is).
     pub platform: crate::security::PlatformIdentity,
+    /// Leases the queue would not confirm, reported at most once per [`CONFIRM_FAULT_EVERY_MS`]:
+    /// the route is public, and anyone can send a delivery with a token the queue refuses.
+    pub confirm_faults: Arc<crate::observe::Throttle>,
 }
+
+/// At most one `job.fault` line this often for leases the queue would not confirm.
+pub const CONFIRM_FAULT_EVERY_MS: u64 = 60_000;
 
 /// A delivery's log line: which job, whose, how the delivery ended, the job's state.
 #[derive(serde::Serialize)]
@@ -184,11 +190,15 @@ impl Consumer {
             Ok(Confirmation::Unknown) => {
                 return reply(StatusCode::CONFLICT, json!({ "error": "the lease could not be confirmed" }));
             }
-            // Not acknowledged, so the message comes back; an operator has something to fix.
+            // Not acknowledged, so the message comes back; an operator has something to fix. The
+            // sender may be no platform at all (a made-up delivery carrying a token the queue
+            // refuses), so the line is written once a minute at most.
             Err(error) => {
                 let error = match &self.logger {
-                    Some(logger) => logger.fault("job.fault", "confirm", &error),
-                    None => error,
+                    Some(logger) if self.confirm_faults.due(self.clock.now_ms(), CONFIRM_FAULT_EVERY_MS) => {
+                        logger.fault("job.fault", "confirm", &error)
+                    }
+                    _ => error,
                 };
                 return reply(StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": error }));
             }

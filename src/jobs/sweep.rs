@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::store::JobStore;
 use crate::body::Body;
@@ -31,8 +30,8 @@ pub struct Sweep {
     pub secret: Option<String>,
     /// Where a sweep refused for want of a secret is reported.
     pub logger: Option<crate::observe::Logger>,
-    /// When (clock ms, plus one; 0 for never) a refusal for want of a secret was last reported.
-    reported_at: Arc<AtomicU64>,
+    /// Refusals for want of a secret, reported at most once per [`REPORT_EVERY_MS`].
+    reports: Arc<crate::observe::Throttle>,
 }
 
 /// At most one `job.fault` line this often for sweeps refused for want of `CRON_SECRET`.
@@ -48,7 +47,7 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
 impl Sweep {
     /// The sweep of `store`, refusing every call not bearing `secret` (all of them without one).
     pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, secret: Option<String>) -> Self {
-        Self { store, clock, secret, logger: None, reported_at: Arc::default() }
+        Self { store, clock, secret, logger: None, reports: Arc::default() }
     }
 
     /// Reports sweeps refused for want of a secret through `logger`.
@@ -60,10 +59,7 @@ impl Sweep {
     /// Whether a refusal for want of a secret is to be reported now: the first, then one a
     /// minute at most, however many callers race.
     fn report_due(&self) -> bool {
-        let now = self.clock.now_ms().saturating_add(1);
-        let last = self.reported_at.load(Ordering::Relaxed);
-        (last == 0 || now.saturating_sub(last) >= REPORT_EVERY_MS)
-            && self.reported_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        self.reports.due(self.clock.now_ms(), REPORT_EVERY_MS)
     }
 
     /// Serves one cron invocation.

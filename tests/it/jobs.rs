@@ -260,6 +260,42 @@ async fn the_consumer_validates_every_delivery() {
     );
 }
 
+/// A delivery whose lease the queue will not confirm (here: no Vercel OIDC token to ask with; a
+/// made-up push carrying a token the queue refuses ends the same way) is a 500, so that a real
+/// one comes back, and a `job.fault` line, at most one a minute: the route is public, and a stream
+/// of made-up pushes must not fill the log.
+#[tokio::test]
+async fn a_lease_the_queue_will_not_confirm_is_reported_once_a_minute() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let mut parts = config(Arc::new(MemoryJobStore::new()), clock.clone());
+    let logs = Arc::new(vercel_mcp::observe::MemorySink::default());
+    parts.log_sink = logs.clone();
+    let mut consumer = vercel_mcp::consumer(&parts);
+    consumer.queue = Arc::new(vercel_mcp::jobs::VercelQueue::new(Some("http://127.0.0.1:9".into()), None, None, None));
+    let push = || {
+        http::Request::post("/api/queues/process-job")
+            .header("ce-type", "com.vercel.queue.v2beta")
+            .header("ce-vqsqueuename", "jobs")
+            .header("ce-vqsconsumergroup", vercel_mcp::jobs::queue::VERCEL_CONSUMER_GROUP)
+            .header("ce-vqsmessageid", "m1")
+            .header("ce-vqsregion", "iad1")
+            .header("ce-vqsreceipthandle", "r1")
+            .body(bytes::Bytes::from(
+                json!({"jobId": "AAAAAAAAAAAAAAAAAAAAAA", "ownerId": "anonymous", "steps": 3}).to_string(),
+            ))
+            .unwrap()
+    };
+    let faults = || {
+        logs.lines().into_iter().filter(|line| line["event"] == "job.fault" && line["operation"] == "confirm").count()
+    };
+    for (advance_ms, expected) in [(0, 1), (1_000, 1), (58_000, 1), (1_000, 2), (30_000, 2)] {
+        clock.advance_ms(advance_ms);
+        let response = consumer.handle(push()).await;
+        assert_eq!(response.status(), 500, "not acknowledged: a real delivery comes back");
+        assert_eq!(faults(), expected, "after {advance_ms} ms more");
+    }
+}
+
 /// The local run reads each route's body as its function does on Vercel: the consumer 64 KiB,
 /// the sweep 16 KiB, the metadata documents 1 KiB, and a path nothing serves no more (413 one
 /// byte past, before the handler); the MCP endpoint reads its own limit. At the cap, the body is

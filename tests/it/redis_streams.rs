@@ -59,6 +59,7 @@ impl World {
             logger: Some(Logger::new(sink.clone(), sealer, Arc::new(SeededRandom::new(3)))),
             telemetry: vercel_mcp::telemetry::Telemetry::off(),
             platform: Default::default(),
+            confirm_faults: Default::default(),
         })
     }
 
