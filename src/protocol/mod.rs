@@ -17,6 +17,12 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 /// Revisions answered through the stateless legacy path (newest first).
 pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
+/// The legacy revisions `initialize` agrees to. 2025-03-26 is not one: it requires servers to
+/// take JSON-RPC batches, which were removed in 2025-06-18 and which this server refuses, so a
+/// client asking for it is offered 2025-11-25 (and may disconnect). Requests that carry it, or no
+/// version header (which 2025-06-18 reads as 2025-03-26), are still served.
+pub const NEGOTIATED_LEGACY_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
+
 /// Revisions listed in `supportedVersions` and in `-32022` errors.
 ///
 /// Decision: only the modern revision is listed. Legacy clients never see these lists (they

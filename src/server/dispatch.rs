@@ -154,8 +154,9 @@ impl McpServer {
 
     /// The legacy `initialize` result body.
     pub fn initialize(&self, requested: Option<&str>) -> Value {
-        use crate::protocol::LEGACY_VERSIONS;
-        let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
+        use crate::protocol::NEGOTIATED_LEGACY_VERSIONS;
+        let version =
+            requested.filter(|v| NEGOTIATED_LEGACY_VERSIONS.contains(v)).unwrap_or(NEGOTIATED_LEGACY_VERSIONS[0]);
         // What the stateless 2025 path can deliver: it keeps no stream open (GET is 405), so no
         // list change or resource update ever reaches a 2025 client, and the tasks extension is a
         // 2026-07-28 one. Subscribing is still answered (clients call it regardless).

@@ -29,6 +29,12 @@ async fn initialize_is_answered_statelessly_with_a_sealed_session_id() {
     assert!(session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
     let unknown = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"1999-01-01"}});
     assert_eq!(f.server.post(unknown.to_string()).send().await.json()["result"]["protocolVersion"], "2025-11-25");
+    // 2025-03-26 requires servers to take JSON-RPC batches, which this one refuses: not agreed to.
+    let batching = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}});
+    assert_eq!(f.server.post(batching.to_string()).send().await.json()["result"]["protocolVersion"], "2025-11-25");
+    let batch =
+        json!([{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]);
+    assert_eq!(f.server.legacy(batch).send().await.status, 400, "a batch is refused");
 
     let initialized = f
         .server
