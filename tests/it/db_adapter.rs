@@ -315,13 +315,16 @@ async fn calls_behind_a_connection_that_never_answers_each_end_at_one_timeout() 
 /// A PostgreSQL stand-in that completes the start-up exchange (trust authentication, ready for
 /// a query) and then reads whatever it is sent without answering: a link that stops answering
 /// after the connection is made.
-async fn postgres_that_stops_answering() -> Arc<PostgresProducts> {
+async fn postgres_that_stops_answering() -> (Arc<PostgresProducts>, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
     tokio::spawn(async move {
         loop {
             let (mut stream, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
                 // The start-up message: its length (itself included), then the rest.
                 let length = stream.read_u32().await.unwrap() as usize;
@@ -333,16 +336,19 @@ async fn postgres_that_stops_answering() -> Arc<PostgresProducts> {
             });
         }
     });
-    Arc::new(PostgresProducts::new(&format!("postgres://reader@{addr}/test")).unwrap())
+    (Arc::new(PostgresProducts::new(&format!("postgres://reader@{addr}/test")).unwrap()), connections)
 }
 
 /// Once connected, a statement that gets no answer ends at the statement timeout (5 s), a read
 /// on the shared connection and a write on its own alike, with an error that says so. Before,
 /// a write had no timeout of its own after connecting, and waited for as long as the link hung.
+/// The shared connection is then dropped: the next read connects afresh rather than wait on a
+/// link that stopped answering (which a socket can stay for many minutes), as it did before.
 /// (Virtual time, as above.)
 #[tokio::test(start_paused = true)]
 async fn a_statement_that_gets_no_answer_ends_at_its_timeout() {
-    let backend = postgres_that_stops_answering().await;
+    use std::sync::atomic::Ordering;
+    let (backend, connections) = postgres_that_stops_answering().await;
     for write in [false, true] {
         let start = tokio::time::Instant::now();
         let outcome = async {
@@ -360,6 +366,11 @@ async fn a_statement_that_gets_no_answer_ends_at_its_timeout() {
         );
         assert_eq!(start.elapsed(), std::time::Duration::from_secs(5), "write {write}");
     }
+    // The read's connection and the write's own.
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    let again = tokio::time::timeout(std::time::Duration::from_secs(60), backend.categories(10)).await.unwrap();
+    assert!(again.is_err());
+    assert_eq!(connections.load(Ordering::SeqCst), 3, "the read that timed out left no connection to reuse");
 }
 
 /// A backend with more categories than a listing should carry, in number or in bytes (and one

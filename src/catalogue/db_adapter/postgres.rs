@@ -30,9 +30,9 @@ use super::{DbError, DbFuture, ProductBackend, ProductRow, Write};
 /// the same; the client's own bounds what the server cannot, a link that stops answering.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-const BY_CATEGORY: &str =
-    "SELECT id, name, category, price_cents FROM products WHERE category = $1 ORDER BY id LIMIT $2";
-const BY_ID: &str = "SELECT id, name, category, price_cents FROM products WHERE id = $1";
+const BY_CATEGORY: &str = "SELECT id::bigint AS id, name, category, price_cents::bigint AS price_cents FROM products WHERE category = $1 ORDER BY id LIMIT $2";
+const BY_ID: &str =
+    "SELECT id::bigint AS id, name, category, price_cents::bigint AS price_cents FROM products WHERE id = $1::bigint";
 const CATEGORIES: &str = "SELECT DISTINCT category COLLATE \"C\" AS category FROM products ORDER BY 1 LIMIT $1";
 
 /// The products table in PostgreSQL, read through a read-only role.
@@ -130,12 +130,34 @@ impl PostgresProducts {
             // caller's deadline left the next caller less time, until none could connect.)
             let client =
                 tokio::time::timeout(STATEMENT_TIMEOUT, self.client()).await.map_err(|_| connect_timed_out())??;
-            tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params))
-                .await
-                .map_err(|_| statement_timed_out())?
-                .map_err(|e| unavailable(&e))
+            match tokio::time::timeout(STATEMENT_TIMEOUT, client.query(statement, params)).await {
+                Ok(answered) => answered.map_err(|e| unavailable(&e)),
+                Err(_) => {
+                    self.forget(&client);
+                    Err(statement_timed_out())
+                }
+            }
         })
         .await
+    }
+
+    /// Drops the shared connection if it is still `client`: a statement that got no answer in
+    /// time (the server cancels a slow one itself, with an error) means the link stopped
+    /// answering, and a socket the peer went silent on can stay open for many minutes, each call
+    /// on it waiting a whole timeout. The next call connects afresh.
+    fn forget(&self, client: &Arc<Client>) {
+        let mut slot = self.client.lock().expect("connection slot");
+        let holds = match &*slot {
+            Connection::Open(open) => Arc::ptr_eq(open, client),
+            // An attempt that finished is read into the slot only by the next call.
+            Connection::Opening(attempt) => {
+                matches!(&*attempt.borrow(), Some(Ok(opened)) if Arc::ptr_eq(opened, client))
+            }
+            Connection::None => false,
+        };
+        if holds {
+            *slot = Connection::None;
+        }
     }
 
     async fn write(&self, write: Write) -> Result<(), DbError> {
@@ -204,7 +226,8 @@ fn unavailable(error: &tokio_postgres::Error) -> DbError {
 }
 
 fn product(row: &Row) -> Result<ProductRow, DbError> {
-    let column = |e: tokio_postgres::Error| DbError::Unavailable(format!("unexpected products schema: {e}"));
+    // Fixed text: the driver's would name the table's columns and types to the caller.
+    let column = |_: tokio_postgres::Error| DbError::Unavailable("unexpected products schema".into());
     Ok(ProductRow {
         id: row.try_get("id").map_err(column)?,
         name: row.try_get("name").map_err(column)?,
