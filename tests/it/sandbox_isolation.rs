@@ -41,14 +41,19 @@ impl SandboxClient for RecordingSandbox {
     fn run<'a>(&'a self, request: &'a SandboxRunRequest, oidc_token: Option<&'a str>, _: RunSlot) -> SandboxFuture<'a> {
         self.runs.lock().unwrap().push((request.clone(), oidc_token.map(str::to_owned)));
         let result = self.result.lock().unwrap().clone().unwrap_or_else(|| {
-            Ok(SandboxRunResult { exit_code: 0, stdout: "out text".into(), stderr: "err text".into() })
+            Ok(SandboxRunResult {
+                exit_code: 0,
+                stdout: "out text".into(),
+                stderr: "err text".into(),
+                ..Default::default()
+            })
         });
         Box::pin(std::future::ready(result))
     }
 }
 
 fn ok(stdout: &str, stderr: &str, exit_code: i32) -> Result<SandboxRunResult, SandboxError> {
-    Ok(SandboxRunResult { exit_code, stdout: stdout.into(), stderr: stderr.into() })
+    Ok(SandboxRunResult { exit_code, stdout: stdout.into(), stderr: stderr.into(), ..Default::default() })
 }
 
 async fn env(stub: Arc<RecordingSandbox>) -> (TestServer, Arc<MemorySink>) {
@@ -252,7 +257,7 @@ async fn a_caller_runs_at_most_two_sandboxes_and_the_instance_eight() {
             Box::pin(async move {
                 let _slot = slot;
                 self.finish.acquire().await.unwrap().forget();
-                Ok(SandboxRunResult { exit_code: 0, stdout: "done".into(), stderr: String::new() })
+                Ok(SandboxRunResult { exit_code: 0, stdout: "done".into(), ..Default::default() })
             })
         }
     }
@@ -373,6 +378,8 @@ enum Upstream {
     Healthy,
     /// The run answers HTTP 500.
     RunFails,
+    /// The run prints 3 MB on standard output and exits 0.
+    LongOutput,
     /// The run's stream reports an error line instead of finishing.
     ErrorLine,
     /// The create answers a session id that would steer later paths elsewhere.
@@ -445,6 +452,13 @@ async fn start_fake_api(upstream: Upstream) -> (String, Arc<Mutex<FakeSandboxApi
                         .to_string(),
                 ),
                 "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::RunFails => (500, "{}".to_owned()),
+                "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::LongOutput => {
+                    let piece = json!({"stream": "stdout", "data": "x".repeat(1000)});
+                    let mut lines = vec![json!({"command": {"id": "cmd_1", "exitCode": null}})];
+                    lines.extend(std::iter::repeat_n(piece, 3000));
+                    lines.push(json!({"command": {"id": "cmd_1", "exitCode": 0}}));
+                    (200, ndjson(&lines))
+                }
                 "/v2/sandboxes/sessions/ses_1/cmd" if state.upstream == Upstream::ErrorLine => (
                     200,
                     ndjson(&[
@@ -721,6 +735,22 @@ async fn no_token_anywhere_is_a_clear_error_and_no_call() {
         "a token naming no project is ignored"
     );
     assert!(api.lock().unwrap().requests.is_empty(), "nothing reaches the API without a usable token");
+}
+
+/// A command that prints megabytes is reported like any other, capped with how much was cut:
+/// the client reads the command stream as it arrives and keeps what the tool shows. Before, the
+/// whole stream was collected under the outbound client's 1 MiB bound, and the run failed.
+#[tokio::test]
+async fn a_run_that_prints_megabytes_is_capped_not_failed() {
+    let (base, api) = start_fake_api(Upstream::LongOutput).await;
+    let server = serve(sandbox_env(&base, Some(&oidc_token()))).await;
+    let (result, _) = run(&server, json!({"command": "yes x | head -c 3000000"})).await;
+    assert_ne!(result["isError"], true, "{result}");
+    let text = text_of(&result);
+    assert!(text.starts_with("exit 0\n"), "{text}");
+    let shown = format!("stdout:\n{}[truncated {} chars]\nstderr:\n", "x".repeat(2000), 3_000_000 - 2000);
+    assert!(text.contains(&shown), "{}", &text[..200.min(text.len())]);
+    assert_eq!(api.lock().unwrap().requests.last().unwrap().1, STOP_PATH, "the sandbox was stopped");
 }
 
 #[tokio::test]

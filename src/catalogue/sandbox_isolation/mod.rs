@@ -125,6 +125,37 @@ pub struct SandboxRunResult {
     pub stdout: String,
     /// Standard error (untrusted).
     pub stderr: String,
+    /// Characters of standard output read past what was kept (a client may keep only the first
+    /// [`MAX_OUTPUT_CHARS`] it shows): counted in the truncation marker, never held.
+    pub stdout_dropped: usize,
+    /// The same for standard error.
+    pub stderr_dropped: usize,
+}
+
+/// One output stream as a client reads it: the first [`MAX_OUTPUT_CHARS`] characters shown
+/// ([`is_shown`]) kept, the rest counted, so output of any length is read in bounded memory and
+/// still reported with how much was cut.
+#[derive(Debug, Default)]
+pub struct KeptOutput {
+    /// What is kept.
+    pub text: String,
+    kept: usize,
+    /// Shown characters past what is kept.
+    pub dropped: usize,
+}
+
+impl KeptOutput {
+    /// Reads `data`, the stream's next piece.
+    pub fn push(&mut self, data: &str) {
+        for c in data.chars().filter(|&c| is_shown(c)) {
+            if self.kept < MAX_OUTPUT_CHARS {
+                self.text.push(c);
+                self.kept += 1;
+            } else {
+                self.dropped += 1;
+            }
+        }
+    }
 }
 
 /// Why a run did not happen or did not finish. The caller sees only [`SandboxError`]'s
@@ -173,20 +204,27 @@ pub trait SandboxClient: Send + Sync + 'static {
 /// `text` without C0 controls (tab and newline kept) and DEL; when longer than `cap`
 /// characters, its first `cap` characters followed directly by `[truncated N chars]`.
 pub fn truncate_output(text: &str, cap: usize) -> String {
-    let (kept, marker) = cut_output(text, cap);
+    let (kept, marker) = cut_output(text, 0, cap);
     kept + &marker
 }
 
-/// [`truncate_output`] in its two parts: the cleaned text's first `cap` characters, and the
-/// marker (empty when nothing was cut).
-fn cut_output(text: &str, cap: usize) -> (String, String) {
-    let mut clean: String = text.chars().filter(|&c| !((c < ' ' && c != '\t' && c != '\n') || c == '\u{7f}')).collect();
-    let length = clean.chars().count();
+/// Whether output shows `c`: C0 controls (but tab and newline) and DEL are left out.
+pub fn is_shown(c: char) -> bool {
+    !((c < ' ' && c != '\t' && c != '\n') || c == '\u{7f}')
+}
+
+/// [`truncate_output`] in its two parts, for `text` followed by `dropped` shown characters that
+/// were not kept: the cleaned text's first `cap` characters, and the marker (empty when nothing
+/// was cut).
+fn cut_output(text: &str, dropped: usize, cap: usize) -> (String, String) {
+    let mut clean: String = text.chars().filter(|&c| is_shown(c)).collect();
+    let length = clean.chars().count().saturating_add(dropped);
     if length <= cap {
         return (clean, String::new());
     }
-    let (end, _) = clean.char_indices().nth(cap).expect("longer than cap");
-    clean.truncate(end);
+    if let Some((end, _)) = clean.char_indices().nth(cap) {
+        clean.truncate(end);
+    }
     (clean, format!("[truncated {} chars]", length - cap))
 }
 
@@ -196,9 +234,9 @@ pub fn format_result(result: &SandboxRunResult) -> String {
         format!("exit {}", result.exit_code),
         UNTRUSTED_OUTPUT_BEGIN.to_owned(),
         "stdout:".to_owned(),
-        framed_output(&result.stdout),
+        framed_output(&result.stdout, result.stdout_dropped),
         "stderr:".to_owned(),
-        framed_output(&result.stderr),
+        framed_output(&result.stderr, result.stderr_dropped),
         UNTRUSTED_OUTPUT_END.to_owned(),
     ]
     .join("\n")
@@ -206,8 +244,8 @@ pub fn format_result(result: &SandboxRunResult) -> String {
 
 /// Output capped ([`truncate_output`]) as it may stand inside the frame. The marker is the
 /// server's and comes after the check, so a cut line that imitated the frame does not take it along.
-fn framed_output(output: &str) -> String {
-    let (kept, marker) = cut_output(output, MAX_OUTPUT_CHARS);
+fn framed_output(output: &str, dropped: usize) -> String {
+    let (kept, marker) = cut_output(output, dropped, MAX_OUTPUT_CHARS);
     inside_the_frame(&kept) + &marker
 }
 

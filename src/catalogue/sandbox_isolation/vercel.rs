@@ -77,12 +77,73 @@ pub fn create_body(options: &SandboxCreateOptions, project_id: &str) -> Value {
     })
 }
 
-/// The JSON values of a newline-delimited JSON body.
-fn ndjson(body: &[u8]) -> Result<Vec<Value>, SandboxError> {
-    body.split(|&b| b == b'\n')
-        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
-        .map(|line| serde_json::from_slice(line).map_err(|_| failed("malformed NDJSON line from the sandbox API")))
-        .collect()
+/// The longest NDJSON line of a command stream read: the API sends a command's output in
+/// pieces, each a line; a line past this is refused rather than held.
+const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// A command's NDJSON stream, read as it arrives: its exit code, and its output kept up to what
+/// the tool shows ([`KeptOutput`]), so a command that prints megabytes is still reported (capped,
+/// with how much was cut) in bounded memory.
+#[derive(Debug, Default)]
+struct CommandStream {
+    line: Vec<u8>,
+    stdout: super::KeptOutput,
+    stderr: super::KeptOutput,
+    exit_code: Option<i32>,
+}
+
+impl CommandStream {
+    /// Reads the stream's next bytes.
+    fn push(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            self.extend_line(&rest[..end])?;
+            let line = std::mem::take(&mut self.line);
+            self.read_line(&line)?;
+            rest = &rest[end + 1..];
+        }
+        self.extend_line(rest)
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        if self.line.len() + bytes.len() > MAX_LINE_BYTES {
+            return Err(failed("an NDJSON line from the sandbox API is over 1 MiB"));
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read_line(&mut self, line: &[u8]) -> Result<(), SandboxError> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let line: Value =
+            serde_json::from_slice(line).map_err(|_| failed("malformed NDJSON line from the sandbox API"))?;
+        if let Some(command) = line.get("command") {
+            self.exit_code = command.get("exitCode").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok());
+            return Ok(());
+        }
+        let data = line.get("data").and_then(Value::as_str).unwrap_or_default();
+        match line.get("stream").and_then(Value::as_str) {
+            Some("stdout") => self.stdout.push(data),
+            Some("stderr") => self.stderr.push(data),
+            _ => return Err(failed("the command stream reported an error")),
+        }
+        Ok(())
+    }
+
+    /// The run, once the stream has ended.
+    fn finish(mut self) -> Result<SandboxRunResult, SandboxError> {
+        let last = std::mem::take(&mut self.line);
+        self.read_line(&last)?;
+        Ok(SandboxRunResult {
+            exit_code: self.exit_code.ok_or_else(|| failed("the command did not finish"))?,
+            stdout: self.stdout.text,
+            stderr: self.stderr.text,
+            stdout_dropped: self.stdout.dropped,
+            stderr_dropped: self.stderr.dropped,
+        })
+    }
 }
 
 impl VercelSandbox {
@@ -95,6 +156,24 @@ impl VercelSandbox {
         }
     }
 
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        team_id: &str,
+        body: Option<Value>,
+    ) -> Result<Request<Full<Bytes>>, SandboxError> {
+        let team: String = url::form_urlencoded::byte_serialize(team_id.as_bytes()).collect();
+        Request::builder()
+            .method(method)
+            .uri(format!("{}{path}?teamId={team}", self.base_url))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Full::new(body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()))))
+            .map_err(|_| failed("invalid sandbox API request"))
+    }
+
     async fn call(
         &self,
         method: Method,
@@ -104,14 +183,7 @@ impl VercelSandbox {
         body: Option<Value>,
         timeout: Duration,
     ) -> Result<Bytes, SandboxError> {
-        let team: String = url::form_urlencoded::byte_serialize(team_id.as_bytes()).collect();
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}?teamId={team}", self.base_url))
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Full::new(body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()))))
-            .map_err(|_| failed("invalid sandbox API request"))?;
+        let request = self.request(method, path, token, team_id, body)?;
         let response = crate::outbound::send(request, timeout).await.map_err(|e| failed(format!("{path}: {e}")))?;
         if !response.status.is_success() {
             return Err(failed(format!("{path}: HTTP {}", response.status.as_u16())));
@@ -130,24 +202,28 @@ impl VercelSandbox {
             "command": "sh", "args": ["-c", request.command], "env": {}, "sudo": false, "wait": true, "logs": true,
         });
         let run_timeout = Duration::from_millis(request.options.timeout_ms()) + CALL_TIMEOUT;
+        let ends = tokio::time::Instant::now() + run_timeout;
         let path = format!("/v2/sandboxes/sessions/{session_id}/cmd");
-        let lines = ndjson(&self.call(Method::POST, &path, token, team_id, Some(command), run_timeout).await?)?;
-        let mut result = SandboxRunResult::default();
-        let mut exit_code = None;
-        for line in &lines {
-            if let Some(command) = line.get("command") {
-                exit_code = command.get("exitCode").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok());
-                continue;
-            }
-            let data = line.get("data").and_then(Value::as_str).unwrap_or_default();
-            match line.get("stream").and_then(Value::as_str) {
-                Some("stdout") => result.stdout.push_str(data),
-                Some("stderr") => result.stderr.push_str(data),
-                _ => return Err(failed("the command stream reported an error")),
+        let request = self.request(Method::POST, &path, token, team_id, Some(command))?;
+        let response = crate::outbound::open(request, run_timeout).await.map_err(|e| failed(format!("{path}: {e}")))?;
+        if !response.status().is_success() {
+            return Err(failed(format!("{path}: HTTP {}", response.status().as_u16())));
+        }
+        // Read as it arrives, not collected: the stream carries all of the command's output.
+        let mut body = response.into_body();
+        let mut stream = CommandStream::default();
+        loop {
+            let left = ends.saturating_duration_since(tokio::time::Instant::now());
+            let frame = tokio::time::timeout(left, http_body_util::BodyExt::frame(&mut body))
+                .await
+                .map_err(|_| failed(format!("{path}: timed out")))?;
+            let Some(frame) = frame else { break };
+            let frame = frame.map_err(|_| failed(format!("{path}: the stream broke")))?;
+            if let Some(data) = frame.data_ref() {
+                stream.push(data)?;
             }
         }
-        result.exit_code = exit_code.ok_or_else(|| failed("the command did not finish"))?;
-        Ok(result)
+        stream.finish()
     }
 }
 
@@ -288,9 +364,42 @@ mod tests {
         );
     }
 
+    /// Lines split anywhere across pieces are read whole; blank lines are skipped; a line that is
+    /// not JSON, an error line, a stream without its exit code and a line over the bound fail
+    /// the run; output past what is kept is counted, not held.
     #[test]
-    fn ndjson_lines_parse_and_garbage_is_refused() {
-        assert_eq!(ndjson(b"{\"a\":1}\n\n{\"b\":2}\n").unwrap().len(), 2);
-        assert!(ndjson(b"{\"a\":1}\nnot json\n").is_err());
+    fn a_command_stream_is_read_in_pieces_and_bounded() {
+        let text = concat!(
+            "{\"command\":{\"exitCode\":null}}\n\n",
+            "{\"stream\":\"stdout\",\"data\":\"hé\"}\n",
+            "{\"stream\":\"stderr\",\"data\":\"w\\u0007arn\"}\n",
+            "{\"command\":{\"exitCode\":3}}"
+        )
+        .as_bytes();
+        for cut in 0..text.len() {
+            let mut stream = CommandStream::default();
+            stream.push(&text[..cut]).unwrap();
+            stream.push(&text[cut..]).unwrap();
+            let result = stream.finish().unwrap();
+            assert_eq!((result.exit_code, result.stdout.as_str(), result.stderr.as_str()), (3, "hé", "warn"), "{cut}");
+        }
+        let fails = |text: &[u8]| {
+            let mut stream = CommandStream::default();
+            stream.push(text).and_then(|()| stream.finish()).is_err()
+        };
+        assert!(fails(b"{\"command\":{\"exitCode\":0}}\nnot json\n"));
+        assert!(fails(b"{\"stream\":\"error\",\"data\":{}}\n{\"command\":{\"exitCode\":0}}\n"));
+        assert!(fails(b"{\"stream\":\"stdout\",\"data\":\"x\"}\n"), "no exit code");
+        assert!(fails(&vec![b' '; MAX_LINE_BYTES + 1]), "a line over the bound");
+
+        let mut stream = CommandStream::default();
+        let piece = format!("{}\n", json!({"stream": "stdout", "data": "x".repeat(1000)}));
+        for _ in 0..3000 {
+            stream.push(piece.as_bytes()).unwrap();
+        }
+        stream.push(b"{\"command\":{\"exitCode\":0}}\n").unwrap();
+        let result = stream.finish().unwrap();
+        assert_eq!(result.stdout.len(), super::super::MAX_OUTPUT_CHARS, "only what is shown is kept");
+        assert_eq!(result.stdout_dropped, 3_000_000 - super::super::MAX_OUTPUT_CHARS);
     }
 }
