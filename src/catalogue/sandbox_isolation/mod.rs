@@ -256,13 +256,82 @@ fn framed_output(output: &str, dropped: usize) -> String {
 fn inside_the_frame(output: &str) -> String {
     const IMITATION: &str = "[a line imitating this frame was removed]";
     let imitates = |line: &str| {
-        let line = line.trim().to_ascii_lowercase();
+        let line = skeleton(line);
         line.contains("untrusted sandbox output") || line == "stdout:" || line == "stderr:"
     };
     if !output.lines().any(imitates) {
         return output.to_owned();
     }
     output.split('\n').map(|line| if imitates(line) { IMITATION } else { line }).collect::<Vec<_>>().join("\n")
+}
+
+/// `line` as it reads, for telling whether it imitates the frame: lower-case ASCII, with
+/// full-width forms and the Cyrillic and Greek capitals and small letters that look like Latin
+/// ones read as those, every other character that is not ASCII (zero-width spaces, joiners,
+/// direction marks) left out, and the ends trimmed. An end marker written with a look-alike
+/// letter or an invisible character inside reads as the marker.
+fn skeleton(line: &str) -> String {
+    const LOOK_ALIKES: &[(char, char)] = &[
+        ('А', 'a'),
+        ('В', 'b'),
+        ('Е', 'e'),
+        ('К', 'k'),
+        ('М', 'm'),
+        ('Н', 'h'),
+        ('О', 'o'),
+        ('Р', 'p'),
+        ('С', 'c'),
+        ('Т', 't'),
+        ('У', 'y'),
+        ('Х', 'x'),
+        ('Ѕ', 's'),
+        ('І', 'i'),
+        ('Ј', 'j'),
+        ('Ү', 'y'),
+        ('а', 'a'),
+        ('е', 'e'),
+        ('о', 'o'),
+        ('р', 'p'),
+        ('с', 'c'),
+        ('у', 'y'),
+        ('х', 'x'),
+        ('ѕ', 's'),
+        ('і', 'i'),
+        ('ј', 'j'),
+        ('ԁ', 'd'),
+        ('ԛ', 'q'),
+        ('ԝ', 'w'),
+        ('Α', 'a'),
+        ('Β', 'b'),
+        ('Ε', 'e'),
+        ('Ζ', 'z'),
+        ('Η', 'h'),
+        ('Ι', 'i'),
+        ('Κ', 'k'),
+        ('Μ', 'm'),
+        ('Ν', 'n'),
+        ('Ο', 'o'),
+        ('Ρ', 'p'),
+        ('Τ', 't'),
+        ('Υ', 'y'),
+        ('Χ', 'x'),
+        ('ο', 'o'),
+        ('ν', 'v'),
+    ];
+    let read = |c: char| -> Option<char> {
+        if c.is_ascii() {
+            return Some(c.to_ascii_lowercase());
+        }
+        // Full-width forms (U+FF01..U+FF5E) are the ASCII characters 0xFEE0 below them.
+        if ('\u{ff01}'..='\u{ff5e}').contains(&c) {
+            return char::from_u32(c as u32 - 0xfee0).map(|c| c.to_ascii_lowercase());
+        }
+        if c == '\u{3000}' {
+            return Some(' ');
+        }
+        LOOK_ALIKES.iter().find(|(alike, _)| *alike == c).map(|(_, latin)| *latin)
+    };
+    line.chars().filter_map(read).collect::<String>().trim().to_owned()
 }
 
 /// Arguments of `run_in_sandbox`.
