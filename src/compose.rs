@@ -174,41 +174,48 @@ impl Parts {
 
     /// The job service over the process's store and queue.
     pub fn job_service(&self) -> Arc<Jobs> {
-        let settings = &self.settings;
-        Arc::new(
-            Jobs::new(
-                self.jobs.store.clone(),
-                self.jobs.publisher.clone(),
-                settings.sealer.clone(),
-                settings.clock.clone(),
-                self.random.clone(),
-            )
-            .with_logger(self.logger())
-            .with_limits(settings.job_limits),
-        )
+        Arc::new(self.build_jobs())
     }
 
-    /// The tasks extension over the process's task store.
+    fn build_jobs(&self) -> Jobs {
+        let settings = &self.settings;
+        Jobs::new(
+            self.jobs.store.clone(),
+            self.jobs.publisher.clone(),
+            settings.sealer.clone(),
+            settings.clock.clone(),
+            self.random.clone(),
+        )
+        .with_logger(self.logger())
+        .with_limits(settings.job_limits)
+    }
+
+    /// The tasks extension over the process's task store, for `/api/mcp`.
     pub fn task_service(&self) -> Arc<TaskService> {
-        Arc::new(
-            TaskService::new(
-                self.task_store.clone(),
-                self.settings.clock.clone(),
-                self.random.clone(),
-                self.bus.clone(),
-            )
+        Arc::new(self.build_tasks())
+    }
+
+    fn build_tasks(&self) -> TaskService {
+        TaskService::new(self.task_store.clone(), self.settings.clock.clone(), self.random.clone(), self.bus.clone())
             .with_logger(self.logger())
             .with_caps(self.settings.task_caps)
             .with_running_slots(self.task_slots.clone())
             .with_quota(self.settings.task_quota)
             .with_round_limit(self.settings.task_round_limit)
-            .with_stopping(self.stopping.clone()),
-        )
+            .with_stopping(self.stopping.clone())
     }
 
-    /// What the examples' registrations receive.
+    /// What the examples' registrations receive on `/api/mcp`.
     pub fn services(&self) -> Services {
         Services::new(&self.examples, self.logger(), self.random.clone(), self.job_service(), self.task_service())
+    }
+
+    /// What an example's registration receives on its own endpoint, at `path`: its tasks and job
+    /// handles are that endpoint's ([`TaskService::for_endpoint`], [`jobs::Jobs::for_endpoint`]).
+    pub fn services_at(&self, path: &str) -> Services {
+        let tasks = Arc::new(self.build_tasks().for_endpoint(path));
+        let jobs = Arc::new(self.build_jobs().for_endpoint(path));
+        Services::new(&self.examples, self.logger(), self.random.clone(), jobs, tasks)
     }
 }
 
@@ -267,15 +274,16 @@ pub fn mcp_app(parts: &Parts) -> Arc<App> {
 pub fn example_app(name: &str, parts: &Parts) -> Option<Arc<App>> {
     let example = catalogue::example(name)?;
     let settings = &parts.settings;
+    let path = format!("/api/examples/{}", example.name);
     let mut server = McpServer::new(example.server_name, VERSION);
-    (example.register)(&mut server, &parts.services());
+    (example.register)(&mut server, &parts.services_at(&path));
     let scopes = settings
         .example_route_scopes
         .get(example.name)
         .cloned()
         .unwrap_or_else(|| settings.auth.config().route_scopes.clone());
     let mut endpoint = parts.endpoint();
-    endpoint.auth = settings.auth.for_endpoint(&format!("/api/examples/{}", example.name), scopes);
+    endpoint.auth = settings.auth.for_endpoint(&path, scopes);
     // The examples share `api/examples.rs`, whose maxDuration is shorter than /api/mcp's.
     endpoint.listen.max_duration = listen_limit_for("api/examples.rs", settings.listen_max_duration);
     Some(Arc::new(App::new(server, endpoint)))

@@ -28,12 +28,24 @@ pub fn is_job_id(id: &str) -> bool {
     id.len() == 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Seals `job_id` into a handle for `owner`.
+/// What a handle is bound to: its owner's principal id, and for an endpoint other than
+/// `/api/mcp` a newline and that endpoint's path (a principal id holds no control character, so
+/// the two cannot run together). `/api/mcp`'s handles are bound to the owner alone, as every
+/// handle was before endpoints were told apart.
+pub fn holder<'a>(owner: &'a str, endpoint: Option<&str>) -> std::borrow::Cow<'a, str> {
+    match endpoint {
+        None => std::borrow::Cow::Borrowed(owner),
+        Some(path) => std::borrow::Cow::Owned(format!("{owner}\n{path}")),
+    }
+}
+
+/// Seals `job_id` into a handle for `owner` (a [`holder`]).
 pub fn mint(sealer: &Sealer, owner: &str, job_id: &str) -> String {
     sealer.seal(Purpose::JobHandle, owner.as_bytes(), HANDLE_TTL_MS, Value::String(job_id.to_owned()))
 }
 
-/// Opens a handle presented by `owner`; `None` for anything that is not a live handle of theirs.
+/// Opens a handle presented by `owner` (a [`holder`]); `None` for anything that is not a live
+/// handle of theirs.
 pub fn open(sealer: &Sealer, owner: &str, handle: &str) -> Option<String> {
     match sealer.open(Purpose::JobHandle, owner.as_bytes(), handle).ok()? {
         Value::String(id) if is_job_id(&id) => Some(id),

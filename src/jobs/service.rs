@@ -24,6 +24,8 @@ pub struct Jobs {
     pub(crate) random: Arc<dyn Random>,
     pub(crate) logger: Option<crate::observe::Logger>,
     pub(crate) limits: JobLimits,
+    /// The endpoint its handles are for: `None` for `/api/mcp` ([`Jobs::for_endpoint`]).
+    pub(crate) endpoint: Option<String>,
 }
 
 /// A record created for a submit that has not handed out its handle. Dropped armed (the submit
@@ -186,7 +188,20 @@ impl Jobs {
         clock: Arc<dyn Clock>,
         random: Arc<dyn Random>,
     ) -> Self {
-        Self { store, publisher, sealer, clock, random, logger: None, limits: JobLimits::default() }
+        Self { store, publisher, sealer, clock, random, logger: None, limits: JobLimits::default(), endpoint: None }
+    }
+
+    /// Serves the endpoint at `path` (`/api/examples/<name>`) rather than `/api/mcp`: its handles
+    /// are bound to it as well as to their owner, so a handle made on one endpoint is unknown on
+    /// another (each is its own protected resource, with its own audience and scopes).
+    pub fn for_endpoint(mut self, path: &str) -> Self {
+        self.endpoint = Some(path.to_owned());
+        self
+    }
+
+    /// What `principal`'s handles here are bound to ([`handle::holder`]).
+    fn holder<'a>(&self, principal: &'a Principal) -> std::borrow::Cow<'a, str> {
+        handle::holder(principal.id(), self.endpoint.as_deref())
     }
 
     /// Sets the caps.
@@ -344,13 +359,13 @@ impl Jobs {
             }
         }
         let record = unissued.issue();
-        let handle = handle::mint(&self.sealer, owner, &record.job_id);
+        let handle = handle::mint(&self.sealer, &self.holder(principal), &record.job_id);
         self.log("job.submit", principal, Some(&record.job_id), Detail::Steps(steps));
         Ok(Submitted { job_id: handle, state: record.state.as_str(), total_steps: record.total_steps })
     }
 
     async fn lookup(&self, principal: &Principal, handle: &str) -> Result<JobRecord, String> {
-        let Some(id) = handle::open(&self.sealer, principal.id(), handle) else {
+        let Some(id) = handle::open(&self.sealer, &self.holder(principal), handle) else {
             self.log("job.retrieve", principal, None, Detail::Outcome("unknown_handle"));
             return Err(UNKNOWN_JOB_HANDLE.to_owned());
         };
@@ -380,7 +395,7 @@ impl Jobs {
     /// Requests cancellation; an active job is cancelled at once (freeing its slot), a finished
     /// one is left as it is. Repeats are safe and do not extend retention.
     pub async fn cancel<'a>(&self, principal: &Principal, handle: &'a str) -> Result<JobProgress<'a>, String> {
-        let id = handle::open(&self.sealer, principal.id(), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
+        let id = handle::open(&self.sealer, &self.holder(principal), handle).ok_or(UNKNOWN_JOB_HANDLE)?;
         let job = self
             .store
             .cancel(principal.id(), &id, self.clock.now_ms())

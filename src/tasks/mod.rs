@@ -129,6 +129,8 @@ pub struct TaskService {
     /// Listen streams' reads of their tasks in flight ([`WATCHED_READS_AT_ONCE`], and
     /// [`WATCHED_READS_PER_CALLER`] of them for one caller).
     watching: Arc<crate::security::Turns>,
+    /// The endpoint this service serves ([`TaskRecord::endpoint`]): `None` for `/api/mcp`.
+    endpoint: Option<String>,
 }
 
 /// How many listen-stream reads of tasks ([`TaskService::watched`]) one service makes at once.
@@ -192,7 +194,22 @@ impl TaskService {
             round_limit: DEFAULT_ROUND_LIMIT,
             stopping: crate::state::Stopping::default(),
             watching: Arc::new(crate::security::Turns::new(WATCHED_READS_PER_CALLER, WATCHED_READS_AT_ONCE)),
+            endpoint: None,
         }
+    }
+
+    /// Serves the endpoint at `path` (`/api/examples/<name>`) rather than `/api/mcp`: tasks made
+    /// elsewhere read as unknown here, and those made here elsewhere, whatever their owner's
+    /// tokens (each endpoint is its own protected resource).
+    pub fn for_endpoint(mut self, path: &str) -> Self {
+        self.endpoint = Some(path.to_owned());
+        self
+    }
+
+    /// `owner`'s task `task_id` when this endpoint made it; every read of the service's own
+    /// records goes through here.
+    async fn read(&self, owner: &str, task_id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        Ok(self.store.get(owner, task_id).await?.filter(|record| record.endpoint == self.endpoint))
     }
 
     /// Ends rounds when `stopping` begins: each gets [`ROUND_STOP_GRACE`] to finish, and then
@@ -359,6 +376,7 @@ impl TaskService {
             error: None,
             cancel_requested: false,
             round_limit_ms: Some(self.round_limit_ms()),
+            endpoint: self.endpoint.clone(),
         }
     }
 
@@ -508,7 +526,7 @@ impl TaskService {
                 () = lost => {}
                 () = tokio::time::sleep(CANCEL_POLL) => {}
             }
-            match self.store.get(owner, task_id).await {
+            match self.read(owner, task_id).await {
                 Ok(Some(record)) if !record.cancel_requested && !record.status.is_terminal() => {}
                 Ok(_) => return,
                 Err(_) => {}
@@ -605,7 +623,7 @@ impl TaskService {
         change: impl Fn(&mut TaskRecord) -> bool,
     ) -> Result<Option<TaskRecord>, StoreError> {
         for _ in 0..16 {
-            let Some(mut record) = self.store.get(owner, task_id).await? else { return Ok(None) };
+            let Some(mut record) = self.read(owner, task_id).await? else { return Ok(None) };
             if !change(&mut record) {
                 return Ok(Some(record));
             }
@@ -644,7 +662,7 @@ impl TaskService {
             return Err(not_found());
         }
         let record =
-            self.store.get(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
+            self.read(principal.id(), task_id).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         may_see(&record.tool)?;
         let record = self.unless_lost(record).await.map_err(self.store_fault("get"))?.ok_or_else(not_found)?;
         Ok(self.detailed(&record))
@@ -714,7 +732,7 @@ impl TaskService {
             return Ok(None);
         }
         let _reading = self.watching.take(principal.id()).await;
-        let Some(record) = self.store.get(principal.id(), task_id).await? else { return Ok(None) };
+        let Some(record) = self.read(principal.id(), task_id).await? else { return Ok(None) };
         if !may_see(&record.tool) {
             return Ok(None);
         }

@@ -97,6 +97,11 @@ pub struct TaskRecord {
     /// `updated_at` was lost. Absent in records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_limit_ms: Option<u64>,
+    /// The endpoint whose tool made the task (`/api/examples/<name>`), absent for `/api/mcp`:
+    /// each endpoint is its own protected resource, with its own audience and scopes, so a task
+    /// is seen and touched only where it was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 /// What may be stored: per principal, tasks held (in any status, until they expire) and tasks

@@ -260,6 +260,29 @@ async fn the_consumer_validates_every_delivery() {
     );
 }
 
+/// Each endpoint is its own protected resource: a handle made on `/api/mcp` is unknown on an
+/// example's endpoint and the other way round, to the same caller, for status, result and
+/// cancel alike (each endpoint's handles are bound to it and to their owner).
+#[tokio::test]
+async fn a_job_handle_is_redeemed_only_on_the_endpoint_that_made_it() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = config(Arc::new(MemoryJobStore::new()), clock);
+    let main = config.job_service();
+    let example = config.services_at("/api/examples/async_jobs").jobs.clone();
+    let other_example = config.services_at("/api/examples/other").jobs.clone();
+    let owner = Principal::verified(Some("ada"), None, vec![]);
+    for (made, elsewhere) in [(&main, [&example, &other_example]), (&example, [&main, &other_example])] {
+        let handle = made.submit(&owner, 2, None).await.unwrap().job_id;
+        for service in elsewhere {
+            assert_eq!(service.status(&owner, &handle).await.err().as_deref(), Some("unknown job handle"));
+            assert_eq!(service.result(&owner, &handle).await.err().as_deref(), Some("unknown job handle"));
+            assert_eq!(service.cancel(&owner, &handle).await.err().as_deref(), Some("unknown job handle"));
+        }
+        let status = made.status(&owner, &handle).await.expect("found where it was made");
+        assert_eq!(status.state, "pending", "a cancel elsewhere changed nothing");
+    }
+}
+
 /// A delivery whose lease the queue will not confirm (here: no Vercel OIDC token to ask with; a
 /// made-up push carrying a token the queue refuses ends the same way) is a 500, so that a real
 /// one comes back, and a `job.fault` line, at most one a minute: the route is public, and a stream

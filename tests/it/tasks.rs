@@ -704,6 +704,43 @@ async fn task_caps_count_every_endpoint_of_the_process() {
     assert_eq!(admitted.json()["result"]["resultType"], "task", "the slot is free for the other endpoint");
 }
 
+/// Each endpoint is its own protected resource (its own audience and scopes): a task made on
+/// one endpoint of a process is unknown on another, to the same caller, for every task method,
+/// and an update or cancel there changes nothing; on its own endpoint it is found as usual.
+#[tokio::test]
+async fn a_task_is_seen_only_on_the_endpoint_that_made_it() {
+    let config = Parts::for_tests(Arc::new(vercel_mcp::state::SystemClock));
+    let main = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
+    let mut elsewhere = registry(&config);
+    elsewhere.enable_tasks(config.services_at("/api/examples/elsewhere").tasks.clone());
+    let elsewhere = TestServer::start(Arc::new(App::new(elsewhere, config.endpoint()))).await;
+
+    let asked = task_call(&main, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json();
+    let task_id = asked["result"]["taskId"].as_str().expect("a task").to_owned();
+    wait_for(&main, &task_id, "input_required").await;
+    let answers = json!({"a": {"action": "accept", "content": {"name": "Ada"}}});
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": task_id})),
+        ("tasks/update", json!({"taskId": task_id, "inputResponses": answers})),
+        ("tasks/cancel", json!({"taskId": task_id})),
+    ] {
+        let reply = task_call(&elsewhere, method, params).await;
+        assert_eq!(reply.code(), -32602, "{method} on another endpoint: {}", reply.text());
+        assert!(
+            reply.text().contains("not found") || reply.text().contains("Task not found"),
+            "{method}: {}",
+            reply.text()
+        );
+    }
+    let unchanged = wait_for(&main, &task_id, "input_required").await;
+    assert!(unchanged["inputRequests"].get("a").is_some(), "the answer given elsewhere was not recorded: {unchanged}");
+    // The same task, made on the other endpoint, is that endpoint's alone.
+    let theirs = task_call(&elsewhere, "tools/call", json!({"name": "ask_twice", "arguments": {}})).await.json();
+    let theirs = theirs["result"]["taskId"].as_str().expect("a task").to_owned();
+    wait_for(&elsewhere, &theirs, "input_required").await;
+    assert_eq!(task_call(&main, "tasks/get", json!({"taskId": theirs})).await.code(), -32602);
+}
+
 /// A tool that finishes inline before its task is made (`input_before_task`) has run by the time
 /// the caller's task quota is checked: past it, the caller gets the result itself rather than a
 /// 429 that would throw it away (and make a retry run the tool again).
