@@ -398,8 +398,13 @@ pub async fn serve_listener(routes: Routes, listener: TcpListener) -> std::io::R
             // per request would move counters shared by every connection between the cores.
             let (routes, on_connection) = (&routes, &activity);
             let service = hyper::service::service_fn(move |request| {
-                on_connection.busy();
                 async move {
+                    // Busy from the first poll, not from the call: hyper calls the service for a
+                    // pipelined request as soon as its head is read, but polls it only once the
+                    // response before it has been written out. A client that pipelines requests
+                    // and stops reading would otherwise keep the connection busy, out of reach of
+                    // the idle timeout, for as long as it liked.
+                    on_connection.busy();
                     let response = transport::answer_panics(&routes.mcp.logger, routes.route_incoming(request)).await;
                     let activity = Arc::clone(on_connection);
                     Ok::<_, std::convert::Infallible>(response.map(|body| WaitsOnTheClient { body, activity }))

@@ -940,6 +940,37 @@ async fn slow_heads_and_bodies_are_cut_off() {
     assert_eq!(healthy.status, 200, "a prompt client is served as before");
 }
 
+/// A client that pipelines requests and never reads the answers is cut off like one that stops
+/// reading a single answer, and does not keep its connection (and its place under the connection
+/// cap) for as long as it likes. (The connection counts as busy from the first poll of a
+/// request's work, not from hyper's call for it: hyper may take a pipelined request before the
+/// answer ahead of it is written out, and poll it only once it is. This run did not reach that
+/// order with busy marked at the call; the property is what is checked.)
+#[tokio::test]
+async fn a_client_that_pipelines_and_never_reads_is_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let server = limited(vercel_mcp::settings::ConnectionLimits {
+        header_timeout: std::time::Duration::from_millis(300),
+        body_timeout: std::time::Duration::from_millis(300),
+        max_connections: 16,
+    })
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(server.addr).await.unwrap();
+    // Far more 404s than the socket buffers and hyper's write buffer hold.
+    let requests = "GET /nothing-here HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200_000);
+    let writing = tokio::spawn(async move {
+        let written = stalled.write_all(requests.as_bytes()).await;
+        (written, stalled)
+    });
+    // The server stops reading once it cannot write; the write ends when the server closes the
+    // connection (a bounded wait, not a timing assertion).
+    let (written, _stalled) =
+        tokio::time::timeout(std::time::Duration::from_secs(20), writing).await.expect("the server closed it").unwrap();
+    assert!(written.is_err(), "the server read every request although nothing was read back");
+}
+
 /// The header timeout counts from the end of the last response: a kept-alive connection that
 /// sends nothing more is closed once it has been idle that long (and not before), while a
 /// response that streams for several timeouts is not cut off.
