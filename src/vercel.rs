@@ -280,10 +280,13 @@ pub async fn serve_metadata(parts: &Parts) -> Result<(), Error> {
 
 /// The example a request to a function that serves several names: `vercel.json`'s rewrite puts it
 /// in the query (`?example=<name>`), and the platform may hand the function the original path
-/// instead (`<under><name>`), so either names it.
+/// instead (`<under><name>`), so either names it. A path under `under` names it whatever the query
+/// says, as the local run routes by path: `/api/examples/minimal?example=secure-tools` is served
+/// by `minimal` on both, and a rule keyed on the path cannot be stepped around by a query.
 fn example_named<'a>(uri: &'a http::Uri, under: &str) -> Option<&'a str> {
-    let from_query = uri.query().and_then(|query| query.split('&').find_map(|pair| pair.strip_prefix("example=")));
-    from_query.or_else(|| uri.path().strip_prefix(under)).map(|name| name.trim_end_matches('/'))
+    let from_path = uri.path().strip_prefix(under).map(|name| name.trim_end_matches('/')).filter(|n| !n.is_empty());
+    let from_query = || uri.query().and_then(|query| query.split('&').find_map(|pair| pair.strip_prefix("example=")));
+    from_path.or_else(from_query)
 }
 
 /// Without Vercel Queues (the local posture), a function process runs the jobs it submits: its

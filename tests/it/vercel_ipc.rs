@@ -277,6 +277,11 @@ async fn example_metadata_is_found_by_its_path_as_by_its_query() {
     }
     let unknown = server.request("GET", "/.well-known/oauth-protected-resource/api/examples/nope").send().await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
+    // The path names the example whatever a query says, as the local run routes by path.
+    let both =
+        server.request("GET", "/.well-known/oauth-protected-resource/api/examples/minimal?example=nope").send().await;
+    assert_eq!(both.status, 200, "{}", both.text());
+    assert!(both.json()["resource"].as_str().is_some_and(|r| r.ends_with("/api/examples/minimal")), "{}", both.text());
     let mcp = server.request("GET", "/.well-known/oauth-protected-resource/api/mcp").send().await;
     assert!(mcp.json()["resource"].as_str().is_some_and(|r| r.ends_with("/api/mcp")), "{}", mcp.text());
 }
