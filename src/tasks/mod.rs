@@ -631,7 +631,14 @@ impl TaskService {
             record.updated_at = self.clock.now_ms();
             let replaced = match self.store.replace(&record).await {
                 Err(_) if self.landed(&record).await => true,
-                replaced => replaced?,
+                Err(error) => {
+                    // It may have landed with its reply lost, and the read that would tell failed
+                    // too: the owner's streams are told to look (one that finds nothing new sends
+                    // nothing), rather than hear of it only at their next periodic read.
+                    self.announce(&record);
+                    return Err(error);
+                }
+                Ok(replaced) => replaced,
             };
             if replaced {
                 self.announce(&record);
@@ -1500,6 +1507,53 @@ mod tests {
                 drop(self.inner.replace(record));
             }
             reset()
+        }
+    }
+
+    /// A write whose reply was lost, when the read that would tell whether it landed fails too,
+    /// is still announced: its owner's listen streams look again, rather than hear of the change
+    /// only at their periodic read of a working task.
+    #[tokio::test]
+    async fn a_write_that_may_have_landed_is_announced() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// Replacing writes land and report a lost reply; the read after one fails.
+        struct Unsure {
+            inner: store::MemoryTaskStore,
+            next_read_fails: AtomicBool,
+        }
+        impl TaskStore for Unsure {
+            fn create<'a>(
+                &'a self,
+                record: &'a TaskRecord,
+                quota: TaskQuota,
+            ) -> crate::store::StoreFuture<'a, Result<(), TaskRefused>> {
+                self.inner.create(record, quota)
+            }
+            fn get<'a>(&'a self, owner: &'a str, id: &'a str) -> crate::store::StoreFuture<'a, Option<TaskRecord>> {
+                if self.next_read_fails.swap(false, Ordering::SeqCst) { reset() } else { self.inner.get(owner, id) }
+            }
+            fn replace<'a>(&'a self, record: &'a TaskRecord) -> crate::store::StoreFuture<'a, bool> {
+                drop(self.inner.replace(record));
+                self.next_read_fails.store(true, Ordering::SeqCst);
+                reset()
+            }
+        }
+        let store = Arc::new(Unsure { inner: Default::default(), next_read_fails: AtomicBool::new(false) });
+        let bus = Arc::new(LocalBus::default());
+        let service =
+            TaskService::new(store.clone(), Arc::new(ManualClock::new(0)), Arc::new(SeededRandom::new(1)), bus.clone());
+        let alice = Principal::verified(Some("alice"), None, vec![]);
+        let parked = task_record(alice.id(), "parked________________", 1, "input_required", &["a"]);
+        store.inner.create(&parked, TaskQuota::default()).await.unwrap().unwrap();
+        let mut changes = bus.subscribe();
+        assert!(service.cancel(&alice, "parked________________", |_| Ok(())).await.is_err(), "the store could not say");
+        let stored = store.inner.get(alice.id(), "parked________________").await.unwrap().unwrap();
+        assert_eq!(stored.status, TaskStatus::Cancelled, "the write landed");
+        match changes.try_recv() {
+            Ok(ChangeEvent::TaskChanged { owner, task_id }) => {
+                assert_eq!((owner.as_str(), task_id.as_str()), (alice.id(), "parked________________"));
+            }
+            other => panic!("no announcement: {other:?}"),
         }
     }
 
