@@ -146,6 +146,17 @@ impl std::fmt::Debug for RedisBus {
     }
 }
 
+/// The pub/sub channel of the deployment `redis` serves: `{prefix}:changes`, with the database
+/// number in it when it is not 0. Keys live in their database, but Redis pub/sub ignores the
+/// database: two deployments told apart by database alone (preview and production, say) would
+/// otherwise hear each other's list and resource changes.
+fn changes_channel(redis: &crate::store::Redis) -> String {
+    match redis.client().get_connection_info().redis_settings().db() {
+        0 => format!("{}:changes", redis.prefix()),
+        db => format!("{}:db{db}:changes", redis.prefix()),
+    }
+}
+
 impl RedisBus {
     /// A bus on `{prefix}:changes`: publishes on the shared connection and subscribes on one of
     /// its own (a subscribed connection can send nothing else).
@@ -160,7 +171,7 @@ impl RedisBus {
             local: broadcast::channel(256).0,
             client: redis.client().clone(),
             publisher: redis.connection(),
-            channel: format!("{}:changes", redis.prefix()),
+            channel: changes_channel(redis),
             subscribed: OnceLock::new(),
             live: tokio::sync::watch::channel(false).0,
             losses: tokio::sync::watch::channel(0).0,

@@ -549,6 +549,41 @@ async fn a_silently_dead_subscription_is_noticed_and_made_again() {
     assert_eq!(received, ChangeEvent::ResourcesListChanged);
 }
 
+/// Two deployments told apart by their Redis database alone (preview and production on one
+/// server) do not hear each other's changes: pub/sub ignores the database, so its number is in
+/// the channel's name. Two instances of one deployment (the same database) still do.
+#[tokio::test]
+async fn deployments_in_different_databases_do_not_hear_each_other() {
+    use std::time::Duration;
+    use vercel_mcp::state::{ChangeBus, ChangeEvent, RedisBus};
+    let Some((url, _private)) = common::redis::redis() else { return };
+    let prefix = unique_prefix("bus-db");
+    let in_db = |db: u32| {
+        let mut url = url::Url::parse(&url).unwrap();
+        url.set_path(&db.to_string());
+        RedisBus::new(&Redis::connect(url.as_str(), &prefix).unwrap())
+    };
+    let (preview, production, production_too) = (in_db(1), in_db(2), in_db(2));
+    let mut preview_heard = preview.subscribe();
+    let mut production_heard = production.subscribe();
+    preview.ready().await;
+    production.ready().await;
+    let event = ChangeEvent::ResourceUpdated("test://shared".into());
+    // Published until production hears it: its subscription may be a moment from taking it.
+    common::bounded("production hears its own deployment", async {
+        loop {
+            production_too.publish(event.clone());
+            if let Ok(Ok(heard)) = tokio::time::timeout(Duration::from_millis(100), production_heard.recv()).await {
+                return assert_eq!(heard, event);
+            }
+        }
+    })
+    .await;
+    // By now the change went out several times; none of it reached the other database's bus.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(preview_heard.try_recv().is_err(), "preview heard production's change");
+}
+
 /// A change the bus cannot publish (its link to Redis is down) is tried again for a while, then
 /// counted as a loss, so this instance's listeners catch up on what it would have told them;
 /// before, it was dropped and they waited. One that is published reaches another instance's
