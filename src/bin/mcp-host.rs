@@ -8,7 +8,9 @@
 //! ```
 //! Headers belong to one server (`--header ID:Name: value`): a token given for one server is
 //! never sent to another. Without `--yes`, consent is asked on the terminal; no answer (or no
-//! terminal) means no. What a server chose to say is printed with its control characters escaped.
+//! terminal) means no. Every call needs consent unless `--trust ID` says to believe that server's
+//! annotations, and then its read-only tools do not. What a server chose to say is printed with
+//! its control characters escaped.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
@@ -19,7 +21,7 @@ use vercel_mcp::client::host::{ConsentFn, Host, ServerSpec, for_terminal, json_f
 
 fn usage() -> ! {
     eprintln!(
-        "usage: mcp-host --server ID=URL [--server ID=URL ...] [--header 'ID:Name: value' ...] (list | call SERVER.TOOL [JSON-ARGS] [--yes])"
+        "usage: mcp-host --server ID=URL [--server ID=URL ...] [--header 'ID:Name: value' ...] [--trust ID ...] (list | call SERVER.TOOL [JSON-ARGS] [--yes])"
     );
     std::process::exit(2);
 }
@@ -35,6 +37,7 @@ async fn main() {
     let mut headers: Vec<(String, String, String)> = Vec::new();
     let mut positional = Vec::new();
     let mut yes = false;
+    let mut trusted: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -52,6 +55,7 @@ async fn main() {
                 });
                 headers.push((id.trim().to_owned(), name.trim().to_owned(), value.trim().to_owned()));
             }
+            "--trust" => trusted.push(args.next().unwrap_or_else(|| usage())),
             "--yes" => yes = true,
             "--help" | "-h" => usage(),
             _ => positional.push(arg),
@@ -66,6 +70,12 @@ async fn main() {
             refuse(format!("--header names no --server {id:?}; headers are given per server as ID:Name: value"));
         };
         server.options = std::mem::take(&mut server.options).header(&name, &value);
+    }
+    for id in trusted {
+        let Some(server) = servers.iter_mut().find(|s| s.id == id) else {
+            refuse(format!("--trust names no --server {id:?}"));
+        };
+        server.trusted = true;
     }
     let host = match Host::connect(&servers).await {
         Ok(host) => host,

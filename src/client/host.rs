@@ -1,7 +1,8 @@
 //! The orchestrator host: several MCP servers behind one namespace and one consent gate.
 //!
 //! Tools are aggregated as `server.tool` (bare names never appear); a call is routed to its
-//! owner after a fail-closed consent check for anything not positively read-only; a server's
+//! owner after a fail-closed consent check for anything not positively read-only (as said by a
+//! server whose annotations the host was told to believe); a server's
 //! `isError` result surfaces as a typed error, never as success.
 
 use serde_json::Value;
@@ -22,7 +23,8 @@ pub struct AggregatedTool {
     pub tool_name: String,
     /// The server it belongs to.
     pub server_id: String,
-    /// Whether the server marks it read-only (and so it needs no consent).
+    /// Whether a trusted server ([`ServerSpec::trusted`]) marks it read-only, so that it needs
+    /// no consent.
     pub read_only: bool,
     /// Its definition as the server listed it.
     pub definition: Tool,
@@ -85,6 +87,8 @@ pub type ConsentFn =
 /// One client session per server.
 pub struct Host {
     sessions: BTreeMap<String, Client>,
+    /// The servers whose annotations are believed ([`ServerSpec::trusted`]).
+    trusted: std::collections::BTreeSet<String>,
     tools: Vec<AggregatedTool>,
     /// Servers that could not be reached or listed, with why: the others are served without them.
     unavailable: BTreeMap<String, ClientError>,
@@ -99,12 +103,23 @@ pub struct ServerSpec {
     pub url: String,
     /// Its client options. A token here is sent to this server only, never to the others.
     pub options: ClientOptions,
+    /// Whether its tool annotations are believed: only then does a tool it marks read-only
+    /// (`readOnlyHint: true`) run without consent. Off by default: the spec has clients treat
+    /// annotations as untrusted unless they come from a trusted server, and a server that lies
+    /// about a destructive tool would otherwise skip the consent gate.
+    pub trusted: bool,
 }
 
 impl ServerSpec {
-    /// `id` at `url` with `options`.
+    /// `id` at `url` with `options`, its annotations not believed.
     pub fn new(id: impl Into<String>, url: impl Into<String>, options: ClientOptions) -> Self {
-        Self { id: id.into(), url: url.into(), options }
+        Self { id: id.into(), url: url.into(), options, trusted: false }
+    }
+
+    /// This server's annotations believed: its read-only tools run without consent.
+    pub fn trusted(mut self) -> Self {
+        self.trusted = true;
+        self
     }
 }
 
@@ -126,7 +141,8 @@ impl Host {
                 return Err(HostError::Client(ClientError::Protocol(format!("server id {id:?} is given twice"))));
             }
         }
-        let connecting = servers.iter().map(|ServerSpec { id, url, options }| async move {
+        let trusted = servers.iter().filter(|spec| spec.trusted).map(|spec| spec.id.clone()).collect();
+        let connecting = servers.iter().map(|ServerSpec { id, url, options, .. }| async move {
             (id.clone(), Client::connect(url, options.clone()).await)
         });
         let (mut sessions, mut unavailable) = (BTreeMap::new(), BTreeMap::new());
@@ -140,7 +156,7 @@ impl Host {
                 }
             }
         }
-        let mut host = Self { sessions, tools: Vec::new(), unavailable };
+        let mut host = Self { sessions, trusted, tools: Vec::new(), unavailable };
         host.refresh_tools().await;
         Ok(host)
     }
@@ -184,7 +200,8 @@ impl Host {
                     continue;
                 }
                 let tool_name = definition.name.clone();
-                let read_only = definition.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
+                let read_only = self.trusted.contains(id)
+                    && definition.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
                 tools.push(AggregatedTool {
                     name: format!("{id}.{tool_name}"),
                     tool_name,

@@ -127,7 +127,7 @@ fn consent(answer: Result<bool, String>, asked: Arc<AtomicUsize>) -> ConsentFn {
 async fn the_host_namespaces_routes_and_gates() {
     let (a, b) = (fixture().await, fixture().await);
     let servers = [
-        ServerSpec::new("alpha", url(&a.server), ClientOptions::default()),
+        ServerSpec::new("alpha", url(&a.server), ClientOptions::default()).trusted(),
         ServerSpec::new("beta", url(&b.server), ClientOptions::default()),
     ];
     let host = Host::connect(&servers).await.unwrap();
@@ -158,7 +158,12 @@ async fn the_host_namespaces_routes_and_gates() {
     let deny = consent(Ok(false), read_only_asked.clone());
     let weather = host.call("alpha.weather", json!({}), &deny).await.unwrap();
     assert_eq!(weather.structured_content.unwrap()["temperature"], 22.5);
-    assert_eq!(read_only_asked.load(Ordering::SeqCst), 0, "read-only tools need no consent");
+    assert_eq!(read_only_asked.load(Ordering::SeqCst), 0, "a trusted server's read-only tools need no consent");
+    // The same tool, marked read-only the same way by a server whose annotations the host was
+    // not told to believe, asks first: a server could mark a destructive tool read-only.
+    assert!(matches!(host.call("beta.weather", json!({}), &deny).await, Err(HostError::ConsentDenied(_))));
+    assert_eq!(read_only_asked.load(Ordering::SeqCst), 1, "an untrusted server's annotations are not believed");
+    assert!(!host.tools().iter().find(|t| t.name == "beta.weather").unwrap().read_only);
 
     match host.call("alpha.fail", json!({}), &approve).await {
         Err(HostError::ToolCall { server_id, tool_name, message, cause: None }) => {
@@ -295,7 +300,8 @@ async fn the_host_serves_the_servers_it_could_reach_and_names_the_rest() {
         ServerSpec::new("down", format!("http://{down}/api/mcp"), ClientOptions::default()),
         ServerSpec::new("broken", format!("http://{broken}/api/mcp"), ClientOptions::default()),
         ServerSpec::new("prompts", format!("http://{prompts_only}/api/mcp"), ClientOptions::default()),
-        ServerSpec::new("twice", format!("http://{twice}/api/mcp"), ClientOptions::default()),
+        // Trusted, so that its annotations count at all.
+        ServerSpec::new("twice", format!("http://{twice}/api/mcp"), ClientOptions::default()).trusted(),
     ];
     let host = common::bounded("connecting", Host::connect(&servers)).await.expect("the host connects");
     let unavailable: Vec<&str> = host.unavailable().keys().map(String::as_str).collect();
