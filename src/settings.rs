@@ -957,14 +957,16 @@ mod tests {
         assert_eq!(load(&[("MCP_TASK_ROUND_SECONDS", "3600")]).unwrap().task_round_limit.as_secs(), 3600);
     }
 
+    /// The problems of a configuration with keys from a JWKS URL and `extra`; empty when none.
+    fn problems_with(extra: &[(&str, &str)]) -> String {
+        let mut vars = vec![("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
+        vars.extend_from_slice(extra);
+        load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
     #[test]
     fn junk_numbers_are_problems_not_silent_defaults() {
-        let jwks = [("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
-        let with = |extra: &[(&str, &str)]| {
-            let mut vars = jwks.to_vec();
-            vars.extend_from_slice(extra);
-            load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
-        };
+        let with = problems_with;
         let junk = with(&[("MCP_JWKS_CACHE_SECONDS", "soon"), ("MCP_AUTH_MAX_LIFETIME_SECONDS", "59")]);
         assert!(junk.contains("MCP_JWKS_CACHE_SECONDS must be an integer from 30 to 86400"), "{junk}");
         assert!(junk.contains("MCP_AUTH_MAX_LIFETIME_SECONDS must be an integer from 60 to 86400"), "{junk}");
@@ -977,12 +979,7 @@ mod tests {
     /// that lists scopes, rather than a 401 sent without its challenge.
     #[test]
     fn scopes_that_would_break_a_challenge_are_problems() {
-        let jwks = [("MCP_AUTH_MODE", "required"), ("MCP_JWKS_URL", "https://issuer.test/jwks")];
-        let with = |extra: &[(&str, &str)]| {
-            let mut vars = jwks.to_vec();
-            vars.extend_from_slice(extra);
-            load(&vars).err().map(|e| e.to_string()).unwrap_or_default()
-        };
+        let with = problems_with;
         for name in ["MCP_AUTH_SCOPES", "MCP_AUTH_SCOPES_SUPPORTED", "MCP_AUTH_SCOPES_ASYNC_JOBS"] {
             for bad in ["mcp:read \"x\"", "mcp:réad", "a\\b"] {
                 let problems = with(&[(name, bad)]);

@@ -511,7 +511,87 @@ fn notification_for(event: &ChangeEvent, tag: &Value) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreFuture;
+    use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskStore};
     use std::sync::Arc;
+
+    /// A memory store whose every read first awaits `before` (a store across a network, or one
+    /// that answers only once enough reads wait), counting its reads.
+    struct ReadsAfter<F> {
+        records: MemoryTaskStore,
+        before: F,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    /// A server with the tasks extension over `tasks`, serving the tool `work` that the tests'
+    /// task records name.
+    fn serving_work(tasks: Arc<crate::tasks::TaskService>) -> McpServer {
+        let mut server = McpServer::new("t", "1");
+        server.enable_tasks(tasks);
+        server
+            .tool(crate::server::ToolDef::new("work").description("Works"), |_, _: crate::server::NoArguments| async {
+                crate::protocol::types::CallToolResult::text("")
+            });
+        server
+    }
+
+    /// `principal`'s listen request declaring the tasks extension, its outbox holding at most
+    /// `capacity` unread events, and the filter naming `task_ids`.
+    fn listening_to(
+        server: &McpServer,
+        principal: &crate::security::Principal,
+        bus: Arc<crate::state::LocalBus>,
+        capacity: usize,
+        task_ids: &[String],
+    ) -> (RequestContext, crate::body::outbox::Events, Filter) {
+        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
+        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, principal.clone(), bus);
+        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        let (outbox, events) = crate::body::outbox::channel(capacity);
+        ctx.outbox = Some(outbox);
+        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": task_ids}})).unwrap();
+        let filter = server.listen_filter(&ctx, &params).unwrap();
+        (ctx, events, filter)
+    }
+
+    /// Stores a completed task of the tool `work` for each of `task_ids`, owned by `owner`.
+    async fn completed_tasks(store: &MemoryTaskStore, owner: &crate::security::Principal, task_ids: &[String]) {
+        for task_id in task_ids {
+            let record: TaskRecord = serde_json::from_value(json!({
+                "version": 1, "taskId": task_id, "owner": owner.id(), "ownerVerified": true, "ownerScopes": [],
+                "tool": "work", "arguments": {}, "status": "completed", "createdAt": 0, "updatedAt": 0,
+                "ttlMs": 3_600_000, "roundLimitMs": 1_000
+            }))
+            .unwrap();
+            store.create(&record, TaskQuota::default()).await.unwrap().unwrap();
+        }
+    }
+
+    impl<F> ReadsAfter<F> {
+        fn new(before: F) -> Self {
+            Self { records: MemoryTaskStore::default(), before, reads: Default::default() }
+        }
+    }
+
+    impl<F, Fut> TaskStore for ReadsAfter<F>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        fn create<'a>(&'a self, record: &'a TaskRecord, quota: TaskQuota) -> StoreFuture<'a, Result<(), TaskRefused>> {
+            self.records.create(record, quota)
+        }
+        fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+            Box::pin(async move {
+                self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                (self.before)().await;
+                self.records.get(owner, task_id).await
+            })
+        }
+        fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
+            self.records.replace(record)
+        }
+    }
 
     /// A stream's reads of its named tasks that cannot finish before its deadline (a store
     /// answering slowly, many tasks) do not hold the stream past it: the result comes at the
@@ -555,62 +635,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_reads_its_named_tasks_together_and_sends_them_in_order() {
         use crate::state::{LocalBus, ManualClock, SeededRandom};
-        use crate::store::StoreFuture;
-        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
+        use crate::tasks::TaskService;
         const NAMED: usize = 8;
-        /// A memory store whose reads wait until `NAMED` of them are waiting.
-        struct Gathering {
-            records: MemoryTaskStore,
-            waiting: tokio::sync::Barrier,
-        }
-        impl TaskStore for Gathering {
-            fn create<'a>(
-                &'a self,
-                record: &'a TaskRecord,
-                quota: TaskQuota,
-            ) -> StoreFuture<'a, Result<(), TaskRefused>> {
-                self.records.create(record, quota)
+        // Reads wait until `NAMED` of them are waiting.
+        let waiting = Arc::new(tokio::sync::Barrier::new(NAMED));
+        let store = Arc::new(ReadsAfter::new(move || {
+            let waiting = waiting.clone();
+            async move {
+                waiting.wait().await;
             }
-            fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-                Box::pin(async move {
-                    self.waiting.wait().await;
-                    self.records.get(owner, task_id).await
-                })
-            }
-            fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
-                self.records.replace(record)
-            }
-        }
-        let store =
-            Arc::new(Gathering { records: MemoryTaskStore::default(), waiting: tokio::sync::Barrier::new(NAMED) });
+        }));
         let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
         // Named from last to first, so that the order sent is the order named, not the store's.
         let named: Vec<String> = (0..NAMED).rev().map(|n| format!("task-{n:0>17}")).collect();
-        for task_id in &named {
-            let record: TaskRecord = serde_json::from_value(json!({
-                "version": 1, "taskId": task_id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
-                "tool": "work", "arguments": {}, "status": "completed", "createdAt": 0, "updatedAt": 0,
-                "ttlMs": 3_600_000, "roundLimitMs": 1_000
-            }))
-            .unwrap();
-            store.records.create(&record, TaskQuota::default()).await.unwrap().unwrap();
-        }
+        completed_tasks(&store.records, &alice, &named).await;
         let bus = Arc::new(LocalBus::default());
         let tasks =
             TaskService::new(store.clone(), Arc::new(ManualClock::new(0)), Arc::new(SeededRandom::new(1)), bus.clone());
-        let mut server = McpServer::new("t", "1");
-        server.enable_tasks(Arc::new(tasks));
-        server
-            .tool(crate::server::ToolDef::new("work").description("Works"), |_, _: crate::server::NoArguments| async {
-                crate::protocol::types::CallToolResult::text("")
-            });
-        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
-        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus);
-        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
-        let (outbox, mut events) = crate::body::outbox::channel(1024);
-        ctx.outbox = Some(outbox);
-        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
-        let filter = server.listen_filter(&ctx, &params).unwrap();
+        let server = serving_work(Arc::new(tasks));
+        let (ctx, mut events, filter) = listening_to(&server, &alice, bus, 1024, &named);
         let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
         let stopping = crate::state::Stopping::default();
         let listening = server.listen(&ctx, filter, limits, &stopping);
@@ -645,47 +688,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_waiting_for_its_client_holds_no_turn_at_the_store() {
         use crate::state::{LocalBus, ManualClock, SeededRandom};
-        use crate::store::StoreFuture;
-        use crate::tasks::{MemoryTaskStore, TaskQuota, TaskRecord, TaskRefused, TaskService, TaskStore};
-        use std::sync::atomic::{AtomicUsize, Ordering};
+        use crate::tasks::TaskService;
+        use std::sync::atomic::Ordering;
         const NAMED: usize = 40;
-        /// A memory store whose reads take 10 ms, as a store across a network does.
-        #[derive(Default)]
-        struct Distant {
-            records: MemoryTaskStore,
-            reads: AtomicUsize,
-        }
-        impl TaskStore for Distant {
-            fn create<'a>(
-                &'a self,
-                record: &'a TaskRecord,
-                quota: TaskQuota,
-            ) -> StoreFuture<'a, Result<(), TaskRefused>> {
-                self.records.create(record, quota)
-            }
-            fn get<'a>(&'a self, owner: &'a str, task_id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-                Box::pin(async move {
-                    self.reads.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    self.records.get(owner, task_id).await
-                })
-            }
-            fn replace<'a>(&'a self, record: &'a TaskRecord) -> StoreFuture<'a, bool> {
-                self.records.replace(record)
-            }
-        }
-        let store = Arc::new(Distant::default());
+        // Reads take 10 ms, as a store across a network does.
+        let store = Arc::new(ReadsAfter::new(|| tokio::time::sleep(Duration::from_millis(10))));
         let alice = crate::security::Principal::verified(Some("alice"), None, vec![]);
         let named: Vec<String> = (0..NAMED).map(|n| format!("task-{n:0>17}")).collect();
-        for task_id in &named {
-            let record: TaskRecord = serde_json::from_value(json!({
-                "version": 1, "taskId": task_id, "owner": alice.id(), "ownerVerified": true, "ownerScopes": [],
-                "tool": "work", "arguments": {}, "status": "completed", "createdAt": 0, "updatedAt": 0,
-                "ttlMs": 3_600_000, "roundLimitMs": 1_000
-            }))
-            .unwrap();
-            store.records.create(&record, TaskQuota::default()).await.unwrap().unwrap();
-        }
+        completed_tasks(&store.records, &alice, &named).await;
         let bus = Arc::new(LocalBus::default());
         let tasks = Arc::new(TaskService::new(
             store.clone(),
@@ -693,20 +703,9 @@ mod tests {
             Arc::new(SeededRandom::new(1)),
             bus.clone(),
         ));
-        let mut server = McpServer::new("t", "1");
-        server.enable_tasks(tasks.clone());
-        server
-            .tool(crate::server::ToolDef::new("work").description("Works"), |_, _: crate::server::NoArguments| async {
-                crate::protocol::types::CallToolResult::text("")
-            });
-        let id = crate::protocol::RequestId::from_value(json!("L")).unwrap();
-        let mut ctx = RequestContext::new(id, crate::protocol::Era::Modern, alice.clone(), bus);
-        ctx.client_capabilities = json!({"extensions": {TASKS_EXTENSION: {}}}).as_object().unwrap().clone();
+        let server = serving_work(tasks.clone());
         // Room for one unread event: the client reads nothing until told.
-        let (outbox, mut events) = crate::body::outbox::channel(1);
-        ctx.outbox = Some(outbox);
-        let params: RequestParams = serde_json::from_value(json!({"notifications": {"taskIds": named}})).unwrap();
-        let filter = server.listen_filter(&ctx, &params).unwrap();
+        let (ctx, mut events, filter) = listening_to(&server, &alice, bus, 1, &named);
         let limits = ListenLimits { max_duration: Duration::from_secs(30), keep_alive: Duration::from_secs(15) };
         let stopping = crate::state::Stopping::default();
         let listening = server.listen(&ctx, filter, limits, &stopping);

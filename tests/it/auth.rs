@@ -821,10 +821,13 @@ fn fetching_keys_from(addr: std::net::SocketAddr, clock: &Arc<vercel_mcp::state:
     Parts::from_lookup(|name| vars.get(name).cloned(), clock.clone()).unwrap()
 }
 
-#[tokio::test]
-async fn jwks_rotation_refetches_when_it_should_and_only_then() {
-    use std::sync::Mutex;
-    let served: Arc<Mutex<(u16, String)>> = Arc::new(Mutex::new((200, JWKS.to_owned())));
+/// A JWKS on loopback answering whatever status and body the test sets (`status` and `body` at
+/// first), counting its fetches.
+async fn answering_jwks(
+    status: u16,
+    body: &str,
+) -> (std::net::SocketAddr, Arc<std::sync::Mutex<(u16, String)>>, Arc<AtomicUsize>) {
+    let served = Arc::new(std::sync::Mutex::new((status, body.to_owned())));
     let fetches = Arc::new(AtomicUsize::new(0));
     let (answer, counter) = (served.clone(), fetches.clone());
     let addr = common::upstream::serve(move |_| {
@@ -833,6 +836,12 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
         async move { (status, bytes::Bytes::from(body)) }
     })
     .await;
+    (addr, served, fetches)
+}
+
+#[tokio::test]
+async fn jwks_rotation_refetches_when_it_should_and_only_then() {
+    let (addr, served, fetches) = answering_jwks(200, JWKS).await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
     let config = fetching_keys_from(addr, &clock);
     let now = || vercel_mcp::state::Clock::now_ms(clock.as_ref()) / 1000;
@@ -890,16 +899,7 @@ async fn jwks_rotation_refetches_when_it_should_and_only_then() {
 /// meanwhile; once the JWKS answers, a key it does not publish is `invalid_token` again.
 #[tokio::test]
 async fn a_token_whose_keys_cannot_be_fetched_is_asked_to_come_back_not_refused() {
-    use std::sync::Mutex;
-    let served: Arc<Mutex<(u16, String)>> = Arc::new(Mutex::new((503, String::new())));
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let (answer, counter) = (served.clone(), fetches.clone());
-    let addr = common::upstream::serve(move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        let (status, body) = answer.lock().unwrap().clone();
-        async move { (status, bytes::Bytes::from(body)) }
-    })
-    .await;
+    let (addr, served, fetches) = answering_jwks(503, "").await;
     let clock = Arc::new(vercel_mcp::state::ManualClock::new(NOW * 1000));
     let mut config = fetching_keys_from(addr, &clock);
     let logs = Arc::new(MemorySink::default());

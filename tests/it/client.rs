@@ -577,52 +577,66 @@ async fn an_in_process_call_times_out() {
     assert!(matches!(error, ClientError::Transport(ref text) if text.contains("timed out")), "{error}");
 }
 
+/// A hand-written HTTP/1.1 server on loopback that answers `server/discover` itself (as a
+/// 2026-07-28 server named `name`) and hands every other request, with its connection, to
+/// `answer`, which writes the response; the connection ends with it.
+async fn streaming_server<F, Fut>(name: &'static str, answer: F) -> std::net::SocketAddr
+where
+    F: Fn(Value, tokio::net::TcpStream) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(body) = next_request_body(&mut stream, &mut seen).await {
+                    if body["method"] != "server/discover" {
+                        return answer(body, stream).await;
+                    }
+                    let reply =
+                        json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": name, "version": "1"}}})
+                        .to_string();
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        reply.len()
+                    );
+                    if stream.write_all(format!("{head}{reply}").as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 /// A server that keeps a response open and sends a byte now and then holds nothing for long: an
 /// SSE response is read for at most `max_stream_duration`, however often it sends, and a listen
 /// refusal whose body never ends is read for at most `timeout`.
 #[tokio::test]
 async fn a_dripping_server_holds_the_client_for_a_bounded_time() {
     use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while let Some(body) = next_request_body(&mut stream, &mut seen).await {
-                    if body["method"] == "server/discover" {
-                        let reply =
-                            json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
-                            "capabilities": {"tools": {}}, "serverInfo": {"name": "drip", "version": "1"}}})
-                            .to_string();
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                            reply.len()
-                        );
-                        if stream.write_all(format!("{head}{reply}").as_bytes()).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    let (status, kind) = if body["method"] == "subscriptions/listen" {
-                        ("400 Bad Request", "application/json")
-                    } else {
-                        ("200 OK", "text/event-stream")
-                    };
-                    let head =
-                        format!("HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n");
-                    if stream.write_all(head.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    // A two-byte chunk (an SSE comment, or JSON whitespace) every 50 ms, for ever.
-                    while stream.write_all(b"2\r\n:\n\r\n").await.is_ok() {
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                    return;
-                }
-            });
+    let addr = streaming_server("drip", |body, mut stream| async move {
+        let (status, kind) = if body["method"] == "subscriptions/listen" {
+            ("400 Bad Request", "application/json")
+        } else {
+            ("200 OK", "text/event-stream")
+        };
+        let head = format!("HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n");
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return;
         }
-    });
+        // A two-byte chunk (an SSE comment, or JSON whitespace) every 50 ms, for ever.
+        while stream.write_all(b"2\r\n:\n\r\n").await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let options = ClientOptions {
         timeout: std::time::Duration::from_millis(500),
         max_stream_duration: std::time::Duration::from_millis(500),
@@ -642,40 +656,16 @@ async fn a_dripping_server_holds_the_client_for_a_bounded_time() {
 #[tokio::test]
 async fn a_flooding_server_holds_the_client_for_a_bounded_time() {
     use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while let Some(body) = next_request_body(&mut stream, &mut seen).await {
-                    if body["method"] == "server/discover" {
-                        let reply =
-                            json!({"jsonrpc": "2.0", "id": body["id"], "result": {"supportedVersions": ["2026-07-28"],
-                            "capabilities": {"tools": {}}, "serverInfo": {"name": "flood", "version": "1"}}})
-                            .to_string();
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                            reply.len()
-                        );
-                        if stream.write_all(format!("{head}{reply}").as_bytes()).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    let head =
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-                    if stream.write_all(head.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let comments = ":\n".repeat(32 * 1024);
-                    let chunk = format!("{:x}\r\n{comments}\r\n", comments.len());
-                    while stream.write_all(chunk.as_bytes()).await.is_ok() {}
-                    return;
-                }
-            });
+    let addr = streaming_server("flood", |_, mut stream| async move {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return;
         }
-    });
+        let comments = ":\n".repeat(32 * 1024);
+        let chunk = format!("{:x}\r\n{comments}\r\n", comments.len());
+        while stream.write_all(chunk.as_bytes()).await.is_ok() {}
+    })
+    .await;
     let options = ClientOptions {
         timeout: std::time::Duration::from_secs(5),
         max_stream_duration: std::time::Duration::from_millis(300),

@@ -174,16 +174,8 @@ impl VercelSandbox {
             .map_err(|_| failed("invalid sandbox API request"))
     }
 
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        token: &str,
-        team_id: &str,
-        body: Option<Value>,
-        timeout: Duration,
-    ) -> Result<Bytes, SandboxError> {
-        let request = self.request(method, path, token, team_id, body)?;
+    /// Sends `request` (to `path`) and reads its whole answer, within `timeout`.
+    async fn call(&self, path: &str, request: Request<Full<Bytes>>, timeout: Duration) -> Result<Bytes, SandboxError> {
         let response = crate::outbound::send(request, timeout).await.map_err(|e| failed(format!("{path}: {e}")))?;
         if !response.status.is_success() {
             return Err(failed(format!("{path}: HTTP {}", response.status.as_u16())));
@@ -230,7 +222,9 @@ impl VercelSandbox {
 impl VercelSandbox {
     /// Creates a sandbox session: its id, checked to be a plain path segment.
     async fn create(&self, token: &str, team_id: &str, body: Value) -> Result<String, SandboxError> {
-        let created = self.call(Method::POST, "/v2/sandboxes", token, team_id, Some(body), CALL_TIMEOUT).await?;
+        let path = "/v2/sandboxes";
+        let created =
+            self.call(path, self.request(Method::POST, path, token, team_id, Some(body))?, CALL_TIMEOUT).await?;
         let created: Value = serde_json::from_slice(&created).map_err(|_| failed("malformed create response"))?;
         Ok(created
             .pointer("/session/id")
@@ -243,7 +237,7 @@ impl VercelSandbox {
     /// Stops the session `session_id`.
     async fn stop(&self, session_id: &str, token: &str, team_id: &str) -> Result<(), SandboxError> {
         let path = format!("/v2/sandboxes/sessions/{session_id}/stop");
-        self.call(Method::POST, &path, token, team_id, None, CALL_TIMEOUT).await.map(|_| ())
+        self.call(&path, self.request(Method::POST, &path, token, team_id, None)?, CALL_TIMEOUT).await.map(|_| ())
     }
 }
 
