@@ -228,12 +228,17 @@ pub fn max_duration_seconds(function: &str) -> Option<u64> {
     config["functions"][function]["maxDuration"].as_u64()
 }
 
-/// The scopes `value` lists (separated by commas or spaces), each checked against RFC 6749's
+/// The items `value` lists, separated by commas or spaces.
+fn listed(value: &str) -> Vec<String> {
+    value.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+/// The scopes `value` lists ([`listed`]), each checked against RFC 6749's
 /// scope-token characters: they are written into `WWW-Authenticate` challenges, where a space, a
 /// quote or a non-ASCII character would break the header (and a challenge that cannot be sent
 /// leaves clients unable to find the authorization server).
 fn scope_list(name: &str, value: String, problems: &mut Vec<String>) -> Vec<String> {
-    let scopes: Vec<String> = value.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let scopes = listed(&value);
     let is_scope_char = |b: u8| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b);
     if scopes.iter().any(|scope| !scope.bytes().all(is_scope_char)) {
         problems.push(format!(
@@ -353,15 +358,15 @@ impl Settings {
         // The longest job's work must fit in half its deadline, the rest left for the queue:
         // waiting for a delivery, and one after each that deferred. Past it, a long job is
         // accepted and then always fails.
-        let most_work_ms = u64::from(crate::jobs::model::MAX_STEPS).saturating_mul(step_ms);
-        if most_work_ms > crate::jobs::model::JOB_DEADLINE_MS / 2 {
+        use crate::jobs::model::{JOB_DEADLINE_MS, MAX_STEPS};
+        let most_work_ms = u64::from(MAX_STEPS).saturating_mul(step_ms);
+        if most_work_ms > JOB_DEADLINE_MS / 2 {
             problems.push(format!(
-                "MCP_JOB_STEP_MS is {step_ms} ms: a job of {} steps would work {} s, more than half of the {} s \
+                "MCP_JOB_STEP_MS is {step_ms} ms: a job of {MAX_STEPS} steps would work {} s, more than half of the {} s \
                  a job may take; set it to at most {} ms",
-                crate::jobs::model::MAX_STEPS,
                 most_work_ms / 1000,
-                crate::jobs::model::JOB_DEADLINE_MS / 1000,
-                crate::jobs::model::JOB_DEADLINE_MS / 2 / u64::from(crate::jobs::model::MAX_STEPS)
+                JOB_DEADLINE_MS / 1000,
+                JOB_DEADLINE_MS / 2 / u64::from(MAX_STEPS)
             ));
         }
         if step_ms >= budget.saturating_mul(1000) {
@@ -613,11 +618,7 @@ fn auth_config(
             problems.push(problem);
             CanonicalResource::resolve(None).expect("the default resource parses")
         });
-    let list = |name: &str| -> Vec<String> {
-        var(name)
-            .map(|v| v.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-            .unwrap_or_default()
-    };
+    let list = |name: &str| -> Vec<String> { var(name).as_deref().map(listed).unwrap_or_default() };
     // Trimmed: an `iss` never ends in white space, and one pasted with a line end refused every token.
     let issuer = var("MCP_AUTH_ISSUER").map(|issuer| issuer.trim().to_owned()).unwrap_or_default();
     let mut algorithms = Vec::new();

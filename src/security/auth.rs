@@ -4,9 +4,9 @@
 //! Bearer; the header names an allowed algorithm (asymmetric by default; `none` and algorithm
 //! confusion never pass); the key is found by `kid` (a JWKS URL is refetched once, rate-limited,
 //! for an unknown `kid`); the signature verifies; `iss` is exactly the configured issuer; `aud`
-//! is one value naming the canonical resource (RFC 8707; compared as normalised URLs); `exp` is in the future (a token is expired at its
-//! `exp` second, no leeway); `nbf`, if present, has passed (or is at most 60 s ahead, as `iat` may
-//! be); the lifetime is at most the maximum.
+//! is one value naming the canonical resource (RFC 8707; compared as normalised URLs); `exp` is
+//! in the future (a token is expired at its `exp` second, no leeway); `nbf`, if present, has
+//! passed (or is at most 60 s ahead, as `iat` may be); the lifetime is at most the maximum.
 //! Failures produce one generic 401 (the reason is never sent), a missing route scope a 403
 //! `insufficient_scope`. The token itself is never logged, echoed or written to a store; a token
 //! that verified is held in this instance's memory so that its uses in the next 300 s skip the

@@ -36,8 +36,15 @@ impl Turns {
     pub async fn take<'a>(&'a self, principal: &'a str) -> Turn<'a> {
         let own = {
             let mut principals = self.principals.lock().expect("turns");
-            let queue = principals.entry(principal.to_owned());
-            queue.or_insert_with(|| Arc::new(Semaphore::new(self.per_principal))).clone()
+            match principals.get(principal) {
+                Some(queue) => queue.clone(),
+                // The principal's id is copied only for its first turn in a while.
+                None => {
+                    let queue = Arc::new(Semaphore::new(self.per_principal));
+                    principals.insert(principal.to_owned(), queue.clone());
+                    queue
+                }
+            }
         };
         // The turn is built before the first wait, so that a caller that stops waiting (a stream
         // that ends) still removes the principal's queue when it was the last to use it.
