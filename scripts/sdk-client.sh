@@ -1,17 +1,8 @@
 #!/usr/bin/env bash
 # The official MCP Python SDK (a 2026-07-28 client) against a running server:
-# tests/sdk/python_client.py, run from a virtual environment in target/python-sdk that holds
-# exactly tools/python-sdk.txt (pinned with hashes; made again when that file changes).
+# tests/sdk/python_client.py, run by scripts/python-sdk.sh.
 #
 #   scripts/sdk-client.sh http://127.0.0.1:3000
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/target/python-sdk"
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$root/tools/python-sdk.txt" "$venv/installed.txt"; then
-  echo "== installing the pinned MCP Python SDK (pip --require-hashes)"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --no-deps --require-hashes -r "$root/tools/python-sdk.txt"
-  cp "$root/tools/python-sdk.txt" "$venv/installed.txt"
-fi
-exec "$venv/bin/python" "$root/tests/sdk/python_client.py" "$@"
+exec "$root/scripts/python-sdk.sh" "$root/tests/sdk/python_client.py" "$@"

@@ -3,7 +3,8 @@
 //!
 //! Every request carries the `_meta` envelope and the standard headers (names that are not
 //! plain visible ASCII go through the `=?base64?…?=` sentinel), `Mcp-Param-*` headers mirror
-//! arguments whose schema carries `x-mcp-header`, and responses may be JSON or SSE. An
+//! arguments whose schema carries `x-mcp-header`, and responses may be JSON or SSE (a
+//! 2025-11-25 server's stream closed before its answer is resumed with `Last-Event-ID`). An
 //! `input_required` result is fulfilled through the handlers the caller registered
 //! (elicitation, sampling, roots) and retried with `requestState` echoed byte for byte, for a
 //! bounded number of rounds. Every failure is a typed [`ClientError`].
@@ -114,7 +115,8 @@ pub struct ClientOptions {
     pub modern: bool,
     /// Called with every notification a response stream carries (progress, log messages).
     pub on_notification: Option<NotificationFn>,
-    /// Largest response a call reads: a JSON body, or everything one SSE response carries.
+    /// Largest response a call reads: a JSON body, or everything one SSE response carries
+    /// (with the streams that resume it).
     pub max_response_bytes: usize,
     /// Largest single SSE event (on a call's response or a listen stream).
     pub max_event_bytes: usize,
@@ -502,6 +504,8 @@ impl Client {
         let mut read = 0usize;
         let mut answered = 0usize;
         let ends = tokio::time::Instant::now() + self.options.max_stream_duration;
+        // Events read, and how many resumptions in a row brought none (each waits twice as long).
+        let (mut events, mut events_when_resumed, mut idle_resumptions) = (0usize, 0usize, 0u32);
         loop {
             // Checked before each read, not left to the timeout: a server that keeps the socket
             // full always has a frame ready, which a timeout polls before its clock.
@@ -512,14 +516,34 @@ impl Client {
             let frame = tokio::time::timeout(self.options.timeout.min(left), body_stream.frame())
                 .await
                 .map_err(|_| ClientError::Transport("timed out".into()))?;
-            let Some(frame) = frame else { break };
-            let frame = frame.map_err(|_| ClientError::Transport("stream broken".into()))?;
+            let frame = match frame {
+                Some(Ok(frame)) => frame,
+                // Ended or cut before the answer. A 2025-11-25 server may close a stream on
+                // purpose once it has given it an event id (SSE polling), and then expects the
+                // client to ask for the rest; a connection cut on the way is resumed alike.
+                ended => {
+                    let Some(last_event_id) = self.resumable_from(&reader) else {
+                        if ended.is_some() {
+                            return Err(ClientError::Transport("stream broken".into()));
+                        }
+                        break;
+                    };
+                    idle_resumptions = if events == events_when_resumed { idle_resumptions + 1 } else { 0 };
+                    events_when_resumed = events;
+                    let wait = reconnect_wait(reader.retry(), idle_resumptions);
+                    let session = session.clone().or_else(|| self.session.lock().expect("session lock").clone());
+                    body_stream = self.resume(last_event_id, wait, session, ends).await?;
+                    reader.reconnected();
+                    continue;
+                }
+            };
             let Some(bytes) = frame.data_ref() else { continue };
             read += bytes.len();
             if read > limit {
                 return Err(too_large());
             }
             for data in reader.push(bytes).map_err(|e| ClientError::Transport(e.to_string()))? {
+                events += 1;
                 let Ok(message) = serde_json::from_str::<Value>(&data) else { continue };
                 match (message.get("method").and_then(Value::as_str), message.get("id")) {
                     (Some(_), None) => {
@@ -564,6 +588,55 @@ impl Client {
         Ok(Exchange { status, message: None, session })
     }
 
+    /// The event id a response stream that ended early can be resumed from: only a 2025-11-25
+    /// stream (2026-07-28 has no resumability) that named one, short enough and fit to be sent
+    /// back as a header. The id is the server's to choose, so anything else is not resumed.
+    fn resumable_from<'r>(&self, reader: &'r sse::EventReader) -> Option<&'r str> {
+        let id = reader.last_event_id();
+        let fit = !id.is_empty() && id.len() <= MAX_EVENT_ID_BYTES && HeaderValue::from_str(id).is_ok();
+        (matches!(self.negotiated, Negotiated::Legacy(_)) && fit).then_some(id)
+    }
+
+    /// Asks a 2025-11-25 server for the rest of a response stream it closed: after `wait`, a GET
+    /// carrying `Last-Event-ID`, `session` (the one the response named, else the one held) and
+    /// the caller's headers, if that can be before `ends`. Anything but a stream in answer ends
+    /// the call.
+    async fn resume(
+        &self,
+        last_event_id: &str,
+        wait: Duration,
+        session: Option<String>,
+        ends: tokio::time::Instant,
+    ) -> Result<ResponseBody, ClientError> {
+        let too_late = || {
+            ClientError::Transport(
+                "timed out: the server closed the stream and asked to be called back too late".into(),
+            )
+        };
+        if wait >= ends.saturating_duration_since(tokio::time::Instant::now()) {
+            return Err(too_late());
+        }
+        tokio::time::sleep(wait).await;
+        let mut headers = vec![("Accept".to_owned(), "text/event-stream".to_owned())];
+        if let Negotiated::Legacy(version) = self.negotiated {
+            headers.push(("MCP-Protocol-Version".into(), version.into()));
+        }
+        if let Some(session) = session {
+            headers.push(("Mcp-Session-Id".into(), session));
+        }
+        headers.push(("Last-Event-ID".into(), last_event_id.to_owned()));
+        headers.extend(self.options.headers.iter().cloned());
+        let left = ends.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(too_late());
+        }
+        let response = self.send_with(http::Method::GET, headers, Bytes::new(), self.options.timeout.min(left)).await?;
+        if response.status() != StatusCode::OK || !is_event_stream(response.headers()) {
+            return Err(ClientError::Http(response.status().as_u16(), "the server did not resume the stream".into()));
+        }
+        Ok(response.into_body())
+    }
+
     /// POSTs `body` with the headers `method` needs, to whichever target this client has.
     async fn send(
         &self,
@@ -573,8 +646,19 @@ impl Client {
     ) -> Result<http::Response<ResponseBody>, ClientError> {
         let headers = self.headers_for(method, params);
         let payload = Bytes::from(serde_json::to_vec(body).expect("json"));
+        self.send_with(http::Method::POST, headers, payload, self.options.timeout).await
+    }
+
+    /// One request to whichever target this client has; `timeout` bounds the wait for its head.
+    async fn send_with(
+        &self,
+        method: http::Method,
+        headers: Vec<(String, String)>,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<http::Response<ResponseBody>, ClientError> {
         let with_headers = |url: &str| {
-            let mut request = Request::post(url);
+            let mut request = Request::builder().method(method.clone()).uri(url);
             for (name, value) in &headers {
                 let value = HeaderValue::from_str(value)
                     .map_err(|_| ClientError::Protocol(format!("invalid {name} header value")))?;
@@ -587,15 +671,14 @@ impl Client {
                 let request = with_headers(url)?
                     .body(Full::new(payload))
                     .map_err(|_| ClientError::Protocol("invalid request".into()))?;
-                let response =
-                    crate::outbound::open(request, self.options.timeout).await.map_err(ClientError::Transport)?;
+                let response = crate::outbound::open(request, timeout).await.map_err(ClientError::Transport)?;
                 Ok(response.map(|body| body.map_err(|error| error.to_string()).boxed_unsync()))
             }
             Target::InProcess(app) => {
                 let request = with_headers("/api/mcp")?
                     .body(payload)
                     .map_err(|_| ClientError::Protocol("invalid request".into()))?;
-                let response = tokio::time::timeout(self.options.timeout, crate::transport::handle(app, request))
+                let response = tokio::time::timeout(timeout, crate::transport::handle(app, request))
                     .await
                     .map_err(|_| ClientError::Transport("timed out".into()))?;
                 Ok(response.map(|body| body.map_err(|never| match never {}).boxed_unsync()))
@@ -828,6 +911,28 @@ impl Client {
     }
 }
 
+/// How long a client waits before resuming a stream whose server named no `retry`.
+pub const RECONNECT_WAIT: Duration = Duration::from_secs(1);
+
+/// The shortest wait before resuming a stream, whatever `retry` says: a server asking for none
+/// would otherwise have the client call it back in a tight loop.
+pub const RECONNECT_FLOOR: Duration = Duration::from_millis(100);
+
+/// How far resumptions that bring no event back off (unless `retry` itself asks for longer).
+pub const RECONNECT_BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// The longest event id a stream is resumed from: it goes back to the server as a header.
+pub const MAX_EVENT_ID_BYTES: usize = 1024;
+
+/// The wait before resuming a stream: the server's `retry` (else [`RECONNECT_WAIT`], and never
+/// under [`RECONNECT_FLOOR`]), doubled for each resumption in a row that brought no event, up to
+/// [`RECONNECT_BACKOFF_CAP`]. A server that polls while a long tool runs may close empty streams
+/// for minutes; the call's `max_stream_duration` is what ends that.
+fn reconnect_wait(retry: Option<Duration>, idle_resumptions: u32) -> Duration {
+    let base = retry.unwrap_or(RECONNECT_WAIT).max(RECONNECT_FLOOR);
+    base.saturating_mul(1 << idle_resumptions.min(16)).min(base.max(RECONNECT_BACKOFF_CAP))
+}
+
 /// Whether a response is an SSE stream (media types are case-insensitive, RFC 9110 §8.3.1).
 fn is_event_stream(headers: &http::HeaderMap) -> bool {
     let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -857,4 +962,20 @@ fn refuse_headers_in_clear(url: &str, headers: &[(String, String)]) -> Result<()
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumption_waits_what_the_server_asked_and_backs_off_while_it_brings_nothing() {
+        let ms = Duration::from_millis;
+        assert_eq!(reconnect_wait(None, 0), RECONNECT_WAIT);
+        assert_eq!(reconnect_wait(Some(ms(250)), 0), ms(250));
+        assert_eq!(reconnect_wait(Some(ms(0)), 0), RECONNECT_FLOOR, "never a tight loop");
+        assert_eq!(reconnect_wait(Some(ms(250)), 2), ms(1000));
+        assert_eq!(reconnect_wait(Some(ms(250)), 40), RECONNECT_BACKOFF_CAP);
+        assert_eq!(reconnect_wait(Some(ms(90_000)), 3), ms(90_000), "a longer retry is the server's to ask");
+    }
 }

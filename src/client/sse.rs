@@ -6,6 +6,11 @@
 //! skipped; a blank line ends the event; one byte-order mark opening the stream is dropped. An
 //! event (its data, or a line still being read) larger than the bound is an error rather than a
 //! buffer that grows with whatever the server sends.
+//!
+//! The `id` and `retry` fields are kept for resuming a 2025-11-25 stream the server closed
+//! early: the last event id is the one of the last event that ended (an `id` holding NUL is
+//! ignored), and `retry` is taken only when it is all digits. Both carry over to the stream that
+//! resumes, as in browsers: an event there without an `id` keeps the last one.
 
 /// Why a stream could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +34,12 @@ pub struct EventReader {
     /// bytes are known not to be one, or it was dropped.
     bom: Option<usize>,
     max_event: usize,
+    /// The last `id` field read (WHATWG's last event ID buffer), which becomes the stream's
+    /// last event id when an event ends.
+    id_buffer: String,
+    last_event_id: String,
+    /// The reconnection time the server asked for, in milliseconds.
+    retry_ms: Option<u64>,
 }
 
 /// U+FEFF in UTF-8: dropped where it opens a stream (WHATWG), where it would otherwise become
@@ -38,7 +49,40 @@ const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
 impl EventReader {
     /// A reader refusing events larger than `max_event` bytes.
     pub fn new(max_event: usize) -> Self {
-        Self { line: Vec::new(), data: String::new(), has_data: false, after_cr: false, bom: Some(0), max_event }
+        Self {
+            line: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            after_cr: false,
+            bom: Some(0),
+            max_event,
+            id_buffer: String::new(),
+            last_event_id: String::new(),
+            retry_ms: None,
+        }
+    }
+
+    /// The id of the last event that ended: what a reconnection sends as `Last-Event-ID`. Empty
+    /// when the server gave none, or reset it.
+    pub fn last_event_id(&self) -> &str {
+        &self.last_event_id
+    }
+
+    /// How long the server asked a client to wait before reconnecting.
+    pub fn retry(&self) -> Option<std::time::Duration> {
+        self.retry_ms.map(std::time::Duration::from_millis)
+    }
+
+    /// Readies the reader for the stream that resumes this one: what was left of an unfinished
+    /// event is dropped (an event is whole or not at all), and the last event id and the retry
+    /// wait are kept.
+    pub fn reconnected(&mut self) {
+        self.line.clear();
+        self.data.clear();
+        self.has_data = false;
+        self.after_cr = false;
+        self.bom = Some(0);
+        self.id_buffer.clone_from(&self.last_event_id);
     }
 
     /// Feeds `bytes`; returns the data of every event they complete, in order.
@@ -75,6 +119,9 @@ impl EventReader {
     fn end_line(&mut self, events: &mut Vec<String>) -> Result<(), EventTooLarge> {
         let line = std::mem::take(&mut self.line);
         if line.is_empty() {
+            if self.last_event_id != self.id_buffer {
+                self.last_event_id.clone_from(&self.id_buffer);
+            }
             if self.has_data {
                 events.push(std::mem::take(&mut self.data));
                 self.has_data = false;
@@ -89,6 +136,14 @@ impl EventReader {
             }
             None => (&line[..], &[][..]),
         };
+        match field {
+            b"id" if !value.contains(&0) => self.id_buffer = String::from_utf8_lossy(value).into_owned(),
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                // Digits past what a u64 holds ask for longer than anyone waits.
+                self.retry_ms = Some(std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX));
+            }
+            _ => {}
+        }
         if field == b"data" {
             if self.has_data {
                 self.data.push('\n');
@@ -144,6 +199,27 @@ mod tests {
         assert_eq!(all(&[b"data: \xEF\xBB\xBFx\n\n"]), ["\u{feff}x"], "one inside the stream is data");
         assert_eq!(all(&[b"\xEF\xBBdata: x\n\n"]), Vec::<String>::new(), "part of a mark is not one");
         assert_eq!(all(&[b"\xEF", b"data: x\n\ndata: y\n\n"]), ["y"], "held bytes go back to the line");
+    }
+
+    #[test]
+    fn the_last_event_id_and_the_retry_wait_are_kept_for_a_reconnection() {
+        let mut reader = EventReader::new(1 << 20);
+        assert_eq!(reader.last_event_id(), "");
+        assert_eq!(reader.retry(), None);
+        // A priming event: an id and an empty data field, no message.
+        assert_eq!(reader.push(b"id: a1\nretry: 250\ndata:\n\n").unwrap(), [""]);
+        assert_eq!((reader.last_event_id(), reader.retry()), ("a1", Some(std::time::Duration::from_millis(250))));
+        assert_eq!(reader.push(b"id: a2\ndata: x\n\nid: a3\ndata: y").unwrap(), ["x"]);
+        assert_eq!(reader.last_event_id(), "a2", "the id of an event that has not ended is not yet the last");
+        reader.reconnected();
+        assert_eq!(reader.push(b"\n\ndata: z\n\n").unwrap(), ["z"], "what was left of a3 was dropped");
+        assert_eq!(reader.last_event_id(), "a2", "an event without an id keeps the last one");
+        assert_eq!(reader.push(b"id: a\0b\nretry: 1x\nretry:\ndata: w\n\n").unwrap(), ["w"]);
+        assert_eq!(reader.last_event_id(), "a2", "an id holding NUL is ignored");
+        assert_eq!(reader.retry(), Some(std::time::Duration::from_millis(250)), "a retry that is not all digits too");
+        assert_eq!(reader.push(b"retry: 99999999999999999999999\nid\n\n").unwrap(), Vec::<String>::new());
+        assert_eq!(reader.last_event_id(), "", "an empty id resets it");
+        assert_eq!(reader.retry(), Some(std::time::Duration::from_millis(u64::MAX)));
     }
 
     #[test]

@@ -1181,3 +1181,189 @@ async fn a_long_call_that_reports_progress_outlasts_the_timeout() {
     assert!(progress.iter().all(|m| m["method"] == "notifications/progress"), "{progress:?}");
     assert_eq!(progress[11]["params"]["progress"], 12.0);
 }
+
+/// A stand-in server whose `tools/call` stream ends after `first`, as a 2025-11-25 server polling
+/// over SSE closes it (or, with `cut`, as a connection cut on the way); `resumed` answers each GET from the `Last-Event-ID` it carries. With `modern`,
+/// it answers `server/discover` as a 2026-07-28 server. It keeps every GET it is sent, with when,
+/// and every message POSTed that is not a request (the client's answers).
+struct Polling {
+    gets: Mutex<Vec<(std::time::Instant, common::upstream::Seen)>>,
+    answers: Mutex<Vec<Value>>,
+    /// The GET that resumed `initialize`, whose stream the stand-in also closes early.
+    initialize_resumed: Mutex<Option<common::upstream::Seen>>,
+}
+
+async fn polling_server(
+    modern: bool,
+    first: &'static str,
+    cut: bool,
+    resumed: impl Fn(&str, &Value) -> (u16, Option<&'static str>, String) + Send + Sync + 'static,
+) -> (std::net::SocketAddr, Arc<Polling>) {
+    use bytes::Bytes;
+    let seen = Arc::new(Polling {
+        gets: Mutex::new(Vec::new()),
+        answers: Mutex::new(Vec::new()),
+        initialize_resumed: Mutex::new(None),
+    });
+    let (kept, resumed, call_id) = (seen.clone(), Arc::new(resumed), Arc::new(Mutex::new(Value::Null)));
+    let initialize_id = Arc::new(Mutex::new(Value::Null));
+    let server = common::upstream::serve_with_headers(move |request| {
+        let (kept, resumed, call_id) = (kept.clone(), resumed.clone(), call_id.clone());
+        let initialize_id = initialize_id.clone();
+        async move {
+            let typed = |content_type: Option<&'static str>| {
+                let mut headers = vec![("mcp-session-id", "session-7".to_owned())];
+                headers.extend(content_type.map(|t| ("content-type", t.to_owned())));
+                headers
+            };
+            if request.method == http::Method::GET && request.header("last-event-id").as_deref() == Some("i1") {
+                *kept.initialize_resumed.lock().unwrap() = Some(request);
+                let id = initialize_id.lock().unwrap().clone();
+                let result = json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-11-25",
+                    "capabilities": {"tools": {}}, "serverInfo": {"name": "polling", "version": "1"}}});
+                return (200, typed(Some("text/event-stream")), Bytes::from(format!("data: {result}\n\n")));
+            }
+            if request.method == http::Method::GET {
+                let last = request.header("last-event-id").unwrap_or_default();
+                kept.gets.lock().unwrap().push((std::time::Instant::now(), request));
+                let (status, content_type, body) = resumed(&last, &call_id.lock().unwrap());
+                return (status, typed(content_type), Bytes::from(body));
+            }
+            let message: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+            let json = |result: Value| {
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                (200, typed(Some("application/json")), Bytes::from(serde_json::to_vec(&reply).unwrap()))
+            };
+            match message["method"].as_str() {
+                Some("server/discover") if modern => json(json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {}}, "serverInfo": {"name": "polling", "version": "1"}})),
+                Some("server/discover") => (404, Vec::new(), Bytes::new()),
+                Some("initialize") => {
+                    *initialize_id.lock().unwrap() = message["id"].clone();
+                    (200, typed(Some("text/event-stream")), Bytes::from("id: i1\nretry: 0\ndata:\n\n"))
+                }
+                Some("tools/list") => {
+                    json(json!({"tools": [], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}))
+                }
+                Some("tools/call") => {
+                    *call_id.lock().unwrap() = message["id"].clone();
+                    let mut headers = typed(Some("text/event-stream"));
+                    if cut {
+                        headers.push((common::upstream::CUT_AFTER_BODY, String::new()));
+                    }
+                    (200, headers, Bytes::from(first))
+                }
+                Some(_) => (202, typed(None), Bytes::new()),
+                None => {
+                    kept.answers.lock().unwrap().push(message);
+                    (202, typed(None), Bytes::new())
+                }
+            }
+        }
+    })
+    .await;
+    (server, seen)
+}
+
+fn sse_answer(id: &Value, text: &str) -> String {
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}});
+    format!("data: {answer}\n\n")
+}
+
+/// A 2025-11-25 server may close a call's stream once it has given it an event id, and expects
+/// the client to ask for the rest: a GET with `Last-Event-ID`, the session and the caller's
+/// headers, sent after the server's `retry`. The rest may end early again, and carry the
+/// server's requests; a connection cut on the way is resumed alike, and so is `initialize`'s
+/// stream, with the session its response named.
+#[tokio::test]
+async fn a_legacy_stream_closed_before_its_answer_is_resumed_from_its_last_event() {
+    for cut in [false, true] {
+        let (server, seen) = polling_server(false, "id: e1\nretry: 150\ndata:\n\n", cut, |last, call| match last {
+            "e1" => {
+                let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": "t", "progress": 1}});
+                let ping = json!({"jsonrpc": "2.0", "id": "p1", "method": "ping"});
+                let unfinished = "id: e9\ndata: {\"unfinished\"";
+                (200, Some("text/event-stream"), format!("id: e2\ndata: {progress}\n\ndata: {ping}\n\n{unfinished}"))
+            }
+            "e2" => (200, Some("text/event-stream"), format!("id: e3\n{}", sse_answer(call, "done"))),
+            _ => (400, None, String::new()),
+        })
+        .await;
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        let sink = notes.clone();
+        let options = ClientOptions {
+            on_notification: Some(Arc::new(move |n: &Value| sink.lock().unwrap().push(n.clone()))),
+            ..ClientOptions::default().header("Authorization", "Bearer polling")
+        };
+        let client = Client::connect(&format!("http://{server}/mcp"), options).await.unwrap();
+        assert_eq!(client.negotiated(), Negotiated::Legacy("2025-11-25"));
+        let result = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap();
+        assert_eq!(result.joined_text(), "done", "cut {cut}");
+        assert_eq!(notes.lock().unwrap().len(), 1, "the progress the second stream carried");
+        assert_eq!(*seen.answers.lock().unwrap(), [json!({"jsonrpc": "2.0", "id": "p1", "result": {}})]);
+        let gets = seen.gets.lock().unwrap();
+        let resumed_from: Vec<_> = gets.iter().map(|(_, get)| get.header("last-event-id").unwrap()).collect();
+        assert_eq!(resumed_from, ["e1", "e2"], "an unfinished event's id is not the last one");
+        for (_, get) in gets.iter() {
+            assert_eq!(get.header("accept").as_deref(), Some("text/event-stream"));
+            assert_eq!(get.header("mcp-session-id").as_deref(), Some("session-7"));
+            assert_eq!(get.header("mcp-protocol-version").as_deref(), Some("2025-11-25"));
+            assert_eq!(get.header("authorization").as_deref(), Some("Bearer polling"));
+            assert!(get.body.is_empty() && get.path() == "/mcp");
+        }
+        assert!(gets[1].0 - gets[0].0 >= std::time::Duration::from_millis(150), "the server's retry is waited");
+        let initialize = seen.initialize_resumed.lock().unwrap().take().expect("initialize was resumed too");
+        assert_eq!(initialize.header("mcp-session-id").as_deref(), Some("session-7"), "the session it had just named");
+    }
+}
+
+/// What a resumption may not do: be refused (the call fails with the status), or have the
+/// client call back for ever (a stream that brings nothing is resumed ever more slowly, until
+/// the call's time is out; a `retry` past it ends the call at once). A stream without an event
+/// id, with one unfit to send back, or a 2026-07-28 stream, is never resumed: the call fails as
+/// a stream without an answer does.
+#[tokio::test]
+async fn a_stream_is_resumed_only_when_it_can_be_and_never_for_ever() {
+    let (server, seen) = polling_server(false, "id: e1\ndata:\n\n", false, |_, _| (405, None, String::new())).await;
+    let client = Client::connect(&format!("http://{server}/mcp"), ClientOptions::default()).await.unwrap();
+    let refused = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap_err();
+    assert!(matches!(refused, ClientError::Http(405, _)), "{refused:?}");
+    assert_eq!(seen.gets.lock().unwrap().len(), 1);
+
+    let (server, seen) = polling_server(false, "id: e1\nretry: 0\ndata:\n\n", false, |_, _| {
+        (200, Some("text/event-stream"), ": nothing\n\n".into())
+    })
+    .await;
+    let options = ClientOptions { max_stream_duration: std::time::Duration::from_secs(3), ..ClientOptions::default() };
+    let client = Client::connect(&format!("http://{server}/mcp"), options).await.unwrap();
+    let idle = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap_err();
+    assert!(matches!(&idle, ClientError::Transport(m) if m.contains("too late")), "{idle:?}");
+    {
+        let gets = seen.gets.lock().unwrap();
+        // Waits of 0.1, 0.2, 0.4 and 0.8 s fit in 3 s; the next, 1.6 s, would not.
+        assert!((1..=4).contains(&gets.len()), "{} resumptions", gets.len());
+        for (n, pair) in gets.windows(2).enumerate() {
+            assert!(pair[1].0 - pair[0].0 >= std::time::Duration::from_millis(200 << n), "resumption {n} backed off");
+        }
+    }
+
+    let (server, seen) =
+        polling_server(false, "id: e1\nretry: 600000\ndata:\n\n", false, |_, _| (500, None, String::new())).await;
+    let options = ClientOptions { max_stream_duration: std::time::Duration::from_secs(60), ..ClientOptions::default() };
+    let client = Client::connect(&format!("http://{server}/mcp"), options).await.unwrap();
+    let late = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap_err();
+    assert!(matches!(&late, ClientError::Transport(m) if m.contains("too late")), "{late:?}");
+    assert!(seen.gets.lock().unwrap().is_empty());
+
+    let long_id = format!("id: {}\ndata:\n\n", "x".repeat(vercel_mcp::client::MAX_EVENT_ID_BYTES + 1)).leak();
+    for (modern, first) in
+        [(false, "data:\n\n"), (false, "id: a\u{1}b\ndata:\n\n"), (false, &*long_id), (true, "id: e1\ndata:\n\n")]
+    {
+        let (server, seen) = polling_server(modern, first, false, |_, _| (500, None, String::new())).await;
+        let client = Client::connect(&format!("http://{server}/mcp"), ClientOptions::default()).await.unwrap();
+        let ended = common::bounded("the call", client.call_tool("long", json!({}))).await.unwrap_err();
+        assert!(matches!(&ended, ClientError::Http(200, m) if m == "no JSON-RPC response"), "{modern}: {ended:?}");
+        assert!(seen.gets.lock().unwrap().is_empty(), "modern {modern}, {first:.20}: no GET");
+    }
+}

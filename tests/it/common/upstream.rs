@@ -63,6 +63,10 @@ where
     .await
 }
 
+/// A response header [`serve_with_headers`] does not send: it sends the body and then cuts the
+/// connection, as a proxy dropping it midway does, instead of ending the response.
+pub const CUT_AFTER_BODY: &str = "x-stand-in-cut";
+
 /// [`serve`], with the response headers of the closure's choosing.
 pub async fn serve_with_headers<F, Fut>(respond: F) -> SocketAddr
 where
@@ -86,10 +90,27 @@ where
                         let seen = Seen { method: parts.method, target, headers: parts.headers, body };
                         let (status, headers, body) = respond(seen).await;
                         let mut response = http::Response::builder().status(status);
+                        let mut cut = false;
                         for (name, value) in headers {
+                            if name == CUT_AFTER_BODY {
+                                cut = true;
+                                continue;
+                            }
                             response = response.header(name, value);
                         }
-                        let response = response.body(Full::new(body)).unwrap();
+                        let body = if cut {
+                            use futures_util::StreamExt;
+                            // The cut comes a moment later, once what came before it is on its way.
+                            let cut = futures_util::stream::once(async {
+                                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                                Err("cut")
+                            });
+                            let frames = futures_util::stream::iter([Ok(hyper::body::Frame::data(body))]).chain(cut);
+                            BodyExt::boxed(http_body_util::StreamBody::new(frames))
+                        } else {
+                            Full::new(body).map_err(|never| match never {}).boxed()
+                        };
+                        let response = response.body(body).unwrap();
                         Ok::<_, std::convert::Infallible>(response)
                     }
                 });
