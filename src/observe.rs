@@ -337,6 +337,11 @@ impl std::fmt::Debug for Logger {
 }
 
 impl Logger {
+    /// The time by the logger's clock (the one its lines carry), in milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     /// Writes a line to the current request's sink if the edge set one, else to this logger's.
     fn emit(&self, line: String) {
         match REQUEST_SINK.try_with(Arc::clone) {

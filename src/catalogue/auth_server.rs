@@ -33,6 +33,9 @@ fn whoami(ctx: &RequestContext, audit: &Logger) -> Result<CallToolResult, ToolEr
     if !principal.has_scopes(&[WHOAMI_SCOPE]) {
         return Err(ToolError::Execution(format!("insufficient scope: whoami requires {WHOAMI_SCOPE}")));
     }
-    audit.event("info", "tool_audit", json!({ "clientId": principal.client_id(), "tool": "whoami" }));
+    // The reference's audit entry names the client (the application, not its user) as its token
+    // does; the one raw identity in any log line, so cut and escaped like other quoted text.
+    let client = principal.client_id().map(crate::protocol::error::truncate_for_message);
+    audit.event("info", "tool_audit", json!({ "clientId": client, "tool": "whoami" }));
     Ok(CallToolResult::text(json!({ "clientId": principal.client_id(), "scopes": principal.scopes() }).to_string()))
 }

@@ -294,10 +294,9 @@ pub fn json_for_terminal(value: &impl serde::Serialize) -> String {
     shown
 }
 
-/// A character a terminal may act on rather than show: a control character other than newline
-/// and tab, or a bidirectional override.
+/// A character a terminal may act on rather than show, newline and tab aside.
 fn unsafe_on_terminal(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c != '\n' && c != '\t' && crate::protocol::error::misleading_when_shown(c)
 }
 
 #[cfg(test)]

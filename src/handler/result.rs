@@ -77,7 +77,14 @@ impl<T: Serialize + JsonSchema> IntoToolResult for Json<T> {
         map.remove("title");
         map.remove("description");
         // The spec requires an object at the root; any other type is served without a schema.
-        (map.get("type") == Some(&Value::String("object".into()))).then_some(schema)
+        // A tagged enum's schema is a choice of objects, with no type of its own at the root.
+        let object = |schema: &Value| schema.get("type") == Some(&Value::String("object".into()));
+        let choices = ["oneOf", "anyOf"].iter().find_map(|k| map.get(*k)?.as_array());
+        let choice_of_objects = choices.is_some_and(|branches| !branches.is_empty() && branches.iter().all(object));
+        if choice_of_objects && !map.contains_key("type") {
+            map.insert("type".into(), Value::String("object".into()));
+        }
+        object(&schema).then_some(schema)
     }
 }
 
@@ -149,5 +156,30 @@ mod tests {
         assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
         assert_eq!(<Json<Vec<u32>>>::output_schema(), None, "an array is not an object");
         assert_eq!(String::output_schema(), None);
+        // What is not an object is sent as text alone: `structuredContent` is an object or absent.
+        for (value, text) in [
+            (complete(Json(vec![1, 2]).into_tool_result()), "[1,2]"),
+            (complete(Json(None::<Weather>).into_tool_result()), "null"),
+        ] {
+            assert_eq!((value.joined_text().as_str(), value.structured_content), (text, None));
+        }
+    }
+
+    /// A tagged enum always serialises to an object: its schema, a choice of objects, is one.
+    #[test]
+    fn a_tagged_enum_advertises_its_schema() {
+        #[derive(Serialize, JsonSchema)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        enum Found {
+            City { name: String },
+            Nothing {},
+        }
+        let schema = Json::<Found>::output_schema().expect("an object schema");
+        assert_eq!(schema["type"], "object");
+        for output in [Found::City { name: "Oslo".into() }, Found::Nothing {}] {
+            let structured = complete(Json(output).into_tool_result()).structured_content.expect("an object");
+            assert_eq!(crate::server::schema::validate(&schema, &structured), Ok(()));
+        }
+        assert!(crate::server::schema::validate(&schema, &json!({"kind": "planet"})).is_err());
     }
 }

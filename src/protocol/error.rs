@@ -135,9 +135,10 @@ impl std::fmt::Display for McpError {
 
 impl std::error::Error for McpError {}
 
-/// Caps attacker-chosen text quoted back in an error message, and writes its control
-/// characters as escapes (`\n`, `\u{1b}`): a message reaches a model or a terminal, where a raw
-/// newline or escape sequence could pass for something the server wrote.
+/// Caps attacker-chosen text quoted back in an error message or a log line, and writes the
+/// characters [`misleading_when_shown`] names as escapes (`\n`, `\u{1b}`, `\u{2028}`): a message
+/// reaches a model or a terminal, and a line a log reader, where a raw newline, line separator,
+/// escape sequence or direction override could pass for something the server wrote.
 pub fn truncate_for_message(s: &str) -> Cow<'_, str> {
     const MAX: usize = 128;
     let mut end = s.len().min(MAX);
@@ -145,11 +146,19 @@ pub fn truncate_for_message(s: &str) -> Cow<'_, str> {
         end -= 1;
     }
     let (kept, cut) = (&s[..end], end < s.len());
-    let mut quoted = escape_where(kept, char::is_control);
+    let mut quoted = escape_where(kept, misleading_when_shown);
     if cut {
         quoted.to_mut().push('…');
     }
     quoted
+}
+
+/// A character that does something other than show itself: a control character, a line or
+/// paragraph separator (which JavaScript and Python's `splitlines` take for a line end), or a
+/// mark or override of text direction (which reorders what a terminal shows).
+pub fn misleading_when_shown(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `text` with each character `escaped` says written as its Rust escape (`\u{1b}`, `\n`),
@@ -177,6 +186,7 @@ mod tests {
     fn quoted_text_is_capped_and_its_control_characters_escaped() {
         assert!(matches!(truncate_for_message("plain"), std::borrow::Cow::Borrowed("plain")));
         assert_eq!(truncate_for_message("a\nb\u{1b}c\u{85}"), "a\\nb\\u{1b}c\\u{85}");
+        assert_eq!(truncate_for_message("a\u{2028}b\u{202e}c\u{2066}d"), "a\\u{2028}b\\u{202e}c\\u{2066}d");
         let long = "é".repeat(100);
         let capped = truncate_for_message(&long);
         assert_eq!(capped, format!("{}…", "é".repeat(64)), "cut at a character boundary, marked");

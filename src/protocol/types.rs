@@ -233,11 +233,14 @@ impl CallToolResult {
     }
 
     /// Structured output, mirrored as a text block holding its JSON (as the spec recommends).
+    /// Only an object may be `structuredContent`: any other value (a list, a number, `null`) goes
+    /// out as its JSON text alone.
     pub fn structured(value: Value) -> Self {
         // `serde_json::to_string`, not `Display`: the same bytes, without the formatting
         // machinery's per-piece cost.
         let text = serde_json::to_string(&value).expect("values serialise");
-        Self { content: vec![Content::text(text)], structured_content: Some(value), is_error: false }
+        let structured_content = value.is_object().then_some(value);
+        Self { content: vec![Content::text(text)], structured_content, is_error: false }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::protocol::params::{
 };
 use crate::protocol::types::{CallToolResult, ResourceContents};
 use crate::protocol::{Era, ErrorCode, McpError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
+use crate::security::Principal;
 use crate::tasks::{self, NewTask, TaskSupport};
 
 /// The outcome of executing a request. New kinds of reply may be added.
@@ -120,7 +121,7 @@ impl McpServer {
                 self.get_prompt(ctx, params).await
             }
             "completion/complete" if !self.completions.is_empty() => {
-                complete(self.complete(CompleteParams::parse(params)?)?)
+                complete(self.complete(&ctx.principal, CompleteParams::parse(params)?)?)
             }
             "tasks/get" | "tasks/update" | "tasks/cancel" if ctx.era == Era::Modern && self.tasks.is_some() => {
                 // Boxed, as the task path of tools/call is: its store futures are large.
@@ -271,7 +272,10 @@ impl McpServer {
             }
             let span = ctx.span.execute_tool_span(name);
             let started = std::time::Instant::now();
-            let handled = crate::handler::catch_unwind(span.in_context((tool.handler)(ctx, arguments.as_ref()))).await;
+            // The handler is called inside the contained future: reading its arguments and a
+            // closure's code before its first await can panic too.
+            let handler = async { (tool.handler)(ctx, arguments.as_ref()).await };
+            let handled = crate::handler::catch_unwind(span.in_context(handler)).await;
             let said = match &handled {
                 Ok(outcome) => crate::handler::mark_tool_span(&span, outcome),
                 Err(_) => {
@@ -315,7 +319,17 @@ impl McpServer {
         if !tool.input_before_task {
             return Ok(Reply::Complete(tasks.start(task, task_handler(tool), span).await?));
         }
-        let outcome = span.in_context((tool.handler)(ctx, &Value::Object(task.arguments.clone()))).await;
+        let arguments = Value::Object(task.arguments.clone());
+        let handler = async { (tool.handler)(ctx, &arguments).await };
+        let outcome = match crate::handler::catch_unwind(span.in_context(handler)).await {
+            Ok(outcome) => outcome,
+            // Its span says so; the panic goes on to the request's containment.
+            Err(panic) => {
+                span.fail("panic");
+                span.end();
+                std::panic::resume_unwind(panic)
+            }
+        };
         crate::handler::mark_tool_span(&span, &outcome);
         span.end();
         let result = match outcome {
@@ -475,15 +489,19 @@ impl McpServer {
         }
     }
 
-    fn complete(&self, params: CompleteParams<'_>) -> Result<Value, McpError> {
+    fn complete(&self, principal: &Principal, params: CompleteParams<'_>) -> Result<Value, McpError> {
         let CompleteParams { reference, argument, value, context } = params;
         let reference = match reference {
             CompletionReference::Prompt(name) => CompletionRef::Prompt(name.to_owned()),
             CompletionReference::ResourceTemplate(uri) => CompletionRef::ResourceTemplate(uri.to_owned()),
         };
+        // A template the caller may not read is as unknown to it as one never registered: its
+        // completions (the names of what it holds, say) are part of what its scopes guard.
         let known = match &reference {
             CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
-            CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
+            CompletionRef::ResourceTemplate(uri) => {
+                self.templates.iter().any(|t| t.template.uri_template == *uri && self.may_read(principal, &t.scopes))
+            }
         };
         if !known {
             return Err(McpError::invalid_params("completion/complete: unknown reference"));
@@ -1116,6 +1134,104 @@ mod tests {
             let Ok(Reply::Complete(result)) = server.execute(ctx, "resources/read", &params).await else { panic!() };
             assert_eq!(result["cacheScope"], "private");
         }
+    }
+
+    /// What a registry could never serve is refused when it is built, not found by a caller:
+    /// a second template or completion at the same place, a completion for nothing registered,
+    /// and a tool requiring the tasks extension on a server without it.
+    #[test]
+    fn registrations_that_could_never_be_served_are_refused_at_start_up() {
+        use crate::protocol::types::{Completion, GetPromptResult, Prompt};
+        use crate::server::{CompletionRef, NoArguments, ToolDef};
+        use crate::tasks::TaskSupport;
+        fn refusal(build: impl FnOnce(&mut McpServer)) -> String {
+            let mut server = McpServer::new("t", "1");
+            let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                build(&mut server);
+                server.check_registrations();
+            }))
+            .expect_err("refused");
+            panic.downcast_ref::<String>().cloned().unwrap_or_default()
+        }
+        fn template(server: &mut McpServer) {
+            server.resource_template(ResourceTemplate::new("a://t/{x}", "t"), |_, uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+            });
+        }
+        fn none(_: &crate::server::CompletionRequest) -> Completion {
+            Completion::default()
+        }
+        assert!(
+            refusal(|s| {
+                template(s);
+                template(s)
+            })
+            .contains("\"a://t/{x}\" is registered twice")
+        );
+        assert!(
+            refusal(|s| {
+                template(s);
+                s.completion(CompletionRef::ResourceTemplate("a://t/{x}".into()), none);
+                s.completion(CompletionRef::ResourceTemplate("a://t/{x}".into()), none);
+            })
+            .contains("is registered twice")
+        );
+        assert!(refusal(|s| s.completion(CompletionRef::Prompt("typo".into()), none)).contains("not registered"));
+        let required = refusal(|s| {
+            s.tool(ToolDef::new("long").task_support(TaskSupport::Required), |_, _: NoArguments| async { "" });
+        });
+        assert!(required.contains("\"long\" requires the tasks extension"), "{required}");
+        // Registered in either order, a completion finds what it completes.
+        let mut server = McpServer::new("t", "1");
+        server.completion(CompletionRef::Prompt("p".into()), none);
+        server.prompt(Prompt::new("p"), |_, _: NoArguments| async {
+            Ok::<_, McpError>(GetPromptResult { description: None, messages: vec![] })
+        });
+        template(&mut server);
+        server.completion(CompletionRef::ResourceTemplate("a://t/{x}".into()), none);
+        server.check_registrations();
+    }
+
+    /// A template's completions are guarded by its scopes as its reads are: a caller without
+    /// them is told the reference is unknown, exactly as for one never registered.
+    #[tokio::test]
+    async fn a_scoped_template_completes_only_for_who_may_read_it() {
+        let mut server = McpServer::new("t", "1");
+        server
+            .resource_template(ResourceTemplate::new("a://t/{x}", "t"), |_, uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, "text/plain", "x")])
+            })
+            .scopes(&["secret:read"]);
+        server.completion(super::super::CompletionRef::ResourceTemplate("a://t/{x}".into()), |_| {
+            crate::protocol::types::Completion { values: vec!["payroll-2026".into()], ..Default::default() }
+        });
+        server.scopes_enforced = true;
+        let bus: std::sync::Arc<dyn crate::state::ChangeBus> = std::sync::Arc::new(crate::state::LocalBus::default());
+        let complete = |principal: Principal, template: &str| {
+            let ctx = RequestContext::new(
+                crate::protocol::RequestId::from_value(json!(1)).unwrap(),
+                Era::Modern,
+                principal,
+                bus.clone(),
+            );
+            let params: RequestParams = json!({"ref": {"type": "ref/resource", "uri": template},
+                "argument": {"name": "x", "value": "p"}})
+            .as_object()
+            .unwrap()
+            .clone()
+            .into();
+            let server = &server;
+            async move { server.execute(ctx, "completion/complete", &params).await }
+        };
+        let reader = Principal::verified(Some("ada"), None, vec!["secret:read".into()]);
+        let Ok(Reply::Complete(result)) = complete(reader, "a://t/{x}").await else { panic!("the reader completes") };
+        assert_eq!(result["completion"]["values"], json!(["payroll-2026"]));
+        let stranger = Principal::verified(Some("eve"), None, vec!["other".into()]);
+        let Err(refused) = complete(stranger, "a://t/{x}").await else { panic!("a stranger gets nothing") };
+        let Err(unknown) = complete(Principal::verified(Some("ada"), None, Vec::new()), "a://none/{x}").await else {
+            panic!()
+        };
+        assert_eq!((refused.code, &refused.message), (unknown.code, &unknown.message), "no oracle");
     }
 
     /// A typed handler reads its parameters from the request's own arguments; a member the

@@ -378,7 +378,7 @@ impl McpServer {
     /// Registers a tool with a hand-written `inputSchema` (set on `def`); the handler receives
     /// the validated argument object. Keywords the validator does not know are advertised but
     /// not enforced, so the handler must check what they express.
-    pub fn tool_raw<F, Fut>(&mut self, def: ToolDef, handler: F) -> &mut Self
+    pub fn tool_raw<F, Fut>(&mut self, mut def: ToolDef, handler: F) -> &mut Self
     where
         F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
         Fut: Future + Send + 'static,
@@ -388,6 +388,9 @@ impl McpServer {
             let running = handler(ctx, arguments.as_object().cloned().unwrap_or_default());
             Box::pin(async move { running.await.into_tool_result() })
         });
+        if def.output_schema.is_none() {
+            def.output_schema = <Fut::Output as IntoToolResult>::output_schema();
+        }
         self.insert_tool(def, erased);
         self
     }
@@ -465,6 +468,11 @@ impl McpServer {
     {
         let matcher = UriTemplate::parse(&template.uri_template)
             .unwrap_or_else(|e| panic!("resource template {}: {e}", template.uri_template));
+        assert!(
+            !self.templates.iter().any(|t| t.template.uri_template == template.uri_template),
+            "resource template {:?} is registered twice",
+            template.uri_template
+        );
         self.templates.push(TemplateEntry {
             template,
             matcher,
@@ -513,12 +521,37 @@ impl McpServer {
         self
     }
 
-    /// Registers completion of the arguments of a prompt or resource template.
+    /// Registers completion of the arguments of a prompt or resource template (registered
+    /// before or after; [`McpServer::check_registrations`] finds a reference to neither).
     pub fn completion<F>(&mut self, reference: CompletionRef, handler: F)
     where
         F: Fn(&CompletionRequest) -> Completion + Send + Sync + 'static,
     {
-        self.completions.insert(reference, Arc::new(handler));
+        let described = format!("{reference:?}");
+        let replaced = self.completions.insert(reference, Arc::new(handler));
+        assert!(replaced.is_none(), "completion for {described} is registered twice");
+    }
+
+    /// Refuses, at start-up, a registry that could never serve what it lists: a tool that
+    /// requires the tasks extension on a server without it (listed, and then refused on every
+    /// call), or a completion for a prompt or template that is not registered (a typo, never
+    /// reached). Called when an application is built from the server.
+    pub fn check_registrations(&self) {
+        if self.tasks.is_none()
+            && let Some(tool) = self.tools.iter().find(|t| t.task_support == crate::tasks::TaskSupport::Required)
+        {
+            panic!(
+                "tool {:?} requires the tasks extension, which this server does not enable (McpServer::enable_tasks)",
+                tool.name
+            );
+        }
+        for reference in self.completions.keys() {
+            let known = match reference {
+                CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
+                CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
+            };
+            assert!(known, "completion for {reference:?}, which is not registered");
+        }
     }
 
     /// The capabilities advertised by `server/discover` and `initialize`.

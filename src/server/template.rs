@@ -1,8 +1,9 @@
 //! Matching URIs against RFC 6570 level-1 templates (`test://template/{id}/data`).
 //!
 //! Only simple `{name}` expressions are supported; a variable matches one or more characters
-//! up to the next literal and never spans a `/`, which keeps `..` and nested paths out of a
-//! single variable.
+//! up to the next literal. A value is handed over as the URI writes it (percent-encoded), and
+//! is refused when it could step out of its place in a path: one holding `/` or `\\`, written
+//! out or percent-encoded, a NUL, or one that decodes to `.` or `..`.
 
 use std::collections::HashMap;
 
@@ -60,7 +61,7 @@ impl UriTemplate {
                         _ => rest.len(),
                     };
                     let value = &rest[..end];
-                    if value.is_empty() || value.contains('/') {
+                    if value.is_empty() || !stays_in_place(value) {
                         return None;
                     }
                     vars.insert(name.clone(), value.to_owned());
@@ -70,6 +71,28 @@ impl UriTemplate {
         }
         rest.is_empty().then_some(vars)
     }
+}
+
+/// Whether a variable's value, decoded, names one path segment: no separator, no NUL, not a
+/// dot-segment. A handler that decodes it and joins it to a path stays where it meant to be.
+fn stays_in_place(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(high), Some(low)) => {
+                decoded.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    !decoded.iter().any(|b| matches!(b, b'/' | b'\\' | 0)) && decoded != b"." && decoded != b".."
 }
 
 #[cfg(test)]
@@ -87,6 +110,11 @@ mod tests {
         let tail = UriTemplate::parse("file:///notes/{name}").unwrap();
         assert_eq!(tail.matches("file:///notes/todo").unwrap()["name"], "todo");
         assert!(tail.matches("file:///notes/../etc").is_none());
+        assert_eq!(tail.matches("file:///notes/a%20b.md").unwrap()["name"], "a%20b.md", "as the URI writes it");
+        assert_eq!(tail.matches("file:///notes/...").unwrap()["name"], "...", "three dots are a name");
+        for stepping_out in ["..", ".", "%2e%2E", ".%2e", "a%2Fb", "a%2fb", "a\\b", "a%5cb", "a%00b", "%2e%2e%2F.."] {
+            assert!(tail.matches(&format!("file:///notes/{stepping_out}")).is_none(), "{stepping_out}");
+        }
     }
 
     #[test]

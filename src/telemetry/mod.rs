@@ -113,6 +113,14 @@ pub enum SamplerChoice {
     ParentBasedRatio(f64),
 }
 
+/// An OTLP endpoint as the exporter sends to it: an http(s) URL with a host, written the way a
+/// URL parser writes it (a space in its path percent-encoded, an international host in
+/// punycode), so that every export can be addressed; `None` when it is not such a URL.
+fn otlp_url(raw: &str) -> Option<String> {
+    let url = url::Url::parse(raw).ok().filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())?;
+    url.as_str().parse::<http::Uri>().is_ok().then(|| url.into())
+}
+
 /// Reads the `OTEL_*` variables through `var`: `Ok(None)` when tracing is off.
 pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<TelemetrySettings>, Vec<String>> {
     let mut problems = Vec::new();
@@ -124,9 +132,10 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         (None, Some(base)) => format!("{}/v1/traces", base.trim().trim_end_matches('/')),
         (None, None) => return Ok(None),
     };
-    if !url::Url::parse(&endpoint).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+    let endpoint = otlp_url(&endpoint).unwrap_or_else(|| {
         problems.push("OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL".to_owned());
-    }
+        endpoint
+    });
     let mut headers = Vec::new();
     for pair in var("OTEL_EXPORTER_OTLP_HEADERS").unwrap_or_default().split(',').filter(|p| !p.trim().is_empty()) {
         let decoded = pair
@@ -188,11 +197,11 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
         (None, Some(base)) => Some(format!("{}/v1/metrics", base.trim().trim_end_matches('/'))),
         (None, None) => None,
     };
-    if metrics_endpoint.as_deref().is_some_and(|e| {
-        !url::Url::parse(e).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-    }) {
-        return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]);
-    }
+    let metrics_endpoint = match metrics_endpoint.map(|e| otlp_url(&e)) {
+        Some(None) => return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]),
+        Some(Some(url)) => Some(url),
+        None => None,
+    };
     // The headers are usually the backend's credential: never in clear beyond this machine.
     let in_clear = [Some(&endpoint), metrics_endpoint.as_ref()]
         .into_iter()
@@ -316,13 +325,26 @@ impl Inner {
         for (name, value) in &self.headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        if let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(body))) {
-            match crate::outbound::send(request, Duration::from_secs(10)).await {
-                Ok(response) if response.status.is_success() => {}
-                Ok(response) => self.failures.count(Some(response.status)),
-                Err(_) => self.failures.count(None),
-            }
+        // The endpoint was checked at start-up; a request that still cannot be built is a
+        // failed export like any other, never a batch dropped unsaid.
+        let Ok(request) = request.body(http_body_util::Full::new(bytes::Bytes::from(body))) else {
+            return self.failures.count(None);
+        };
+        match crate::outbound::send(request, Duration::from_secs(10)).await {
+            Ok(response) if response.status.is_success() => {}
+            Ok(response) => self.failures.count(Some(response.status)),
+            Err(_) => self.failures.count(None),
         }
+    }
+}
+
+/// The flush [`Telemetry::flush_soon`] promised, until its wait is over: dropped then, or with
+/// the flush's future if its caller gives up on it before, so that later flushes are asked for.
+struct PendingFlush(Arc<Inner>);
+
+impl Drop for PendingFlush {
+    fn drop(&mut self) {
+        self.0.flush_pending.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -560,17 +582,16 @@ impl Telemetry {
         if inner.flush_pending.swap(true, Ordering::AcqRel) {
             return None;
         }
-        let telemetry = self.clone();
+        let pending = PendingFlush(inner.clone());
         Some(async move {
-            if let Some(inner) = &telemetry.0 {
-                // A second, or less if a full batch is waiting.
-                let _ = tokio::time::timeout(FLUSH_EVERY, inner.queue.batch_ready.notified()).await;
-                inner.flush_pending.store(false, Ordering::Release);
-                // Waiting here instead would keep one flush (and its invocation) per second
-                // waiting behind a collector that does not answer.
-                let Ok(_exporting) = inner.exporting.try_lock() else { return };
-                inner.export().await;
-            }
+            let inner = pending.0.clone();
+            // A second, or less if a full batch is waiting.
+            let _ = tokio::time::timeout(FLUSH_EVERY, inner.queue.batch_ready.notified()).await;
+            drop(pending);
+            // Waiting here instead would keep one flush (and its invocation) per second
+            // waiting behind a collector that does not answer.
+            let Ok(_exporting) = inner.exporting.try_lock() else { return };
+            inner.export().await;
         })
     }
 
@@ -948,6 +969,17 @@ mod tests {
         }
     }
 
+    /// A flush whose caller dropped it before it ran does not keep every later one from being
+    /// asked for (the flag that coalesces them goes with it).
+    #[test]
+    fn a_flush_given_up_does_not_stop_the_next() {
+        let telemetry = Telemetry::new(&settings(&[]));
+        let first = telemetry.flush_soon().expect("the first flush");
+        assert!(telemetry.flush_soon().is_none(), "one is waiting");
+        drop(first);
+        assert!(telemetry.flush_soon().is_some(), "the next may be asked for");
+    }
+
     /// Every full batch wakes a flush, not only the first: a flush that found an export in flight
     /// leaves its batch queued, and the spans that follow must not wait for the next tick.
     #[test]
@@ -1005,6 +1037,20 @@ mod tests {
             read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otlp.example.com")]).is_ok(),
             "no headers, no credential"
         );
+    }
+
+    /// An endpoint is kept as a URL parser writes it, so every export can be addressed: a space
+    /// in the path, or an international host, would otherwise drop each batch unsaid.
+    #[test]
+    fn endpoints_are_kept_as_addressable_urls() {
+        let read = |traces: &'static str| settings(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)]).traces_endpoint;
+        assert_eq!(read("http://127.0.0.1:4318/a b"), "http://127.0.0.1:4318/a%20b");
+        assert_eq!(read("https://bücher.example/v1/traces"), "https://xn--bcher-kva.example/v1/traces");
+        for endpoint in [&read("http://127.0.0.1:4318/a b"), &settings(&[]).metrics_endpoint.unwrap()] {
+            assert!(endpoint.parse::<http::Uri>().is_ok(), "{endpoint}");
+        }
+        let vars = |name: &str| (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "file:///tmp/x".to_owned());
+        assert!(settings_from(&vars).is_err(), "not http(s)");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct App {
     /// Used `requestState` nonces (single use); `None` when `MCP_REQUEST_STATE_SINGLE_USE=off`.
     pub(crate) request_state_nonces: Option<Arc<dyn crate::state::NonceStore>>,
     pub(crate) telemetry: crate::telemetry::Telemetry,
+    /// `trace.mismatch` lines, which any caller can cause, let through once a minute.
+    pub(crate) trace_mismatches: crate::observe::Throttle,
 }
 
 /// What one endpoint is served with, apart from its registry: chosen by the composition root.
@@ -89,6 +91,7 @@ impl App {
     /// Serves `server` as `endpoint` describes. Tools that declare scopes are enforced whenever
     /// authentication is on, and the endpoint's metadata advertises them.
     pub fn new(mut server: McpServer, endpoint: Endpoint) -> Self {
+        server.check_registrations();
         server.scopes_enforced = endpoint.auth.enforces_scopes();
         crate::observe::install_panic_hook();
         Self {
@@ -107,6 +110,7 @@ impl App {
             platform: endpoint.platform,
             request_state_nonces: endpoint.request_state_nonces,
             telemetry: endpoint.telemetry,
+            trace_mismatches: Default::default(),
         }
     }
 
@@ -504,12 +508,18 @@ fn describe(app: &App, record: &mut RequestRecord, method: &str, params: &Reques
         Some(trace) if record.trace_id.is_empty() => record.trace_id = trace.to_owned(),
         // Both came and disagree: the header is trusted (the span's parent and the line's trace
         // are the header's), and an operator is told, since a client or a proxy is confused.
-        Some(trace) if trace != record.trace_id => {
+        // Any caller can cause one with every request: one line a minute at most.
+        Some(trace)
+            if trace != record.trace_id && app.trace_mismatches.due(app.logger.now_ms(), TRACE_MISMATCH_EVERY_MS) =>
+        {
             app.logger.event("warn", "trace.mismatch", serde_json::json!({ "requestId": &*record.request_id }));
         }
         _ => {}
     }
 }
+
+/// At most one `trace.mismatch` line this often.
+pub const TRACE_MISMATCH_EVERY_MS: u64 = 60_000;
 
 /// How a request is followed: its id (in the log and the `x-mcp-request-id` header) and its span.
 pub(crate) struct Observed {

@@ -162,6 +162,14 @@ async fn one_line_per_request_with_hashed_identity_and_trace() {
         assert_eq!((told.len(), id), (usize::from(id == 4), id), "{told:?}");
     }
     assert_eq!(mismatches()[0]["level"], "warn");
+    // Any caller can send both: the line is written once a minute at most.
+    for id in 6..16 {
+        let params = json!({"name": "echo", "arguments": {"message": "x"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}});
+        env.server.modern(json!(id), "tools/call", params).header("traceparent", header).send().await;
+    }
+    assert_eq!(mismatches().len(), 1, "{:?}", mismatches());
 }
 
 /// `MCP_REQUEST_LOG=failures`: a request that succeeded leaves no line; every kind of failure the
@@ -383,6 +391,13 @@ async fn outcomes_are_classified() {
     let reply = env.server.modern(json!(9), "nope/nothing", json!({})).send().await;
     let lines = env.logs.lines();
     assert_eq!(request_line(&lines, reply.header("x-mcp-request-id").unwrap())["method"], "nope/nothing");
+    // ...with what would pass for a line end, or turn the line around on a terminal, escaped.
+    let reply = legacy(&env, "tools/call", json!({"name": "a\u{2028}b\u{202e}c\nd", "arguments": {}})).send().await;
+    let lines = env.logs.lines();
+    let line = request_line(&lines, reply.header("x-mcp-request-id").unwrap());
+    assert_eq!(line["name"], "a\\u{2028}b\\u{202e}c\\nd");
+    let raw = env.logs.raw().join("\n");
+    assert!(!raw.contains(['\u{2028}', '\u{202e}']), "no raw separator or override in any line");
 }
 
 #[tokio::test]

@@ -160,6 +160,12 @@ fn server() -> McpServer {
         }
         "unreachable"
     });
+    server.tool(ToolDef::new("early_boom").description("Panics before its first await."), |_, _: NoArguments| {
+        if std::hint::black_box(true) {
+            panic!("a bug in the tool, before its future");
+        }
+        async { "unreachable" }
+    });
     server.tool(ToolDef::new("confirm").description("Asks first."), |ctx, _: NoArguments| async move {
         if ctx.input_response("ok").is_some() {
             return Outcome::Complete(CallToolResult::text("confirmed"));
@@ -229,6 +235,8 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     );
     assert!(client.call_tool("fail", json!({})).await.unwrap().is_error);
     assert!(matches!(client.call_tool("boom", json!({})).await, Err(ClientError::Rpc { code: -32603, .. })));
+    let early = client.call_tool("early_boom", json!({})).await;
+    assert!(matches!(early, Err(ClientError::Rpc { code: -32603, .. })), "{early:?}");
     assert_eq!(client.call_tool("confirm", json!({})).await.unwrap().joined_text(), "confirmed");
     assert!(matches!(client.call_tool("nope", json!({})).await, Err(ClientError::Rpc { code: -32602, .. })));
     assert!(client.request("nope/nothing", serde_json::Map::new()).await.is_err());
@@ -269,9 +277,11 @@ async fn requests_and_tool_calls_become_a_span_tree_without_arguments_or_tokens(
     assert_eq!(attributes(named("execute_tool fail")[0])["error.type"], "tool_error");
     // A tool that panics: its span says so (it did not just end unmarked), and the request is
     // answered with the contained panic's -32603.
-    let boom = named("execute_tool boom");
-    assert_eq!(attributes(boom[0])["error.type"], "panic");
-    assert_eq!(boom[0].status.as_ref().map(|s| s.code), Some(2), "status ERROR");
+    for name in ["execute_tool boom", "execute_tool early_boom"] {
+        let boom = named(name);
+        assert_eq!(attributes(boom[0])["error.type"], "panic", "{name}");
+        assert_eq!(boom[0].status.as_ref().map(|s| s.code), Some(2), "status ERROR");
+    }
 
     // The MRTR round trip: two requests, the first one asking.
     let rounds = named("tools/call confirm");
