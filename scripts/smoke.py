@@ -226,7 +226,7 @@ def check_listen(endpoint: Endpoint, _: argparse.Namespace) -> str:
         connection.close()
 
 
-def check_metadata(endpoint: Endpoint, _: argparse.Namespace) -> str:
+def check_metadata(endpoint: Endpoint, args: argparse.Namespace) -> str:
     resource = None
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource" + endpoint.url.path):
         reply = endpoint.request("GET", path, auth=False)
@@ -235,6 +235,9 @@ def check_metadata(endpoint: Endpoint, _: argparse.Namespace) -> str:
         resource = document.get("resource")
         expect(isinstance(resource, str) and resource.endswith(endpoint.url.path),
                f"{path}: resource {resource!r} does not name {endpoint.url.path}")
+        # Where the configured resource is known, nothing the request carried may change it.
+        expect(args.resource is None or resource == args.resource,
+               f"{path}: resource {resource!r}, not the configured {args.resource!r}")
     return f"resource {resource}"
 
 
@@ -370,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-conformance", action="store_true", help="skip the conformance scenarios")
     parser.add_argument("--job-timeout", type=float, default=90.0, help="seconds a 3-step job may take")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    parser.add_argument("--resource", help="the resource the metadata must name exactly (MCP_RESOURCE_URL)")
     args = parser.parse_args(argv)
 
     headers = {}

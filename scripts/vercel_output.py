@@ -343,7 +343,8 @@ def run_smoke(results: Results) -> None:
         now = int(time.time())
         token = hs256_token(hs_secret, {"iss": "https://issuer.smoke.test", "aud": resource, "sub": "smoke-user",
                                         "iat": now, "nbf": now, "exp": now + 600, "scope": "mcp:read mcp:write"})
-        code = smoke.main([resource, "--token", token, "--origin", "http://localhost:5173", "--job-timeout", "60"])
+        code = smoke.main([resource, "--token", token, "--origin", "http://localhost:5173", "--job-timeout", "60",
+                           "--resource", resource])
         results.check("scripts/smoke.py against the built functions", code == 0, f"exit {code}")
 
         endpoint = smoke.Endpoint(resource, {}, 30)
@@ -352,8 +353,11 @@ def run_smoke(results: Results) -> None:
         sweep = endpoint.request("GET", "/api/cron/sweep-jobs", headers={"Authorization": f"Bearer {cron_secret}"})
         results.check("cron sweep with CRON_SECRET: 200 and a report", sweep.status == 200
                       and "failedStuck" in json.loads(sweep.body or b"{}"), f"{sweep.status} {sweep.body[:200]!r}")
-        hidden = endpoint.request("POST", "/api/queues/process-job", body=b"{}")
-        results.check("the queue consumer has no public route", hidden.status == 404, str(hidden.status))
+        # Decided by the build's own routes: none may lead to the consumer (the router above
+        # hides functions with a trigger, so a request through it would prove nothing).
+        to_consumer = [route for route in router.config.get("routes", [])
+                       if "queues" in str(route.get("src", "")) + str(route.get("dest", ""))]
+        results.check("the queue consumer has no public route", not to_consumer, json.dumps(to_consumer)[:200])
         consumer = http.client.HTTPConnection("127.0.0.1", ports["/api/queues/process-job"], timeout=30)
         consumer.request("POST", "/api/queues/process-job", body=b"{}", headers={"Content-Type": "application/json"})
         refused = consumer.getresponse()

@@ -48,13 +48,26 @@ fn client() -> &'static HttpsClient {
 /// is not loopback.
 pub fn encrypted_or_loopback(url: &str) -> bool {
     let Ok(parsed) = url::Url::parse(url) else { return false };
-    let loopback = match parsed.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+    parsed.scheme() == "https" || (parsed.scheme() == "http" && is_loopback(&parsed))
+}
+
+/// Whether `url` names this machine (`localhost`, or a loopback address).
+pub fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        // A scheme the URL standard does not know (`redis:`) keeps its host as text, addresses
+        // included.
+        Some(url::Host::Domain(name)) => {
+            name.eq_ignore_ascii_case("localhost")
+                || name
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
         None => false,
-    };
-    parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback)
+    }
 }
 
 /// Sends `request` with an overall `timeout`. Errors are short descriptions without URLs or

@@ -228,6 +228,43 @@ pub fn max_duration_seconds(function: &str) -> Option<u64> {
     config["functions"][function]["maxDuration"].as_u64()
 }
 
+/// Whether a Redis URL is plain `redis://` to a host other than this machine.
+fn plaintext_beyond_this_machine(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|url| url.scheme() == "redis" && !crate::outbound::is_loopback(&url))
+}
+
+/// The key prefix when `MCP_REDIS_PREFIX` is unset: `mcp`, and deployed to an environment other
+/// than production, `mcp:<environment>`, so that a preview given production's database by
+/// mistake counts and keeps nothing of production's (its jobs, tasks and totals).
+fn default_redis_prefix(deployed: bool, var: &dyn Fn(&str) -> Option<String>) -> String {
+    let environment = var("VERCEL_TARGET_ENV").or_else(|| var("VERCEL_ENV"));
+    match environment.as_deref().map(str::trim) {
+        Some(environment) if deployed && environment != "production" => {
+            let named: String = environment
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c.to_ascii_lowercase() } else { '-' })
+                .take(32)
+                .collect();
+            format!("mcp:{named}")
+        }
+        _ => "mcp".into(),
+    }
+}
+
+/// Variables named like a route's scopes (`MCP_AUTH_SCOPES_<EXAMPLE>`) that name no example: a
+/// misspelt one would leave its route on the global scopes without a word.
+pub fn unknown_route_scope_variables(names: impl Iterator<Item = String>) -> Vec<String> {
+    let known: Vec<String> = crate::catalogue::EXAMPLES
+        .iter()
+        .map(|example| format!("MCP_AUTH_SCOPES_{}", example.name.to_ascii_uppercase().replace('-', "_")))
+        .collect();
+    names
+        .filter(|name| name.starts_with("MCP_AUTH_SCOPES_") && name != "MCP_AUTH_SCOPES_SUPPORTED")
+        .filter(|name| !known.contains(name))
+        .map(|name| format!("{name} names no example route (they are {})", known.join(", ")))
+        .collect()
+}
+
 /// The items `value` lists, separated by commas or spaces.
 fn listed(value: &str) -> Vec<String> {
     value.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_owned).collect()
@@ -280,7 +317,16 @@ fn check_durations(listen: u64, task_round: u64, budget: u64, problems: &mut Vec
 impl Settings {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok(), Arc::new(SystemClock))
+        let misnamed =
+            unknown_route_scope_variables(std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()));
+        match Self::from_lookup(|name| std::env::var(name).ok(), Arc::new(SystemClock)) {
+            Ok(_) if !misnamed.is_empty() => Err(ConfigError(misnamed)),
+            Err(ConfigError(mut problems)) => {
+                problems.extend(misnamed);
+                Err(ConfigError(problems))
+            }
+            settings => settings,
+        }
     }
 
     /// Reads configuration through `lookup` (tests pass a map).
@@ -322,6 +368,15 @@ impl Settings {
         };
         let task_round =
             number("MCP_TASK_ROUND_SECONDS", crate::tasks::DEFAULT_ROUND_LIMIT.as_secs(), 1, 86_400, &mut problems);
+        // A round must end, and its outcome be written, while the task's record still lives.
+        let longest_round = crate::tasks::TASK_TTL_MS / 1000 - TASK_FAILURE_MARGIN_SECONDS;
+        if task_round > longest_round {
+            problems.push(format!(
+                "MCP_TASK_ROUND_SECONDS is {task_round} s but a task's record lives {} s, and a round needs {} s                  to record how it ended: set it to at most {longest_round} s",
+                crate::tasks::TASK_TTL_MS / 1000,
+                TASK_FAILURE_MARGIN_SECONDS
+            ));
+        }
         let quota_defaults = crate::tasks::TaskQuota::default();
         let task_quota = crate::tasks::TaskQuota {
             share: number("MCP_TASK_SHARE", quota_defaults.share.into(), 1, 10_000_000, &mut problems) as u32,
@@ -491,6 +546,19 @@ impl Settings {
             None if has_redis => QueueChoice::RedisStreams(streams),
             None => QueueChoice::Local,
         };
+        if deployed
+            && let Some(url) = non_empty("REDIS_URL")
+            && plaintext_beyond_this_machine(&url)
+            && non_empty("MCP_REDIS_ALLOW_PLAINTEXT").as_deref().map(str::trim) != Some("on")
+        {
+            // Never the URL: it carries the password.
+            problems.push(
+                "REDIS_URL is redis:// to a host beyond this machine, so its password and every record would cross \
+                 the network in clear: use the rediss:// URL your provider gives, or set \
+                 MCP_REDIS_ALLOW_PLAINTEXT=on if the link is private"
+                    .to_owned(),
+            );
+        }
         let example_route_scopes = crate::catalogue::EXAMPLES
             .iter()
             .filter_map(|example| {
@@ -529,7 +597,7 @@ impl Settings {
             clock: clock.clone(),
             redis: non_empty("REDIS_URL").map(|url| RedisSettings {
                 url,
-                prefix: non_empty("MCP_REDIS_PREFIX").unwrap_or_else(|| "mcp".into()),
+                prefix: non_empty("MCP_REDIS_PREFIX").unwrap_or_else(|| default_redis_prefix(deployed, &non_empty)),
                 ca_pem: non_empty("MCP_REDIS_CA_PEM"),
             }),
             queue,
@@ -955,7 +1023,74 @@ mod tests {
         // Locally nothing cuts a function off, so the same settings start.
         let local = [("MCP_LISTEN_MAX_SECONDS", "3600"), ("MCP_CONSUMER_BUDGET_SECONDS", "800")];
         assert!(load(&local).is_ok());
-        assert_eq!(load(&[("MCP_TASK_ROUND_SECONDS", "3600")]).unwrap().task_round_limit.as_secs(), 3600);
+        assert_eq!(load(&[("MCP_TASK_ROUND_SECONDS", "3590")]).unwrap().task_round_limit.as_secs(), 3590);
+        // But nowhere may a round outlive its task's record (an hour), its outcome unwritten.
+        let text = load(&[("MCP_TASK_ROUND_SECONDS", "3591")]).unwrap_err().to_string();
+        assert!(text.contains("MCP_TASK_ROUND_SECONDS is 3591 s") && text.contains("at most 3590 s"), "{text}");
+    }
+
+    /// Deployed, Redis beyond this machine is spoken to over TLS unless the operator says the link
+    /// is private; the refusal never quotes the URL, which holds the password.
+    #[test]
+    fn a_deployment_speaks_tls_to_a_remote_redis() {
+        let secret = "0123456789abcdef".repeat(2);
+        let deployed = |redis: &str, extra: &[(&str, &str)]| {
+            let mut vars = vec![("VERCEL", "1"), ("VERCEL_ENV", "preview"), ("MCP_AUTH_MODE", "off")];
+            vars.extend_from_slice(&[("MCP_STATE_SECRET", &secret), ("REDIS_URL", redis)]);
+            vars.extend_from_slice(extra);
+            load(&vars)
+        };
+        let text = deployed("redis://default:hunter2@redis.example.com:6379", &[]).unwrap_err().to_string();
+        assert!(text.contains("REDIS_URL is redis://") && text.contains("MCP_REDIS_ALLOW_PLAINTEXT"), "{text}");
+        assert!(!text.contains("hunter2") && !text.contains("redis.example.com"), "{text}");
+        for fine in ["rediss://default:pw@redis.example.com:6379", "redis://127.0.0.1:6379", "redis://localhost:6379/2"]
+        {
+            assert!(deployed(fine, &[]).is_ok(), "{fine}");
+        }
+        assert!(deployed("redis://default:pw@10.0.0.7:6379", &[("MCP_REDIS_ALLOW_PLAINTEXT", "on")]).is_ok());
+        assert!(load(&[("REDIS_URL", "redis://redis.example.com:6379")]).is_ok(), "locally it is the operator's call");
+    }
+
+    /// Unset, the key prefix keeps deployments apart: production's is `mcp`, any other
+    /// environment's `mcp:<environment>`; locally it is `mcp`, and a set prefix always wins.
+    #[test]
+    fn each_environment_keeps_its_own_keys_by_default() {
+        let secret = "0123456789abcdef".repeat(2);
+        let prefix = |vars: &[(&str, &str)]| {
+            let mut all = vec![("MCP_STATE_SECRET", secret.as_str()), ("REDIS_URL", "redis://127.0.0.1:6379")];
+            all.extend_from_slice(vars);
+            load(&all).unwrap().redis.unwrap().prefix
+        };
+        let required = [
+            ("MCP_AUTH_MODE", "required"),
+            ("MCP_JWKS_URL", "https://issuer.test/jwks"),
+            ("MCP_AUTH_ISSUER", "https://issuer.test"),
+            ("MCP_RESOURCE_URL", "https://mcp.test/api/mcp"),
+        ];
+        let deployed = |environment: (&'static str, &'static str)| {
+            let mut vars = vec![("VERCEL", "1"), environment];
+            vars.extend_from_slice(&required);
+            prefix(&vars)
+        };
+        assert_eq!(deployed(("VERCEL_ENV", "production")), "mcp");
+        assert_eq!(deployed(("VERCEL_ENV", "preview")), "mcp:preview");
+        assert_eq!(deployed(("VERCEL_TARGET_ENV", "Staging Two")), "mcp:staging-two");
+        assert_eq!(prefix(&[("VERCEL_ENV", "preview")]), "mcp", "not deployed");
+        let mut named = vec![("VERCEL", "1"), ("VERCEL_ENV", "preview"), ("MCP_REDIS_PREFIX", "mine")];
+        named.extend_from_slice(&required);
+        assert_eq!(prefix(&named), "mine");
+    }
+
+    /// A route's scopes are read from `MCP_AUTH_SCOPES_<EXAMPLE>`; a name that is no example's is
+    /// reported rather than left to do nothing.
+    #[test]
+    fn a_misspelt_route_scope_variable_is_reported() {
+        let names =
+            ["MCP_AUTH_SCOPES_SANDBOX", "MCP_AUTH_SCOPES_SECURE_TOOLS", "MCP_AUTH_SCOPES_SUPPORTED", "MCP_AUTH_SCOPES"];
+        let found = unknown_route_scope_variables(names.iter().map(|n| n.to_string()));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("MCP_AUTH_SCOPES_SANDBOX names no example route"), "{found:?}");
+        assert!(found[0].contains("MCP_AUTH_SCOPES_SANDBOX_ISOLATION"), "it lists the right names: {found:?}");
     }
 
     /// The problems of a configuration with keys from a JWKS URL and `extra`; empty when none.

@@ -127,13 +127,16 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
-    let endpoint = match (var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
-        (Some(traces), _) => traces.trim().to_owned(),
-        (None, Some(base)) => format!("{}/v1/traces", base.trim().trim_end_matches('/')),
+    // Each endpoint with the variable it came from, which a refusal names.
+    let (endpoint, from) = match (var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        (Some(traces), _) => (traces.trim().to_owned(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        (None, Some(base)) => {
+            (format!("{}/v1/traces", base.trim().trim_end_matches('/')), "OTEL_EXPORTER_OTLP_ENDPOINT")
+        }
         (None, None) => return Ok(None),
     };
     let endpoint = otlp_url(&endpoint).unwrap_or_else(|| {
-        problems.push("OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL".to_owned());
+        problems.push(format!("{from} must be an http(s) URL"));
         endpoint
     });
     let mut headers = Vec::new();
@@ -193,13 +196,15 @@ pub fn settings_from(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<Tele
     let metrics_off = var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim() == "none");
     let metrics_endpoint = match (var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), var("OTEL_EXPORTER_OTLP_ENDPOINT")) {
         _ if metrics_off => None,
-        (Some(metrics), _) => Some(metrics.trim().to_owned()),
-        (None, Some(base)) => Some(format!("{}/v1/metrics", base.trim().trim_end_matches('/'))),
+        (Some(metrics), _) => Some((metrics.trim().to_owned(), "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")),
+        (None, Some(base)) => {
+            Some((format!("{}/v1/metrics", base.trim().trim_end_matches('/')), "OTEL_EXPORTER_OTLP_ENDPOINT"))
+        }
         (None, None) => None,
     };
-    let metrics_endpoint = match metrics_endpoint.map(|e| otlp_url(&e)) {
-        Some(None) => return Err(vec!["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be an http(s) URL".to_owned()]),
-        Some(Some(url)) => Some(url),
+    let metrics_endpoint = match metrics_endpoint.map(|(e, from)| (otlp_url(&e), from)) {
+        Some((None, from)) => return Err(vec![format!("{from} must be an http(s) URL")]),
+        Some((Some(url), _)) => Some(url),
         None => None,
     };
     // The headers are usually the backend's credential: never in clear beyond this machine.
@@ -409,6 +414,9 @@ impl Telemetry {
         .0;
         let queue = Arc::new(SpanQueue::default());
         let provider = SdkTracerProvider::builder()
+            // Set here, so that the SDK does not read OTEL_SPAN_*_LIMIT from the process's
+            // environment, unchecked (a limit of 0 would strip every attribute).
+            .with_span_limits(opentelemetry_sdk::trace::SpanLimits::default())
             .with_span_processor(QueueProcessor(queue.clone()))
             .with_sampler(sampling::Gate::new(settings.sampler, &settings.sampling_key))
             .with_resource(resource.clone())
@@ -1051,6 +1059,21 @@ mod tests {
         }
         let vars = |name: &str| (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "file:///tmp/x".to_owned());
         assert!(settings_from(&vars).is_err(), "not http(s)");
+        // A refusal names the variable that was wrong.
+        let refused = |pairs: &[(&str, &str)]| {
+            let vars: std::collections::HashMap<&str, &str> = pairs.iter().copied().collect();
+            settings_from(&|name| vars.get(name).map(|v| (*v).to_owned())).unwrap_err().join(" ")
+        };
+        let traces = refused(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "junk"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+        ]);
+        assert!(traces.starts_with("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), "{traces}");
+        let base = refused(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "junk"),
+        ]);
+        assert!(base.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT"), "{base}");
     }
 
     #[test]

@@ -70,7 +70,11 @@ fn every_variable_read_is_documented_and_every_documented_one_is_read() {
     let env_example = std::fs::read_to_string(root.join(".env.example")).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let listed = listed_in_env_example(&env_example);
-    let operator: Vec<&String> = read.iter().filter(|n| !NOT_OPERATOR_SETTINGS.contains(&n.as_str())).collect();
+    // A route's scopes are read by a pattern (`MCP_AUTH_SCOPES_<EXAMPLE>`, documented as such):
+    // names of that shape in the source are the pattern's parts and its tests' examples.
+    let by_pattern = |n: &str| n.starts_with("MCP_AUTH_SCOPES_") && n != "MCP_AUTH_SCOPES_SUPPORTED";
+    let operator: Vec<&String> =
+        read.iter().filter(|n| !NOT_OPERATOR_SETTINGS.contains(&n.as_str()) && !by_pattern(n)).collect();
     let missing: Vec<&&String> = operator.iter().filter(|n| !listed.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "read under src/ but not listed in .env.example: {missing:?}");
     let unexplained: Vec<&&String> = operator.iter().filter(|n| !names(&readme, n)).collect();

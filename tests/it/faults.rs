@@ -140,7 +140,9 @@ async fn a_redis_that_never_answers_is_a_timeout_error_not_a_hang() {
         traceparent: None,
     };
     let processed = common::bounded("a delivery against a silent Redis", env.consumer.process(&message)).await;
-    assert!(processed.is_err(), "the consumer reports it, so the queue redelivers");
+    // The consumer reports it, so the queue redelivers.
+    let error = processed.expect_err("a store error");
+    assert_eq!(error.kind(), vercel_mcp::store::StoreErrorKind::Fault, "{error}");
 }
 
 /// A GET of `http://{addr}/` through the outbound client, with `timeout`.

@@ -141,6 +141,9 @@ async fn listening_to_as(
             (&json!("notifications/tasks"), &json!(task_id)),
             "the task's state as the stream opened: {opened:?}"
         );
+    } else {
+        // What came with the acknowledgement is read here, and the caller reads the rest.
+        assert!(opened.iter().all(|e| e["method"] != "notifications/tasks"), "a stranger heard: {opened:?}");
     }
     stream
 }
@@ -214,8 +217,9 @@ async fn a_task_moves_between_instances() {
         "complete"
     );
     assert_eq!(task_call(&a, "tasks/get", json!({"taskId": running})).await.json()["result"]["status"], "cancelled");
-    let again = task_call(&a, "tasks/cancel", json!({"taskId": task_id})).await.json()["result"].clone();
-    assert_eq!(again.get("status"), None, "cancelling a finished task is a bare ack");
+    let mut again = task_call(&a, "tasks/cancel", json!({"taskId": task_id})).await.json();
+    again["result"].as_object_mut().expect("a result").remove("_meta");
+    assert_eq!(again["result"], json!({"resultType": "complete"}), "cancelling a finished task is a bare ack: {again}");
     assert_eq!(task_call(&b, "tasks/get", json!({"taskId": task_id})).await.json()["result"]["status"], "completed");
 }
 
@@ -396,7 +400,8 @@ async fn a_foreign_principal_can_neither_see_nor_touch_a_task() {
     listen["_meta"] = with_tasks();
     let (_, _, mut bobs_stream) =
         server.modern(json!("B"), "subscriptions/listen", listen.clone()).header("Authorization", &bob).open().await;
-    common::read_events(&mut bobs_stream, 1).await;
+    let bob_opened = common::read_events(&mut bobs_stream, 1).await;
+    assert!(bob_opened.iter().all(|e| e["method"] != "notifications/tasks"), "bob heard: {bob_opened:?}");
     let (_, _, mut alices_stream) =
         server.modern(json!("A"), "subscriptions/listen", listen).header("Authorization", &alice).open().await;
     let opened = common::read_events(&mut alices_stream, 2).await;
@@ -581,7 +586,20 @@ async fn deployments_in_different_databases_do_not_hear_each_other() {
     .await;
     // By now the change went out several times; none of it reached the other database's bus.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(preview_heard.try_recv().is_err(), "preview heard production's change");
+    let silence = preview_heard.try_recv();
+    assert!(matches!(silence, Err(tokio::sync::broadcast::error::TryRecvError::Empty)), "preview heard: {silence:?}");
+    // And preview's subscription was alive all along: another preview instance is heard.
+    let preview_too = in_db(1);
+    let ours = ChangeEvent::ResourceUpdated("test://preview".into());
+    common::bounded("preview hears its own deployment", async {
+        loop {
+            preview_too.publish(ours.clone());
+            if let Ok(Ok(heard)) = tokio::time::timeout(Duration::from_millis(100), preview_heard.recv()).await {
+                return assert_eq!(heard, ours, "the first thing preview hears is its own");
+            }
+        }
+    })
+    .await;
 }
 
 /// A change the bus cannot publish (its link to Redis is down) is tried again for a while, then
@@ -839,15 +857,15 @@ async fn a_stream_without_the_tools_scope_hears_nothing_of_its_task() {
 }
 
 /// A listen stream that fell behind the change bus reads each task it names again, as its own
-/// caller reads it, and sends what changed: its owner's stream, which had the task's state when
-/// it opened, is not sent it again unchanged; another caller's stream gets nothing of it.
+/// caller reads it, and sends what changed (a change whose announcement it missed): its owner's
+/// stream gets it once; another caller's stream gets nothing of it.
 #[tokio::test]
 async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
     use common::tokens::{auth_config, bearer, stub_jwks};
     let (jwks, _) = stub_jwks().await;
     let mut config = auth_config(jwks, &[("MCP_AUTH_MODE", "required")]);
     config.settings.listen_max_duration = std::time::Duration::from_millis(300);
-    let bus = config.bus.clone();
+    let (bus, store) = (config.bus.clone(), config.task_store.clone());
     let server = TestServer::start(Arc::new(App::new(registry(&config), config.endpoint()))).await;
     let (alice, bob) = (bearer("alice", "mcp:read"), bearer("bob", "mcp:read"));
     let call = json!({"name": "forever", "arguments": {}});
@@ -857,15 +875,25 @@ async fn a_stream_that_fell_behind_is_caught_up_on_its_own_tasks_only() {
     for (who, sees) in [(&alice, true), (&bob, false)] {
         streams.push(listening_to_as(&server, Some(who), &task_id, sees).await);
     }
-    // One runtime thread: neither stream reads while these are published.
+    // Her task changes with nothing announced (the announcement is among what the streams
+    // miss), and then the bus runs ahead of both streams. One runtime thread: neither stream
+    // reads while these are published.
+    let owner = vercel_mcp::security::Principal::verified(Some("alice"), None, Vec::new()).id().to_owned();
+    let mut changed = store.get(&owner, &task_id).await.unwrap().expect("her task, under her id");
+    changed.version += 1;
+    changed.status_message = Some("changed quietly".into());
+    assert!(store.replace(&changed).await.unwrap());
     for _ in 0..300 {
         bus.publish(vercel_mcp::state::ChangeEvent::ResourceUpdated("elsewhere://x".into()));
     }
-    // Her stream had her task's state when it opened: the catch-up reads it again and, as it
-    // has not changed, does not send it twice.
+    // The catch-up reads her task again and sends what changed, once; then the stream closes.
     let alices = common::read_until_answer(&mut streams[0]).await;
-    assert_eq!(alices.len(), 1, "only the graceful close: {alices:?}");
-    assert_eq!(alices[0]["id"], "L");
+    assert_eq!(alices.len(), 2, "the change, then the graceful close: {alices:?}");
+    assert_eq!(
+        (&alices[0]["method"], &alices[0]["params"]["statusMessage"]),
+        (&json!("notifications/tasks"), &json!("changed quietly"))
+    );
+    assert_eq!(alices[1]["id"], "L");
     let bobs = common::read_events(&mut streams[1], 1).await;
     assert_eq!(bobs[0]["id"], "L", "nothing of alice's task: {bobs:?}");
 }
