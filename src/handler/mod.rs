@@ -123,6 +123,13 @@ pub(crate) fn catch_unwind<F: Future>(future: F) -> CatchUnwind<F> {
     CatchUnwind { inner: future }
 }
 
+/// Calls `start` under the guard [`catch_unwind`] polls with: a handler's call (reading its
+/// arguments, and a closure's code before its first await) can panic before its future exists.
+/// Apart from the future, so that the future awaited holds nothing but the handler's own.
+pub(crate) fn catch_unwind_call<T>(start: impl FnOnce() -> T) -> std::thread::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::observe::in_handler(start)))
+}
+
 pin_project_lite::pin_project! {
     /// The future [`catch_unwind`] returns.
     pub(crate) struct CatchUnwind<F> {

@@ -272,10 +272,12 @@ impl McpServer {
             }
             let span = ctx.span.execute_tool_span(name);
             let started = std::time::Instant::now();
-            // The handler is called inside the contained future: reading its arguments and a
-            // closure's code before its first await can panic too.
-            let handler = async { (tool.handler)(ctx, arguments.as_ref()).await };
-            let handled = crate::handler::catch_unwind(span.in_context(handler)).await;
+            // Its call is contained as its future is: reading its arguments and a closure's code
+            // before its first await can panic too.
+            let handled = match crate::handler::catch_unwind_call(|| (tool.handler)(ctx, arguments.as_ref())) {
+                Ok(running) => crate::handler::catch_unwind(span.in_context(running)).await,
+                Err(panic) => Err(panic),
+            };
             let said = match &handled {
                 Ok(outcome) => crate::handler::mark_tool_span(&span, outcome),
                 Err(_) => {
@@ -320,8 +322,11 @@ impl McpServer {
             return Ok(Reply::Complete(tasks.start(task, task_handler(tool), span).await?));
         }
         let arguments = Value::Object(task.arguments.clone());
-        let handler = async { (tool.handler)(ctx, &arguments).await };
-        let outcome = match crate::handler::catch_unwind(span.in_context(handler)).await {
+        let handled = match crate::handler::catch_unwind_call(|| (tool.handler)(ctx, &arguments)) {
+            Ok(running) => crate::handler::catch_unwind(span.in_context(running)).await,
+            Err(panic) => Err(panic),
+        };
+        let outcome = match handled {
             Ok(outcome) => outcome,
             // Its span says so; the panic goes on to the request's containment.
             Err(panic) => {

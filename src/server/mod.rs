@@ -344,8 +344,8 @@ impl McpServer {
             "tool {}: its argument type uses JSON Schema keywords the validator cannot enforce: {unsupported:?}",
             def.name
         );
-        // The handler's future is made when the tool is called (inside the contained future, so
-        // a panic there is contained too) and owns what it needs: no count of the handler is
+        // The handler's future is made when the tool is called (under the panic guard, so a
+        // panic there is contained too) and owns what it needs: no count of the handler is
         // taken per call, since one shared by every caller would move between the cores.
         let erased: ToolFn = Arc::new(move |ctx, arguments| -> BoxFuture<ToolResult> {
             // Arguments the schema passed with a whole number as a float (`5.0`), which an
