@@ -372,7 +372,8 @@ impl Settings {
         let longest_round = crate::tasks::TASK_TTL_MS / 1000 - TASK_FAILURE_MARGIN_SECONDS;
         if task_round > longest_round {
             problems.push(format!(
-                "MCP_TASK_ROUND_SECONDS is {task_round} s but a task's record lives {} s, and a round needs {} s                  to record how it ended: set it to at most {longest_round} s",
+                "MCP_TASK_ROUND_SECONDS is {task_round} s but a task's record lives {} s, and a round needs {} s \
+                 to record how it ended: set it to at most {longest_round} s",
                 crate::tasks::TASK_TTL_MS / 1000,
                 TASK_FAILURE_MARGIN_SECONDS
             ));
@@ -546,10 +547,12 @@ impl Settings {
             None if has_redis => QueueChoice::RedisStreams(streams),
             None => QueueChoice::Local,
         };
+        let allow_plaintext =
+            switch("MCP_REDIS_ALLOW_PLAINTEXT", non_empty("MCP_REDIS_ALLOW_PLAINTEXT"), false, &mut problems);
         if deployed
+            && !allow_plaintext
             && let Some(url) = non_empty("REDIS_URL")
             && plaintext_beyond_this_machine(&url)
-            && non_empty("MCP_REDIS_ALLOW_PLAINTEXT").as_deref().map(str::trim) != Some("on")
         {
             // Never the URL: it carries the password.
             problems.push(
@@ -1048,6 +1051,8 @@ mod tests {
             assert!(deployed(fine, &[]).is_ok(), "{fine}");
         }
         assert!(deployed("redis://default:pw@10.0.0.7:6379", &[("MCP_REDIS_ALLOW_PLAINTEXT", "on")]).is_ok());
+        let junk = load(&[("MCP_REDIS_ALLOW_PLAINTEXT", "yes")]).unwrap_err().to_string();
+        assert!(junk.contains("MCP_REDIS_ALLOW_PLAINTEXT must be on or off"), "{junk}");
         assert!(load(&[("REDIS_URL", "redis://redis.example.com:6379")]).is_ok(), "locally it is the operator's call");
     }
 

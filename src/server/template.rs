@@ -10,7 +10,8 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Part {
     Literal(String),
-    Variable(String),
+    /// A variable, and whether it is in the path (before any `?` or `#`).
+    Variable(String, bool),
 }
 
 /// A parsed URI template.
@@ -33,10 +34,11 @@ impl UriTemplate {
             if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
                 return Err(format!("unsupported expression {{{name}}}"));
             }
-            if matches!(parts.last(), Some(Part::Variable(_))) {
+            if matches!(parts.last(), Some(Part::Variable(..))) {
                 return Err("two variables must be separated by a literal".into());
             }
-            parts.push(Part::Variable(name.to_owned()));
+            let in_path = !template[..template.len() - rest.len() + open].contains(['?', '#']);
+            parts.push(Part::Variable(name.to_owned(), in_path));
             rest = &rest[close + 1..];
         }
         if rest.contains('}') {
@@ -55,13 +57,13 @@ impl UriTemplate {
         for (i, part) in self.parts.iter().enumerate() {
             match part {
                 Part::Literal(literal) => rest = rest.strip_prefix(literal.as_str())?,
-                Part::Variable(name) => {
+                Part::Variable(name, in_path) => {
                     let end = match self.parts.get(i + 1) {
                         Some(Part::Literal(next)) => rest.find(next.as_str())?,
                         _ => rest.len(),
                     };
                     let value = &rest[..end];
-                    if value.is_empty() || !stays_in_place(value) {
+                    if value.is_empty() || value.contains('/') || (*in_path && !stays_in_place(value)) {
                         return None;
                     }
                     vars.insert(name.clone(), value.to_owned());
@@ -115,6 +117,12 @@ mod tests {
         for stepping_out in ["..", ".", "%2e%2E", ".%2e", "a%2Fb", "a%2fb", "a\\b", "a%5cb", "a%00b", "%2e%2e%2F.."] {
             assert!(tail.matches(&format!("file:///notes/{stepping_out}")).is_none(), "{stepping_out}");
         }
+        // In the query, a value is a term, not a segment.
+        let search = UriTemplate::parse("search://notes/{scope}?term={term}").unwrap();
+        let found = search.matches("search://notes/all?term=a%2Fb").unwrap();
+        assert_eq!((found["scope"].as_str(), found["term"].as_str()), ("all", "a%2Fb"));
+        assert!(search.matches("search://notes/..?term=x").is_none(), "the path's variable is still a segment");
+        assert!(search.matches("search://notes/all?term=a/b").is_none(), "no raw slash anywhere, as before");
     }
 
     #[test]

@@ -73,7 +73,8 @@ impl Redis {
         Ok(Self { client: Arc::new(client), connection, prefix: prefix.to_owned(), identity: Arc::new(()) })
     }
 
-    /// The key prefix (`MCP_REDIS_PREFIX`, `mcp` by default).
+    /// The key prefix (`MCP_REDIS_PREFIX`; by default `mcp`, or `mcp:<environment>` deployed to
+    /// an environment other than production).
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
