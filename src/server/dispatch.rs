@@ -505,7 +505,7 @@ impl McpServer {
         let known = match &reference {
             CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
             CompletionRef::ResourceTemplate(uri) => {
-                self.templates.iter().any(|t| t.template.uri_template == *uri && self.may_read(principal, &t.scopes))
+                self.template_at(uri).is_some_and(|t| self.may_read(principal, &t.scopes))
             }
         };
         if !known {

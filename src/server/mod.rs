@@ -469,7 +469,7 @@ impl McpServer {
         let matcher = UriTemplate::parse(&template.uri_template)
             .unwrap_or_else(|e| panic!("resource template {}: {e}", template.uri_template));
         assert!(
-            !self.templates.iter().any(|t| t.template.uri_template == template.uri_template),
+            self.template_at(&template.uri_template).is_none(),
             "resource template {:?} is registered twice",
             template.uri_template
         );
@@ -532,6 +532,11 @@ impl McpServer {
         assert!(replaced.is_none(), "completion for {described} is registered twice");
     }
 
+    /// The template registered as `uri_template` (its template text, not a URI it matches).
+    pub(crate) fn template_at(&self, uri_template: &str) -> Option<&TemplateEntry> {
+        self.templates.iter().find(|t| t.template.uri_template == uri_template)
+    }
+
     /// Refuses, at start-up, a registry that could never serve what it lists: a tool that
     /// requires the tasks extension on a server without it (listed, and then refused on every
     /// call), or a completion for a prompt or template that is not registered (a typo, never
@@ -548,7 +553,7 @@ impl McpServer {
         for reference in self.completions.keys() {
             let known = match reference {
                 CompletionRef::Prompt(name) => self.prompt_index.contains_key(name),
-                CompletionRef::ResourceTemplate(uri) => self.templates.iter().any(|t| t.template.uri_template == *uri),
+                CompletionRef::ResourceTemplate(uri) => self.template_at(uri).is_some(),
             };
             assert!(known, "completion for {reference:?}, which is not registered");
         }

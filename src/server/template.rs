@@ -25,8 +25,11 @@ impl UriTemplate {
     pub fn parse(template: &str) -> Result<Self, String> {
         let mut parts = Vec::new();
         let mut rest = template;
+        // Until a literal holds `?` or `#`, variables are in the path.
+        let mut in_path = true;
         while let Some(open) = rest.find('{') {
             if open > 0 {
+                in_path &= !rest[..open].contains(['?', '#']);
                 parts.push(Part::Literal(rest[..open].to_owned()));
             }
             let close = rest[open..].find('}').ok_or("unclosed '{'")? + open;
@@ -37,7 +40,6 @@ impl UriTemplate {
             if matches!(parts.last(), Some(Part::Variable(..))) {
                 return Err("two variables must be separated by a literal".into());
             }
-            let in_path = !template[..template.len() - rest.len() + open].contains(['?', '#']);
             parts.push(Part::Variable(name.to_owned(), in_path));
             rest = &rest[close + 1..];
         }
